@@ -1,0 +1,38 @@
+# Two entry points: `make demo` (the main job) and `make test`. Both create or reuse .venv.
+PY      ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: venv demo test test-fast lint bench clean
+
+$(VPY):
+	$(PY) -m venv $(VENV)
+
+# torch==2.13.0 is pinned only when no torch is present: an unpinned torch pulls the CUDA build.
+$(STAMP): $(VPY) pyproject.toml
+	@$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q "torch==2.13.0"
+	$(VPY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VPY) -m training.demo --output_dir out/demo
+
+test: $(STAMP)
+	$(VPY) -m pytest -q -n 2 --dist loadfile tests
+
+test-fast: $(STAMP)
+	$(VPY) -m pytest -q -n 2 --dist loadfile -m "not slow" tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)
+	$(VPY) benchmarks/bench_gpt.py
+
+clean:
+	rm -rf $(VENV) out runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Shipped model code: the flat folder whose files `save_pretrained` copies next to the weights."""

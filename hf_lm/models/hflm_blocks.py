@@ -1,0 +1,600 @@
+"""Shared Transformer building blocks for every hf_lm family.
+
+Shipped model code: `save_pretrained` copies this file next to the weights, so it imports only torch,
+transformers and sibling files (`from .x import Y`).
+
+Every variant is chosen by a validated config string that indexes one of the tables at the bottom
+(`NORMS`, `FEED_FORWARDS`, `POSITION_ENCODINGS`, `NORM_POSITIONS`); modules are built once in
+`__init__` and `forward` never branches on variant names.
+
+Shape legend: B batch, T query length, S key length (past + T), C hidden size, nh query heads,
+nkv key/value heads, hs head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+# ----------------------------------------------------------------------------------------------
+# Norms: computed in fp32 and cast back, as LlamaRMSNorm does, so bf16/fp16 runs stay stable.
+# ----------------------------------------------------------------------------------------------
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm (Ba et al., 2016) with a learned gain and bias."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, T, C) -> (B, T, C); `.float()` is free in fp32 and upcasts half precision.
+        out = F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(), self.eps)
+        return out.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich, 2019): no mean subtraction, no bias; Llama's and T5's norm."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32, cast back, then scale: the order LlamaRMSNorm uses (parity to the last bit).
+        normed = F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+        return self.weight * normed
+
+
+# ----------------------------------------------------------------------------------------------
+# Feed-forward networks. Gated variants (Shazeer, 2020, "GLU Variants Improve Transformer") fuse the
+# gate and up projections into one matmul: one GEMM is cheaper than two of half the width.
+# ----------------------------------------------------------------------------------------------
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    # GPT-2's "gelu_new": one fused kernel instead of the five elementwise ops of the Python formula.
+    return F.gelu(x, approximate="tanh")
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: `down(act(up(x)))`."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act, bias: bool):
+        super().__init__()
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act(self.up_proj(x)))  # (B, T, C) -> (B, T, ff) -> (B, T, C)
+
+
+class GatedMLP(nn.Module):
+    """Gated feed-forward: `down(act(gate(x)) * up(x))` with `gate` and `up` stacked in one Linear."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act, bias: bool):
+        super().__init__()
+        # rows [0, ff) are the gate, rows [ff, 2ff) the up projection
+        self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # 2 x (B, T, ff)
+        return self.down_proj(self.act(gate) * up)
+
+
+# name -> (module class, activation)
+FEED_FORWARDS = {
+    "relu": (MLP, F.relu),
+    "gelu": (MLP, F.gelu),
+    "gelu_tanh": (MLP, _gelu_tanh),
+    "swiglu": (GatedMLP, F.silu),
+    "geglu": (GatedMLP, F.gelu),
+    "reglu": (GatedMLP, F.relu),
+}
+
+NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+
+
+def build_feed_forward(config) -> nn.Module:
+    cls, act = FEED_FORWARDS[config.hidden_act]
+    return cls(config.hidden_size, config.intermediate_size, act, config.mlp_bias)
+
+
+def build_norm(config) -> nn.Module:
+    return NORMS[config.norm_type](config.hidden_size, eps=config.norm_eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Positions. Each scheme answers three questions with a default of "nothing":
+#   embed(position_ids)        -> vector added to the token embeddings (learned, sinusoidal)
+#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE)
+#   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi)
+# Nothing is stored in buffers: tables are a few small ops per forward, and this way nothing
+# is lost when transformers materializes a model from the meta device.
+# ----------------------------------------------------------------------------------------------
+
+
+class NoPositions(nn.Module):
+    """No position information at all (NoPE): causal masking alone leaks order (Haviv et al., 2022)."""
+
+    max_positions: int | None = None  # no limit on the input length
+
+    def __init__(self, config):
+        super().__init__()
+
+    def embed(self, position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        return None
+
+    def rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
+        return None
+
+    def attention_bias(self, q_len: int, kv_len: int, device, dtype) -> torch.Tensor | None:
+        return None
+
+
+class LearnedPositions(NoPositions):
+    """Learned absolute positions (GPT-2, BERT): one trained vector per position, hence a length limit."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.max_positions = config.max_position_embeddings
+
+    def embed(self, position_ids, dtype):
+        return self.embeddings(position_ids)  # (B|1, T) -> (B|1, T, C)
+
+
+class SinusoidalPositions(NoPositions):
+    """Fixed sinusoids of "Attention is all you need": sin on even dims, cos on odd dims."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.hidden_size = config.hidden_size
+
+    def embed(self, position_ids, dtype):
+        half = self.hidden_size // 2
+        inv_freq = 10000.0 ** (-torch.arange(half, device=position_ids.device, dtype=torch.float32) / half)
+        angles = position_ids.float()[..., None] * inv_freq  # (B|1, T, C/2)
+        # interleave so dim 2i is sin and 2i+1 is cos, as in the paper
+        table = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (B|1, T, C)
+        return table.to(dtype)
+
+
+class RotaryPositions(NoPositions):
+    """RoPE (Su et al., 2021) in the "rotate half" layout used by GPT-NeoX and Llama checkpoints."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.head_dim = config.head_dim
+        self.theta = config.rope_theta
+
+    def rotary(self, position_ids, dtype):
+        inv_freq = 1.0 / (
+            self.theta
+            ** (
+                torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32)
+                / self.head_dim
+            )
+        )
+        freqs = position_ids.float()[..., None] * inv_freq  # (B|1, T, hs/2)
+        emb = torch.cat((freqs, freqs), dim=-1)  # (B|1, T, hs)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """Head slopes of ALiBi (Press et al., 2022): a geometric sequence starting at 2^(-8/n).
+
+    For a head count that is not a power of two the paper interleaves the slopes of the next power.
+    """
+
+    def power_of_2(n):
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = power_of_2(closest)
+    if closest < num_heads:
+        slopes += power_of_2(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBiPositions(NoPositions):
+    """ALiBi: a linear penalty `-slope_h * (i - j)` on the scores instead of position vectors.
+
+    Distances are measured in key-index space. With left or right padding the real tokens are
+    contiguous, so their distances are the same as in an unpadded sequence.
+    """
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_heads = config.num_attention_heads
+
+    def attention_bias(self, q_len, kv_len, device, dtype):
+        slopes = alibi_slopes(self.num_heads).to(device)  # (nh,)
+        q_pos = torch.arange(kv_len - q_len, kv_len, device=device)  # absolute index of each query
+        k_pos = torch.arange(kv_len, device=device)
+        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()  # (T, S); future keys are masked
+        return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, nh, T, S)
+
+
+POSITION_ENCODINGS = {
+    "learned": LearnedPositions,
+    "sinusoidal": SinusoidalPositions,
+    "rope": RotaryPositions,
+    "alibi": ALiBiPositions,
+    "none": NoPositions,
+}
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, n, T, hs); cos/sin: (B|1, T, hs) -> broadcast over heads
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks. Built once per forward and shared by all layers.
+# ----------------------------------------------------------------------------------------------
+
+
+def build_attention_mask(
+    attention_mask: torch.Tensor | None,
+    q_len: int,
+    kv_len: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    causal: bool = True,
+    prefix_lengths: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor | None, bool]:
+    """Combine padding, causality, an optional fully visible prefix and an optional score bias.
+
+    Args:
+        attention_mask: (B, S) with 1 for real tokens and 0 for padding, or None.
+        q_len: T, the number of new queries; they sit at the last T key positions.
+        kv_len: S, past + T.
+        causal: queries may not look at later keys.
+        prefix_lengths: (B,) prefix-LM mask: keys before `prefix_lengths[b]` are visible to every query.
+        bias: (1|B, nh, T, S) additive score bias (ALiBi).
+
+    Returns:
+        `(mask, is_causal)`. `mask` is None when plain causal attention (or no mask at all) is
+        exact, so SDPA can use its fast `is_causal` kernel; otherwise a bool (B, 1, T, S) mask with
+        True = attend, or, when `bias` is given, a float (B, nh, T, S) additive mask. A query always
+        sees its own key, so rows of padding queries are never empty (no NaN, and the SDPA and eager
+        paths agree on them).
+    """
+    padded = attention_mask is not None and not bool(attention_mask.all())
+    if bias is None and not padded and prefix_lengths is None:
+        if not causal or q_len == 1:
+            return None, False  # every query sees every key
+        if q_len == kv_len:
+            return None, True  # plain causal: SDPA's is_causal is exact
+    q_idx = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]  # (T, 1) absolute positions
+    k_idx = torch.arange(kv_len, device=device)[None, :]  # (1, S)
+    allowed = (k_idx <= q_idx) if causal else torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
+    allowed = allowed[None, None]  # (1, 1, T, S)
+    if prefix_lengths is not None:
+        allowed = allowed | (
+            k_idx[None, None] < prefix_lengths.to(device)[:, None, None, None]
+        )  # (B, 1, T, S)
+    if padded:
+        allowed = allowed & attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
+    allowed = allowed | (k_idx == q_idx)[None, None]  # a query always sees itself
+    if attention_mask is not None:
+        allowed = allowed.expand(attention_mask.shape[0], -1, -1, -1)
+    if bias is None:
+        return allowed, False
+    return bias.masked_fill(~allowed, torch.finfo(dtype).min), False
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention
+# ----------------------------------------------------------------------------------------------
+
+
+def sdpa_attention(q, k, v, mask, is_causal, dropout, scale, need_weights):
+    """torch's fused scaled-dot-product attention. q: (B, nh, T, hs); k, v: (B, nh, S, hs)."""
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale
+    )
+    return out, None
+
+
+def eager_attention(q, k, v, mask, is_causal, dropout, scale, need_weights):
+    """Attention written out, returning the probabilities (for `output_attentions` and heatmaps)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, nh, T, S), softmax in fp32
+    if is_causal:
+        T, S = scores.shape[-2:]
+        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask.float()
+    probs = scores.softmax(dim=-1).to(q.dtype)
+    out = torch.matmul(F.dropout(probs, p=dropout, training=dropout > 0), v)  # (B, nh, T, hs)
+    return out, probs if need_weights else None
+
+
+ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
+
+
+class Attention(nn.Module):
+    """Multi-head attention with `num_key_value_heads` key/value heads.
+
+    nkv == nh is multi-head attention, 1 < nkv < nh grouped-query attention (Ainslie et al., 2023),
+    nkv == 1 multi-query attention (Shazeer, 2019). The query, key and value projections are one
+    Linear: one GEMM instead of three. The KV cache stores nkv heads, which is the point of GQA/MQA.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = True):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = is_causal  # read by transformers' SDPA dispatch, and by our mask builder
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.split_sizes = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        past_key_values=None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, _ = hidden_states.shape
+        q, k, v = self.qkv_proj(hidden_states).split(self.split_sizes, dim=-1)
+        q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+        v = v.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
+        if position_embeddings is not None:
+            cos, sin = position_embeddings
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)  # (B, nkv, S, hs)
+        if self.num_kv_heads != self.num_heads:
+            # share each key/value head among nh/nkv query heads: (B, nkv, S, hs) -> (B, nh, S, hs)
+            k = k.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+            v = v.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)
+        # output_attentions needs the probabilities, which only the eager path materializes
+        impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
+        y, weights = ATTENTION_FUNCTIONS[impl](
+            q,
+            k,
+            v,
+            attention_mask,
+            is_causal,
+            self.dropout if self.training else 0.0,
+            self.scale,
+            output_attentions,
+        )
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, nh, T, hs) -> (B, T, nh*hs)
+        return self.o_proj(y), weights
+
+
+# ----------------------------------------------------------------------------------------------
+# The residual block
+# ----------------------------------------------------------------------------------------------
+
+NORM_POSITIONS = ("pre", "post")
+
+
+class TransformerBlock(GradientCheckpointingLayer):
+    """Self-attention and feed-forward, each in a residual branch.
+
+    Pre-norm (GPT-2, Llama): `x + f(norm(x))`, stable for deep stacks. Post-norm (the original
+    Transformer, BERT): `norm(x + f(x))`.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = True):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.attn_norm = build_norm(config)
+        self.self_attn = Attention(config, layer_idx, is_causal=is_causal)
+        self.mlp_norm = build_norm(config)
+        self.mlp = build_feed_forward(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        position_embeddings=None,
+        past_key_values=None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = hidden_states  # (B, T, C)
+        attn_in = self.attn_norm(x) if self.pre_norm else x
+        a, weights = self.self_attn(
+            attn_in, attention_mask, is_causal, position_embeddings, past_key_values, output_attentions
+        )
+        x = x + self.dropout(a)
+        if not self.pre_norm:
+            x = self.attn_norm(x)
+        m = self.mlp(self.mlp_norm(x) if self.pre_norm else x)
+        x = x + self.dropout(m)
+        if not self.pre_norm:
+            x = self.mlp_norm(x)
+        return x, weights
+
+
+# ----------------------------------------------------------------------------------------------
+# Base class shared by every family
+# ----------------------------------------------------------------------------------------------
+
+
+class HfLmPreTrainedModel(PreTrainedModel):
+    """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _no_split_modules = ["TransformerBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+
+    def _init_weights(self, module):
+        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers)."""
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+        elif isinstance(module, (LayerNorm, RMSNorm)):
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        if isinstance(module, (Attention, MLP, GatedMLP)):
+            # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
+            proj = module.o_proj if isinstance(module, Attention) else module.down_proj
+            init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save as transformers does, with every Auto class of this family in `config.json`'s `auto_map`.
+
+        transformers writes only the saved class's entry; `AutoModel` (and so feature extraction)
+        on a folder saved from the LM head would then fail under `trust_remote_code`.
+        """
+        module = sys.modules[type(self).__module__]
+        file_stem = type(self).__module__.rsplit(".", 1)[-1]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name, obj in vars(module).items():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, PreTrainedModel)
+                and obj.__module__ == module.__name__
+            ):
+                if obj._auto_class is not None:
+                    auto_map[obj._auto_class] = f"{file_stem}.{name}"
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks and losses shared by the heads
+# ----------------------------------------------------------------------------------------------
+
+
+def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
+    """Fail with a message a user can act on, not an index error deep inside the embedding."""
+    if input_ids.dim() != 2:
+        raise ValueError(
+            f"`input_ids` must be a (batch, seq_len) tensor, got shape {tuple(input_ids.shape)}."
+        )
+    if input_ids.numel() == 0:
+        raise ValueError(f"`input_ids` is empty (shape {tuple(input_ids.shape)}): pass at least one token.")
+    if input_ids.dtype.is_floating_point:
+        raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
+    lo, hi = int(input_ids.min()), int(input_ids.max())
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"`input_ids` contains token id {bad}, outside the vocabulary [0, {vocab_size}). "
+            "Was the input made with a different tokenizer than this model's?"
+        )
+
+
+def check_labels(labels: torch.Tensor, expected_shape, vocab_size: int, ignore_index: int = -100) -> None:
+    if tuple(labels.shape) != tuple(expected_shape):
+        raise ValueError(
+            f"`labels` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
+        )
+    valid = (labels == ignore_index) | ((labels >= 0) & (labels < vocab_size))
+    if not bool(valid.all()):
+        bad = int(labels[~valid][0])
+        raise ValueError(
+            f"`labels` contains {bad}: labels must be token ids in [0, {vocab_size}) or {ignore_index} (ignored)."
+        )
+
+
+def lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    shift: bool,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Token-level cross-entropy in fp32.
+
+    Args:
+        logits: (B, T, V).
+        labels: (B, T); with `shift` position t is scored against label t+1 (causal LMs).
+        num_items_in_batch: the number of target tokens in the whole accumulated batch; when given
+            the loss is a sum divided by it, so gradient accumulation equals one large batch.
+    """
+    if shift:
+        # shift the (small) labels rather than the (large) logits: no copy of the (B, T, V) tensor
+        labels = F.pad(labels, (0, 1), value=ignore_index)[:, 1:]
+    logits = logits.reshape(-1, logits.shape[-1]).float()
+    labels = labels.reshape(-1).to(logits.device)
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits, labels, ignore_index=ignore_index)
+    total = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), as transformers decides it."""
+    num_labels = logits.shape[-1]
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    labels = labels.to(logits.device)
+    if config.problem_type == "regression":
+        return (
+            F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+            if num_labels == 1
+            else F.mse_loss(logits.float(), labels.float())
+        )
+    if config.problem_type == "single_label_classification":
+        if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
+            raise ValueError(
+                f"`labels` must have shape ({logits.shape[0]},) of class ids, got {tuple(labels.shape)}."
+            )
+        if bool(((labels < 0) | (labels >= num_labels)).any()):
+            raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
+        return F.cross_entropy(logits.float(), labels)
+    if tuple(labels.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"multi-label `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}."
+        )
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())

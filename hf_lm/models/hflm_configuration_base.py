@@ -1,0 +1,149 @@
+"""The configuration fields every hf_lm Transformer family shares, validated once at construction.
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+
+from .hflm_blocks import FEED_FORWARDS, NORM_POSITIONS, NORMS, POSITION_ENCODINGS
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+def _probability(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+
+
+class HfLmTransformerConfig(PreTrainedConfig):
+    """Shared fields of hf_lm's Transformer families (not registered itself: families subclass it).
+
+    Args:
+        vocab_size: number of tokens V.
+        hidden_size: model width C.
+        num_hidden_layers: number of Transformer blocks.
+        num_attention_heads: query heads nh.
+        num_key_value_heads: key/value heads nkv; nh = MHA, 1 = MQA, in between = GQA. Defaults to nh.
+        head_dim: size of one head; defaults to `hidden_size // num_attention_heads`.
+        intermediate_size: feed-forward width; defaults to `4 * hidden_size`.
+        hidden_act: feed-forward variant, one of `FEED_FORWARDS` ("relu", "gelu", "gelu_tanh",
+            "swiglu", "geglu", "reglu").
+        position_embedding_type: one of "learned", "sinusoidal", "rope", "alibi", "none".
+        max_position_embeddings: longest input the learned positions allow (also the default
+            context length for the other schemes).
+        rope_theta: RoPE base frequency.
+        norm_type: "layernorm" or "rmsnorm".
+        norm_position: "pre" (GPT-2, Llama) or "post" (original Transformer, BERT).
+        norm_eps: epsilon of the norms.
+        attention_bias: biases in the query/key/value/output projections.
+        mlp_bias: biases in the feed-forward projections.
+        hidden_dropout: dropout on embeddings and residual branches.
+        attention_dropout: dropout on attention probabilities.
+        initializer_range: std of the normal init.
+        tie_word_embeddings: share the input embedding and the output projection.
+        use_cache: return a KV cache by default.
+        pad_token_id, bos_token_id, eos_token_id: special tokens, `None` or ids inside the vocabulary.
+    """
+
+    vocab_size: int = 50257
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    hidden_act: str = "gelu_tanh"
+    position_embedding_type: str = "learned"
+    max_position_embeddings: int = 1024
+    rope_theta: float = 10000.0
+    norm_type: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+
+    def __post_init__(self, **kwargs):
+        # derived fields first, so they are validated like the rest
+        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+            _positive_int(name, getattr(self, name))
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                    f"({self.num_attention_heads}), or set `head_dim` explicitly."
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        super().__post_init__(**kwargs)
+        self.validate_hflm()
+
+    def validate_hflm(self) -> None:
+        """Raise `ValueError` naming the field for every invalid value or contradictory combination."""
+        for name in ("num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings"):
+            _positive_int(name, getattr(self, name))
+        if (
+            self.num_key_value_heads > self.num_attention_heads
+            or self.num_attention_heads % self.num_key_value_heads
+        ):
+            raise ValueError(
+                f"`num_key_value_heads` ({self.num_key_value_heads}) must divide `num_attention_heads` "
+                f"({self.num_attention_heads}): use {self.num_attention_heads} for MHA, 1 for MQA, a divisor for GQA."
+            )
+        _choice("hidden_act", self.hidden_act, FEED_FORWARDS)
+        _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODINGS)
+        _choice("norm_type", self.norm_type, NORMS)
+        _choice("norm_position", self.norm_position, NORM_POSITIONS)
+        if self.position_embedding_type == "rope" and self.head_dim % 2:
+            raise ValueError(
+                f"`head_dim` must be even for position_embedding_type='rope', got {self.head_dim}."
+            )
+        if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
+            raise ValueError(
+                f"`hidden_size` must be even for position_embedding_type='sinusoidal', got {self.hidden_size}."
+            )
+        if not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
+            raise ValueError(f"`rope_theta` must be a positive number, got {self.rope_theta!r}.")
+        if not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
+            raise ValueError(f"`norm_eps` must be a number in (0, 1), got {self.norm_eps!r}.")
+        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
+            raise ValueError(
+                f"`initializer_range` must be a non-negative number, got {self.initializer_range!r}."
+            )
+        _probability("hidden_dropout", self.hidden_dropout)
+        _probability("attention_dropout", self.attention_dropout)
+        for name in ("attention_bias", "mlp_bias", "tie_word_embeddings", "use_cache"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [value]
+            for token_id in ids:
+                if token_id is not None and (
+                    isinstance(token_id, bool)
+                    or not isinstance(token_id, int)
+                    or not 0 <= token_id < self.vocab_size
+                ):
+                    raise ValueError(
+                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}."
+                    )

@@ -1,0 +1,26 @@
+"""Configuration of hf_lm's GPT-style decoder-only family (`model_type="hflm_gpt"`).
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+"""
+
+from __future__ import annotations
+
+from .hflm_configuration_base import HfLmTransformerConfig
+
+
+class HfLmGPTConfig(HfLmTransformerConfig):
+    """A decoder-only causal LM. Defaults are GPT-2 small; every field is validated at construction.
+
+    GPT-2 is the default (learned positions, pre-norm LayerNorm, tanh-GELU, biases, tied
+    embeddings); Llama is `position_embedding_type="rope", norm_type="rmsnorm", hidden_act="swiglu",
+    attention_bias=False, mlp_bias=False, tie_word_embeddings=False` with `num_key_value_heads` for
+    GQA. See `HfLmTransformerConfig` for the fields.
+
+    Example:
+        >>> from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
+        >>> config = HfLmGPTConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+        >>> model = HfLmGPTForCausalLM(config)
+    """
+
+    model_type = "hflm_gpt"
+    keys_to_ignore_at_inference = ["past_key_values"]

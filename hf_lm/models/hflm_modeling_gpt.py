@@ -1,0 +1,312 @@
+"""hf_lm's GPT-style decoder-only family: base model, causal LM head and sequence classifier.
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+The blocks (attention, positions, norms, feed-forwards) live in `hflm_blocks`; this file only
+composes them, in the shape of GPT-2 (Radford et al., 2019) and its descendants (Llama).
+
+Shape legend: B batch, T new tokens, S past + T, C hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import DynamicCache, GenerationMixin
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
+
+from .hflm_blocks import (
+    POSITION_ENCODINGS,
+    HfLmPreTrainedModel,
+    TransformerBlock,
+    build_attention_mask,
+    build_norm,
+    check_input_ids,
+    check_labels,
+    lm_loss,
+    sequence_classification_loss,
+)
+from .hflm_configuration_gpt import HfLmGPTConfig
+
+
+class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
+    config_class = HfLmGPTConfig
+    config: HfLmGPTConfig
+
+
+class HfLmGPTModel(HfLmGPTPreTrainedModel):
+    """Token embeddings -> N causal Transformer blocks -> final norm (pre-norm stacks only)."""
+
+    def __init__(self, config: HfLmGPTConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.layers = nn.ModuleList(TransformerBlock(config, i) for i in range(config.num_hidden_layers))
+        # a post-norm stack already ends in a norm; a pre-norm stack needs one before the head
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        prefix_lengths: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast | tuple:
+        """Run the decoder stack.
+
+        Args:
+            input_ids: (B, T) token ids in [0, vocab_size).
+            attention_mask: (B, S) 1 for tokens to attend to, 0 for padding (S = past + T).
+            position_ids: (B|1, T) positions; by default past..past+T-1. `generate()` derives them
+                from the attention mask, so left padding does not shift a prompt's positions.
+            past_key_values: a transformers `Cache` (a `DynamicCache` is made when `use_cache`).
+            inputs_embeds: (B, T, C) instead of `input_ids`.
+            prefix_lengths: (B,) optional prefix-LM mask: the first `prefix_lengths[b]` tokens are
+                visible to every position (bidirectional prefix, causal rest).
+        """
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = cfg.return_dict if return_dict is None else return_dict
+        if use_cache is None:
+            use_cache = cfg.use_cache and not self.training
+        if self.gradient_checkpointing and self.training:
+            use_cache = False  # recomputed layers would append to the cache a second time
+
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        if input_ids is not None:
+            check_input_ids(input_ids, cfg.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
+        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
+            raise ValueError(
+                f"`inputs_embeds` must be a non-empty (batch, seq_len, hidden) tensor, got {tuple(inputs_embeds.shape)}."
+            )
+        B, T = inputs_embeds.shape[:2]
+
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=cfg)
+        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+        S = past_len + T
+
+        if position_ids is None:
+            position_ids = torch.arange(past_len, S, device=inputs_embeds.device)[None]  # (1, T)
+        elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
+            raise ValueError(
+                f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
+            )
+        max_positions = self.positions.max_positions
+        if max_positions is not None and int(position_ids.max()) >= max_positions:
+            raise ValueError(
+                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
+                f"sequences of at most max_position_embeddings={max_positions} tokens (cache included). "
+                "Truncate the input or use a shorter generation."
+            )
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
+            )
+
+        hidden_states = inputs_embeds
+        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
+        if pos_embeds is not None:
+            hidden_states = hidden_states + pos_embeds
+        hidden_states = self.dropout(hidden_states)
+        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
+        bias = self.positions.attention_bias(T, S, hidden_states.device, hidden_states.dtype)
+        mask, is_causal = build_attention_mask(
+            attention_mask, T, S, hidden_states.device, hidden_states.dtype, True, prefix_lengths, bias
+        )
+
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, weights = layer(
+                hidden_states,
+                attention_mask=mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_attentions:
+                all_attentions += (weights,)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+
+        out = BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
+    """The decoder with a language-modeling head (tied to the input embeddings by default)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: HfLmGPTConfig):
+        super().__init__(config)
+        self.model = HfLmGPTModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        prefix_lengths: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast | tuple:
+        """Next-token logits, and the loss when `labels` are given.
+
+        Args:
+            labels: (B, T) targets, shifted inside the model (`labels = input_ids` is right);
+                -100 is ignored. With `num_items_in_batch` (passed by `Trainer`, or by your own
+                gradient-accumulation loop) the summed loss is divided by it instead of averaged,
+                so accumulated gradients equal those of one big batch.
+            logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all);
+                `generate()` passes 1 and so never builds (B, T, V) logits for the prompt.
+        """
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            prefix_lengths=prefix_lengths,
+        )
+        hidden_states = outputs.last_hidden_state
+        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        elif isinstance(logits_to_keep, torch.Tensor):
+            hidden_states = hidden_states[:, logits_to_keep]
+        logits = self.lm_head(hidden_states)  # (B, T, V)
+
+        loss = None
+        if labels is not None:
+            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size)
+            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=kwargs.get("num_items_in_batch"))
+
+        out = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
+    """The decoder with a classification head on the last real token (the only one that saw the whole text)."""
+
+    def __init__(self, config: HfLmGPTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = HfLmGPTModel(config)
+        self.score = nn.Linear(config.hidden_size, config.num_labels, bias=False)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutputWithPast | tuple:
+        """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or multi-label)."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state  # (B, T, C)
+        B, T = hidden_states.shape[:2]
+        positions = torch.arange(T, device=hidden_states.device)
+        if attention_mask is not None:
+            # rightmost attended token: works for left and right padding
+            real = attention_mask[:, -T:].to(hidden_states.device).bool()
+        elif input_ids is not None and self.config.pad_token_id is not None:
+            real = input_ids != self.config.pad_token_id
+        else:
+            real = torch.ones(B, T, dtype=torch.bool, device=hidden_states.device)
+        last = torch.where(real, positions, -1).amax(dim=-1).clamp(min=0)  # (B,)
+        pooled = hidden_states[torch.arange(B, device=hidden_states.device), last]  # (B, C)
+        logits = self.score(pooled)  # (B, num_labels)
+
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels)
+
+        out = SequenceClassifierOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = [
+    "HfLmGPTPreTrainedModel",
+    "HfLmGPTModel",
+    "HfLmGPTForCausalLM",
+    "HfLmGPTForSequenceClassification",
+]
