@@ -268,7 +268,8 @@ def build_attention_mask(
     """Combine padding, causality, an optional fully visible prefix and an optional score bias.
 
     Args:
-        attention_mask: (B, S) with 1 for real tokens and 0 for padding, or None.
+        attention_mask: (B, S) with 1 for real tokens and 0 for padding, or None when nothing is
+            padded (callers drop all-ones masks so the fast paths apply).
         q_len: T, the number of new queries; they sit at the last T key positions.
         kv_len: S, past + T.
         causal: queries may not look at later keys.
@@ -282,7 +283,7 @@ def build_attention_mask(
         sees its own key, so rows of padding queries are never empty (no NaN, and the SDPA and eager
         paths agree on them).
     """
-    padded = attention_mask is not None and not bool(attention_mask.all())
+    padded = attention_mask is not None  # callers pass None when nothing is padded
     if bias is None and not padded and prefix_lengths is None:
         if not causal or q_len == 1:
             return None, False  # every query sees every key

@@ -104,8 +104,19 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
         S = past_len + T
 
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
+            )
+        if attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # nothing is padded: let attention take its unmasked fast path
+
         if position_ids is None:
-            position_ids = torch.arange(past_len, S, device=inputs_embeds.device)[None]  # (1, T)
+            if attention_mask is None:
+                position_ids = torch.arange(past_len, S, device=inputs_embeds.device)[None]  # (1, T)
+            else:
+                # count only real tokens, so a left-padded prompt gets the positions it has alone
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]  # (B, T)
         elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
             raise ValueError(
                 f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
@@ -116,10 +127,6 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
                 f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
                 f"sequences of at most max_position_embeddings={max_positions} tokens (cache included). "
                 "Truncate the input or use a shorter generation."
-            )
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
             )
 
         hidden_states = inputs_embeds

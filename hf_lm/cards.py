@@ -1,0 +1,261 @@
+"""Hugging Face model cards (`README.md`) for hf_lm checkpoints.
+
+Not shipped with checkpoints' model code. The card is YAML front matter (library, tags,
+pipeline tag, license: what the Hub indexes) followed by a Markdown body rendered from a
+`string.Template` in the repository's `model_cards/` folder: `<model_type>.md` when it exists,
+else `default.md`, else (an installed package without that folder) `FALLBACK_TEMPLATE`.
+
+Template placeholders (`$name`; write `$$` for a literal dollar):
+    model_name, model_id, model_id_repr, model_type, model_class, auto_class, pipeline_tag,
+    num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, attention_kind,
+    head_dim, intermediate_size, hidden_act, position_embedding_type, norm_type, norm_position,
+    tie_word_embeddings, num_parameters, num_parameters_non_embedding, vocab_size, context_length,
+    architecture (a ready-made table of the above), tokenizer, training_data, metrics (a table),
+    prompt, prompt_repr, notes, plus every key of `extra`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from string import Template
+
+from huggingface_hub import ModelCardData
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "model_cards"
+LICENSE = "apache-2.0"
+
+# Used when the repository's model_cards/ folder is not there (e.g. a wheel install).
+FALLBACK_TEMPLATE = """# $model_name
+
+A `$model_class` (model type `$model_type`) built from scratch with hf_lm. The model code ships
+in this folder: load it with `trust_remote_code=True`.
+
+## Architecture
+
+$architecture
+
+## Tokenizer
+
+$tokenizer
+
+## Training data
+
+$training_data
+
+## Evaluation
+
+$metrics
+
+## Usage
+
+```python
+from transformers import $auto_class
+
+model = $auto_class.from_pretrained($model_id_repr, trust_remote_code=True)
+```
+$notes
+"""
+
+# class-name suffix -> (Hub pipeline tag, Auto class); the transformers naming convention
+_HEADS = (
+    ("ForCausalLM", "text-generation", "AutoModelForCausalLM"),
+    ("ForMaskedLM", "fill-mask", "AutoModelForMaskedLM"),
+    ("ForSequenceClassification", "text-classification", "AutoModelForSequenceClassification"),
+    ("ForTokenClassification", "token-classification", "AutoModelForTokenClassification"),
+    ("ForConditionalGeneration", "text2text-generation", "AutoModelForSeq2SeqLM"),
+    ("ForSeq2SeqLM", "text2text-generation", "AutoModelForSeq2SeqLM"),
+)
+_BASE_HEAD = ("feature-extraction", "AutoModel")
+
+_NOT_SET = "n/a"
+
+
+def _head(model) -> tuple[str, str]:
+    name = type(model).__name__
+    for suffix, pipeline_tag, auto_class in _HEADS:
+        if name.endswith(suffix):
+            return pipeline_tag, auto_class
+    return _BASE_HEAD
+
+
+def _count(n: int) -> str:
+    """1234567 -> '1.23M (1,234,567)'."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f}{unit} ({n:,})"
+    return f"{n:,}"
+
+
+def _value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _metrics_table(metrics: Mapping[str, object] | None) -> str:
+    if not metrics:
+        return "No evaluation results were reported."
+    rows = "\n".join(f"| {name} | {_value(value)} |" for name, value in metrics.items())
+    return f"| Metric | Value |\n|---|---|\n{rows}"
+
+
+def _tokenizer_summary(tokenizer) -> str:
+    if tokenizer is None:
+        return "Not documented."
+    special = {
+        role: getattr(tokenizer, role, None)
+        for role in (
+            "bos_token",
+            "eos_token",
+            "unk_token",
+            "pad_token",
+            "mask_token",
+            "cls_token",
+            "sep_token",
+        )
+    }
+    special = ", ".join(f"{role.removesuffix('_token')} `{tok}`" for role, tok in special.items() if tok)
+    model = (
+        type(tokenizer.backend_tokenizer.model).__name__ if hasattr(tokenizer, "backend_tokenizer") else None
+    )
+    kind = f" ({model} model)" if model else ""
+    return (
+        f"`{type(tokenizer).__name__}`{kind} with {len(tokenizer):,} tokens, trained from scratch; "
+        f"special tokens: {special or 'none'}; padding side `{tokenizer.padding_side}`."
+    )
+
+
+def _attention_kind(config) -> str:
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    if heads is None:
+        return _NOT_SET
+    if kv == heads:
+        return "multi-head"
+    return "multi-query" if kv == 1 else "grouped-query"
+
+
+def _fields(model, save_directory: Path, dataset, metrics, tokenizer) -> dict[str, str]:
+    config = model.config
+    pipeline_tag, auto_class = _head(model)
+    model_id = save_directory.as_posix()
+
+    def get(name, default=_NOT_SET):
+        value = getattr(config, name, None)
+        return default if value is None else value
+
+    fields = {
+        "model_name": save_directory.resolve().name,
+        "model_id": model_id,
+        "model_type": config.model_type,
+        "model_class": type(model).__name__,
+        "auto_class": auto_class,
+        "pipeline_tag": pipeline_tag,
+        "num_hidden_layers": get("num_hidden_layers"),
+        "hidden_size": get("hidden_size"),
+        "num_attention_heads": get("num_attention_heads"),
+        "num_key_value_heads": get("num_key_value_heads", get("num_attention_heads")),
+        "attention_kind": _attention_kind(config),
+        "head_dim": get("head_dim"),
+        "intermediate_size": get("intermediate_size"),
+        "hidden_act": get("hidden_act"),
+        "position_embedding_type": get("position_embedding_type"),
+        "norm_type": get("norm_type"),
+        "norm_position": get("norm_position"),
+        "tie_word_embeddings": get("tie_word_embeddings"),
+        "num_parameters": _count(model.num_parameters()),
+        "num_parameters_non_embedding": _count(model.num_parameters(exclude_embeddings=True)),
+        "vocab_size": get("vocab_size"),
+        "context_length": get("max_position_embeddings"),
+        "tokenizer": _tokenizer_summary(tokenizer),
+        "training_data": dataset or "Not documented.",
+        "metrics": _metrics_table(metrics),
+        "prompt": "The",
+        "notes": "",
+    }
+    rows = [
+        ("Layers", fields["num_hidden_layers"]),
+        ("Hidden size", fields["hidden_size"]),
+        (
+            "Attention",
+            f"{fields['num_attention_heads']} heads, {fields['num_key_value_heads']} key/value heads",
+        ),
+        ("Feed-forward", f"{fields['hidden_act']}, width {fields['intermediate_size']}"),
+        ("Positions", fields["position_embedding_type"]),
+        ("Normalization", f"{fields['norm_type']} ({fields['norm_position']})"),
+        ("Parameters", fields["num_parameters"]),
+        ("Vocabulary", fields["vocab_size"]),
+        ("Context", fields["context_length"]),
+    ]
+    fields["architecture"] = "| | |\n|---|---|\n" + "\n".join(
+        f"| {name} | {value} |" for name, value in rows if _NOT_SET not in str(value)
+    )
+    return {name: str(value) for name, value in fields.items()}
+
+
+def _template(model_type: str) -> tuple[str, str]:
+    """(template text, where it came from)."""
+    for path in (TEMPLATE_DIR / f"{model_type}.md", TEMPLATE_DIR / "default.md"):
+        if path.is_file():
+            return path.read_text(encoding="utf-8"), str(path)
+    return FALLBACK_TEMPLATE, "hf_lm.cards.FALLBACK_TEMPLATE"
+
+
+def write_model_card(
+    model,
+    save_directory,
+    *,
+    dataset: str | None = None,
+    metrics: Mapping[str, object] | None = None,
+    tokenizer=None,
+    extra: Mapping[str, object] | None = None,
+) -> Path:
+    """Write a Hugging Face model card `README.md` for `model` into `save_directory`.
+
+    Args:
+        model: a `PreTrainedModel` (its config and class name fill the card).
+        save_directory: the checkpoint folder (created if missing); also the id in the usage snippet.
+        dataset: Markdown describing the training data.
+        metrics: metric name -> value, rendered as a table (floats to 4 significant digits).
+        tokenizer: the tokenizer saved with the model, summarized in the card.
+        extra: more template fields, or overrides of the computed ones (`prompt`, `notes`,
+            `model_name`, `model_id` ...).
+
+    Returns:
+        The path of the written `README.md`.
+
+    Raises:
+        ValueError: the template uses a placeholder that is not a known field.
+    """
+    save_directory = Path(save_directory)
+    save_directory.mkdir(parents=True, exist_ok=True)
+    fields = _fields(model, save_directory, dataset, metrics, tokenizer)
+    fields.update({str(name): str(value) for name, value in (extra or {}).items()})
+    for name in ("model_id", "prompt"):  # Python literals for the usage snippet
+        fields.setdefault(f"{name}_repr", repr(fields[name]))
+
+    text, source = _template(model.config.model_type)
+    try:
+        body = Template(text).substitute(fields)
+    except KeyError as err:
+        raise ValueError(
+            f"Model-card template {source} uses unknown placeholder ${err.args[0]}; known: {sorted(fields)}."
+        ) from None
+    except ValueError as err:  # a lone `$`: write `$$` in templates
+        raise ValueError(f"Model-card template {source}: {err}") from None
+
+    pipeline_tag = fields["pipeline_tag"]
+    card_data = ModelCardData(
+        library_name="transformers",
+        license=LICENSE,
+        pipeline_tag=pipeline_tag,
+        tags=list(dict.fromkeys(["hf_lm", model.config.model_type, pipeline_tag])),
+    )
+    path = save_directory / "README.md"
+    path.write_text(f"---\n{card_data.to_yaml()}\n---\n\n{body.strip()}\n", encoding="utf-8")
+    logger.info("Wrote the model card %s (template %s).", path, source)
+    return path

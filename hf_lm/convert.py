@@ -1,0 +1,211 @@
+"""Import weights from transformers' reference models into hf_lm models with identical outputs.
+
+This is how users start from real GPT-2 or Llama checkpoints::
+
+    from transformers import AutoModelForCausalLM
+    from hf_lm.convert import from_transformers
+
+    reference = AutoModelForCausalLM.from_pretrained("openai-community/gpt2")
+    model = from_transformers(reference)  # an HfLmGPTForCausalLM with the same logits
+    model.save_pretrained("gpt2-hflm")
+
+The parity tests (`tests/test_gpt_convert.py`) are our proof that each hf_lm variant is the real thing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_modeling_gpt import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification, HfLmGPTModel
+
+logger = logging.getLogger(__name__)
+
+# reference class-name suffix -> hf_lm class, per family
+_HEADS = {
+    "LMHeadModel": HfLmGPTForCausalLM,
+    "ForCausalLM": HfLmGPTForCausalLM,
+    "ForSequenceClassification": HfLmGPTForSequenceClassification,
+    "Model": HfLmGPTModel,
+}
+
+_GPT2_ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+_LLAMA_ACTS = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
+
+
+def _common_kwargs(ref) -> dict:
+    kwargs = {"vocab_size": ref.vocab_size}
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        value = getattr(ref, name, None)
+        ids = value if isinstance(value, list) else [value]
+        if any(i is not None and not 0 <= i < ref.vocab_size for i in ids):
+            # transformers only warns about these (some Hub configs carry them); hf_lm configs refuse them
+            logger.warning(
+                "Dropping %s=%s: outside the vocabulary of %d tokens.", name, value, ref.vocab_size
+            )
+            value = None
+        kwargs[name] = value
+    if ref.id2label is not None:
+        kwargs["id2label"] = dict(ref.id2label)
+        kwargs["label2id"] = dict(ref.label2id)
+    if getattr(ref, "problem_type", None) is not None:
+        kwargs["problem_type"] = ref.problem_type
+    return kwargs
+
+
+def _gpt2_config(ref) -> HfLmGPTConfig:
+    if ref.activation_function not in _GPT2_ACTS:
+        raise ValueError(f"GPT-2 activation_function={ref.activation_function!r} has no hf_lm equivalent.")
+    if not ref.scale_attn_weights or ref.scale_attn_by_inverse_layer_idx or ref.add_cross_attention:
+        raise ValueError(
+            "Only standard GPT-2 attention converts (scale_attn_weights=True, "
+            "scale_attn_by_inverse_layer_idx=False, add_cross_attention=False)."
+        )
+    return HfLmGPTConfig(
+        hidden_size=ref.n_embd,
+        num_hidden_layers=ref.n_layer,
+        num_attention_heads=ref.n_head,
+        intermediate_size=ref.n_inner or 4 * ref.n_embd,
+        hidden_act=_GPT2_ACTS[ref.activation_function],
+        position_embedding_type="learned",
+        max_position_embeddings=ref.n_positions,
+        norm_type="layernorm",
+        norm_position="pre",
+        norm_eps=ref.layer_norm_epsilon,
+        attention_bias=True,
+        mlp_bias=True,
+        hidden_dropout=float(ref.resid_pdrop),
+        attention_dropout=float(ref.attn_pdrop),
+        initializer_range=ref.initializer_range,
+        tie_word_embeddings=bool(ref.tie_word_embeddings),
+        **_common_kwargs(ref),
+    )
+
+
+def _gpt2_state_dict(sd: dict, num_layers: int) -> dict:
+    """GPT-2 uses Conv1D, whose weights are (in, out): transpose them for nn.Linear."""
+    out = {}
+    p = "transformer." if any(k.startswith("transformer.") for k in sd) else ""
+    out["model.embed_tokens.weight"] = sd[f"{p}wte.weight"]
+    out["model.positions.embeddings.weight"] = sd[f"{p}wpe.weight"]
+    for i in range(num_layers):
+        src, dst = f"{p}h.{i}.", f"model.layers.{i}."
+        for a, b in (("ln_1", "attn_norm"), ("ln_2", "mlp_norm")):
+            out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"]
+            out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
+        # c_attn's output columns are [q | k | v], the same order as qkv_proj's rows
+        for a, b in (("attn.c_attn", "self_attn.qkv_proj"), ("attn.c_proj", "self_attn.o_proj"),
+                     ("mlp.c_fc", "mlp.up_proj"), ("mlp.c_proj", "mlp.down_proj")):  # fmt: skip
+            out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"].t().contiguous()
+            out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
+    out["model.norm.weight"] = sd[f"{p}ln_f.weight"]
+    out["model.norm.bias"] = sd[f"{p}ln_f.bias"]
+    if "lm_head.weight" in sd:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    if "score.weight" in sd:
+        out["score.weight"] = sd["score.weight"]
+    return out
+
+
+def _llama_config(ref) -> HfLmGPTConfig:
+    if ref.hidden_act not in _LLAMA_ACTS:
+        raise ValueError(f"Llama hidden_act={ref.hidden_act!r} has no hf_lm equivalent.")
+    rope = ref.rope_parameters or {}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"Only default RoPE converts, got rope_type={rope.get('rope_type')!r}.")
+    if getattr(ref, "pretraining_tp", 1) not in (None, 1):
+        raise ValueError("Llama checkpoints with pretraining_tp > 1 do not convert.")
+    return HfLmGPTConfig(
+        hidden_size=ref.hidden_size,
+        num_hidden_layers=ref.num_hidden_layers,
+        num_attention_heads=ref.num_attention_heads,
+        num_key_value_heads=ref.num_key_value_heads,
+        head_dim=ref.head_dim,
+        intermediate_size=ref.intermediate_size,
+        hidden_act=_LLAMA_ACTS[ref.hidden_act],
+        position_embedding_type="rope",
+        max_position_embeddings=ref.max_position_embeddings,
+        rope_theta=float(rope.get("rope_theta", 10000.0)),
+        norm_type="rmsnorm",
+        norm_position="pre",
+        norm_eps=ref.rms_norm_eps,
+        attention_bias=bool(ref.attention_bias),
+        mlp_bias=bool(ref.mlp_bias),
+        hidden_dropout=0.0,
+        attention_dropout=float(ref.attention_dropout or 0.0),
+        initializer_range=ref.initializer_range,
+        tie_word_embeddings=bool(ref.tie_word_embeddings),
+        **_common_kwargs(ref),
+    )
+
+
+def _llama_state_dict(sd: dict, num_layers: int) -> dict:
+    """Llama keeps q/k/v and gate/up as separate Linears; hf_lm stacks each group into one."""
+    p = "model." if any(k.startswith("model.") for k in sd) else ""  # LlamaModel has no prefix
+    out = {
+        "model.embed_tokens.weight": sd[f"{p}embed_tokens.weight"],
+        "model.norm.weight": sd[f"{p}norm.weight"],
+    }
+    for i in range(num_layers):
+        src, dst = f"{p}layers.{i}.", f"model.layers.{i}."
+        out[f"{dst}attn_norm.weight"] = sd[f"{src}input_layernorm.weight"]
+        out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
+        for suffix in ("weight", "bias"):
+            qkv = [sd.get(f"{src}self_attn.{n}_proj.{suffix}") for n in "qkv"]
+            if qkv[0] is not None:
+                out[f"{dst}self_attn.qkv_proj.{suffix}"] = torch.cat(qkv, dim=0)
+            for a, b in (("self_attn.o_proj", "self_attn.o_proj"), ("mlp.down_proj", "mlp.down_proj")):
+                if f"{src}{a}.{suffix}" in sd:
+                    out[f"{dst}{b}.{suffix}"] = sd[f"{src}{a}.{suffix}"]
+            gate_up = [sd.get(f"{src}mlp.{n}_proj.{suffix}") for n in ("gate", "up")]
+            if gate_up[0] is not None:
+                out[f"{dst}mlp.gate_up_proj.{suffix}"] = torch.cat(gate_up, dim=0)
+    for key in ("lm_head.weight", "score.weight"):
+        if key in sd:
+            out[key] = sd[key]
+    return out
+
+
+_FAMILIES = {
+    "gpt2": (_gpt2_config, _gpt2_state_dict),
+    "llama": (_llama_config, _llama_state_dict),
+}
+
+
+def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """Return the hf_lm model equivalent to a transformers reference model.
+
+    Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
+    `LlamaModel`, `LlamaForSequenceClassification`. The result has the reference's dtype (or
+    `dtype`), is in eval mode, and produces the same hidden states and logits.
+
+    Raises:
+        ValueError: for an unsupported model class or a configuration hf_lm cannot represent.
+    """
+    ref_config = model.config
+    family = _FAMILIES.get(ref_config.model_type)
+    name = type(model).__name__
+    head = next((cls for suffix, cls in _HEADS.items() if name.endswith(suffix)), None)
+    if family is None or head is None:
+        raise ValueError(
+            f"from_transformers does not support {name} (model_type={ref_config.model_type!r}); "
+            f"supported model types: {sorted(_FAMILIES)}, heads: LMHeadModel/ForCausalLM, ForSequenceClassification, Model."
+        )
+    make_config, convert_state_dict = family
+    config = make_config(ref_config)
+    state_dict = convert_state_dict(model.state_dict(), config.num_hidden_layers)
+    if head is HfLmGPTModel:
+        state_dict = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
+    ref_dtype = next(model.parameters()).dtype
+    new = head(config)
+    if config.tie_word_embeddings:
+        state_dict.pop("lm_head.weight", None)  # tied: the embedding is the head
+    missing, unexpected = new.load_state_dict(state_dict, strict=False)
+    missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise ValueError(f"Weight conversion of {name} failed: missing {missing}, unexpected {unexpected}.")
+    new.config._attn_implementation = ref_config._attn_implementation or "sdpa"
+    logger.info("Converted %s to %s (%d parameters).", name, type(new).__name__, new.num_parameters())
+    return new.to(dtype or ref_dtype).eval()

@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny configs, offline hub, deterministic seeds."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import hf_lm  # noqa: E402,F401  (registers the Auto classes)
+from hf_lm import HfLmGPTConfig  # noqa: E402
+
+torch.set_num_threads(1)  # pytest-xdist runs one worker per core
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
+
+
+def tiny_gpt_config(**overrides) -> HfLmGPTConfig:
+    """A 2-layer, 32-wide GPT: big enough to exercise every path, small enough for milliseconds."""
+    kwargs = dict(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    kwargs.update(overrides)
+    return HfLmGPTConfig(**kwargs)
+
+
+# A variant grid in which every value of every variant field appears at least once.
+VARIANTS = {
+    "gpt2": dict(),
+    "llama": dict(
+        position_embedding_type="rope",
+        norm_type="rmsnorm",
+        hidden_act="swiglu",
+        attention_bias=False,
+        mlp_bias=False,
+        tie_word_embeddings=False,
+        num_key_value_heads=2,
+    ),
+    "alibi_mqa": dict(position_embedding_type="alibi", num_key_value_heads=1, hidden_act="geglu"),
+    "sinusoidal_post": dict(position_embedding_type="sinusoidal", norm_position="post", hidden_act="relu"),
+    "nope_reglu": dict(position_embedding_type="none", hidden_act="reglu", norm_type="rmsnorm"),
+    "learned_gelu_post_rms": dict(
+        hidden_act="gelu", norm_position="post", norm_type="rmsnorm", num_key_value_heads=2
+    ),
+    "alibi_6heads": dict(
+        position_embedding_type="alibi", num_attention_heads=6, hidden_size=48, num_key_value_heads=3
+    ),
+    "rope_headdim": dict(
+        position_embedding_type="rope", head_dim=16, num_key_value_heads=1, tie_word_embeddings=False
+    ),
+}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant_config(request):
+    return tiny_gpt_config(**VARIANTS[request.param])
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

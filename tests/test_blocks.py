@@ -1,0 +1,180 @@
+"""Unit tests of the shared building blocks against independent references."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_gpt_config
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
+from hf_lm.models.hflm_blocks import (
+    FEED_FORWARDS,
+    Attention,
+    GatedMLP,
+    LayerNorm,
+    RMSNorm,
+    RotaryPositions,
+    SinusoidalPositions,
+    alibi_slopes,
+    build_attention_mask,
+    build_feed_forward,
+    eager_attention,
+    sdpa_attention,
+)
+
+
+def test_rmsnorm_matches_llama():
+    ours, ref = RMSNorm(16, eps=1e-6), LlamaRMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ref.weight.copy_(ours.weight)
+    x = torch.randn(3, 5, 16)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-6)
+    assert ours.bfloat16()(x.bfloat16()).dtype == torch.bfloat16
+
+
+def test_layernorm_matches_torch_and_keeps_dtype():
+    ours, ref = LayerNorm(16, eps=1e-5), torch.nn.LayerNorm(16, eps=1e-5)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ours.bias.normal_()
+        ref.weight.copy_(ours.weight)
+        ref.bias.copy_(ours.bias)
+    x = torch.randn(3, 5, 16)
+    torch.testing.assert_close(ours(x), ref(x))
+    assert ours.to(torch.float16)(x.half()).dtype == torch.float16
+
+
+@pytest.mark.parametrize("name", sorted(FEED_FORWARDS))
+def test_feed_forward_formulas(name):
+    config = tiny_gpt_config(hidden_act=name)
+    ff = build_feed_forward(config)
+    x = torch.randn(2, 3, config.hidden_size)
+    acts = {
+        "relu": F.relu,
+        "gelu": lambda t: F.gelu(t),
+        "gelu_tanh": ACT2FN["gelu_new"],  # GPT-2's Python formula, written independently in transformers
+        "swiglu": F.silu,
+        "geglu": lambda t: F.gelu(t),
+        "reglu": F.relu,
+    }
+    act = acts[name]
+    if isinstance(ff, GatedMLP):
+        ff_size = config.intermediate_size
+        gate = x @ ff.gate_up_proj.weight[:ff_size].T + ff.gate_up_proj.bias[:ff_size]
+        up = x @ ff.gate_up_proj.weight[ff_size:].T + ff.gate_up_proj.bias[ff_size:]
+        expected = ff.down_proj(act(gate) * up)
+    else:
+        expected = ff.down_proj(act(ff.up_proj(x)))
+    torch.testing.assert_close(ff(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sinusoidal_matches_paper_formula():
+    pos = SinusoidalPositions(tiny_gpt_config(position_embedding_type="sinusoidal"))
+    table = pos.embed(torch.arange(50)[None], torch.float32)[0]  # (50, 32)
+    d = 32
+    for p, i in [(0, 0), (7, 3), (49, 15)]:
+        assert math.isclose(table[p, 2 * i].item(), math.sin(p / 10000 ** (2 * i / d)), abs_tol=1e-5)
+        assert math.isclose(table[p, 2 * i + 1].item(), math.cos(p / 10000 ** (2 * i / d)), abs_tol=1e-5)
+
+
+def test_rope_matches_llama_and_is_relative():
+    config = tiny_gpt_config(position_embedding_type="rope")
+    rope = RotaryPositions(config)
+    pos = torch.arange(10)[None]
+    cos, sin = rope.rotary(pos, torch.float32)
+    q, k = torch.randn(1, 4, 10, 8), torch.randn(1, 4, 10, 8)
+    from hf_lm.models.hflm_blocks import apply_rotary
+
+    ref_q, ref_k = apply_rotary_pos_emb(q, k, cos, sin)
+    torch.testing.assert_close(apply_rotary(q, cos, sin), ref_q)
+    # the score of a rotated pair depends only on the distance between positions
+    v = torch.randn(8)
+    rot = lambda t, p: apply_rotary(t.view(1, 1, 1, 8), *rope.rotary(torch.tensor([[p]]), torch.float32))  # noqa: E731
+    s1 = (rot(v, 3) * rot(v + 1, 5)).sum()
+    s2 = (rot(v, 13) * rot(v + 1, 15)).sum()
+    torch.testing.assert_close(s1, s2, rtol=1e-4, atol=1e-4)
+
+
+def test_alibi_slopes_follow_paper():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([2.0 ** -(i + 1) for i in range(8)]))
+    # non power of two: the 4 slopes of n=4, then every other slope of n=8
+    expected = [2.0 ** (-2 * (i + 1)) for i in range(4)] + [2.0**-1, 2.0**-3]
+    torch.testing.assert_close(alibi_slopes(6), torch.tensor(expected))
+
+
+def test_mask_fast_paths():
+    dev, dt = torch.device("cpu"), torch.float32
+    assert build_attention_mask(None, 5, 5, dev, dt) == (None, True)
+    assert build_attention_mask(None, 1, 6, dev, dt) == (None, False)
+    assert build_attention_mask(None, 5, 5, dev, dt, causal=False) == (None, False)
+
+
+def test_mask_padding_causal_prefix():
+    dev, dt = torch.device("cpu"), torch.float32
+    am = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    mask, is_causal = build_attention_mask(am, 4, 4, dev, dt, prefix_lengths=torch.tensor([0, 2]))
+    assert not is_causal and mask.shape == (2, 1, 4, 4)
+    expected0 = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
+    # row 0 is a padding query: it sees only itself, so it is never empty
+    expected1 = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(mask[0, 0], expected0)
+    assert torch.equal(mask[1, 0], expected1)
+    # with a cache: 2 new queries at absolute positions 2 and 3
+    mask, _ = build_attention_mask(torch.tensor([[0, 1, 1, 1]]), 2, 4, dev, dt)
+    assert torch.equal(mask[0, 0], expected0[2:])
+
+
+def _attention_inputs(nh=4, nkv=4, T=6, S=6):
+    q = torch.randn(2, nh, T, 8)
+    k = torch.randn(2, nh, S, 8)
+    v = torch.randn(2, nh, S, 8)
+    return q, k, v
+
+
+def test_sdpa_and_eager_agree_with_masks():
+    q, k, v = _attention_inputs()
+    am = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    for mask, is_causal in [
+        build_attention_mask(None, 6, 6, q.device, q.dtype),
+        build_attention_mask(am, 6, 6, q.device, q.dtype),
+        build_attention_mask(am, 6, 6, q.device, q.dtype, bias=torch.randn(1, 4, 6, 6)),
+        build_attention_mask(am, 6, 6, q.device, q.dtype, causal=False),
+    ]:
+        a, _ = sdpa_attention(q, k, v, mask, is_causal, 0.0, 8**-0.5, False)
+        b, probs = eager_attention(q, k, v, mask, is_causal, 0.0, 8**-0.5, True)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 6))
+
+
+@pytest.mark.parametrize("nkv", [4, 2, 1])
+def test_grouped_query_attention_equals_mha_with_shared_heads(nkv):
+    """GQA/MQA is MHA whose key/value heads are copies within each group."""
+    config = tiny_gpt_config(num_key_value_heads=nkv)
+    gqa = Attention(config, 0).eval()
+    mha = Attention(tiny_gpt_config(), 0).eval()
+    hs, nh = config.head_dim, config.num_attention_heads
+    with torch.no_grad():
+        wq, wk, wv = gqa.qkv_proj.weight.split(gqa.split_sizes)
+        bq, bk, bv = gqa.qkv_proj.bias.split(gqa.split_sizes)
+        rep = lambda w: w.view(nkv, hs, -1).repeat_interleave(nh // nkv, 0).reshape(nh * hs, -1)  # noqa: E731
+        mha.qkv_proj.weight.copy_(torch.cat([wq, rep(wk), rep(wv)]))
+        mha.qkv_proj.bias.copy_(torch.cat([bq, rep(bk[:, None])[:, 0], rep(bv[:, None])[:, 0]]))
+        mha.o_proj.load_state_dict(gqa.o_proj.state_dict())
+    x = torch.randn(2, 5, config.hidden_size)
+    torch.testing.assert_close(gqa(x, is_causal=True)[0], mha(x, is_causal=True)[0], rtol=1e-5, atol=1e-5)
+    assert gqa.qkv_proj.out_features == (nh + 2 * nkv) * hs
+
+
+def test_bidirectional_attention_sees_the_future():
+    """The blocks serve encoders too: with causal=False a later token changes an earlier output."""
+    attn = Attention(tiny_gpt_config(), 0, is_causal=False).eval()
+    x = torch.randn(1, 5, 32)
+    y = x.clone()
+    y[0, -1] += 1.0
+    for impl in ("sdpa", "eager"):
+        attn.config._attn_implementation = impl
+        mask, is_causal = build_attention_mask(None, 5, 5, x.device, x.dtype, causal=False)
+        assert not torch.allclose(attn(x, mask, is_causal)[0][0, 0], attn(y, mask, is_causal)[0][0, 0])
