@@ -93,6 +93,8 @@ def _count(n: int) -> str:
 def _value(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
     return str(value)
 
 

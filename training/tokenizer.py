@@ -1,0 +1,377 @@
+"""Train Hugging Face fast tokenizers from scratch, and a small deterministic English corpus.
+
+`train_tokenizer` builds one of four classic tokenizer kinds with the `tokenizers` library and
+wraps it as a transformers `PreTrainedTokenizerFast`, so it saves with `save_pretrained` and
+reloads with `AutoTokenizer.from_pretrained(folder)`:
+
+- "byte_bpe": byte-level BPE (GPT-2; Radford et al., 2019). Every byte is in the vocabulary, so
+  no text is ever unknown and `decode(encode(text)) == text`.
+- "wordpiece": WordPiece (BERT; Schuster & Nakajima, 2012), `##` marks word continuations.
+- "unigram": the unigram language-model tokenizer (Kudo, 2018) with SentencePiece's `▁` spaces.
+- "char": one token per character (Karpathy's char-rnn); unseen characters map to `unk_token`.
+
+`stdlib_docstrings` collects real human-written English offline and deterministically: the
+docstrings of the installed Python standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.machinery
+import inspect
+import logging
+import os
+import pkgutil
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+logger = logging.getLogger(__name__)
+
+TOKENIZER_KINDS = ("byte_bpe", "wordpiece", "unigram", "char")
+
+# GPT-2's convention: one end-of-text token serves as bos/eos/unk. The pad token is separate:
+# DataCollatorForLanguageModeling turns pad labels into -100, which would also drop every EOS
+# label if pad == eos, and the model would never learn to stop.
+GPT_SPECIAL_TOKENS: dict[str, str] = {
+    "bos_token": "<|endoftext|>",
+    "eos_token": "<|endoftext|>",
+    "unk_token": "<|endoftext|>",
+    "pad_token": "<|pad|>",
+}
+
+SPECIAL_TOKEN_ROLES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "pad_token",
+    "mask_token",
+    "cls_token",
+    "sep_token",
+)
+
+
+def _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency) -> None:
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"`kind` must be one of {list(TOKENIZER_KINDS)}, got {kind!r}.")
+    if not isinstance(special_tokens, Mapping) or not special_tokens:
+        raise ValueError(
+            f"`special_tokens` must be a non-empty mapping of role to token, got {special_tokens!r}."
+        )
+    for role, token in special_tokens.items():
+        if role not in SPECIAL_TOKEN_ROLES:
+            raise ValueError(
+                f"`special_tokens` has unknown role {role!r}; allowed roles: {list(SPECIAL_TOKEN_ROLES)}."
+            )
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"`special_tokens[{role!r}]` must be a non-empty string, got {token!r}.")
+    if "pad_token" in special_tokens and special_tokens["pad_token"] == special_tokens.get("eos_token"):
+        raise ValueError(
+            "`special_tokens`: pad_token must differ from eos_token (DataCollatorForLanguageModeling "
+            "masks pad labels, which would also mask every end-of-text label)."
+        )
+    if kind != "byte_bpe" and "unk_token" not in special_tokens:
+        raise ValueError(f"`special_tokens` needs an 'unk_token' for kind={kind!r} (unseen text maps to it).")
+    n_special = len(set(special_tokens.values()))
+    # byte-level BPE must hold all 256 bytes; the others need at least one real symbol
+    minimum = n_special + (256 if kind == "byte_bpe" else 1)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+        raise ValueError(
+            f"`vocab_size` must be an integer >= {minimum} for kind={kind!r} with {n_special} special "
+            f"tokens, got {vocab_size!r}."
+        )
+    if isinstance(model_max_length, bool) or not isinstance(model_max_length, int) or model_max_length < 1:
+        raise ValueError(f"`model_max_length` must be a positive integer, got {model_max_length!r}.")
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"`padding_side` must be 'left' or 'right', got {padding_side!r}.")
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 0:
+        raise ValueError(f"`min_frequency` must be a non-negative integer, got {min_frequency!r}.")
+
+
+def _build(kind: str, vocab_size: int, special: list[str], unk: str | None, min_frequency: int):
+    """An untrained `tokenizers.Tokenizer` and its trainer for `kind`."""
+    if kind == "byte_bpe":
+        tokenizer = Tokenizer(models.BPE())
+        # GPT-2: map bytes to printable characters, split on its regex, no prefix space
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tokenizer.decoder = decoders.ByteLevel()
+        tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, even unseen ones
+            show_progress=False,
+        )
+    elif kind == "wordpiece":
+        tokenizer = Tokenizer(models.WordPiece(unk_token=unk))
+        tokenizer.normalizer = normalizers.NFC()
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()  # whitespace and punctuation
+        tokenizer.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
+        )
+    elif kind == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        tokenizer.normalizer = normalizers.NFKC()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()  # SentencePiece: spaces become "▁"
+        tokenizer.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=special, unk_token=unk, show_progress=False
+        )
+    else:  # char
+        tokenizer = Tokenizer(models.WordLevel(unk_token=unk))
+        # every character (newlines included) is its own "word"; Fuse joins them back without spaces
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+        tokenizer.decoder = decoders.Fuse()
+        # the most frequent `vocab_size - len(special)` characters are kept
+        trainer = trainers.WordLevelTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
+        )
+    return tokenizer, trainer
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    kind: str = "byte_bpe",
+    vocab_size: int = 8000,
+    special_tokens: Mapping[str, str] | None = None,
+    model_max_length: int = 1024,
+    padding_side: str = "left",
+    min_frequency: int = 2,
+) -> PreTrainedTokenizerFast:
+    """Train a tokenizer from scratch on `texts` and wrap it for transformers.
+
+    Args:
+        texts: the training corpus, any iterable of strings (streamed, never stored).
+        kind: one of "byte_bpe", "wordpiece", "unigram", "char".
+        vocab_size: the largest vocabulary size, special tokens included (a small corpus may give
+            fewer tokens). At least 256 + specials for "byte_bpe".
+        special_tokens: role -> token, roles among `SPECIAL_TOKEN_ROLES`. Defaults to GPT's
+            `<|endoftext|>` as bos/eos/unk plus a separate `<|pad|>`. Special tokens get the first
+            ids, in the mapping's order (so `<|endoftext|>` is 0 and `<|pad|>` 1 by default).
+        model_max_length: the model's context length, stored with the tokenizer.
+        padding_side: "left" for decoder-only models (text-generation pipelines need it), "right"
+            for encoders.
+        min_frequency: minimum count of a merge/word/character to enter the vocabulary
+            (ignored by "unigram").
+
+    Returns:
+        A `PreTrainedTokenizerFast` that adds no bos/eos around encodings.
+
+    Raises:
+        ValueError: naming the argument, for an unknown kind, a too small vocab_size, bad special
+            tokens, or a corpus with no non-empty string.
+
+    Example:
+        >>> tok = train_tokenizer(["Hello world."] * 10, kind="char", vocab_size=32)
+        >>> tok.decode(tok("Hello")["input_ids"])
+        'Hello'
+    """
+    special_tokens = dict(GPT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
+    _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency)
+    if isinstance(texts, str):
+        raise ValueError("`texts` must be an iterable of strings, not a single string.")
+
+    special = list(dict.fromkeys(special_tokens.values()))  # unique, in order: ids 0, 1, ...
+    tokenizer, trainer = _build(kind, vocab_size, special, special_tokens.get("unk_token"), min_frequency)
+
+    counts = {"texts": 0, "chars": 0}
+
+    def checked(items: Iterable[str]) -> Iterator[str]:
+        for text in items:
+            if not isinstance(text, str):
+                raise ValueError(f"`texts` must contain only strings, got {type(text).__name__}.")
+            if text:
+                counts["texts"] += 1
+                counts["chars"] += len(text)
+                yield text
+
+    tokenizer.train_from_iterator(checked(texts), trainer=trainer)
+    if counts["texts"] == 0:
+        raise ValueError("`texts` is empty: the corpus must contain at least one non-empty string.")
+    logger.info(
+        "Trained a %s tokenizer on %d texts (%d characters): %d tokens.",
+        kind,
+        counts["texts"],
+        counts["chars"],
+        tokenizer.get_vocab_size(),
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        # transformers' default clean-up would turn " ." into "." and break the round trip
+        clean_up_tokenization_spaces=False,
+        **special_tokens,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# A deterministic English corpus: the standard library's docstrings
+# ----------------------------------------------------------------------------------------------
+
+# Skipped for their content (GUIs, tests, rot13 text, setuptools' shadow copy) or for import side
+# effects (a browser, printing, a terminal completer). Any dotted-name component in this set is
+# skipped, as are private (`_x`) and `xx*` example modules.
+_SKIP_MODULES = frozenset(
+    {
+        "__main__",  # `python -m pkg` entry points
+        "antigravity",  # opens a web browser
+        "this",  # the Zen of Python, rot13-encoded
+        "idlelib",
+        "tkinter",
+        "turtle",
+        "turtledemo",
+        "lib2to3",  # generated grammar tables
+        "distutils",  # setuptools may shadow it, so its text depends on the environment
+        "readline",  # imported to read its C docstrings, it would change the interactive terminal
+        "rlcompleter",
+        "encodings",  # ~100 generated codec tables
+        "pydoc_data",  # one huge generated string
+        "test",
+        "tests",
+        "idle_test",
+    }
+)
+
+
+def _skip(name: str) -> bool:
+    return any(p in _SKIP_MODULES or p.startswith(("_", "xx")) for p in name.split("."))
+
+
+def _stdlib_path() -> list[str]:
+    """The interpreter's own library folders on `sys.path` (no site-packages, no project folders)."""
+    base = os.path.realpath(sys.base_prefix)
+    return [
+        entry
+        for entry in sys.path
+        if entry
+        and os.path.realpath(entry).startswith(base + os.sep)
+        and not any(part in ("site-packages", "dist-packages") for part in entry.split(os.sep))
+    ]
+
+
+def _stdlib_modules(max_depth: int = 3) -> Iterator[tuple[str, str | None]]:
+    """(dotted name, source file or None for compiled modules), in sorted order, without importing."""
+    search_path = _stdlib_path()
+    stack = [(name, search_path) for name in sorted(sys.stdlib_module_names, reverse=True) if not _skip(name)]
+    while stack:
+        name, path = stack.pop()
+        if name in sys.builtin_module_names:
+            yield name, None
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(name.rpartition(".")[2], path)
+        if spec is None or spec.origin is None:
+            continue  # absent on this platform (msvcrt, winreg, ...)
+        is_source = spec.origin.endswith(".py")
+        yield name, spec.origin if is_source else None
+        if spec.submodule_search_locations and name.count(".") + 1 < max_depth:
+            children = sorted(info.name for info in pkgutil.iter_modules(spec.submodule_search_locations))
+            locations = list(spec.submodule_search_locations)
+            stack.extend((f"{name}.{c}", locations) for c in reversed(children) if not _skip(f"{name}.{c}"))
+
+
+def _source_docstrings(origin: str) -> Iterator[str | None]:
+    """Docstrings of a module file, read statically: no import, so no side effects and no monkeypatches."""
+    try:
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=origin)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as err:
+        logger.debug("Skipping %s: %s", origin, err)
+        return
+    for node in ast.walk(tree):  # breadth first: module, then top-level defs, then methods
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield ast.get_docstring(node, clean=False)
+
+
+def _compiled_docstrings(name: str) -> Iterator[str | None]:
+    """Docstrings of a C module (math, itertools, ...): these exist only at run time, so import it."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated modules (audioop, nis, ...) warn at import
+            module = importlib.import_module(name)
+    except Exception as err:  # platform-specific modules raise ImportError, OSError, ...
+        logger.debug("Skipping %s: %s: %s", name, type(err).__name__, err)
+        return
+    yield module.__doc__
+    # sorted names: `sys.__excepthook__` comes before a possibly replaced `sys.excepthook`
+    for _, obj in sorted(vars(module).items()):
+        if (inspect.isclass(obj) or inspect.isroutine(obj)) and getattr(obj, "__module__", None) == name:
+            yield obj.__doc__
+            if inspect.isclass(obj):
+                for _, member in sorted(vars(obj).items()):
+                    if inspect.isroutine(member) or inspect.isdatadescriptor(member):
+                        yield getattr(member, "__doc__", None)
+
+
+def _clean(doc) -> str | None:
+    """A docstring as plain prose: dedented, doctest lines dropped; None when too short to be English."""
+    if not isinstance(doc, str):
+        return None
+    lines = [
+        line for line in inspect.cleandoc(doc).splitlines() if not line.lstrip().startswith((">>>", "... "))
+    ]
+    text = "\n".join(lines).strip()
+    if len(text) < 40 or len(text.split()) < 6:
+        return None
+    return text
+
+
+@functools.lru_cache(maxsize=1)
+def _all_stdlib_docstrings() -> tuple[str, ...]:
+    seen: dict[str, None] = {}  # an ordered set: the first occurrence wins
+    n_modules = 0
+    for name, origin in _stdlib_modules():
+        n_modules += 1
+        docs = _source_docstrings(origin) if origin is not None else _compiled_docstrings(name)
+        for doc in docs:
+            text = _clean(doc)
+            if text is not None:
+                seen.setdefault(text)
+    docs = tuple(seen)
+    logger.info(
+        "Collected %d docstrings (%d characters) from %d standard-library modules.",
+        len(docs),
+        sum(map(len, docs)),
+        n_modules,
+    )
+    return docs
+
+
+def stdlib_docstrings(max_chars: int | None = None) -> list[str]:
+    """Real human-written English: the installed Python standard library's docstrings.
+
+    Walks `sys.stdlib_module_names` in sorted order, and their submodules with `pkgutil`, looking
+    only in the interpreter's own library folders. Pure-Python modules are read with `ast`
+    (never imported, so nothing runs and monkeypatching by torch & co. cannot change the text);
+    compiled modules (`math`, `itertools`, ...) are imported for their C docstrings. GUI, test,
+    private and generated modules, and those with import side effects (`antigravity`, `this`),
+    are skipped; doctest lines are dropped and duplicates removed. The output is identical on
+    every run of the same Python build, with no download.
+
+    Args:
+        max_chars: stop before the total length would exceed this many characters (None: all).
+
+    Returns:
+        The docstrings, in a fixed order.
+    """
+    if max_chars is not None and (
+        isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1
+    ):
+        raise ValueError(f"`max_chars` must be None or a positive integer, got {max_chars!r}.")
+    docs = _all_stdlib_docstrings()
+    if max_chars is None:
+        return list(docs)
+    out, total = [], 0
+    for doc in docs:
+        if total + len(doc) > max_chars:
+            break
+        out.append(doc)
+        total += len(doc)
+    return out
