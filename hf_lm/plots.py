@@ -70,7 +70,9 @@ def plot_attention(
     return path
 
 
-def plot_loss_curves(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, title: str = "") -> Path:
+def plot_loss_curves(
+    curves: dict[str, tuple[Sequence[float], Sequence[float]]], path: str | Path, title: str = ""
+) -> Path:
     """Save loss curves: `{"train": (steps, losses), "eval": (steps, losses)}` to a PNG."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))

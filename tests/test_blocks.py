@@ -129,13 +129,14 @@ def test_mask_padding_causal_prefix():
 
 def _attention_inputs(nh=4, nkv=4, T=6, S=6):
     q = torch.randn(2, nh, T, 8)
-    k = torch.randn(2, nh, S, 8)
-    v = torch.randn(2, nh, S, 8)
+    k = torch.randn(2, nkv, S, 8)
+    v = torch.randn(2, nkv, S, 8)
     return q, k, v
 
 
-def test_sdpa_and_eager_agree_with_masks():
-    q, k, v = _attention_inputs()
+@pytest.mark.parametrize("nkv", [4, 2, 1])
+def test_sdpa_and_eager_agree_with_masks(nkv):
+    q, k, v = _attention_inputs(nkv=nkv)
     am = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     for mask, is_causal in [
         build_attention_mask(None, 6, 6, q.device, q.dtype),

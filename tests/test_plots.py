@@ -19,5 +19,7 @@ def test_attention_heatmap_from_output_attentions(tmp_path):
 
 
 def test_loss_curve_png(tmp_path):
-    path = plot_loss_curves({"train": ([1, 2, 3], [3.0, 2.0, 1.5]), "eval": ([3], [1.7])}, tmp_path / "loss.png")
+    path = plot_loss_curves(
+        {"train": ([1, 2, 3], [3.0, 2.0, 1.5]), "eval": ([3], [1.7])}, tmp_path / "loss.png"
+    )
     assert path.read_bytes()[:4] == b"\x89PNG"

@@ -108,7 +108,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             raise ValueError(
                 f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
             )
-        if attention_mask is not None and bool(attention_mask.all()):
+        eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
+        if eager and attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # nothing is padded: let attention take its unmasked fast path
 
         if position_ids is None:
@@ -122,7 +123,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
                 f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
             )
         max_positions = self.positions.max_positions
-        if max_positions is not None and int(position_ids.max()) >= max_positions:
+        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
             raise ValueError(
                 f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
                 f"sequences of at most max_position_embeddings={max_positions} tokens (cache included). "
