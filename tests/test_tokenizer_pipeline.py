@@ -13,7 +13,7 @@ from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, pipeline
 
 import hf_lm.cards
-from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
+from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTForSequenceClassification
 from hf_lm.cards import write_model_card
 from training.tokenizer import TOKENIZER_KINDS, stdlib_docstrings, train_tokenizer
 
@@ -203,6 +203,30 @@ def test_text_generation_pipeline_from_a_folder(tiny_checkpoint):
 
     batched = generator(prompts, max_new_tokens=6, do_sample=False, batch_size=2)
     assert [out[0]["generated_text"] for out in batched] == single
+
+
+def test_feature_extraction_and_text_classification_pipelines(tiny_checkpoint, tmp_path):
+    """auto_map names AutoModel too, so a folder saved from the LM head serves feature extraction."""
+    folder, model, tok = tiny_checkpoint
+    extractor = pipeline(
+        "feature-extraction", model=str(folder), tokenizer=str(folder), trust_remote_code=True
+    )
+    features = extractor("Return the sine of x")
+    n_tokens = len(tok("Return the sine of x")["input_ids"])
+    assert len(features[0]) == n_tokens and len(features[0][0]) == model.config.hidden_size
+
+    clf_folder = tmp_path / "clf"
+    clf = HfLmGPTForSequenceClassification.from_pretrained(
+        folder, num_labels=2, id2label={0: "NEG", 1: "POS"}, label2id={"NEG": 0, "POS": 1}
+    )
+    clf.save_pretrained(clf_folder)
+    tok.save_pretrained(clf_folder)
+    classifier = pipeline(
+        "text-classification", model=str(clf_folder), tokenizer=str(clf_folder), trust_remote_code=True
+    )
+    outs = classifier(["a short one", "a somewhat longer second sentence"])
+    assert [o["label"] in {"NEG", "POS"} for o in outs] == [True, True]
+    assert all(0.0 <= o["score"] <= 1.0 for o in outs)
 
 
 def test_model_card_front_matter_and_body(tiny_checkpoint):
