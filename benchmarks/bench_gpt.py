@@ -3,9 +3,7 @@
 
 Both models get the same GPT-2-shaped config (6 layers, hidden 384, 6 heads, context 256, vocab
 8192, dropout 0, LayerNorm eps 1e-5, tied embeddings, SDPA attention). The reference is built
-first and its weights are copied into hf_lm (GPT-2's `Conv1D` stores (in, out) weights, so they are
-transposed for `nn.Linear`; GPT-2's `c_attn` columns are q, k, v, the row order of hf_lm's fused
-`qkv_proj`). A sanity line prints the largest logit difference; the only expected source of
+first and converted with `hf_lm.convert.from_transformers`, so hf_lm runs the same weights. A sanity line prints the largest logit difference; the only expected source of
 difference is GPT-2's `gelu_new` (the tanh formula written out in Python) vs hf_lm's fused
 `F.gelu(approximate="tanh")`.
 
@@ -70,7 +68,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM  # noqa: E402
+from hf_lm import HfLmGPTForCausalLM  # noqa: E402
+from hf_lm.convert import from_transformers  # noqa: E402
 
 SIDES = ("hf_lm", "transformers")
 
@@ -187,28 +186,6 @@ def reference_config(args) -> GPT2Config:
     )
 
 
-def hflm_config(args) -> HfLmGPTConfig:
-    return HfLmGPTConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.heads,
-        intermediate_size=4 * args.hidden,
-        hidden_act="gelu_tanh",
-        position_embedding_type="learned",
-        max_position_embeddings=args.context,
-        norm_type="layernorm",
-        norm_position="pre",
-        norm_eps=1e-5,
-        attention_bias=True,
-        mlp_bias=True,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        tie_word_embeddings=True,
-    )
-
-
 def build_reference(args) -> GPT2LMHeadModel:
     torch.manual_seed(args.seed)
     model = GPT2LMHeadModel._from_config(reference_config(args), attn_implementation="sdpa")
@@ -217,44 +194,14 @@ def build_reference(args) -> GPT2LMHeadModel:
 
 
 def build_hflm(args) -> HfLmGPTForCausalLM:
-    torch.manual_seed(args.seed)
-    return HfLmGPTForCausalLM._from_config(hflm_config(args), attn_implementation="sdpa")
-
-
-@torch.no_grad()
-def copy_gpt2_weights(ref: GPT2LMHeadModel, model: HfLmGPTForCausalLM) -> None:
-    """Load the reference's weights into hf_lm (Conv1D (in, out) -> Linear (out, in))."""
-    src, dst = ref.transformer, model.model
-    dst.embed_tokens.weight.copy_(src.wte.weight)
-    dst.positions.embeddings.weight.copy_(src.wpe.weight)
-    for block, layer in zip(src.h, dst.layers, strict=True):
-        pairs = [
-            (block.ln_1, layer.attn_norm),
-            (block.ln_2, layer.mlp_norm),
-        ]
-        for a, b in pairs:
-            b.weight.copy_(a.weight)
-            b.bias.copy_(a.bias)
-        conv_pairs = [
-            (block.attn.c_attn, layer.self_attn.qkv_proj),  # columns q|k|v -> rows q|k|v
-            (block.attn.c_proj, layer.self_attn.o_proj),
-            (block.mlp.c_fc, layer.mlp.up_proj),
-            (block.mlp.c_proj, layer.mlp.down_proj),
-        ]
-        for conv, linear in conv_pairs:
-            linear.weight.copy_(conv.weight.t())
-            linear.bias.copy_(conv.bias)
-    dst.norm.weight.copy_(src.ln_f.weight)
-    dst.norm.bias.copy_(src.ln_f.bias)
-    if model.lm_head.weight is not dst.embed_tokens.weight:  # untied: copy the head too
-        model.lm_head.weight.copy_(ref.lm_head.weight)
+    """hf_lm's GPT computing the reference's function: the reference converted by `from_transformers`."""
+    model = from_transformers(build_reference(args))
+    model.config._attn_implementation = "sdpa"
+    return model.train()
 
 
 def build_pair(args) -> dict[str, torch.nn.Module]:
-    ref = build_reference(args)
-    model = build_hflm(args)
-    copy_gpt2_weights(ref, model)
-    return {"hf_lm": model, "transformers": ref}
+    return {"hf_lm": build_hflm(args), "transformers": build_reference(args)}
 
 
 def build_side(side: str, args) -> torch.nn.Module:
@@ -706,7 +653,7 @@ def main(argv=None) -> int:
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
         "model": {
             "params": n_params,
-            "hf_lm_config": hflm_config(args).to_dict(),
+            "hf_lm_config": build_hflm(args).config.to_dict(),
             "reference": "transformers.GPT2LMHeadModel, attn_implementation=sdpa, activation gelu_new",
         },
         "sanity": check,
