@@ -65,9 +65,15 @@ def test_shipped_files_and_auto_map(tmp_path):
         for line in (tmp_path / name).read_text().splitlines():
             if line.startswith(("import ", "from ")):
                 module = line.split()[1]
-                assert module.split(".")[0] in {"torch", "transformers", "__future__", "math", "sys", ""}, (
-                    line
-                )
+                assert module.split(".")[0] in {
+                    "torch",
+                    "transformers",
+                    "__future__",
+                    "math",
+                    "os",
+                    "sys",
+                    "",
+                }, line
 
 
 REMOTE_SCRIPT = textwrap.dedent(
@@ -138,3 +144,17 @@ def test_remote_code_round_trip_in_fresh_interpreter(tmp_path, variant):
     folder, cls_folder = tmp_path / "lm", tmp_path / "cls"
     save_with_expectations(model, folder, cls_folder)
     run_remote(folder, cls_folder, tmp_path)
+
+
+def test_every_saved_model_gets_a_model_card(tmp_path):
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    model.save_pretrained(tmp_path)
+    card = (tmp_path / "README.md").read_text()
+    assert card.startswith("---\nlibrary_name: transformers\n")
+    assert "pipeline_tag: text-generation" in card and "- hflm_gpt" in card
+    assert "AutoModelForCausalLM.from_pretrained" in card and "trust_remote_code=True" in card
+    assert f"{model.num_parameters():,}" in card
+    # an existing card (e.g. the fuller one from hf_lm.cards) is never overwritten
+    (tmp_path / "README.md").write_text("my card")
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "README.md").read_text() == "my card"

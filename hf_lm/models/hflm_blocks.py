@@ -14,6 +14,7 @@ nkv key/value heads, hs head size, V vocabulary.
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import torch
@@ -512,7 +513,41 @@ class HfLmPreTrainedModel(PreTrainedModel):
                     auto_map[obj._auto_class] = f"{file_stem}.{name}"
         if auto_map:
             self.config.auto_map = auto_map
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        card = os.path.join(save_directory, "README.md")
+        if kwargs.get("is_main_process", True) and not os.path.exists(card):
+            # every saved model gets a card; hf_lm.cards writes a fuller one (data, metrics) over it
+            with open(card, "w", encoding="utf-8") as f:
+                f.write(self._default_model_card())
+        return result
+
+    def _default_model_card(self) -> str:
+        """A minimal Hugging Face model card: front matter the Hub indexes, the architecture, usage."""
+        cfg, name = self.config, type(self).__name__
+        auto_class = self._auto_class or "AutoModel"
+        task = "text-generation" if name.endswith("ForCausalLM") else None
+        fields = [
+            ("model_type", cfg.model_type),
+            ("layers", cfg.num_hidden_layers),
+            ("hidden_size", cfg.hidden_size),
+            ("attention heads / key-value heads", f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
+            ("feed-forward", f"{cfg.hidden_act}, {cfg.intermediate_size}"),
+            ("positions", cfg.position_embedding_type),
+            ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
+            ("vocabulary", cfg.vocab_size),
+            ("parameters", f"{self.num_parameters():,}"),
+        ]
+        rows = "\n".join(f"| {k} | {v} |" for k, v in fields)
+        return (
+            "---\nlibrary_name: transformers\nlicense: apache-2.0\n"
+            + (f"pipeline_tag: {task}\n" if task else "")
+            + f"tags:\n- hf_lm\n- {cfg.model_type}\n---\n\n"
+            + f"# {name}\n\nAn hf_lm model (`{name}`). Its modeling code ships in this folder: load it with "
+            + "`trust_remote_code=True`, no hf_lm install needed.\n\n"
+            + f"| | |\n|---|---|\n{rows}\n\n## Usage\n\n```python\n"
+            + f"from transformers import {auto_class}\n\n"
+            + f'model = {auto_class}.from_pretrained("path/or/hub-id", trust_remote_code=True)\n```\n'
+        )
 
 
 # ----------------------------------------------------------------------------------------------
