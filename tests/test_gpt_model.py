@@ -122,6 +122,36 @@ def test_left_padded_batch_equals_each_prompt_alone(variant_config):
         assert torch.equal(together[i, width:], alone[0, len(p) :]), f"prompt {i} differs"
 
 
+def test_static_cache_equals_full_forward(variant_config):
+    """A preallocated StaticCache: its empty slots (zeros after the current token) must stay invisible."""
+    from transformers import StaticCache
+
+    model = lm(variant_config)
+    x = ids(t=9)
+    with torch.no_grad():
+        full = model(x, use_cache=False).logits
+        cache = StaticCache(config=model.config, max_cache_len=16)
+        steps = [model(x[:, :5], past_key_values=cache, use_cache=True).logits]
+        for t in range(5, 9):
+            steps.append(model(x[:, t : t + 1], past_key_values=cache, use_cache=True).logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+
+
+def test_static_cache_generation_equals_dynamic(variant_config):
+    """A preallocated cache (what torch.compile'd generation uses) hides its empty slots: same tokens."""
+    model = lm(variant_config)
+    x = ids(2, 6)
+    mask = torch.ones_like(x)
+    mask[0, :2] = 0  # left padding too
+    for attention_mask in (mask, None):  # None: the unpadded fast paths must not see the empty slots
+        kwargs = dict(
+            attention_mask=attention_mask, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0
+        )
+        dynamic = model.generate(x, **kwargs)
+        static = model.generate(x, cache_implementation="static", **kwargs)
+        assert torch.equal(dynamic, static)
+
+
 def test_eos_stops_generation():
     model = lm(tiny_gpt_config())
     x = ids(1, 5)

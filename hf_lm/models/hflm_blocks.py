@@ -143,7 +143,7 @@ class NoPositions(nn.Module):
     def rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
         return None
 
-    def attention_bias(self, q_len: int, kv_len: int, device, dtype) -> torch.Tensor | None:
+    def attention_bias(self, q_len: int, kv_len: int, past_len: int, device, dtype) -> torch.Tensor | None:
         return None
 
 
@@ -224,9 +224,9 @@ class ALiBiPositions(NoPositions):
         super().__init__(config)
         self.num_heads = config.num_attention_heads
 
-    def attention_bias(self, q_len, kv_len, device, dtype):
+    def attention_bias(self, q_len, kv_len, past_len, device, dtype):
         slopes = alibi_slopes(self.num_heads).to(device)  # (nh,)
-        q_pos = torch.arange(kv_len - q_len, kv_len, device=device)  # absolute index of each query
+        q_pos = torch.arange(past_len, past_len + q_len, device=device)  # absolute index of each query
         k_pos = torch.arange(kv_len, device=device)
         distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()  # (T, S); future keys are masked
         return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, nh, T, S)
@@ -265,17 +265,20 @@ def build_attention_mask(
     causal: bool = True,
     prefix_lengths: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
+    past_len: int | None = None,
 ) -> tuple[torch.Tensor | None, bool]:
     """Combine padding, causality, an optional fully visible prefix and an optional score bias.
 
     Args:
         attention_mask: (B, S) with 1 for real tokens and 0 for padding, or None when nothing is
             padded (callers drop all-ones masks so the fast paths apply).
-        q_len: T, the number of new queries; they sit at the last T key positions.
-        kv_len: S, past + T.
+        q_len: T, the number of new queries, at key positions past_len .. past_len + T - 1.
+        kv_len: S, the number of keys attention sees: past + T for a dynamic cache, the cache's
+            full size for a static one (whose empty slots lie after the queries: causality hides them).
         causal: queries may not look at later keys.
         prefix_lengths: (B,) prefix-LM mask: keys before `prefix_lengths[b]` are visible to every query.
         bias: (1|B, nh, T, S) additive score bias (ALiBi).
+        past_len: tokens already in the cache; defaults to `kv_len - q_len`.
 
     Returns:
         `(mask, is_causal)`. `mask` is None when plain causal attention (or no mask at all) is
@@ -284,13 +287,14 @@ def build_attention_mask(
         sees its own key, so rows of padding queries are never empty (no NaN, and the SDPA and eager
         paths agree on them).
     """
+    past_len = kv_len - q_len if past_len is None else past_len
     padded = attention_mask is not None  # callers pass None when nothing is padded
-    if bias is None and not padded and prefix_lengths is None:
+    if bias is None and not padded and prefix_lengths is None and past_len + q_len == kv_len:
         if not causal or q_len == 1:
             return None, False  # every query sees every key
         if q_len == kv_len:
             return None, True  # plain causal: SDPA's is_causal is exact
-    q_idx = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]  # (T, 1) absolute positions
+    q_idx = torch.arange(past_len, past_len + q_len, device=device)[:, None]  # (T, 1) absolute positions
     k_idx = torch.arange(kv_len, device=device)[None, :]  # (1, S)
     allowed = (k_idx <= q_idx) if causal else torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
     allowed = allowed[None, None]  # (1, 1, T, S)
@@ -493,6 +497,14 @@ class HfLmPreTrainedModel(PreTrainedModel):
             # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
             proj = module.o_proj if isinstance(module, Attention) else module.down_proj
             init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
+
+    def create_masks_for_generate(self, attention_mask=None, **kwargs):
+        """Keep generate()'s (B, S) padding mask as it is, also for static caches.
+
+        transformers would turn it into a 4D mask with its own masking utilities; hf_lm models
+        build their masks themselves (padding, causality, prefix, ALiBi bias) in one place.
+        """
+        return attention_mask
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with every Auto class of this family in `config.json`'s `auto_map`.

@@ -10,6 +10,7 @@ Shape legend: B batch, T new tokens, S past + T, C hidden size, V vocabulary.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, GenerationMixin
 from transformers.modeling_outputs import (
@@ -103,6 +104,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             past_key_values = DynamicCache(config=cfg)
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
         S = past_len + T
+        # keys attention will see: S for a dynamic cache, the preallocated length for a static one
+        kv_len = past_key_values.get_mask_sizes(T, 0)[0] if past_key_values is not None else S
 
         if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
             raise ValueError(
@@ -112,12 +115,14 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         if eager and attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # nothing is padded: let attention take its unmasked fast path
 
+        if attention_mask is not None and kv_len > S:
+            attention_mask = F.pad(attention_mask, (0, kv_len - S))  # a static cache's empty slots
         if position_ids is None:
             if attention_mask is None:
                 position_ids = torch.arange(past_len, S, device=inputs_embeds.device)[None]  # (1, T)
             else:
                 # count only real tokens, so a left-padded prompt gets the positions it has alone
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -T:]  # (B, T)
+                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:S]  # (B, T)
         elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
             raise ValueError(
                 f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
@@ -136,9 +141,17 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             hidden_states = hidden_states + pos_embeds
         hidden_states = self.dropout(hidden_states)
         rotary = self.positions.rotary(position_ids, hidden_states.dtype)
-        bias = self.positions.attention_bias(T, S, hidden_states.device, hidden_states.dtype)
+        bias = self.positions.attention_bias(T, kv_len, past_len, hidden_states.device, hidden_states.dtype)
         mask, is_causal = build_attention_mask(
-            attention_mask, T, S, hidden_states.device, hidden_states.dtype, True, prefix_lengths, bias
+            attention_mask,
+            T,
+            kv_len,
+            hidden_states.device,
+            hidden_states.dtype,
+            True,
+            prefix_lengths,
+            bias,
+            past_len,
         )
 
         all_hidden_states = () if output_hidden_states else None
