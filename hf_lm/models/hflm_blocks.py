@@ -371,7 +371,9 @@ class Attention(nn.Module):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
-        self.is_causal = is_causal  # read by transformers' SDPA dispatch, and by our mask builder
+        # the per-call `is_causal` comes from the mask builder; this records the module's kind (as
+        # transformers' own attention modules do) for tools that inspect it
+        self.is_causal = is_causal
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
