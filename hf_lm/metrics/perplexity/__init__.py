@@ -1,0 +1,1 @@
+"""The `evaluate` perplexity metric module; load it with `evaluate.load(<this folder>)`."""

@@ -1,0 +1,103 @@
+"""Sliding-window perplexity of a saved causal LM on a text file.
+
+    python -m training.evaluate_cli --model PATH --text_file FILE [--max_length N --stride N]
+
+Prints one JSON object on stdout (loss, perplexity, bits per token/character/word, token counts);
+everything else goes to logging (stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
+
+from hf_lm.metrics.sliding_window import sliding_window_perplexity
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalArguments:
+    """Arguments of the perplexity CLI."""
+
+    model: str = field(metadata={"help": "Folder of a causal LM and its tokenizer (save_pretrained)."})
+    text_file: str = field(metadata={"help": "UTF-8 text file, scored as one token stream."})
+    max_length: int | None = field(
+        default=None, metadata={"help": "Window size; default: the model's max_position_embeddings."}
+    )
+    stride: int | None = field(
+        default=None, metadata={"help": "Step between windows (<= max_length); default: max_length // 2."}
+    )
+    batch_size: int = field(default=1, metadata={"help": "Windows per forward pass."})
+    add_start_token: bool = field(
+        default=False, metadata={"help": "Prepend the BOS token so the first token is scored."}
+    )
+    device: str | None = field(default=None, metadata={"help": "Device, e.g. cpu or cuda; default: cpu."})
+    dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16 or float16."})
+
+
+def evaluate_file(args: EvalArguments) -> dict:
+    """Load the model and tokenizer, tokenize the file and score it with a sliding window.
+
+    Args:
+        args: the parsed `EvalArguments`.
+
+    Returns:
+        `sliding_window_perplexity`'s result plus the settings used and the text's counts.
+    """
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, trust_remote_code=True, dtype=getattr(torch, args.dtype)
+    )
+    if args.device is not None:
+        model = model.to(args.device)
+    max_length = args.max_length or model.config.max_position_embeddings
+    stride = args.stride or max(1, max_length // 2)
+
+    with open(args.text_file, encoding="utf-8") as f:
+        text = f.read()
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if args.add_start_token:
+        if tokenizer.bos_token_id is None:
+            raise ValueError("--add_start_token needs a tokenizer with a bos_token.")
+        ids = [tokenizer.bos_token_id] + ids
+    logger.info("%s: %d characters, %d tokens", args.text_file, len(text), len(ids))
+
+    result = sliding_window_perplexity(
+        model,
+        torch.tensor(ids, dtype=torch.long),
+        max_length=max_length,
+        stride=stride,
+        device=args.device,
+        batch_size=args.batch_size,
+        num_characters=len(text),
+        num_words=len(text.split()),
+    )
+    result.update(
+        max_length=max_length,
+        stride=stride,
+        num_input_tokens=len(ids),
+        num_characters=len(text),
+        num_words=len(text.split()),
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse `argv` (default: sys.argv), evaluate, and print the result as JSON on stdout."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = HfArgumentParser(EvalArguments)
+    (args,) = parser.parse_args_into_dataclasses(args=argv)
+    logger.info("arguments: %s", asdict(args))
+    result = evaluate_file(args)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
