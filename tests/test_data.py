@@ -1,0 +1,229 @@
+"""Built-in corpora, dataset loading, exact packing and splitting (all offline, a few seconds)."""
+
+import math
+from collections import Counter
+
+import datasets
+import numpy as np
+import pytest
+from datasets import Dataset
+
+import training.data
+from training.corpora import MarkovSource, SyntheticCorpus, load_builtin_corpus
+from training.data import DatasetLoadError, load_text_dataset, tokenize_and_pack, train_eval_split
+from training.tokenizer import train_tokenizer
+
+DOCS = ["hello world", "", "a b", "the quick brown fox", "x", "jumps over the lazy dog", "end of text"]
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    """Every test writes its `datasets` cache files into its own tmp folder."""
+    cache = tmp_path / "hf_datasets_cache"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return SyntheticCorpus(seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(DOCS * 3, kind="char", vocab_size=64)
+
+
+def tokenized_stream(tokenizer, docs):
+    ids = tokenizer([d for d in docs if d], add_special_tokens=False)["input_ids"]
+    return [t for doc in ids for t in (*doc, tokenizer.eos_token_id)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic corpus
+# ----------------------------------------------------------------------------------------------
+
+
+def test_synthetic_is_deterministic(corpus):
+    a = corpus.generate(2000, seed=3)
+    assert a == SyntheticCorpus(seed=0).generate(2000, seed=3)
+    assert a != corpus.generate(2000, seed=4)
+    assert SyntheticCorpus(seed=1).generate(2000, seed=3) != a
+    assert all(doc.endswith(".") and doc.count(".") <= corpus.sentences_per_document for doc in a)
+    assert sum(doc.count(".") for doc in a[:-1]) == corpus.sentences_per_document * (len(a) - 1)
+    assert 2000 <= sum(len(doc.split()) + doc.count(".") for doc in a) < 2100  # "." is a word too
+
+
+def test_synthetic_chain_is_irreducible_and_aperiodic(corpus):
+    assert corpus.is_irreducible and corpus.period == 1
+    assert 300 <= corpus.vocab_size <= 400
+    pi = corpus.stationary_distribution
+    assert np.all(pi > 0) and math.isclose(pi.sum(), 1.0)
+    np.testing.assert_allclose(pi @ corpus.transition_matrix, pi, atol=1e-12)
+
+
+def test_entropy_rate_matches_empirical_estimate(corpus):
+    states = corpus.sample(200_000, seed=1)
+    pairs = Counter(zip(states[:-1], states[1:]))
+    firsts = Counter(states[:-1])
+    n = len(states) - 1
+    empirical = -sum(c / n * math.log2(c / firsts[a]) for (a, _), c in pairs.items())
+    assert 2.0 < corpus.entropy_rate_bits_per_word < 6.0
+    assert empirical == pytest.approx(corpus.entropy_rate_bits_per_word, rel=0.02)
+
+
+def test_entropy_rate_of_a_two_state_chain():
+    # P = [[1-a, a], [b, 1-b]]: pi = (b, a) / (a + b), H = pi_0 h(a) + pi_1 h(b)
+    a, b = 0.25, 0.5
+    source = MarkovSource(["x", "y"], [[1 - a, a], [b, 1 - b]])
+
+    def h(p):
+        return -p * math.log2(p) - (1 - p) * math.log2(1 - p)
+
+    np.testing.assert_allclose(source.stationary_distribution, [2 / 3, 1 / 3], atol=1e-12)
+    assert source.entropy_rate_bits_per_word == pytest.approx(2 / 3 * h(0.25) + 1 / 3 * 1.0, abs=1e-12)
+    # a periodic chain still has one stationary distribution, and zero entropy
+    flip = MarkovSource(["x", "y"], [[0, 1], [1, 0]])
+    assert flip.period == 2 and flip.entropy_rate_bits_per_word == 0.0
+    np.testing.assert_allclose(flip.stationary_distribution, [0.5, 0.5], atol=1e-12)
+
+
+def test_markov_source_rejects_bad_chains():
+    with pytest.raises(ValueError, match="irreducible"):
+        MarkovSource(["x", "y"], [[1, 0], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="probability"):
+        MarkovSource(["x", "y"], [[0.5, 0.4], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="shape"):
+        MarkovSource(["x", "y", "z"], [[0.5, 0.5], [0.5, 0.5]])
+
+
+def test_builtin_corpora():
+    with pytest.raises(ValueError, match="synthetic.*stdlib_docstrings"):
+        load_builtin_corpus("shakespeare")
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------
+
+
+def test_load_local_txt_by_paragraph(tmp_path):
+    (tmp_path / "a.txt").write_text("first doc\nsecond line\n\nsecond doc\n\n\nthird doc\n")
+    ds = load_text_dataset(str(tmp_path / "a.txt"))
+    assert ds.column_names == ["text"]
+    assert [t.strip() for t in ds["text"] if t.strip()] == [
+        "first doc\nsecond line",
+        "second doc",
+        "third doc",
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_load_local_formats(tmp_path, fmt):
+    tmp_path = tmp_path / "data"  # apart from the datasets cache
+    tmp_path.mkdir()
+    rows = {"id": [1, 2, 3], "body": ["one doc", "two, with a comma", "three"]}
+    path = tmp_path / f"data.{fmt}"
+    source = Dataset.from_dict(rows)
+    {"jsonl": source.to_json, "csv": source.to_csv, "parquet": source.to_parquet}[fmt](str(path))
+    ds = load_text_dataset(str(path), text_column="body")
+    assert ds.column_names == ["text"] and ds["text"] == rows["body"]
+    # a folder and a glob find the same file
+    assert load_text_dataset(str(tmp_path), text_column="body")["text"] == rows["body"]
+    assert load_text_dataset(str(tmp_path / "*"), text_column="body")["text"] == rows["body"]
+    streamed = load_text_dataset(str(path), text_column="body", streaming=True)
+    assert [row["text"] for row in streamed] == rows["body"]
+    with pytest.raises(ValueError, match=r"'text'.*columns: \['id', 'body'\]"):
+        load_text_dataset(str(path))
+
+
+def test_load_errors(tmp_path):
+    tmp_path = tmp_path / "data"
+    tmp_path.mkdir()
+    with pytest.raises(FileNotFoundError):
+        load_text_dataset(str(tmp_path / "missing.jsonl"))
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "b.csv").write_text("text\nb\n")
+    with pytest.raises(ValueError, match="mixes file types"):
+        load_text_dataset(str(tmp_path))
+
+
+def test_load_builtin_dataset():
+    ds = load_text_dataset("synthetic")
+    assert ds.column_names == ["text"] and len(ds) > 1000
+    with pytest.raises(ValueError, match="only a 'train' split"):
+        load_text_dataset("synthetic", split="test")
+
+
+def test_offline_hub_name_fails_fast_and_clearly(monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(
+        DatasetLoadError, match="Could not load dataset 'no-such-user/no-such-dataset'"
+    ) as info:
+        load_text_dataset("no-such-user/no-such-dataset", config_name="default")
+    assert "HF_HUB_OFFLINE" in str(info.value) and info.value.__cause__ is not None
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenize and pack
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 7])
+def test_pack_is_exact(tokenizer, block_size):
+    stream = tokenized_stream(tokenizer, DOCS)
+    packed = tokenize_and_pack(Dataset.from_dict({"text": DOCS}), tokenizer, block_size)
+    assert packed.column_names == ["input_ids", "labels"]
+    assert len(packed) == len(stream) // block_size  # the tail is dropped
+    assert all(len(row) == block_size for row in packed["input_ids"])
+    flat = [t for row in packed["input_ids"] for t in row]
+    assert flat == stream[: len(flat)]
+    assert packed["labels"] == packed["input_ids"]
+    assert stream.count(tokenizer.eos_token_id) == 6  # one per non-empty document
+
+
+def test_document_ids_and_position_ids(tokenizer):
+    docs = ["ab", "c", "defg"]  # + EOS each: [a b E] [c E] [d e f g E] = 10 tokens
+    packed = tokenize_and_pack(Dataset.from_dict({"text": docs}), tokenizer, 4, document_mask=True)
+    eos = tokenizer.eos_token_id
+    assert packed["input_ids"][0][2] == eos and packed["input_ids"][1][0] == eos
+    assert packed["document_ids"] == [[0, 0, 0, 1], [0, 1, 1, 1]]
+    assert packed["position_ids"] == [[0, 1, 2, 0], [0, 0, 1, 2]]
+    assert len(packed) == 2  # "g" and its EOS are the dropped tail
+
+
+def test_streaming_and_num_proc_give_the_same_blocks(tokenizer, monkeypatch):
+    docs = SyntheticCorpus(seed=0, sentences_per_document=1).generate(400, seed=0)
+    dataset = Dataset.from_dict({"text": docs})
+    reference = tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list()
+    assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True, num_proc=2).to_list() == reference
+    streamed = tokenize_and_pack(dataset.to_iterable_dataset(), tokenizer, 16, document_mask=True)
+    assert list(streamed) == reference
+    assert list(streamed) == reference  # a second pass starts afresh
+    monkeypatch.setattr(training.data, "_MAP_BATCH_SIZE", 3)  # blocks straddle many batches
+    assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list() == reference
+
+
+def test_pack_validation(tokenizer):
+    dataset = Dataset.from_dict({"text": DOCS})
+    with pytest.raises(ValueError, match="block_size"):
+        tokenize_and_pack(dataset, tokenizer, 0)
+    with pytest.raises(ValueError, match="fewer than one block"):
+        tokenize_and_pack(dataset, tokenizer, 10_000)
+    no_eos = train_tokenizer(DOCS, kind="char", vocab_size=64, special_tokens={"unk_token": "<unk>"})
+    with pytest.raises(ValueError, match="eos_token"):
+        tokenize_and_pack(dataset, no_eos, 4)
+
+
+def test_train_eval_split_is_deterministic():
+    dataset = Dataset.from_dict({"text": [f"doc {i}" for i in range(100)]})
+    a, b = train_eval_split(dataset, 0.1, seed=0), train_eval_split(dataset, 0.1, seed=0)
+    assert len(a["eval"]) == 10 and len(a["train"]) == 90
+    assert a["eval"]["text"] == b["eval"]["text"]
+    assert set(a["eval"]["text"]).isdisjoint(a["train"]["text"])
+    assert a["eval"]["text"] != train_eval_split(dataset, 0.1, seed=1)["eval"]["text"]
+    streamed = train_eval_split(dataset.to_iterable_dataset(), 0.2, seed=0)
+    train, held = [r["text"] for r in streamed["train"]], [r["text"] for r in streamed["eval"]]
+    assert sorted(train + held) == sorted(dataset["text"]) and 5 <= len(held) <= 40
+    with pytest.raises(ValueError, match="eval_fraction"):
+        train_eval_split(dataset, 1.0, seed=0)
