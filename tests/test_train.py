@@ -1,0 +1,271 @@
+"""The accelerate training loop: outputs, argument files, exact resume after SIGKILL, divergence, DDP."""
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+
+from hf_lm import HfLmGPTForCausalLM
+from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
+from training.checkpoint import latest_checkpoint, list_checkpoints
+from training.train import GlobalBatchSampler, TrainingDivergedError, train
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# A tiny run: 200 synthetic documents (~50k tokens), a 300-token BPE, 2 layers of width 32.
+TINY = {
+    "dataset": "synthetic",
+    "max_documents": 200,
+    "vocab_size": 300,
+    "block_size": 32,
+    "num_hidden_layers": 2,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "per_device_batch_size": 8,
+    "learning_rate": 3e-3,
+    "warmup_steps": 2,
+    "eval_every": 10,
+    "eval_batches": 4,
+    "log_every": 2,
+    "save_every": 10,
+}
+
+
+def _argv(output_dir, **overrides) -> list[str]:
+    values = {**TINY, "output_dir": str(output_dir), **overrides}
+    argv = []
+    for key, value in values.items():
+        argv.append(f"--{key}")
+        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
+    return argv
+
+
+def _run(output_dir, **overrides) -> dict:
+    return train(*parse_args(_argv(output_dir, **overrides)))
+
+
+def _env() -> dict:
+    # one thread, as in this process (conftest), so the float results are bitwise comparable
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _weights(output_dir) -> dict[str, torch.Tensor]:
+    return load_file(Path(output_dir) / "final" / "model.safetensors")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    """Accelerate keeps process-wide singletons; each in-process run starts from a clean state."""
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def test_tiny_run_outputs_and_learns(tmp_path):
+    out = tmp_path / "run"
+    metrics = _run(out, max_steps=20, report_to=["csv", "tensorboard"])
+    final = out / "final"
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
+        assert (final / name).is_file(), name
+    assert (out / "loss.png").stat().st_size > 0
+    assert (out / "tensorboard").is_dir()
+    assert metrics["world_size"] == 1 and metrics["step"] == 20
+    assert math.isclose(metrics["eval_perplexity"], math.exp(metrics["eval_loss"]))
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    losses = [float(r["loss"]) for r in rows if r["loss"]]
+    assert len(losses) == 10
+    assert losses[-1] < losses[0] - 0.5  # from ~ln(300) = 5.7 down
+    assert "held-out perplexity" in (final / "README.md").read_text()
+    assert json.loads((out / "final_metrics.json").read_text())["step"] == 20
+
+    model = HfLmGPTForCausalLM.from_pretrained(final)
+    assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 300
+
+
+def test_parse_args_files_match_flags(tmp_path):
+    values = {
+        **TINY,
+        "output_dir": str(tmp_path / "x"),
+        "report_to": ["csv", "none"],
+        "resume": "auto",
+        "config_overrides": '{"norm_type": "rmsnorm"}',
+        "streaming": True,
+    }
+    from_flags = parse_args(_argv(tmp_path / "x", **{k: v for k, v in values.items() if k != "output_dir"}))
+    (tmp_path / "a.json").write_text(json.dumps(values))
+    yaml = "\n".join(f"{k}: {json.dumps(v)}" for k, v in values.items())  # JSON values are YAML
+    (tmp_path / "a.yaml").write_text(yaml)
+    assert parse_args([str(tmp_path / "a.json")]) == from_flags
+    assert parse_args([str(tmp_path / "a.yaml")]) == from_flags
+    data, model, args = from_flags
+    assert (
+        isinstance(data, DataArguments)
+        and isinstance(model, ModelArguments)
+        and isinstance(args, TrainArguments)
+    )
+    assert (
+        args.report_to == ["csv", "none"]
+        and args.trackers == ["csv"]
+        and model.overrides() == {"norm_type": "rmsnorm"}
+    )
+    # `--resume` alone means "true"
+    assert parse_args(["--resume"])[2].resume == "true"
+
+
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--lr_scheduler", "step"], "lr_scheduler"),
+        (["--block_size", "0"], "block_size"),
+        (["--eval_fraction", "1.5"], "eval_fraction"),
+        (["--report_to", "wandb"], "report_to"),
+        (["--config_overrides", "[1]"], "config_overrides"),
+        (["--resume", "maybe"], "resume"),
+    ],
+)
+def test_parse_args_validates(flags, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        parse_args(flags)
+
+
+def test_sampler_same_global_batch_for_any_split():
+    """The union of all ranks' micro-batches of an update does not depend on processes x accumulation."""
+
+    def updates(per_device, world, accum, n_updates=5):
+        streams = [iter(GlobalBatchSampler(50, per_device, world, r, accum, seed=3)) for r in range(world)]
+        return [sorted(i for _ in range(accum) for s in streams for i in next(s)) for _ in range(n_updates)]
+
+    reference = updates(8, 1, 1)
+    assert updates(4, 2, 1) == reference == updates(2, 2, 2) == updates(1, 1, 8)
+    sampler = GlobalBatchSampler(50, 8, 1, 0, 1, seed=3)
+    sampler.set_position(1, 2)  # 6 updates per epoch: update 2 of epoch 1 is update 8 overall
+    full = iter(GlobalBatchSampler(50, 8, 1, 0, 1, seed=3))
+    assert [next(full) for _ in range(9)][8] == next(iter(sampler))
+
+
+def test_gradient_accumulation_matches_big_batch(tmp_path):
+    big = _run(tmp_path / "big", max_steps=6, report_to=["none"])
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    small = _run(
+        tmp_path / "acc",
+        max_steps=6,
+        report_to=["none"],
+        per_device_batch_size=4,
+        gradient_accumulation_steps=2,
+    )
+    assert small["global_batch_size"] == big["global_batch_size"] == 8
+    a, b = _weights(tmp_path / "big"), _weights(tmp_path / "acc")
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0, msg=name)
+
+
+RESUME = {"max_steps": 12, "save_every": 4, "eval_every": 4, "hidden_dropout": 0.1, "attention_dropout": 0.1}
+
+# Runs training in a child process that sleeps forever right after writing checkpoint 8, so the
+# test can SIGKILL it at a known point (the steps are too fast to race a poll).
+KILLABLE = """
+import sys, time
+import training.train as T
+save = T.save_checkpoint
+def save_then_hang(*args, **kwargs):
+    path = save(*args, **kwargs)
+    if kwargs["step"] == 8:
+        time.sleep(600)
+    return path
+T.save_checkpoint = save_then_hang
+T.main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_exact_resume_after_sigkill(tmp_path):
+    _run(tmp_path / "a", report_to=["none"], **RESUME)
+
+    out_b = tmp_path / "b"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLABLE, *_argv(out_b, report_to=["csv"], **RESUME)],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(out_b / "checkpoints") != out_b / "checkpoints" / "checkpoint-00000008":
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, "checkpoint 8 never appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert not (out_b / "final").exists()
+
+    metrics = _run(out_b, report_to=["csv"], resume="true", **RESUME)
+    assert metrics["step"] == 12
+    a, b = _weights(tmp_path / "a"), _weights(out_b)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    with open(out_b / "metrics.csv") as f:
+        steps = [int(r["step"]) for r in csv.DictReader(f)]
+    assert steps == sorted(set(steps)) and steps[-1] == 12  # no duplicated rows after the resume
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    forward = HfLmGPTForCausalLM.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        if self.training:
+            calls["n"] += 1
+            if calls["n"] == 7:  # the 7th update
+                out.loss = out.loss * float("nan")
+        return out
+
+    monkeypatch.setattr(HfLmGPTForCausalLM, "forward", poisoned)
+    out = tmp_path / "nan"
+    with pytest.raises(TrainingDivergedError, match="step 7") as info:
+        _run(out, max_steps=20, save_every=3, report_to=["none"])
+    assert isinstance(info.value, RuntimeError)
+    assert [step for step, _ in list_checkpoints(out / "checkpoints")] == [3, 6]
+    assert "checkpoint-00000006" in str(info.value)
+    assert not (out / "final").exists()
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(tmp_path):
+    b = 4
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "training.train",
+        *_argv(tmp_path / "ddp", max_steps=8, per_device_batch_size=b, report_to=["none"]),
+    ]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = json.loads((tmp_path / "ddp" / "final_metrics.json").read_text())
+    assert ddp["world_size"] == 2 and ddp["global_batch_size"] == 2 * b
+
+    single = _run(tmp_path / "one", max_steps=8, per_device_batch_size=2 * b, report_to=["none"])
+    assert single["world_size"] == 1
+    x, y = _weights(tmp_path / "ddp"), _weights(tmp_path / "one")
+    for name in x:
+        torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=name)
+    assert math.isclose(ddp["eval_loss"], single["eval_loss"], rel_tol=1e-4)

@@ -1,0 +1,276 @@
+"""Arguments of the training loop (`training.train`): three dataclasses parsed by `HfArgumentParser`.
+
+Every field is a `--flag` of the command line; the same names are the keys of a JSON or YAML file:
+
+    python -m training.train --dataset synthetic --max_steps 200 --output_dir out/run
+    python -m training.train configs/run.yaml
+
+Each dataclass validates itself in `__post_init__` (a `ValueError` naming the field), so a bad value
+fails before any data is loaded, whatever way the arguments came in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from transformers import HfArgumentParser
+
+from training.tokenizer import TOKENIZER_KINDS
+
+LR_SCHEDULERS = ("cosine", "linear", "constant")
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+REPORTERS = ("csv", "tensorboard", "none")
+RESUME_VALUES = ("false", "true", "auto")
+
+
+def _positive(obj, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+def _optional_positive(obj, *names: str) -> None:
+    for name in names:
+        if getattr(obj, name) is not None:
+            _positive(obj, name)
+
+
+def _choice(obj, name: str, allowed) -> None:
+    if getattr(obj, name) not in allowed:
+        raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(obj, name)!r}.")
+
+
+@dataclass
+class DataArguments:
+    """Where the text comes from, how it is tokenized, and how it is cut into blocks."""
+
+    dataset: str = field(
+        default="synthetic",
+        metadata={
+            "help": "A built-in corpus ('synthetic', 'stdlib_docstrings'), a local file/folder/glob, or a Hub name."
+        },
+    )
+    config_name: str | None = field(default=None, metadata={"help": "The Hub dataset's configuration name."})
+    split: str = field(
+        default="train", metadata={"help": "The split to read (slicing allowed, 'train[:10%]')."}
+    )
+    text_column: str = field(default="text", metadata={"help": "The column holding the text."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read and tokenize lazily; the packed blocks are still held in memory for sampling."
+        },
+    )
+    max_documents: int | None = field(default=None, metadata={"help": "Keep only the first N documents."})
+    max_chars: int | None = field(
+        default=None, metadata={"help": "Keep the first documents up to N characters (not with streaming)."}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "A pretrained tokenizer folder/name; if unset one is trained."}
+    )
+    tokenizer_kind: str = field(
+        default="byte_bpe", metadata={"help": f"Kind of tokenizer to train: {TOKENIZER_KINDS}."}
+    )
+    vocab_size: int = field(default=2000, metadata={"help": "Vocabulary size of the trained tokenizer."})
+    block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
+    eval_fraction: float = field(
+        default=0.05, metadata={"help": "Share of documents held out for evaluation."}
+    )
+    document_mask: bool = field(
+        default=False, metadata={"help": "Restart position ids at each document inside a block."}
+    )
+    num_proc: int | None = field(default=None, metadata={"help": "Processes of the tokenize/pack maps."})
+
+    def __post_init__(self) -> None:
+        _positive(self, "vocab_size", "block_size")
+        _optional_positive(self, "max_documents", "max_chars", "num_proc")
+        _choice(self, "tokenizer_kind", TOKENIZER_KINDS)
+        if isinstance(self.eval_fraction, bool) or not 0 < self.eval_fraction < 1:
+            raise ValueError(f"`eval_fraction` must be in (0, 1), got {self.eval_fraction!r}.")
+        if self.streaming and self.max_chars is not None:
+            raise ValueError("`max_chars` is not supported with `streaming`; use `max_documents`.")
+        if not self.dataset:
+            raise ValueError("`dataset` must be a non-empty string.")
+
+
+@dataclass
+class ModelArguments:
+    """The `HfLmGPTConfig` of a model trained from scratch, or a checkpoint to start from."""
+
+    init_from: str | None = field(
+        default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
+    )
+    num_hidden_layers: int = field(default=4, metadata={"help": "Transformer blocks."})
+    hidden_size: int = field(default=128, metadata={"help": "Model width."})
+    num_attention_heads: int = field(default=4, metadata={"help": "Query heads."})
+    num_key_value_heads: int | None = field(
+        default=None, metadata={"help": "Key/value heads (GQA/MQA); default = heads."}
+    )
+    intermediate_size: int | None = field(
+        default=None, metadata={"help": "Feed-forward width; default 4 * hidden."}
+    )
+    position_embedding_type: str = field(
+        default="learned", metadata={"help": "learned, sinusoidal, rope, alibi or none."}
+    )
+    norm_type: str = field(default="layernorm", metadata={"help": "layernorm or rmsnorm."})
+    norm_position: str = field(default="pre", metadata={"help": "pre or post."})
+    hidden_act: str = field(
+        default="gelu_tanh", metadata={"help": "Feed-forward variant (gelu_tanh, swiglu, ...)."}
+    )
+    hidden_dropout: float = field(
+        default=0.0, metadata={"help": "Dropout on embeddings and residual branches."}
+    )
+    attention_dropout: float = field(default=0.0, metadata={"help": "Dropout on attention probabilities."})
+    tie_word_embeddings: bool = field(
+        default=True, metadata={"help": "Share input embedding and output projection."}
+    )
+    max_position_embeddings: int | None = field(
+        default=None, metadata={"help": "Longest input of learned positions; default block_size."}
+    )
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "JSON object of further HfLmGPTConfig fields, applied last."}
+    )
+
+    def __post_init__(self) -> None:
+        _positive(self, "num_hidden_layers", "hidden_size", "num_attention_heads")
+        _optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
+        if self.config_overrides is not None:
+            if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
+                self.config_overrides = json.dumps(self.config_overrides)
+            try:
+                overrides = json.loads(self.config_overrides)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
+            if not isinstance(overrides, dict):
+                raise ValueError(f"`config_overrides` must be a JSON object, got {self.config_overrides!r}.")
+
+    def overrides(self) -> dict:
+        """`config_overrides` as a dict (empty when unset)."""
+        return json.loads(self.config_overrides) if self.config_overrides else {}
+
+
+@dataclass
+class TrainArguments:
+    """The optimization, evaluation, logging and checkpointing of one run."""
+
+    output_dir: str = field(
+        default="out/train", metadata={"help": "Run folder: checkpoints, logs, final model."}
+    )
+    max_steps: int = field(default=1000, metadata={"help": "Optimizer updates of the whole run."})
+    per_device_batch_size: int = field(default=16, metadata={"help": "Blocks per micro-batch per process."})
+    gradient_accumulation_steps: int = field(
+        default=1, metadata={"help": "Micro-batches per optimizer update."}
+    )
+    learning_rate: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay, applied to matrices only."})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1."})
+    adam_beta2: float = field(default=0.95, metadata={"help": "AdamW beta2."})
+    warmup_steps: int = field(default=100, metadata={"help": "Linear warmup updates before the schedule."})
+    lr_scheduler: str = field(default="cosine", metadata={"help": f"Schedule after warmup: {LR_SCHEDULERS}."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip; 0 disables clipping."})
+    mixed_precision: str = field(default="no", metadata={"help": f"Autocast dtype: {MIXED_PRECISIONS}."})
+    seed: int = field(default=0, metadata={"help": "Seed of the split, init, data order and dropout."})
+    eval_every: int = field(default=100, metadata={"help": "Evaluate every N updates (and at the end)."})
+    eval_batches: int | None = field(
+        default=None, metadata={"help": "Eval micro-batches per process (all eval blocks if unset)."}
+    )
+    log_every: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
+    save_every: int = field(default=500, metadata={"help": "Save a resumable checkpoint every N updates."})
+    keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (all if unset)."})
+    resume: str = field(
+        default="false",
+        metadata={
+            "help": "Resume from the latest checkpoint: true (required), auto (if any), false.",
+            "nargs": "?",
+            "const": "true",
+        },
+    )
+    report_to: list[str] = field(
+        default_factory=lambda: ["csv"], metadata={"help": f"Trackers among {REPORTERS}."}
+    )
+    stop_on_nan: bool = field(
+        default=True, metadata={"help": "Raise on a non-finite loss; if false, skip that update."}
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.resume, bool):  # JSON/YAML booleans
+            self.resume = "true" if self.resume else "false"
+        self.resume = {"yes": "true", "no": "false", "1": "true", "0": "false"}.get(
+            str(self.resume).lower(), str(self.resume).lower()
+        )
+        _choice(self, "resume", RESUME_VALUES)
+        _positive(
+            self,
+            "max_steps",
+            "per_device_batch_size",
+            "gradient_accumulation_steps",
+            "eval_every",
+            "log_every",
+            "save_every",
+        )
+        _optional_positive(self, "eval_batches", "keep_last")
+        _choice(self, "lr_scheduler", LR_SCHEDULERS)
+        _choice(self, "mixed_precision", MIXED_PRECISIONS)
+        if isinstance(self.report_to, str):
+            self.report_to = [self.report_to]
+        for name in self.report_to:
+            if name not in REPORTERS:
+                raise ValueError(f"`report_to` entries must be among {list(REPORTERS)}, got {name!r}.")
+        if (
+            isinstance(self.warmup_steps, bool)
+            or not isinstance(self.warmup_steps, int)
+            or self.warmup_steps < 0
+        ):
+            raise ValueError(f"`warmup_steps` must be a non-negative integer, got {self.warmup_steps!r}.")
+        for name in ("learning_rate",):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
+        for name in ("weight_decay", "max_grad_norm"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
+        if not self.output_dir:
+            raise ValueError("`output_dir` must be a non-empty path.")
+
+    @property
+    def trackers(self) -> list[str]:
+        """The requested trackers, "none" removed."""
+        return [name for name in self.report_to if name != "none"]
+
+
+ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, ModelArguments, TrainArguments]:
+    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
+
+    Args:
+        argv: the arguments (without the program name); `sys.argv[1:]` if None.
+
+    Returns:
+        `(DataArguments, ModelArguments, TrainArguments)`, validated.
+
+    Raises:
+        ValueError: an invalid value (naming the field) or unknown keys in a file.
+    """
+    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    if argv is None:
+        import sys
+
+        argv = sys.argv[1:]
+    if len(argv) == 1 and not argv[0].startswith("-"):
+        path = os.path.abspath(argv[0])
+        if path.endswith(".json"):
+            return tuple(parser.parse_json_file(path))
+        if path.endswith((".yaml", ".yml")):
+            return tuple(parser.parse_yaml_file(path))
+        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
+    return tuple(parser.parse_args_into_dataclasses(args=argv))
