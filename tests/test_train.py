@@ -269,3 +269,15 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     for name in x:
         torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=name)
     assert math.isclose(ddp["eval_loss"], single["eval_loss"], rel_tol=1e-4)
+
+
+def test_cli_help_renders():
+    """argparse formats help strings with %: every field's help must survive it."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "training.train", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--max_steps" in result.stdout and "--resume" in result.stdout

@@ -55,7 +55,7 @@ class DataArguments:
     )
     config_name: str | None = field(default=None, metadata={"help": "The Hub dataset's configuration name."})
     split: str = field(
-        default="train", metadata={"help": "The split to read (slicing allowed, 'train[:10%]')."}
+        default="train", metadata={"help": "The split to read (slicing allowed, 'train[:10%%]')."}
     )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})
     streaming: bool = field(
