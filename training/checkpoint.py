@@ -234,7 +234,11 @@ def save_checkpoint(
     if keep_last is not None:
         for old_step, path in list_checkpoints(root)[:-keep_last]:
             logger.info("pruning checkpoint of step %d", old_step)
-            shutil.rmtree(path, ignore_errors=True)
+            # rename first (atomic), then delete: a kill during the slow, file-by-file rmtree must
+            # not leave a half-deleted folder under a checkpoint's name
+            trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
+            os.replace(path, trash)
+            shutil.rmtree(trash, ignore_errors=True)
     return final
 
 
