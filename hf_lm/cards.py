@@ -11,17 +11,22 @@ Template placeholders (`$name`; write `$$` for a literal dollar):
     head_dim, intermediate_size, hidden_act, position_embedding_type, norm_type, norm_position,
     tie_word_embeddings, num_parameters, num_parameters_non_embedding, vocab_size, context_length,
     architecture (a ready-made table of the above), tokenizer, training_data, metrics (a table),
-    prompt, prompt_repr, notes, plus every key of `extra`.
+    hyperparameters (a table), training_time, loss_plot (a Markdown image when `loss.png` is in the
+    folder, else empty), prompt, prompt_repr, notes, plus every key of `extra`.
+
+Evaluation results given as `eval_results` also go into the front matter as `model-index`
+metadata (`huggingface_hub.EvalResult`), which the Hub shows as an evaluation widget.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from string import Template
 
-from huggingface_hub import ModelCardData
+from huggingface_hub import EvalResult, ModelCardData
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +51,21 @@ $tokenizer
 
 $training_data
 
+## Training procedure
+
+$hyperparameters
+
+Training time: $training_time.
+$loss_plot
+
 ## Evaluation
 
 $metrics
+
+## Intended use and limitations
+
+A small model trained from scratch, for learning and for testing tooling. It imitates the surface
+of its training text and knows nothing reliable: do not use it to produce facts or decisions.
 
 ## Usage
 
@@ -105,6 +122,52 @@ def _metrics_table(metrics: Mapping[str, object] | None) -> str:
     return f"| Metric | Value |\n|---|---|\n{rows}"
 
 
+def _hyperparameters_table(hyperparameters: Mapping[str, object] | None) -> str:
+    if not hyperparameters:
+        return "Not documented."
+    rows = "\n".join(f"| {name} | {_value(value)} |" for name, value in hyperparameters.items())
+    return f"| Hyperparameter | Value |\n|---|---|\n{rows}"
+
+
+def _duration(seconds: float | None) -> str:
+    """93784.5 -> '1 d 2 h 3 min 4.5 s (93,784.5 s)'."""
+    if seconds is None:
+        return "not documented"
+    parts, rest = [], float(seconds)
+    for unit, scale in (("d", 86400), ("h", 3600), ("min", 60)):
+        if rest >= scale:
+            parts.append(f"{int(rest // scale)} {unit}")
+            rest %= scale
+    parts.append(f"{rest:.1f} s")
+    return " ".join(parts) + (f" ({seconds:,.1f} s)" if len(parts) > 1 else "")
+
+
+def _eval_results(
+    eval_results: Mapping[str, float] | None, dataset_name: str | None, pipeline_tag: str
+) -> list[EvalResult] | None:
+    """`model-index` entries, one per finite metric (the Hub's YAML has no NaN)."""
+    if not eval_results:
+        return None
+    if not dataset_name:
+        raise ValueError("`eval_results` needs `dataset_name`: model-index results name their dataset.")
+    results = []
+    for metric, value in eval_results.items():
+        if value is None or not math.isfinite(value):
+            logger.warning("Evaluation result %s=%r is not finite: left out of model-index.", metric, value)
+            continue
+        results.append(
+            EvalResult(
+                task_type=pipeline_tag,
+                dataset_type=dataset_name,
+                dataset_name=dataset_name,
+                dataset_split="held-out",
+                metric_type=metric,
+                metric_value=float(value),
+            )
+        )
+    return results or None
+
+
 def _tokenizer_summary(tokenizer) -> str:
     if tokenizer is None:
         return "Not documented."
@@ -141,7 +204,9 @@ def _attention_kind(config) -> str:
     return "multi-query" if kv == 1 else "grouped-query"
 
 
-def _fields(model, save_directory: Path, dataset, metrics, tokenizer) -> dict[str, str]:
+def _fields(
+    model, save_directory: Path, dataset, metrics, tokenizer, hyperparameters, training_time_s
+) -> dict[str, str]:
     config = model.config
     pipeline_tag, auto_class = _head(model)
     model_id = save_directory.as_posix()
@@ -176,6 +241,11 @@ def _fields(model, save_directory: Path, dataset, metrics, tokenizer) -> dict[st
         "tokenizer": _tokenizer_summary(tokenizer),
         "training_data": dataset or "Not documented.",
         "metrics": _metrics_table(metrics),
+        "hyperparameters": _hyperparameters_table(hyperparameters),
+        "training_time": _duration(training_time_s),
+        "loss_plot": (
+            "\n![Training and held-out loss](loss.png)\n" if (save_directory / "loss.png").is_file() else ""
+        ),
         "prompt": "The",
         "notes": "",
     }
@@ -215,6 +285,10 @@ def write_model_card(
     metrics: Mapping[str, object] | None = None,
     tokenizer=None,
     extra: Mapping[str, object] | None = None,
+    hyperparameters: Mapping[str, object] | None = None,
+    training_time_s: float | None = None,
+    eval_results: Mapping[str, float] | None = None,
+    dataset_name: str | None = None,
 ) -> Path:
     """Write a Hugging Face model card `README.md` for `model` into `save_directory`.
 
@@ -226,16 +300,23 @@ def write_model_card(
         tokenizer: the tokenizer saved with the model, summarized in the card.
         extra: more template fields, or overrides of the computed ones (`prompt`, `notes`,
             `model_name`, `model_id` ...).
+        hyperparameters: name -> value of the training settings, rendered as a table.
+        training_time_s: wall time of the training run in seconds.
+        eval_results: metric type (e.g. "perplexity", "loss") -> value, written to the front
+            matter as `model-index` results on `dataset_name` (non-finite values are left out).
+        dataset_name: the evaluation dataset's name (a Hub dataset id where there is one);
+            required with `eval_results`.
 
     Returns:
         The path of the written `README.md`.
 
     Raises:
-        ValueError: the template uses a placeholder that is not a known field.
+        ValueError: the template uses a placeholder that is not a known field, or
+            `eval_results` is given without `dataset_name`.
     """
     save_directory = Path(save_directory)
     save_directory.mkdir(parents=True, exist_ok=True)
-    fields = _fields(model, save_directory, dataset, metrics, tokenizer)
+    fields = _fields(model, save_directory, dataset, metrics, tokenizer, hyperparameters, training_time_s)
     fields.update({str(name): str(value) for name, value in (extra or {}).items()})
     for name in ("model_id", "prompt"):  # Python literals for the usage snippet
         fields.setdefault(f"{name}_repr", repr(fields[name]))
@@ -251,7 +332,10 @@ def write_model_card(
         raise ValueError(f"Model-card template {source}: {err}") from None
 
     pipeline_tag = fields["pipeline_tag"]
+    results = _eval_results(eval_results, dataset_name, pipeline_tag)
     card_data = ModelCardData(
+        model_name=fields["model_name"] if results else None,
+        eval_results=results,
         library_name="transformers",
         license=LICENSE,
         pipeline_tag=pipeline_tag,

@@ -29,8 +29,11 @@ What the loop guarantees:
   good one.
 
 Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `metrics.csv`,
-`tensorboard` logs (if requested), `loss.png`, `final_metrics.json`, and `final/` (model +
-tokenizer + model card, loadable with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)`).
+`tensorboard` logs (if requested), `loss.png`, `final_metrics.json`, and `final/`, a folder ready to
+push to the Hub as it is (`python -m training.push`): `model.safetensors`, `config.json` with
+`auto_map`, the model code, `generation_config.json`, the tokenizer files, `loss.png` and a model card
+`README.md` (architecture, data, hyperparameters, training time, `model-index` evaluation results).
+It loads with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)` without hf_lm.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -360,6 +364,29 @@ def _hparams(*args_objects) -> dict:
     return out
 
 
+def card_hyperparameters(
+    data_args: DataArguments, train_args: TrainArguments, world_size: int, global_batch: int
+) -> dict[str, object]:
+    """The training settings a reader needs to reproduce the run, for the model card's table."""
+    return {
+        "training steps (optimizer updates)": train_args.max_steps,
+        "per-device batch size (blocks)": train_args.per_device_batch_size,
+        "gradient accumulation steps": train_args.gradient_accumulation_steps,
+        "world size (processes)": world_size,
+        "global batch size (blocks)": global_batch,
+        "block size (tokens)": data_args.block_size,
+        "tokens per update": global_batch * data_args.block_size,
+        "optimizer": f"AdamW (betas {train_args.adam_beta1}, {train_args.adam_beta2})",
+        "peak learning rate": train_args.learning_rate,
+        "learning-rate schedule": train_args.lr_scheduler,
+        "warmup steps": train_args.warmup_steps,
+        "weight decay (matrices only)": train_args.weight_decay,
+        "gradient clipping (max norm)": train_args.max_grad_norm or "off",
+        "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
+        "seed": train_args.seed,
+    }
+
+
 # ----------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------
@@ -584,6 +611,12 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         unwrapped = accelerator.unwrap_model(model)
         unwrapped.save_pretrained(final)
         tokenizer.save_pretrained(final)
+        curves = csv_log.curves()
+        if curves:
+            plot_loss_curves(
+                curves, output_dir / "loss.png", title=f"{unwrapped.config.model_type}: {data_args.dataset}"
+            )
+            shutil.copy2(output_dir / "loss.png", final / "loss.png")  # the card shows it on the Hub
         write_model_card(
             unwrapped,
             final,
@@ -595,12 +628,12 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 "training steps": step,
                 "training tokens seen": metrics["tokens_seen"],
             },
+            hyperparameters=card_hyperparameters(data_args, train_args, world, sampler.global_batch),
+            training_time_s=metrics["seconds"],
+            eval_results={"perplexity": eval_ppl, "loss": eval_loss},
+            dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
+            extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
         )
-        curves = csv_log.curves()
-        if curves:
-            plot_loss_curves(
-                curves, output_dir / "loss.png", title=f"{unwrapped.config.model_type}: {data_args.dataset}"
-            )
         (output_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
     if trackers:
         accelerator.end_training()

@@ -1,0 +1,224 @@
+"""A run's `final/` folder is Hub-ready as it is: files, model card, remote-code loading, push --dry-run."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from huggingface_hub import ModelCard
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from training.args import parse_args
+from training.push import check_folder
+from training.train import train
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The tiny run of test_train.py, 10 steps.
+TINY = {
+    "dataset": "synthetic",
+    "max_documents": 200,
+    "vocab_size": 300,
+    "block_size": 32,
+    "num_hidden_layers": 2,
+    "hidden_size": 32,
+    "num_attention_heads": 4,
+    "per_device_batch_size": 8,
+    "learning_rate": 3e-3,
+    "warmup_steps": 2,
+    "eval_every": 10,
+    "eval_batches": 4,
+    "log_every": 2,
+    "save_every": 10,
+    "max_steps": 10,
+    "report_to": "csv",
+}
+
+SHIPPED = {
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "hflm_blocks.py",
+    "hflm_configuration_base.py",
+    "hflm_configuration_gpt.py",
+    "hflm_modeling_gpt.py",
+    "loss.png",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+}
+
+# Loads the folder where hf_lm cannot be imported and compares the logits with the saved ones.
+REMOTE_LOAD = """
+import sys
+sys.modules["hf_lm"] = None  # any `import hf_lm` now fails: the folder must be self-contained
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+final, expected = sys.argv[1], load_file(sys.argv[2])
+tokenizer = AutoTokenizer.from_pretrained(final, trust_remote_code=True)
+model = AutoModelForCausalLM.from_pretrained(final, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+ids = tokenizer(sys.argv[3], return_tensors="pt").input_ids
+assert torch.equal(ids, expected["input_ids"]), (ids, expected["input_ids"])
+with torch.no_grad():
+    logits = model(ids).logits
+torch.testing.assert_close(logits, expected["logits"], rtol=0, atol=1e-5)
+print("OK")
+"""
+
+
+def _env(tmp_path) -> dict:
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_MODULES_CACHE": str(tmp_path / "modules"),  # no sharing between xdist workers
+    }
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One tiny training run shared by the tests: (output_dir, final_metrics)."""
+    out = tmp_path_factory.mktemp("output") / "tiny-run"
+    argv = []
+    for key, value in {**TINY, "output_dir": str(out)}.items():
+        argv += [f"--{key}", str(value)]
+    try:
+        metrics = train(*parse_args(argv))
+    finally:  # accelerate keeps process-wide singletons
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+    return out, metrics
+
+
+def test_final_folder_has_every_hub_file(run):
+    out, _ = run
+    final = out / "final"
+    assert {p.name for p in final.iterdir()} == SHIPPED
+    config = json.loads((final / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForCausalLM"] == "hflm_modeling_gpt.HfLmGPTForCausalLM"
+    assert (final / "loss.png").read_bytes() == (out / "loss.png").read_bytes()
+    assert [p.name for p in check_folder(final)] == sorted(SHIPPED)
+
+
+def test_model_card_metadata_and_sections(run):
+    out, metrics = run
+    final_metrics = json.loads((out / "final_metrics.json").read_text())
+    assert final_metrics == pytest.approx(metrics)
+    card = ModelCard.load(out / "final" / "README.md")
+
+    data = card.data
+    assert data.library_name == "transformers" and data.pipeline_tag == "text-generation"
+    assert data.model_name == "tiny-run"
+    results = {r.metric_type: r for r in data.eval_results}
+    assert set(results) == {"perplexity", "loss"}
+    for metric, key in (("perplexity", "eval_perplexity"), ("loss", "eval_loss")):
+        result = results[metric]
+        assert result.task_type == "text-generation" and result.dataset_name == "synthetic"
+        assert math.isclose(result.metric_value, final_metrics[key], rel_tol=1e-12)
+    (entry,) = data.to_dict()["model-index"]
+    assert entry["name"] == "tiny-run"
+    assert {m["type"] for m in entry["results"][0]["metrics"]} == {"perplexity", "loss"}
+
+    text = card.text
+    for row in (
+        "| Hyperparameter | Value |",
+        "| training steps (optimizer updates) | 10 |",
+        "| per-device batch size (blocks) | 8 |",
+        "| global batch size (blocks) | 8 |",
+        "| world size (processes) | 1 |",
+        "| peak learning rate | 0.003 |",
+        "| learning-rate schedule | cosine |",
+        "| warmup steps | 2 |",
+        "| weight decay (matrices only) | 0.1 |",
+        "| precision | fp32 |",
+        "| seed | 0 |",
+        "| Layers | 2 |",
+        "| Hidden size | 32 |",
+    ):
+        assert row in text, row
+    assert "Parameters | 36.10K (36,096)" in text
+    assert f"Training time: {final_metrics['seconds']:.1f} s." in text
+    assert "![Training and held-out loss](loss.png)" in text
+    assert "## Intended use and limitations" in text and "## Training data" in text
+    assert "AutoModelForCausalLM.from_pretrained(" in text
+    assert "$" not in text
+
+
+def test_final_folder_loads_without_hf_lm(run, tmp_path):
+    final = run[0] / "final"
+    prompt = "the quick brown fox"
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final).eval()
+    assert type(model).__module__.startswith("hf_lm.")  # in this process: the installed package
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids).logits  # (1, T, vocab)
+    expected = tmp_path / "expected.safetensors"
+    save_file({"input_ids": ids.contiguous(), "logits": logits.contiguous()}, expected)
+
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD, str(final), str(expected), prompt],
+        cwd=tmp_path,  # not the repository root: hf_lm must not be importable from the cwd either
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("OK")
+
+
+def _push(*args, cwd=REPO_ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training.push", *args],
+        cwd=cwd,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_push_dry_run(run, tmp_path):
+    final = run[0] / "final"
+    result = _push("--folder", str(final), "--repo_id", "someone/tiny-run", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "someone/tiny-run" in result.stdout
+    listed = {line.split()[0] for line in result.stdout.splitlines()[1:]}
+    assert listed == SHIPPED
+
+    broken = tmp_path / "broken"
+    shutil.copytree(final, broken)
+    (broken / "model.safetensors").unlink()
+    result = _push("--folder", str(broken), "--repo_id", "someone/tiny-run", "--dry-run")
+    assert result.returncode != 0
+    assert "not Hub-ready" in result.stderr and "model.safetensors" in result.stderr
+    assert "Would upload" not in result.stdout
+
+
+def test_check_folder_names_every_problem(run, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(run[0] / "final", broken)
+    for name in ("hflm_modeling_gpt.py", "tokenizer.json", "README.md"):
+        (broken / name).unlink()
+    with pytest.raises(ValueError) as info:
+        check_folder(broken)
+    for name in ("hflm_modeling_gpt.py", "tokenizer.json", "README.md"):
+        assert name in str(info.value)
+
+    config = json.loads((broken / "config.json").read_text())
+    del config["auto_map"]
+    (broken / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="auto_map"):
+        check_folder(broken)
