@@ -432,3 +432,24 @@ def test_bad_inputs_get_clear_errors():
     # schemes without a table extrapolate
     rope = lm(tiny_gpt_config(position_embedding_type="rope"))
     assert rope(ids(1, 80)).logits.shape == (1, 80, 97)
+
+
+def test_document_ids_keep_attention_inside_each_packed_document():
+    """A block packed from two documents behaves like the two documents run separately."""
+    model = lm(tiny_gpt_config(position_embedding_type="rope"))
+    a, b = ids(1, 5), ids(1, 7)
+    packed = torch.cat([a, b], dim=1)
+    docs = torch.tensor([[0] * 5 + [1] * 7])
+    positions = torch.cat([torch.arange(5), torch.arange(7)])[None]  # restart at each document
+    with torch.no_grad():
+        out = model(packed, document_ids=docs, position_ids=positions).logits
+        torch.testing.assert_close(out[:, :5], model(a).logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out[:, 5:], model(b).logits, rtol=1e-5, atol=1e-5)
+        # without document_ids, the second document sees the first
+        assert not torch.allclose(model(packed, position_ids=positions).logits[:, 5:], model(b).logits)
+        model.config._attn_implementation = "eager"
+        torch.testing.assert_close(
+            model(packed, document_ids=docs, position_ids=positions).logits, out, rtol=1e-5, atol=1e-5
+        )
+    with pytest.raises(ValueError, match="document_ids"):
+        model(packed, document_ids=docs[:, :5])

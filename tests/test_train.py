@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 
@@ -281,3 +282,16 @@ def test_cli_help_renders():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--max_steps" in result.stdout and "--resume" in result.stdout
+
+
+def test_document_mask_run_keeps_attention_inside_documents(tmp_path):
+    """--document_mask feeds restarting positions and document ids, so blocks never attend across documents."""
+    from training.train import prepare_data
+
+    metrics = _run(tmp_path / "docs", max_steps=4, document_mask=True)
+    assert metrics["step"] == 4 and math.isfinite(metrics["eval_loss"])
+    data_args, _, train_args = parse_args(_argv(tmp_path / "p", document_mask=True))
+    _, blocks, _, _ = prepare_data(data_args, train_args, Accelerator(cpu=True))
+    assert set(blocks) == {"input_ids", "position_ids", "document_ids"}
+    starts = blocks["position_ids"] == 0
+    assert torch.equal(starts[:, 1:], blocks["document_ids"][:, 1:] != blocks["document_ids"][:, :-1])

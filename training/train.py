@@ -107,7 +107,8 @@ def _limit(dataset, data_args: DataArguments):
 
 def _to_tensors(packed, with_positions: bool) -> dict[str, torch.Tensor]:
     """The packed blocks as int64 tensors (N, T): the sampler needs random access."""
-    columns = ["input_ids"] + (["position_ids"] if with_positions else [])
+    # with document masking, positions restart at each document and attention stays inside it
+    columns = ["input_ids"] + (["position_ids", "document_ids"] if with_positions else [])
     if isinstance(packed, IterableDataset):
         rows = list(packed)
         return {c: torch.tensor([r[c] for r in rows], dtype=torch.long) for c in columns}
@@ -146,7 +147,7 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
 
     Returns:
         `(tokenizer, train_blocks, eval_blocks, description)`; blocks are dicts of int64 tensors
-        (N, T) with "input_ids" (and "position_ids" with `document_mask`).
+        (N, T) with "input_ids" (and "position_ids", "document_ids" with `document_mask`).
     """
     with accelerator.main_process_first():  # dataset caches and the tokenizer are written once
         dataset = load_text_dataset(
@@ -418,11 +419,6 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     start_time = time.perf_counter()
 
     tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
-    if data_args.document_mask:
-        logger.warning(
-            "document_mask: positions restart at each document, but HfLmGPT has no document-level attention "
-            "mask, so attention still crosses documents inside a block."
-        )
     model = build_model(model_args, data_args, tokenizer)
     optimizer, scheduler = build_optimizer(model, train_args)
 

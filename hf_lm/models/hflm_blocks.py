@@ -266,6 +266,7 @@ def build_attention_mask(
     prefix_lengths: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
     past_len: int | None = None,
+    document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, bool]:
     """Combine padding, causality, an optional fully visible prefix and an optional score bias.
 
@@ -279,6 +280,8 @@ def build_attention_mask(
         prefix_lengths: (B,) prefix-LM mask: keys before `prefix_lengths[b]` are visible to every query.
         bias: (1|B, nh, T, S) additive score bias (ALiBi).
         past_len: tokens already in the cache; defaults to `kv_len - q_len`.
+        document_ids: (B, S) index of the document each token belongs to, for blocks packed from
+            several documents: a query sees only keys of its own document.
 
     Returns:
         `(mask, is_causal)`. `mask` is None when plain causal attention (or no mask at all) is
@@ -289,7 +292,13 @@ def build_attention_mask(
     """
     past_len = kv_len - q_len if past_len is None else past_len
     padded = attention_mask is not None  # callers pass None when nothing is padded
-    if bias is None and not padded and prefix_lengths is None and past_len + q_len == kv_len:
+    if (
+        bias is None
+        and not padded
+        and prefix_lengths is None
+        and document_ids is None
+        and past_len + q_len == kv_len
+    ):
         if not causal or q_len == 1:
             return None, False  # every query sees every key
         if q_len == kv_len:
@@ -304,6 +313,10 @@ def build_attention_mask(
         )  # (B, 1, T, S)
     if padded:
         allowed = allowed & attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
+    if document_ids is not None:
+        docs = document_ids.to(device)
+        same_doc = docs[:, past_len : past_len + q_len, None] == docs[:, None, :]  # (B, T, S)
+        allowed = allowed & same_doc[:, None]  # (B, 1, T, S)
     allowed = allowed | (k_idx == q_idx)[None, None]  # a query always sees itself
     if attention_mask is not None:
         allowed = allowed.expand(attention_mask.shape[0], -1, -1, -1)

@@ -64,6 +64,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         prefix_lengths: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast | tuple:
         """Run the decoder stack.
@@ -77,6 +78,9 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             inputs_embeds: (B, T, C) instead of `input_ids`.
             prefix_lengths: (B,) optional prefix-LM mask: the first `prefix_lengths[b]` tokens are
                 visible to every position (bidirectional prefix, causal rest).
+            document_ids: (B, S) for blocks packed from several documents: the document index of
+                each token; attention then stays inside a document (pass the matching restarting
+                `position_ids` too, as `training.data.tokenize_and_pack(document_mask=True)` makes).
         """
         cfg = self.config
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
@@ -115,6 +119,13 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         if eager and attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # nothing is padded: let attention take its unmasked fast path
 
+        if document_ids is not None:
+            if tuple(document_ids.shape) != (B, S):
+                raise ValueError(
+                    f"`document_ids` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(document_ids.shape)}."
+                )
+            if kv_len > S:
+                document_ids = F.pad(document_ids, (0, kv_len - S), value=-1)  # empty static-cache slots
         if attention_mask is not None and kv_len > S:
             attention_mask = F.pad(attention_mask, (0, kv_len - S))  # a static cache's empty slots
         if position_ids is None:
@@ -152,6 +163,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             prefix_lengths,
             bias,
             past_len,
+            document_ids,
         )
 
         all_hidden_states = () if output_hidden_states else None
@@ -213,6 +225,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         return_dict: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         prefix_lengths: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
         """Next-token logits, and the loss when `labels` are given.
@@ -237,6 +250,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             output_hidden_states=output_hidden_states,
             return_dict=True,
             prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
         )
         hidden_states = outputs.last_hidden_state
         if isinstance(logits_to_keep, int) and logits_to_keep > 0:
