@@ -279,13 +279,25 @@ def test_model_card_templates_fall_back(tiny_checkpoint, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_demo_end_to_end(tmp_path):
+    import math
+
     from training import demo
 
     out = tmp_path / "demo"
-    text = demo.main(
-        ["--output_dir", str(out), "--max_steps", "5", "--warmup_steps", "2", "--log_every", "1"]
+    tiny = ["--output_dir", str(out), "--max_steps", "5", "--warmup_steps", "2", "--log_every", "1"]
+    tiny += ["--eval_every", "5", "--max_documents", "300", "--model_size", "tiny", "--vocab_size", "600"]
+    tiny += ["--eval_words", "500", "--num_samples", "2", "--max_new_tokens", "8"]
+    result = demo.run_demo(tiny)
+    samples, metrics = result["samples"], result["metrics"]
+    assert len(samples) == 2 and all(isinstance(s, str) and s.startswith("The") for s in samples)
+    assert samples[0].strip()
+    assert math.isfinite(metrics["bits_per_word"]) and metrics["bits_per_word"] > 0
+    assert math.isfinite(metrics["floor_bits_per_word"]) and abs(metrics["floor_bits_per_word"] - 3.10) < 0.01
+    assert metrics["excess_bits_per_word"] == pytest.approx(
+        metrics["bits_per_word"] - metrics["floor_bits_per_word"]
     )
-    assert isinstance(text, str) and text.strip() and text.startswith("The")
+    assert metrics["step"] == 5
+    final = out / "final"
     for name in (
         "model.safetensors",
         "config.json",
@@ -296,7 +308,20 @@ def test_demo_end_to_end(tmp_path):
         "loss.png",
         "hflm_modeling_gpt.py",
     ):
-        assert (out / name).is_file(), name
-    assert (out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    card = ModelCard.load(out / "README.md")
+        assert (final / name).is_file(), name
+    assert (final / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    card = ModelCard.load(final / "README.md")
     assert card.data.pipeline_tag == "text-generation" and "held-out perplexity" in card.text
+    # `main` is the in-process entry point: it returns the first sample
+    assert demo.main(tiny[:1] + [str(tmp_path / "again")] + tiny[2:]) == samples[0]
+
+
+def test_demo_counts_words_like_the_corpus():
+    from training.corpora import SyntheticCorpus
+    from training.demo import count_words
+
+    assert count_words("The old dog ran. Anna slept.") == 7  # The old dog ran . Anna slept .
+    corpus = SyntheticCorpus(seed=0)
+    # `generate(n)` draws n chain steps, then finishes the sentence: a few more words, never fewer
+    text = " ".join(corpus.generate(300, seed=1))
+    assert 300 <= count_words(text) < 340

@@ -1,252 +1,234 @@
-"""`make demo`: train a tiny GPT on the Python standard library's docstrings, on CPU, in minutes.
+"""`make demo`: the project's main job. Train a small GPT on the built-in synthetic corpus with the
+accelerate loop (`training.train.train`), measure it against the corpus's known entropy floor, and
+sample from the saved Hub-ready folder.
 
-    python -m training.demo --output_dir out/demo [--max_steps 600] [--prompt "The"]
+    python -m training.demo --output_dir out/demo [--max_steps 800] [--prompt "The"] [--num_samples 3]
 
-The whole life of a model, offline: collect text (`stdlib_docstrings`), train a byte-level BPE
-tokenizer, pack the tokens into fixed blocks, train a small `HfLmGPTForCausalLM` with a plain
-torch loop (AdamW, warmup + cosine decay), measure held-out perplexity, save model + tokenizer +
-model card + loss curve, then load the folder back through `pipeline("text-generation")` and
-print one sampled sentence. A full training framework is a separate piece of work; this stays
-one readable file.
+Steps:
+
+1. **Train** with `training.train.train` on `dataset="synthetic"` (`SyntheticCorpus(seed=0)`,
+   1,000,000 words of English-like Markov-chain text): a byte-level BPE tokenizer trained on the
+   training split (with 2000 entries every word of the corpus is one token), GPT-2 packing,
+   AdamW + warmup + cosine decay. The Hub-ready model (weights, config, code, tokenizer, card,
+   loss curve) lands in `output_dir/final/`; about two minutes of training on 2 CPU cores.
+2. **Evaluate** on text the training run never saw: a fresh walk of the same chain
+   (`SyntheticCorpus(seed=0).generate(eval_words, seed=eval_seed)`, `eval_seed` differing from the
+   training corpus's seed 0), its documents joined by one space into a single stream (one
+   continuous walk, whose entropy rate is exactly the chain's), scored by
+   `sliding_window_perplexity`. The result is given in **bits per word** next to the source's
+   true floor `SyntheticCorpus().entropy_rate_bits_per_word`: no model can beat it on average.
+3. **Sample**: reload `output_dir/final` with `pipeline("text-generation", trust_remote_code=True)`
+   and print `num_samples` seeded samples.
+
+Words are counted as the corpus defines them (`count_words`): one word per step of the chain,
+and "." (the sentence end) is a step, so a text has `len(text.split()) + text.count(".")` words
+("The old dog ran. Anna slept." is 4 + 3 = 7 words: The old dog ran . Anna slept . ), which makes
+bits/word directly comparable to the chain's entropy rate. The stream starts with the
+tokenizer's `<|endoftext|>`, as a document does in training, so every word of the text is scored.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import random
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
-from transformers import HfArgumentParser, get_cosine_schedule_with_warmup, pipeline, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, pipeline, set_seed
 
-from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
-from hf_lm.cards import write_model_card
-from hf_lm.plots import plot_loss_curves
-from training.tokenizer import stdlib_docstrings, train_tokenizer
+from hf_lm.metrics.sliding_window import sliding_window_perplexity
+from training.args import DataArguments, ModelArguments, TrainArguments
+from training.corpora import SyntheticCorpus
+from training.train import train
 
 logger = logging.getLogger(__name__)
+
+# model sizes: (layers, hidden size, heads); "small" is what fits two minutes of 2 CPU cores
+MODEL_SIZES = {"tiny": (1, 32, 2), "small": (2, 128, 4), "base": (4, 128, 4)}
 
 
 @dataclass
 class DemoArguments:
     """Flags of the demo job; every field is a `--flag` of the command line."""
 
-    output_dir: str = field(default="out/demo", metadata={"help": "Where the model folder is written."})
-    max_steps: int = field(default=600, metadata={"help": "Optimizer steps (~0.15 s each on 2 idle cores)."})
-    seed: int = field(default=0, metadata={"help": "Seed of the split, init, batches and sampling."})
+    output_dir: str = field(default="out/demo", metadata={"help": "Run folder; the model is in <it>/final."})
+    max_steps: int = field(
+        default=800, metadata={"help": "Optimizer updates (about 0.15 s each on 2 idle CPU cores)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the split, init, data order and sampling."})
+    model_size: str = field(default="small", metadata={"help": f"One of {list(MODEL_SIZES)}."})
     vocab_size: int = field(default=2000, metadata={"help": "Byte-level BPE vocabulary size."})
-    num_hidden_layers: int = field(default=4, metadata={"help": "Transformer blocks."})
-    hidden_size: int = field(default=128, metadata={"help": "Model width."})
-    num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
-    context_length: int = field(default=128, metadata={"help": "Tokens per training block (and context)."})
-    batch_size: int = field(default=16, metadata={"help": "Blocks per optimizer step."})
+    block_size: int = field(default=64, metadata={"help": "Tokens per training block (the context)."})
+    batch_size: int = field(default=32, metadata={"help": "Blocks per optimizer update."})
     learning_rate: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate."})
-    warmup_steps: int = field(
-        default=200,
-        metadata={"help": "Linear warmup steps before cosine decay (shorter is unstable at 5e-3)."},
+    warmup_steps: int = field(default=50, metadata={"help": "Linear warmup updates before cosine decay."})
+    max_documents: int | None = field(
+        default=None, metadata={"help": "Train on the first N synthetic documents only (all if unset)."}
     )
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW decay of the matrices."})
-    eval_fraction: float = field(default=0.05, metadata={"help": "Share of documents held out."})
-    max_chars: int | None = field(default=None, metadata={"help": "Cap on corpus characters (all if unset)."})
-    log_every: int = field(default=25, metadata={"help": "Log the training loss every N steps."})
-    prompt: str = field(default="The", metadata={"help": "Prompt of the final generation."})
-    max_new_tokens: int = field(default=40, metadata={"help": "Tokens sampled after the prompt."})
-    temperature: float = field(default=0.8, metadata={"help": "Sampling temperature (top-k 40)."})
-
-
-def pack(tokenizer, docs: list[str], block_size: int) -> torch.Tensor:
-    """Tokenize `docs`, join them with EOS and cut the stream into (N, block_size) blocks.
-
-    Blocks cross document boundaries (GPT-2 style packing): the EOS tells the model a new text
-    starts, and no token is wasted on padding. The incomplete tail is dropped.
-    """
-    ids = tokenizer(docs, add_special_tokens=False, verbose=False)["input_ids"]
-    stream = [token for doc in ids for token in (*doc, tokenizer.eos_token_id)]
-    n_blocks = len(stream) // block_size
-    if n_blocks == 0:
-        raise ValueError(f"The corpus has {len(stream)} tokens: fewer than one block of {block_size}.")
-    return torch.tensor(stream[: n_blocks * block_size]).view(n_blocks, block_size)  # (N, T)
-
-
-def batches(blocks: torch.Tensor, batch_size: int, generator: torch.Generator):
-    """Endless random batches (B, T): a fresh permutation of the blocks every epoch."""
-    while True:
-        order = torch.randperm(len(blocks), generator=generator)
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield blocks[order[start : start + batch_size]]
-
-
-@torch.no_grad()
-def evaluate(model, blocks: torch.Tensor, batch_size: int) -> float:
-    """Mean next-token loss over `blocks` (every block has the same length, so a mean of means)."""
-    model.eval()
-    total = 0.0
-    for start in range(0, len(blocks), batch_size):
-        batch = blocks[start : start + batch_size]
-        total += model(input_ids=batch, labels=batch).loss.item() * len(batch)
-    model.train()
-    return total / len(blocks)
-
-
-def ema(values: list[float], decay: float = 0.9) -> list[float]:
-    """Exponential moving average: the trend of a noisy per-step loss."""
-    out, avg = [], values[0]
-    for value in values:
-        avg = decay * avg + (1 - decay) * value
-        out.append(avg)
-    return out
-
-
-def train(model, train_blocks: torch.Tensor, args: DemoArguments) -> list[float]:
-    """A plain torch loop: AdamW, linear warmup then cosine decay, gradient clipping."""
-    # weight decay on matrices only; biases, norms' gains and ... stay undecayed (nanoGPT)
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": args.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, betas=(0.9, 0.95))
-    scheduler = get_cosine_schedule_with_warmup(optimizer, args.warmup_steps, args.max_steps)
-    data = batches(train_blocks, args.batch_size, torch.Generator().manual_seed(args.seed))
-
-    model.train()
-    losses = []
-    with logging_redirect_tqdm(), tqdm(range(1, args.max_steps + 1), desc="training", unit="step") as bar:
-        for step in bar:
-            batch = next(data)  # (B, T)
-            loss = model(input_ids=batch, labels=batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            if step % args.log_every == 0 or step == args.max_steps:
-                recent = losses[-args.log_every :]
-                logger.info(
-                    "step %d/%d  loss %.4f  lr %.2e",
-                    step,
-                    args.max_steps,
-                    sum(recent) / len(recent),
-                    scheduler.get_last_lr()[0],
-                )
-    return losses
-
-
-def main(argv: list[str] | None = None) -> str:
-    """Run the demo; returns the generated text (the CLI prints it)."""
-    (args,) = HfArgumentParser(DemoArguments).parse_args_into_dataclasses(args=argv)
-    output_dir = Path(args.output_dir)
-    start = time.perf_counter()
-    set_seed(args.seed)
-
-    # 1. data: held-out documents, not held-out blocks, so no text leaks across the split
-    docs = stdlib_docstrings(max_chars=args.max_chars)
-    order = list(range(len(docs)))
-    random.Random(args.seed).shuffle(order)
-    n_eval = max(1, round(len(docs) * args.eval_fraction))
-    eval_docs = [docs[i] for i in order[:n_eval]]
-    train_docs = [docs[i] for i in order[n_eval:]]
-
-    # 2. tokenizer, trained on the training split only
-    tokenizer = train_tokenizer(
-        train_docs, kind="byte_bpe", vocab_size=args.vocab_size, model_max_length=args.context_length
+    eval_every: int = field(
+        default=250, metadata={"help": "Evaluate on the held-out blocks every N updates."}
     )
-    train_blocks = pack(tokenizer, train_docs, args.context_length)
-    eval_blocks = pack(tokenizer, eval_docs, args.context_length)
-    logger.info(
-        "%d train documents -> %d blocks of %d tokens; %d held-out documents -> %d blocks.",
-        len(train_docs),
-        len(train_blocks),
-        args.context_length,
-        len(eval_docs),
-        len(eval_blocks),
+    log_every: int = field(default=25, metadata={"help": "Log the training loss every N updates."})
+    eval_words: int = field(
+        default=20_000, metadata={"help": "Words of fresh synthetic text to evaluate on."}
     )
-
-    # 3. model: GPT-2's recipe, shrunk
-    config = HfLmGPTConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.num_hidden_layers,
-        num_attention_heads=args.num_attention_heads,
-        max_position_embeddings=args.context_length,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    eval_seed: int = field(default=12345, metadata={"help": "Seed of the evaluation walk (training uses 0)."})
+    stride: int | None = field(
+        default=None, metadata={"help": "Sliding-window stride (default block_size // 2)."}
     )
-    model = HfLmGPTForCausalLM(config)
-    logger.info("Model: %s parameters.", f"{model.num_parameters():,}")
+    prompt: str = field(default="The", metadata={"help": "Prompt of the samples."})
+    num_samples: int = field(default=3, metadata={"help": "Samples printed at the end."})
+    max_new_tokens: int = field(default=30, metadata={"help": "Tokens sampled after the prompt."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (1.0: the model's law)."})
 
-    # 4. train and evaluate
-    losses = train(model, train_blocks, args)
-    eval_loss = evaluate(model, eval_blocks, args.batch_size)
-    train_seconds = time.perf_counter() - start
-    logger.info("Held-out loss %.4f, perplexity %.2f.", eval_loss, math.exp(eval_loss))
+    def __post_init__(self) -> None:
+        if self.model_size not in MODEL_SIZES:
+            raise ValueError(f"`model_size` must be one of {list(MODEL_SIZES)}, got {self.model_size!r}.")
+        for name in ("eval_words", "num_samples", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}.")
+        if not self.temperature > 0:
+            raise ValueError(f"`temperature` must be > 0, got {self.temperature!r}.")
 
-    # 5. save: weights + config + code, tokenizer, card, loss curve
-    model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
-    tail = losses[-min(len(losses), args.log_every) :]
-    metrics = {
-        "held-out loss (nats/token)": eval_loss,
-        "held-out perplexity": math.exp(eval_loss),
-        f"training loss (mean of last {len(tail)} steps)": sum(tail) / len(tail),
-        "training steps": args.max_steps,
-        "training tokens seen": args.max_steps * args.batch_size * args.context_length,
-        "wall time, data to saved model (s)": round(train_seconds, 1),
-    }
-    python = ".".join(map(str, sys.version_info[:3]))
-    dataset = (
-        f"The docstrings of the Python {python} standard library (`training.tokenizer.stdlib_docstrings`): "
-        f"{len(docs):,} deduplicated docstrings, {sum(map(len, docs)):,} characters of English technical "
-        f"prose. {len(eval_docs):,} documents ({args.eval_fraction:.0%}) were held out for evaluation; "
-        f"the rest were packed into {len(train_blocks):,} blocks of {args.context_length} tokens "
-        "separated by `<|endoftext|>`."
+
+def count_words(text: str) -> int:
+    """Words as `SyntheticCorpus` counts them: whitespace-split words, plus one per "." (a chain step)."""
+    return len(text.split()) + text.count(".")
+
+
+def build_arguments(args: DemoArguments) -> tuple[DataArguments, ModelArguments, TrainArguments]:
+    """The three argument dataclasses of `training.train.train` for this demo."""
+    layers, hidden, heads = MODEL_SIZES[args.model_size]
+    data_args = DataArguments(
+        dataset="synthetic",
+        tokenizer_kind="byte_bpe",
+        vocab_size=args.vocab_size,
+        block_size=args.block_size,
+        max_documents=args.max_documents,
     )
-    write_model_card(
+    model_args = ModelArguments(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
+    train_args = TrainArguments(
+        output_dir=args.output_dir,
+        max_steps=args.max_steps,
+        per_device_batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        warmup_steps=min(args.warmup_steps, args.max_steps),
+        seed=args.seed,
+        eval_every=args.eval_every,
+        eval_batches=20,
+        log_every=args.log_every,
+        save_every=args.max_steps,  # one resumable checkpoint, at the end
+        keep_last=1,
+        report_to=["csv"],
+    )
+    return data_args, model_args, train_args
+
+
+def evaluate_bits_per_word(final_dir: Path, args: DemoArguments) -> dict:
+    """Sliding-window perplexity and bits per word of `final_dir` on a fresh walk of the chain."""
+    corpus = SyntheticCorpus(seed=0)
+    text = " ".join(corpus.generate(args.eval_words, seed=args.eval_seed))
+    tokenizer = AutoTokenizer.from_pretrained(final_dir)
+    model = AutoModelForCausalLM.from_pretrained(final_dir, trust_remote_code=True, dtype=torch.float32)
+    ids = [tokenizer.eos_token_id] + tokenizer(text, add_special_tokens=False)["input_ids"]
+    result = sliding_window_perplexity(
         model,
-        output_dir,
-        dataset=dataset,
-        metrics=metrics,
-        tokenizer=tokenizer,
-        extra={"prompt": args.prompt},
+        torch.tensor(ids),
+        max_length=args.block_size,
+        stride=args.stride or max(1, args.block_size // 2),
+        batch_size=16,
+        num_characters=len(text),
+        num_words=count_words(text),
     )
-    steps = list(range(1, len(losses) + 1))
-    plot_loss_curves(
+    result["num_words"] = count_words(text)
+    result["floor_bits_per_word"] = corpus.entropy_rate_bits_per_word
+    result["excess_bits_per_word"] = result["bits_per_word"] - result["floor_bits_per_word"]
+    return result
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
+
+
+def run_demo(argv: list[str] | None = None) -> dict:
+    """Train, evaluate and sample.
+
+    Returns:
+        `{"metrics": ..., "samples": [...]}`: train's final metrics plus the evaluation's
+        `bits_per_word`, `floor_bits_per_word`, `excess_bits_per_word`, ...; the sampled texts.
+    """
+    (args,) = HfArgumentParser(DemoArguments).parse_args_into_dataclasses(args=argv)
+    start = time.perf_counter()
+
+    # 1. train: the model, tokenizer, card and loss curve land in output_dir/final
+    metrics = train(*build_arguments(args))
+    final_dir = Path(args.output_dir) / "final"
+    steps_per_second = metrics["step"] / metrics["seconds"] if metrics["seconds"] else float("nan")
+
+    # 2. held-out bits per word against the source's entropy rate
+    result = evaluate_bits_per_word(final_dir, args)
+    metrics.update(
         {
-            "train (per step)": (steps, losses),
-            "train (EMA 0.9)": (steps, ema(losses)),
-            "held-out": ([len(losses)], [eval_loss]),
-        },
-        output_dir / "loss.png",
-        title="hf_lm demo: a tiny GPT on stdlib docstrings",
+            "bits_per_word": result["bits_per_word"],
+            "floor_bits_per_word": result["floor_bits_per_word"],
+            "excess_bits_per_word": result["excess_bits_per_word"],
+            "eval_sliding_perplexity": result["perplexity"],
+            "bits_per_token": result["bits_per_token"],
+            "tokens_per_word": result["n_tokens"] / result["num_words"],
+        }
+    )
+    logger.info(
+        "Evaluation on %s fresh words (%s tokens, windows of %d):\n%s",
+        f"{result['num_words']:,}",
+        f"{result['n_tokens']:,}",
+        args.block_size,
+        _table(
+            [
+                (
+                    "training (data + updates)",
+                    f"{metrics['seconds']:.1f} s, {steps_per_second:.2f} updates/s",
+                ),
+                ("training loss (nats/token)", f"{metrics['train_loss']:.4f}"),
+                ("held-out block loss (nats/token)", f"{metrics['eval_loss']:.4f}"),
+                ("sliding-window perplexity (token)", f"{result['perplexity']:.3f}"),
+                ("bits per token", f"{result['bits_per_token']:.4f}"),
+                ("tokens per word", f"{metrics['tokens_per_word']:.3f}"),
+                ("bits per word (model)", f"{result['bits_per_word']:.4f}"),
+                ("bits per word (source floor)", f"{result['floor_bits_per_word']:.4f}"),
+                ("excess over the floor", f"{result['excess_bits_per_word']:+.4f}"),
+            ]
+        ),
     )
 
-    # 6. load the folder back like any Hub checkpoint and sample a sentence
+    # 3. reload the Hub-ready folder like any checkpoint and sample
     generator = pipeline(
-        "text-generation", model=str(output_dir), tokenizer=str(output_dir), trust_remote_code=True
+        "text-generation", model=str(final_dir), tokenizer=str(final_dir), trust_remote_code=True
     )
     set_seed(args.seed)
-    out = generator(
+    outputs = generator(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
         do_sample=True,
-        top_k=40,
+        top_k=0,
         temperature=args.temperature,
+        num_return_sequences=args.num_samples,
     )
-    text = out[0]["generated_text"]
-    logger.info("Sample: %r", text)
-    logger.info("Done in %.1f s; the model is in %s.", time.perf_counter() - start, output_dir)
-    return text
+    samples = [out["generated_text"] for out in outputs]
+    metrics["demo_seconds"] = round(time.perf_counter() - start, 2)
+    logger.info("Done in %.1f s; the model is in %s.", metrics["demo_seconds"], final_dir)
+    return {"metrics": metrics, "samples": samples}
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Run the demo; returns the first sample."""
+    return run_demo(argv)["samples"][0]
 
 
 if __name__ == "__main__":
+    import sys
+
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    print(main())  # the CLI's result
+    samples = run_demo(sys.argv[1:])["samples"]
+    print("\n".join(f"[{i}] {s}" for i, s in enumerate(samples, 1)))  # the CLI's result
