@@ -320,7 +320,7 @@ def test_demo_counts_words_like_the_corpus():
     from training.corpora import SyntheticCorpus
     from training.demo import count_words
 
-    assert count_words("The old dog ran. Anna slept.") == 7  # The old dog ran . Anna slept .
+    assert count_words("The old dog ran. Anna slept.") == 8  # The old dog ran . Anna slept .
     corpus = SyntheticCorpus(seed=0)
     # `generate(n)` draws n chain steps, then finishes the sentence: a few more words, never fewer
     text = " ".join(corpus.generate(300, seed=1))
