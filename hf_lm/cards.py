@@ -171,18 +171,8 @@ def _eval_results(
 def _tokenizer_summary(tokenizer) -> str:
     if tokenizer is None:
         return "Not documented."
-    special = {
-        role: getattr(tokenizer, role, None)
-        for role in (
-            "bos_token",
-            "eos_token",
-            "unk_token",
-            "pad_token",
-            "mask_token",
-            "cls_token",
-            "sep_token",
-        )
-    }
+    # transformers' own list of special-token roles (bos, eos, unk, sep, pad, cls, mask)
+    special = {role: getattr(tokenizer, role, None) for role in tokenizer.SPECIAL_TOKENS_ATTRIBUTES}
     special = ", ".join(f"{role.removesuffix('_token')} `{tok}`" for role, tok in special.items() if tok)
     model = (
         type(tokenizer.backend_tokenizer.model).__name__ if hasattr(tokenizer, "backend_tokenizer") else None

@@ -13,6 +13,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
 from safetensors.torch import save_file
+from test_train import TINY as TRAIN_TINY  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from training.args import parse_args
@@ -22,24 +23,7 @@ from training.train import train
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The tiny run of test_train.py, 10 steps.
-TINY = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "num_attention_heads": 4,
-    "per_device_batch_size": 8,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
-    "eval_every": 10,
-    "eval_batches": 4,
-    "log_every": 2,
-    "save_every": 10,
-    "max_steps": 10,
-    "report_to": "csv",
-}
+TINY = {**TRAIN_TINY, "max_steps": 10, "report_to": "csv"}
 
 SHIPPED = {
     "README.md",

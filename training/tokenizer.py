@@ -45,15 +45,8 @@ GPT_SPECIAL_TOKENS: dict[str, str] = {
     "pad_token": "<|pad|>",
 }
 
-SPECIAL_TOKEN_ROLES = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "pad_token",
-    "mask_token",
-    "cls_token",
-    "sep_token",
-)
+# the special-token roles transformers' tokenizers know (bos, eos, unk, sep, pad, cls, mask)
+SPECIAL_TOKEN_ROLES = tuple(PreTrainedTokenizerFast.SPECIAL_TOKENS_ATTRIBUTES)
 
 
 def _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency) -> None:
