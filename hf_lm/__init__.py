@@ -9,16 +9,33 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
 )
 
+from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_modeling_bert import (
+    HfLmBertForMaskedLM,
+    HfLmBertForMultipleChoice,
+    HfLmBertForPreTraining,
+    HfLmBertForQuestionAnswering,
+    HfLmBertForSequenceClassification,
+    HfLmBertForTokenClassification,
+    HfLmBertModel,
+    HfLmBertPreTrainedModel,
+)
 from .models.hflm_modeling_gpt import (
     HfLmGPTForCausalLM,
     HfLmGPTForSequenceClassification,
     HfLmGPTModel,
     HfLmGPTPreTrainedModel,
 )
+from .pipelines import HfLmQuestionAnsweringPipeline  # noqa: F401  (registers hf_lm's pipelines)
 from .utils import kv_cache_bytes
 
 __version__ = "0.1.0"
@@ -31,6 +48,18 @@ _REGISTRY = [
             (AutoModel, HfLmGPTModel),
             (AutoModelForCausalLM, HfLmGPTForCausalLM),
             (AutoModelForSequenceClassification, HfLmGPTForSequenceClassification),
+        ],
+    ),
+    (
+        HfLmBertConfig,
+        [
+            (AutoModel, HfLmBertModel),
+            (AutoModelForMaskedLM, HfLmBertForMaskedLM),
+            (AutoModelForPreTraining, HfLmBertForPreTraining),
+            (AutoModelForSequenceClassification, HfLmBertForSequenceClassification),
+            (AutoModelForTokenClassification, HfLmBertForTokenClassification),
+            (AutoModelForQuestionAnswering, HfLmBertForQuestionAnswering),
+            (AutoModelForMultipleChoice, HfLmBertForMultipleChoice),
         ],
     ),
 ]
@@ -48,6 +77,16 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "BERT_PRESETS",
+    "HfLmBertConfig",
+    "HfLmBertPreTrainedModel",
+    "HfLmBertModel",
+    "HfLmBertForMaskedLM",
+    "HfLmBertForPreTraining",
+    "HfLmBertForSequenceClassification",
+    "HfLmBertForTokenClassification",
+    "HfLmBertForQuestionAnswering",
+    "HfLmBertForMultipleChoice",
     "HfLmGPTConfig",
     "HfLmGPTPreTrainedModel",
     "HfLmGPTModel",

@@ -18,21 +18,35 @@ import logging
 
 import torch
 
+from .models.hflm_configuration_bert import HfLmBertConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_modeling_bert import (
+    HfLmBertForMaskedLM,
+    HfLmBertForPreTraining,
+    HfLmBertForSequenceClassification,
+    HfLmBertModel,
+)
 from .models.hflm_modeling_gpt import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification, HfLmGPTModel
 
 logger = logging.getLogger(__name__)
 
-# reference class-name suffix -> hf_lm class, per family
-_HEADS = {
+# reference class-name suffix -> hf_lm class, per family (checked in order: "Model" last)
+_GPT_HEADS = {
     "LMHeadModel": HfLmGPTForCausalLM,
     "ForCausalLM": HfLmGPTForCausalLM,
     "ForSequenceClassification": HfLmGPTForSequenceClassification,
     "Model": HfLmGPTModel,
 }
+_BERT_HEADS = {
+    "ForMaskedLM": HfLmBertForMaskedLM,
+    "ForPreTraining": HfLmBertForPreTraining,
+    "ForSequenceClassification": HfLmBertForSequenceClassification,
+    "Model": HfLmBertModel,
+}
 
 _GPT2_ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _LLAMA_ACTS = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
+_BERT_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
 
 def _common_kwargs(ref) -> dict:
@@ -168,9 +182,104 @@ def _llama_state_dict(sd: dict, num_layers: int) -> dict:
     return out
 
 
+def _bert_config(ref) -> HfLmBertConfig:
+    """BERT and RoBERTa: the same post-norm encoder; RoBERTa's positions start after its padding id."""
+    if ref.hidden_act not in _BERT_ACTS:
+        raise ValueError(f"{ref.model_type} hidden_act={ref.hidden_act!r} has no hf_lm equivalent.")
+    if getattr(ref, "position_embedding_type", "absolute") not in (None, "absolute"):
+        raise ValueError("Only absolute position embeddings convert (position_embedding_type='absolute').")
+    if getattr(ref, "is_decoder", False) or getattr(ref, "add_cross_attention", False):
+        raise ValueError("Only encoder BERT/RoBERTa converts (is_decoder=False, add_cross_attention=False).")
+    positions = ref.max_position_embeddings
+    if ref.model_type == "roberta":
+        # RoBERTa numbers real tokens from padding_idx + 1; the rows below are never used by text
+        positions -= ref.pad_token_id + 1
+    return HfLmBertConfig(
+        hidden_size=ref.hidden_size,
+        num_hidden_layers=ref.num_hidden_layers,
+        num_attention_heads=ref.num_attention_heads,
+        intermediate_size=ref.intermediate_size,
+        hidden_act=_BERT_ACTS[ref.hidden_act],
+        position_embedding_type="learned",
+        max_position_embeddings=positions,
+        type_vocab_size=ref.type_vocab_size,
+        norm_type="layernorm",
+        norm_position="post",
+        norm_eps=ref.layer_norm_eps,
+        attention_bias=True,
+        mlp_bias=True,
+        hidden_dropout=float(ref.hidden_dropout_prob),
+        attention_dropout=float(ref.attention_probs_dropout_prob),
+        classifier_dropout=getattr(ref, "classifier_dropout", None),
+        initializer_range=ref.initializer_range,
+        tie_word_embeddings=bool(getattr(ref, "tie_word_embeddings", True)),
+        **_common_kwargs(ref),
+    )
+
+
+def _bert_state_dict(sd: dict, num_layers: int, model_type: str = "bert", pad_token_id: int = 0) -> dict:
+    """Rename BERT/RoBERTa weights; q, k and v are stacked into one `qkv_proj`."""
+    prefix = next((p for p in ("bert.", "roberta.") if any(k.startswith(p) for k in sd)), "")
+    out = {}
+    emb = f"{prefix}embeddings."
+    out["model.embed_tokens.weight"] = sd[f"{emb}word_embeddings.weight"]
+    positions = sd[f"{emb}position_embeddings.weight"]
+    if model_type == "roberta":
+        positions = positions[pad_token_id + 1 :]
+    out["model.positions.embeddings.weight"] = positions
+    if f"{emb}token_type_embeddings.weight" in sd:
+        out["model.token_type_embeddings.weight"] = sd[f"{emb}token_type_embeddings.weight"]
+    out["model.embed_norm.weight"] = sd[f"{emb}LayerNorm.weight"]
+    out["model.embed_norm.bias"] = sd[f"{emb}LayerNorm.bias"]
+    for i in range(num_layers):
+        src, dst = f"{prefix}encoder.layer.{i}.", f"model.layers.{i}."
+        for suffix in ("weight", "bias"):
+            out[f"{dst}self_attn.qkv_proj.{suffix}"] = torch.cat(
+                [sd[f"{src}attention.self.{n}.{suffix}"] for n in ("query", "key", "value")], dim=0
+            )
+            for a, b in (
+                ("attention.output.dense", "self_attn.o_proj"),
+                ("attention.output.LayerNorm", "attn_norm"),  # post-norm: after the attention residual
+                ("intermediate.dense", "mlp.up_proj"),
+                ("output.dense", "mlp.down_proj"),
+                ("output.LayerNorm", "mlp_norm"),
+            ):
+                out[f"{dst}{b}.{suffix}"] = sd[f"{src}{a}.{suffix}"]
+    if f"{prefix}pooler.dense.weight" in sd:
+        out["model.pooler.0.weight"] = sd[f"{prefix}pooler.dense.weight"]
+        out["model.pooler.0.bias"] = sd[f"{prefix}pooler.dense.bias"]
+    # masked-LM head: BERT's `cls.predictions.transform.*`, RoBERTa's `lm_head.*`
+    for head, dense, norm, bias in (
+        ("cls.predictions.", "transform.dense", "transform.LayerNorm", "bias"),
+        ("lm_head.", "dense", "layer_norm", "bias"),
+    ):
+        if f"{head}{dense}.weight" in sd:
+            for suffix in ("weight", "bias"):
+                out[f"lm_head.dense.{suffix}"] = sd[f"{head}{dense}.{suffix}"]
+                out[f"lm_head.norm.{suffix}"] = sd[f"{head}{norm}.{suffix}"]
+            out["lm_head.decoder.weight"] = sd[f"{head}decoder.weight"]
+            out["lm_head.decoder.bias"] = sd.get(f"{head}decoder.bias", sd.get(f"{head}{bias}"))
+    for a, b in (("cls.seq_relationship", "sentence_head"), ("classifier", "classifier")):
+        if f"{a}.weight" in sd:
+            out[f"{b}.weight"] = sd[f"{a}.weight"]
+            out[f"{b}.bias"] = sd[f"{a}.bias"]
+    return out
+
+
+# model_type -> (config converter, state-dict converter, heads)
 _FAMILIES = {
-    "gpt2": (_gpt2_config, _gpt2_state_dict),
-    "llama": (_llama_config, _llama_state_dict),
+    "gpt2": (_gpt2_config, _gpt2_state_dict, _GPT_HEADS),
+    "llama": (_llama_config, _llama_state_dict, _GPT_HEADS),
+    "bert": (_bert_config, _bert_state_dict, _BERT_HEADS),
+    "roberta": (_bert_config, _bert_state_dict, _BERT_HEADS),
+}
+
+# the reference classes each model type converts from (RoBERTa's classifier has another head shape)
+_SUPPORTED = {
+    "gpt2": ("GPT2LMHeadModel", "GPT2Model", "GPT2ForSequenceClassification"),
+    "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification"),
+    "bert": ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
+    "roberta": ("RobertaModel", "RobertaForMaskedLM"),
 }
 
 
@@ -178,32 +287,40 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     """Return the hf_lm model equivalent to a transformers reference model.
 
     Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
-    `LlamaModel`, `LlamaForSequenceClassification`. The result has the reference's dtype (or
-    `dtype`), is in eval mode, and produces the same hidden states and logits.
+    `LlamaModel`, `LlamaForSequenceClassification`, `BertModel`, `BertForMaskedLM`,
+    `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`.
+    The result has the reference's dtype (or `dtype`), is in eval mode, and produces the same hidden
+    states and logits (RoBERTa: on real tokens; its padding positions use a row hf_lm drops).
 
     Raises:
         ValueError: for an unsupported model class or a configuration hf_lm cannot represent.
     """
     ref_config = model.config
-    family = _FAMILIES.get(ref_config.model_type)
+    model_type = ref_config.model_type
     name = type(model).__name__
-    head = next((cls for suffix, cls in _HEADS.items() if name.endswith(suffix)), None)
-    if family is None or head is None:
+    if model_type not in _FAMILIES or name not in _SUPPORTED[model_type]:
+        supported = ", ".join(n for names in _SUPPORTED.values() for n in names)
         raise ValueError(
-            f"from_transformers does not support {name} (model_type={ref_config.model_type!r}); "
-            f"supported model types: {sorted(_FAMILIES)}, heads: LMHeadModel/ForCausalLM, ForSequenceClassification, Model."
+            f"from_transformers does not support {name} (model_type={model_type!r}); supported: {supported}."
         )
-    make_config, convert_state_dict = family
+    make_config, convert_state_dict, heads = _FAMILIES[model_type]
+    head = next(cls for suffix, cls in heads.items() if name.endswith(suffix))
     config = make_config(ref_config)
-    state_dict = convert_state_dict(model.state_dict(), config.num_hidden_layers)
-    if head is HfLmGPTModel:
+    if convert_state_dict is _bert_state_dict:
+        state_dict = _bert_state_dict(
+            model.state_dict(), config.num_hidden_layers, model_type, ref_config.pad_token_id or 0
+        )
+    else:
+        state_dict = convert_state_dict(model.state_dict(), config.num_hidden_layers)
+    if head.base_model_prefix and head.__name__.endswith("Model"):
         state_dict = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
     ref_dtype = next(model.parameters()).dtype
     new = head(config)
-    if config.tie_word_embeddings:
-        state_dict.pop("lm_head.weight", None)  # tied: the embedding is the head
+    tied = set(new._tied_weights_keys or {}) if config.tie_word_embeddings else set()
+    for key in tied:
+        state_dict.pop(key, None)  # tied: the embedding is the head
     missing, unexpected = new.load_state_dict(state_dict, strict=False)
-    missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
+    missing = [k for k in missing if k not in tied]
     if missing or unexpected:
         raise ValueError(f"Weight conversion of {name} failed: missing {missing}, unexpected {unexpected}.")
     new.config._attn_implementation = ref_config._attn_implementation or "sdpa"

@@ -150,11 +150,11 @@ def test_converted_checkpoint_loads_as_remote_code(tmp_path):
 
 
 def test_unsupported_models_are_refused():
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig, BertForNextSentencePrediction
 
-    with pytest.raises(ValueError, match="does not support BertModel"):
+    with pytest.raises(ValueError, match="does not support BertForNextSentencePrediction"):
         from_transformers(
-            BertModel(
+            BertForNextSentencePrediction(
                 BertConfig(
                     vocab_size=50,
                     hidden_size=16,

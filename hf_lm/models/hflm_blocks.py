@@ -134,7 +134,9 @@ class NoPositions(nn.Module):
 
     max_positions: int | None = None  # no limit on the input length
 
-    def __init__(self, config):
+    def __init__(self, config, width: int | None = None, causal: bool = True):
+        """`width`: size of the vectors `embed` returns (default `hidden_size`; ALBERT's factorized
+        embeddings add positions at `embedding_size`). `causal`: the model never looks ahead."""
         super().__init__()
 
     def embed(self, position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
@@ -150,9 +152,9 @@ class NoPositions(nn.Module):
 class LearnedPositions(NoPositions):
     """Learned absolute positions (GPT-2, BERT): one trained vector per position, hence a length limit."""
 
-    def __init__(self, config):
+    def __init__(self, config, width=None, causal=True):
         super().__init__(config)
-        self.embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.embeddings = nn.Embedding(config.max_position_embeddings, width or config.hidden_size)
         self.max_positions = config.max_position_embeddings
 
     def embed(self, position_ids, dtype):
@@ -162,9 +164,9 @@ class LearnedPositions(NoPositions):
 class SinusoidalPositions(NoPositions):
     """Fixed sinusoids of "Attention is all you need": sin on even dims, cos on odd dims."""
 
-    def __init__(self, config):
+    def __init__(self, config, width=None, causal=True):
         super().__init__(config)
-        self.hidden_size = config.hidden_size
+        self.hidden_size = width or config.hidden_size
 
     def embed(self, position_ids, dtype):
         half = self.hidden_size // 2
@@ -178,7 +180,7 @@ class SinusoidalPositions(NoPositions):
 class RotaryPositions(NoPositions):
     """RoPE (Su et al., 2021) in the "rotate half" layout used by GPT-NeoX and Llama checkpoints."""
 
-    def __init__(self, config):
+    def __init__(self, config, width=None, causal=True):
         super().__init__(config)
         self.head_dim = config.head_dim
         self.theta = config.rope_theta
@@ -217,18 +219,22 @@ class ALiBiPositions(NoPositions):
     """ALiBi: a linear penalty `-slope_h * (i - j)` on the scores instead of position vectors.
 
     Distances are measured in key-index space. With left or right padding the real tokens are
-    contiguous, so their distances are the same as in an unpadded sequence.
+    contiguous, so their distances are the same as in an unpadded sequence. A bidirectional
+    encoder penalizes the distance `|i - j|` symmetrically, as the paper suggests for encoders.
     """
 
-    def __init__(self, config):
+    def __init__(self, config, width=None, causal=True):
         super().__init__(config)
         self.num_heads = config.num_attention_heads
+        self.causal = causal
 
     def attention_bias(self, q_len, kv_len, past_len, device, dtype):
         slopes = alibi_slopes(self.num_heads).to(device)  # (nh,)
         q_pos = torch.arange(past_len, past_len + q_len, device=device)  # absolute index of each query
         k_pos = torch.arange(kv_len, device=device)
-        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()  # (T, S); future keys are masked
+        distance = q_pos[:, None] - k_pos[None, :]  # (T, S)
+        # causal: future keys are masked anyway; bidirectional: the penalty is symmetric
+        distance = (distance.clamp(min=0) if self.causal else distance.abs()).float()
         return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, nh, T, S)
 
 
@@ -286,9 +292,9 @@ def build_attention_mask(
     Returns:
         `(mask, is_causal)`. `mask` is None when plain causal attention (or no mask at all) is
         exact, so SDPA can use its fast `is_causal` kernel; otherwise a bool (B, 1, T, S) mask with
-        True = attend, or, when `bias` is given, a float (B, nh, T, S) additive mask. A query always
-        sees its own key, so rows of padding queries are never empty (no NaN, and the SDPA and eager
-        paths agree on them).
+        True = attend, or, when `bias` is given, a float (B, nh, T, S) additive mask. A query that
+        would see no key sees its own, so no row is empty (no NaN, and the SDPA and eager paths
+        agree on padding queries).
     """
     past_len = kv_len - q_len if past_len is None else past_len
     padded = attention_mask is not None  # callers pass None when nothing is padded
@@ -317,7 +323,9 @@ def build_attention_mask(
         docs = document_ids.to(device)
         same_doc = docs[:, past_len : past_len + q_len, None] == docs[:, None, :]  # (B, T, S)
         allowed = allowed & same_doc[:, None]  # (B, 1, T, S)
-    allowed = allowed | (k_idx == q_idx)[None, None]  # a query always sees itself
+    # a query with nothing to attend to (a padding query of a left-padded causal row, a fully
+    # padded sequence) sees itself: no empty softmax row, so no NaN, and SDPA and eager agree
+    allowed = allowed | ((k_idx == q_idx)[None, None] & ~allowed.any(dim=-1, keepdim=True))
     if attention_mask is not None:
         allowed = allowed.expand(attention_mask.shape[0], -1, -1, -1)
     if bias is None:
@@ -484,6 +492,20 @@ class TransformerBlock(GradientCheckpointingLayer):
 # ----------------------------------------------------------------------------------------------
 
 
+# model-class suffix -> the Hub's pipeline tag for the model card
+_PIPELINE_TAGS = {
+    "ForCausalLM": "text-generation",
+    "ForMaskedLM": "fill-mask",
+    "ForPreTraining": "fill-mask",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMultipleChoice": "multiple-choice",
+    "ForConditionalGeneration": "text2text-generation",
+    "Model": "feature-extraction",
+}
+
+
 class HfLmPreTrainedModel(PreTrainedModel):
     """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
 
@@ -504,6 +526,8 @@ class HfLmPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])  # padding embeds to zero, as in BERT
         elif isinstance(module, (LayerNorm, RMSNorm)):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
@@ -552,7 +576,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
         """A minimal Hugging Face model card: front matter the Hub indexes, the architecture, usage."""
         cfg, name = self.config, type(self).__name__
         auto_class = self._auto_class or "AutoModel"
-        task = "text-generation" if name.endswith("ForCausalLM") else None
+        task = next((tag for suffix, tag in _PIPELINE_TAGS.items() if name.endswith(suffix)), None)
         fields = [
             ("model_type", cfg.model_type),
             ("layers", cfg.num_hidden_layers),

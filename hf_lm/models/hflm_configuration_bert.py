@@ -1,0 +1,103 @@
+"""Configuration of hf_lm's BERT-style bidirectional encoder family (`model_type="hflm_bert"`).
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+"""
+
+from __future__ import annotations
+
+from .hflm_configuration_base import HfLmTransformerConfig, _positive_int, _probability
+
+# Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are
+# left to the caller (`HfLmBertConfig.from_preset("roberta", hidden_size=256, ...)`).
+BERT_PRESETS = {
+    # Devlin et al. (2019): segment embeddings, post-norm, GELU, MLM + next-sentence prediction
+    "bert": {},
+    # Liu et al. (2019): no NSP and no segment embeddings; dynamic masking lives in the collator
+    "roberta": {"type_vocab_size": 0, "norm_eps": 1e-5, "pad_token_id": 1},
+    # Lan et al. (2020): factorized embeddings E < H, one block shared by all layers, SOP
+    "albert": {"embedding_size": 128, "num_hidden_groups": 1, "hidden_act": "gelu_tanh"},
+}
+
+
+class HfLmBertConfig(HfLmTransformerConfig):
+    """A bidirectional Transformer encoder. Defaults are BERT-base; validated at construction.
+
+    Besides the shared fields of `HfLmTransformerConfig` (BERT defaults: post-norm LayerNorm with
+    eps 1e-12, exact GELU, learned positions up to 512, dropout 0.1):
+
+    Args:
+        type_vocab_size: number of segment (token type) embeddings; 2 for BERT's sentence pairs,
+            0 for none (RoBERTa).
+        embedding_size: width E of the token, position and segment embeddings; `None` = hidden
+            size. E < H is ALBERT's factorized embedding: V*E + E*H parameters instead of V*H.
+        num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
+            `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
+        classifier_dropout: dropout before the classification heads; `None` = `hidden_dropout`.
+        sparse_prediction: during training with `labels`, run the masked-LM head only on the
+            positions that have a label (about 15%) and return logits for those positions only,
+            shape (N, V); the loss is unchanged. Off by default: `logits` are then (B, T, V).
+
+    Example:
+        >>> from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
+        >>> config = HfLmBertConfig.from_preset("roberta", vocab_size=1000, hidden_size=64,
+        ...                                     num_hidden_layers=2, num_attention_heads=4)
+        >>> model = HfLmBertForMaskedLM(config)
+    """
+
+    model_type = "hflm_bert"
+
+    # BERT-base
+    vocab_size: int = 30522
+    hidden_act: str = "gelu"
+    max_position_embeddings: int = 512
+    norm_position: str = "post"
+    norm_eps: float = 1e-12
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    use_cache: bool = False  # an encoder has no incremental decoding
+    pad_token_id: int | None = 0
+    type_vocab_size: int = 2
+    embedding_size: int | None = None
+    num_hidden_groups: int | None = None
+    classifier_dropout: float | None = None
+    sparse_prediction: bool = False
+
+    def __post_init__(self, **kwargs):
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
+        if self.num_hidden_groups is None:
+            self.num_hidden_groups = self.num_hidden_layers
+        super().__post_init__(**kwargs)
+
+    def validate_hflm(self) -> None:
+        super().validate_hflm()
+        if (
+            isinstance(self.type_vocab_size, bool)
+            or not isinstance(self.type_vocab_size, int)
+            or self.type_vocab_size < 0
+        ):
+            raise ValueError(
+                f"`type_vocab_size` must be a non-negative integer (0 = no segment embeddings), got {self.type_vocab_size!r}."
+            )
+        _positive_int("embedding_size", self.embedding_size)
+        _positive_int("num_hidden_groups", self.num_hidden_groups)
+        if self.num_hidden_groups > self.num_hidden_layers:
+            raise ValueError(
+                f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
+                f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
+            )
+        if self.position_embedding_type == "sinusoidal" and self.embedding_size % 2:
+            raise ValueError(
+                f"`embedding_size` must be even for position_embedding_type='sinusoidal', got {self.embedding_size}."
+            )
+        if self.classifier_dropout is not None:
+            _probability("classifier_dropout", self.classifier_dropout)
+        if not isinstance(self.sparse_prediction, bool):
+            raise ValueError(f"`sparse_prediction` must be True or False, got {self.sparse_prediction!r}.")
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs) -> HfLmBertConfig:
+        """A config from one of `BERT_PRESETS` ("bert", "roberta", "albert"), with `kwargs` on top."""
+        if name not in BERT_PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(BERT_PRESETS)}.")
+        return cls(**{**BERT_PRESETS[name], **kwargs})

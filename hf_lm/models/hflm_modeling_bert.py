@@ -1,0 +1,657 @@
+"""hf_lm's BERT-style bidirectional encoder family: base model, pretraining and task heads.
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+The blocks (attention, positions, norms, feed-forwards) live in `hflm_blocks`; this file composes
+them in the shape of BERT (Devlin et al., 2019), with RoBERTa's and ALBERT's options as config
+values (no segment embeddings; factorized embeddings and cross-layer sharing).
+
+Objectives live in the data collators (`training.collators_mlm`): the heads only consume labels.
+
+Shape legend: B batch, T sequence length, C hidden size, E embedding size, V vocabulary,
+nc number of choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import ModelOutput
+
+from .hflm_blocks import (
+    FEED_FORWARDS,
+    NORMS,
+    POSITION_ENCODINGS,
+    HfLmPreTrainedModel,
+    TransformerBlock,
+    build_attention_mask,
+    build_norm,
+    check_input_ids,
+    check_labels,
+    lm_loss,
+    sequence_classification_loss,
+)
+from .hflm_configuration_bert import HfLmBertConfig
+
+
+@dataclass
+class HfLmBertForPreTrainingOutput(ModelOutput):
+    """Outputs of `HfLmBertForPreTraining`.
+
+    Args:
+        loss: masked-LM loss plus sentence-pair loss, when labels are given.
+        prediction_logits: (B, T, V) masked-LM logits ((N, V) with `sparse_prediction` in training).
+        seq_relationship_logits: (B, 2) next-sentence (or sentence-order) logits.
+    """
+
+    loss: torch.FloatTensor | None = None
+    prediction_logits: torch.FloatTensor | None = None
+    seq_relationship_logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+class HfLmBertPreTrainedModel(HfLmPreTrainedModel):
+    config_class = HfLmBertConfig
+    config: HfLmBertConfig
+
+
+class HfLmBertModel(HfLmBertPreTrainedModel):
+    """Embeddings (token + position + segment, normalized) -> N bidirectional blocks -> pooler.
+
+    The pooler (a tanh layer on the first token, `[CLS]`) feeds the sentence-level heads; the
+    masked-LM head does not need it (`add_pooling_layer=False`), as in transformers' BERT.
+    """
+
+    def __init__(self, config: HfLmBertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        E, C = config.embedding_size, config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E, causal=False)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
+        )
+        # BERT normalizes the summed embeddings even though its blocks are post-norm: the sum of
+        # three embeddings would otherwise enter the first block at an arbitrary scale
+        self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        # ALBERT: embeddings live in a small space E and are projected up to the model width C
+        self.embed_proj = nn.Linear(E, C) if E != C else nn.Identity()
+        # cross-layer sharing: `num_hidden_groups` distinct blocks, layer i runs block layer_to_block[i]
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, i, is_causal=False) for i in range(config.num_hidden_groups)
+        )
+        self.layer_to_block = [
+            i * config.num_hidden_groups // config.num_hidden_layers for i in range(config.num_hidden_layers)
+        ]
+        # a post-norm stack already ends in a norm; a pre-norm stack needs one
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        if add_pooling_layer:
+            self.pooler = nn.Sequential(nn.Linear(C, C), nn.Tanh())
+        else:
+            self.pooler = None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        """Encode a batch; every position sees every non-padding position.
+
+        Args:
+            input_ids: (B, T) token ids in [0, vocab_size).
+            attention_mask: (B, T) 1 for tokens, 0 for padding.
+            token_type_ids: (B, T) segment ids in [0, type_vocab_size); default all 0.
+            position_ids: (B|1, T); by default each real token's index among the real tokens, so
+                a left-padded sequence gets the positions it has alone (with right padding, the
+                usual for encoders, this is BERT's 0..T-1).
+            inputs_embeds: (B, T, E) instead of `input_ids`.
+
+        Returns:
+            `last_hidden_state` (B, T, C) and `pooler_output` (B, C) (None without the pooler).
+        """
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = cfg.return_dict if return_dict is None else return_dict
+
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        if input_ids is not None:
+            check_input_ids(input_ids, cfg.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, E)
+        elif (
+            inputs_embeds.dim() != 3
+            or inputs_embeds.shape[0] == 0
+            or inputs_embeds.shape[1] == 0
+            or inputs_embeds.shape[2] != cfg.embedding_size
+        ):
+            raise ValueError(
+                f"`inputs_embeds` must be a non-empty (batch, seq_len, embedding_size={cfg.embedding_size}) "
+                f"tensor, got {tuple(inputs_embeds.shape)}."
+            )
+        B, T = inputs_embeds.shape[:2]
+        device = inputs_embeds.device
+        eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
+
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, T):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, seq_len) = ({B}, {T}), got {tuple(attention_mask.shape)}."
+            )
+        if eager and attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # nothing is padded: attention takes its unmasked fast path
+        if position_ids is None:
+            position_ids = torch.arange(T, device=device)[None]  # (1, T)
+            if attention_mask is not None:
+                mask = attention_mask.to(device).long()
+                # real tokens count only real tokens; padding keeps its index (it is never attended to)
+                position_ids = torch.where(mask.bool(), mask.cumsum(-1) - 1, position_ids)  # (B, T)
+        elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
+            raise ValueError(
+                f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
+            )
+        max_positions = self.positions.max_positions
+        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
+            raise ValueError(
+                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
+                f"sequences of at most max_position_embeddings={max_positions} tokens. Truncate the input "
+                "(tokenizer(..., truncation=True, max_length=...))."
+            )
+
+        hidden_states = inputs_embeds
+        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
+        if pos_embeds is not None:
+            hidden_states = hidden_states + pos_embeds
+        if token_type_ids is not None:
+            if tuple(token_type_ids.shape) != (B, T):
+                raise ValueError(
+                    f"`token_type_ids` must have shape ({B}, {T}) like the input, got {tuple(token_type_ids.shape)}."
+                )
+            if eager and bool(((token_type_ids < 0) | (token_type_ids >= max(cfg.type_vocab_size, 1))).any()):
+                raise ValueError(
+                    f"`token_type_ids` must be segment ids in [0, type_vocab_size={cfg.type_vocab_size}) "
+                    f"(all 0 when type_vocab_size is 0), got values {sorted(set(token_type_ids.unique().tolist()))}."
+                )
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                # segment A everywhere: adding row 0 is the same as looking it up for every token
+                hidden_states = hidden_states + self.token_type_embeddings.weight[0]
+            else:
+                hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
+        hidden_states = self.dropout(self.embed_norm(hidden_states))  # (B, T, E)
+        hidden_states = self.embed_proj(hidden_states)  # (B, T, C)
+
+        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
+        bias = self.positions.attention_bias(T, T, 0, device, hidden_states.dtype)
+        attn_mask, is_causal = build_attention_mask(
+            attention_mask, T, T, device, hidden_states.dtype, causal=False, bias=bias
+        )
+
+        all_hidden_states = () if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for block in self.layer_to_block:
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            hidden_states, weights = self.layers[block](
+                hidden_states,
+                attention_mask=attn_mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                output_attentions=output_attentions,
+            )
+            if output_attentions:
+                all_attentions += (weights,)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden_states += (hidden_states,)
+        pooled = self.pooler(hidden_states[:, 0]) if self.pooler is not None else None  # (B, C)
+
+        out = BaseModelOutputWithPooling(
+            last_hidden_state=hidden_states,
+            pooler_output=pooled,
+            hidden_states=all_hidden_states,
+            attentions=all_attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmBertLMHead(nn.Module):
+    """BERT's masked-LM head: dense -> activation -> norm -> decoder tied to the input embeddings.
+
+    The transform maps C to E so that ALBERT's factorized embeddings can be tied too.
+    """
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.act = FEED_FORWARDS[config.hidden_act][1]  # the elementwise activation of the family
+        self.norm = NORMS[config.norm_type](config.embedding_size, eps=config.norm_eps)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
+
+
+def _masked_lm(
+    head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, kwargs
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """(loss, logits) of the masked-LM head. Labels are not shifted: position t predicts itself."""
+    if labels is None:
+        return None, head(hidden_states)  # (B, T, V)
+    check_labels(labels, hidden_states.shape[:2], vocab_size)
+    labels = labels.to(hidden_states.device)
+    if sparse:
+        # only ~15% of positions carry a label: skip the (B, T, V) decoder matmul for the rest
+        selected = labels != -100  # (B, T)
+        logits = head(hidden_states[selected])  # (N, V)
+        labels = labels[selected][None]  # (1, N)
+        loss = lm_loss(logits[None], labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+        return loss, logits
+    logits = head(hidden_states)
+    return lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch")), logits
+
+
+class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
+    """The encoder with the masked-LM head (`AutoModelForMaskedLM`, the `fill-mask` pipeline)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.model = HfLmBertModel(config, add_pooling_layer=False)
+        self.lm_head = HfLmBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked).
+
+        With `num_items_in_batch` (passed by `Trainer`) the loss is a sum over the masked tokens
+        divided by it, so gradient accumulation equals one big batch.
+        """
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        sparse = self.config.sparse_prediction and self.training
+        loss, logits = _masked_lm(
+            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
+        )
+        out = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
+    """Masked LM plus a sentence-pair head on the pooled `[CLS]`: BERT's next-sentence prediction
+    (label 1 = B is a random sentence) or ALBERT's sentence-order prediction (label 1 = swapped).
+    Which one is decided by the data collator, not the model."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.model = HfLmBertModel(config)
+        self.lm_head = HfLmBertLMHead(config)
+        self.sentence_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        next_sentence_label: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> HfLmBertForPreTrainingOutput | tuple:
+        """Args: `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label` (B,)
+        in {0, 1}. The loss is the sum of the two losses given (as in BERT)."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        sparse = self.config.sparse_prediction and self.training
+        loss, logits = _masked_lm(
+            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
+        )
+        sentence_logits = self.sentence_head(outputs.pooler_output)  # (B, 2)
+        if next_sentence_label is not None:
+            B = sentence_logits.shape[0]
+            if tuple(next_sentence_label.shape) not in ((B,), (B, 1)) or bool(
+                ((next_sentence_label < 0) | (next_sentence_label > 1)).any()
+            ):
+                raise ValueError(
+                    f"`next_sentence_label` must be ({B},) labels in {{0, 1}}, got shape "
+                    f"{tuple(next_sentence_label.shape)} with values {next_sentence_label.unique().tolist()}."
+                )
+            nsp = F.cross_entropy(
+                sentence_logits.float(), next_sentence_label.view(-1).to(sentence_logits.device)
+            )
+            loss = nsp if loss is None else loss + nsp
+        out = HfLmBertForPreTrainingOutput(
+            loss=loss,
+            prediction_logits=logits,
+            seq_relationship_logits=sentence_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+    return nn.Dropout(p)
+
+
+class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
+    """A classifier (or regressor) on the pooled `[CLS]` state; loss by `config.problem_type`."""
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = HfLmBertModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
+        (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
+        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        out = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
+    """A classifier on every token (NER, POS tagging); `labels` (B, T) with -100 ignored."""
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = HfLmBertModel(config, add_pooling_layer=False)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        """Logits (B, T, num_labels); the loss is the mean cross-entropy over labelled tokens."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
+        loss = None
+        if labels is not None:
+            check_labels(labels, logits.shape[:2], self.num_labels)
+            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+        out = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
+    """Extractive QA (SQuAD): start and end logits for every token of `[CLS] question [SEP] context [SEP]`."""
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.model = HfLmBertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        """`start_logits`, `end_logits`: (B, T). With `start_positions` and `end_positions` (B,)
+        the loss is the mean of the two cross-entropies; positions outside [0, T) are ignored
+        (as in transformers: an answer cut off by truncation does not count)."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
+        start_logits, end_logits = (
+            x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1)
+        )  # (B, T) each
+        loss = None
+        if (start_positions is None) != (end_positions is None):
+            raise ValueError("Pass both `start_positions` and `end_positions`, or neither.")
+        if start_positions is not None:
+            B, T = start_logits.shape
+            for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+                if positions.numel() != B:
+                    raise ValueError(
+                        f"`{name}` must hold one position per example ({B}), got shape {tuple(positions.shape)}."
+                    )
+            # out-of-range positions (the answer was truncated away) become T and are ignored
+            start = start_positions.view(-1).to(start_logits.device).clamp(0, T)
+            end = end_positions.view(-1).to(end_logits.device).clamp(0, T)
+            loss = (
+                F.cross_entropy(start_logits.float(), start, ignore_index=T)
+                + F.cross_entropy(end_logits.float(), end, ignore_index=T)
+            ) / 2
+        out = QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
+    """SWAG-style multiple choice: each (context, choice) pair is encoded and scored by one Linear
+    on its pooled `[CLS]`; the scores of the choices are compared by a softmax."""
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.model = HfLmBertModel(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput | tuple:
+        """Inputs are (B, nc, T) (`inputs_embeds` (B, nc, T, E)); logits (B, nc); `labels` (B,) the
+        index of the right choice."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        source = input_ids if input_ids is not None else inputs_embeds
+        if source is None or source.dim() != (3 if input_ids is not None else 4):
+            raise ValueError(
+                "Multiple choice takes `input_ids` of shape (batch, num_choices, seq_len) (or `inputs_embeds` "
+                f"(batch, num_choices, seq_len, embedding_size)), got {None if source is None else tuple(source.shape)}."
+            )
+        B, nc = source.shape[:2]
+
+        def flat(x):  # (B, nc, T, ...) -> (B * nc, T, ...)
+            if x is None:
+                return None
+            if tuple(x.shape[:2]) != (B, nc):
+                raise ValueError(
+                    f"Every input must start with (batch, num_choices) = ({B}, {nc}), got {tuple(x.shape)}."
+                )
+            return x.reshape(B * nc, *x.shape[2:])
+
+        outputs = self.model(
+            input_ids=flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids)
+            if position_ids is not None and position_ids.dim() == 3
+            else position_ids,
+            inputs_embeds=flat(inputs_embeds),
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(B, nc)  # (B, nc)
+        loss = None
+        if labels is not None:
+            if labels.numel() != B or bool(((labels < 0) | (labels >= nc)).any()):
+                raise ValueError(
+                    f"`labels` must be ({B},) choice indices in [0, {nc}), got {labels.tolist()}."
+                )
+            loss = F.cross_entropy(logits.float(), labels.view(-1).to(logits.device))
+        out = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = [
+    "HfLmBertPreTrainedModel",
+    "HfLmBertModel",
+    "HfLmBertForMaskedLM",
+    "HfLmBertForPreTraining",
+    "HfLmBertForSequenceClassification",
+    "HfLmBertForTokenClassification",
+    "HfLmBertForQuestionAnswering",
+    "HfLmBertForMultipleChoice",
+    "HfLmBertForPreTrainingOutput",
+]
