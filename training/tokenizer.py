@@ -45,6 +45,16 @@ GPT_SPECIAL_TOKENS: dict[str, str] = {
     "pad_token": "<|pad|>",
 }
 
+# BERT's convention (Devlin et al., 2019): "[CLS] A [SEP] B [SEP]", "[MASK]" for masked-LM inputs.
+# With cls_token and sep_token, `train_tokenizer` adds that template (see `bert_post_processor`).
+BERT_SPECIAL_TOKENS: dict[str, str] = {
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "mask_token": "[MASK]",
+}
+
 # the special-token roles transformers' tokenizers know (bos, eos, unk, sep, pad, cls, mask)
 SPECIAL_TOKEN_ROLES = tuple(PreTrainedTokenizerFast.SPECIAL_TOKENS_ATTRIBUTES)
 
@@ -129,6 +139,30 @@ def _build(kind: str, vocab_size: int, special: list[str], unk: str | None, min_
     return tokenizer, trainer
 
 
+def bert_post_processor(
+    tokenizer: Tokenizer, cls_token: str, sep_token: str
+) -> processors.TemplateProcessing:
+    """BERT's input template: `[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]`, segment ids 0 then 1.
+
+    Devlin et al. (2019), section 3: the segment embedding (token_type_ids) is 0 for `[CLS] A [SEP]`
+    and 1 for `B [SEP]`.
+
+    Args:
+        tokenizer: a trained `tokenizers.Tokenizer` whose vocabulary holds both tokens.
+        cls_token: the classification token that starts every input, e.g. "[CLS]".
+        sep_token: the separator that ends each segment, e.g. "[SEP]".
+
+    Returns:
+        The post-processor to set as `tokenizer.post_processor`.
+    """
+    ids = {token: tokenizer.token_to_id(token) for token in (cls_token, sep_token)}
+    return processors.TemplateProcessing(
+        single=f"{cls_token}:0 $A:0 {sep_token}:0",
+        pair=f"{cls_token}:0 $A:0 {sep_token}:0 $B:1 {sep_token}:1",
+        special_tokens=list(ids.items()),
+    )
+
+
 def train_tokenizer(
     texts: Iterable[str],
     kind: str = "byte_bpe",
@@ -155,7 +189,11 @@ def train_tokenizer(
             (ignored by "unigram").
 
     Returns:
-        A `PreTrainedTokenizerFast` that adds no bos/eos around encodings.
+        A `PreTrainedTokenizerFast` that adds no bos/eos around encodings. When `special_tokens`
+        has both a cls_token and a sep_token (e.g. `BERT_SPECIAL_TOKENS`), it adds BERT's template
+        instead, `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]`, and returns `token_type_ids` (0 for
+        `[CLS] A [SEP]`, 1 for `B [SEP]`); the template is saved in tokenizer.json, so
+        `AutoTokenizer.from_pretrained` reloads the same behaviour.
 
     Raises:
         ValueError: naming the argument, for an unknown kind, a too small vocab_size, bad special
@@ -195,12 +233,21 @@ def train_tokenizer(
         counts["chars"],
         tokenizer.get_vocab_size(),
     )
+    extra = {}
+    if "cls_token" in special_tokens and "sep_token" in special_tokens:
+        template = bert_post_processor(tokenizer, special_tokens["cls_token"], special_tokens["sep_token"])
+        # byte-level BPE keeps its own post-processor (offsets) before the template
+        previous = tokenizer.post_processor
+        tokenizer.post_processor = template if previous is None else processors.Sequence([previous, template])
+        # transformers 5 returns no token_type_ids unless the tokenizer names them as a model input
+        extra["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         model_max_length=model_max_length,
         padding_side=padding_side,
         # transformers' default clean-up would turn " ." into "." and break the round trip
         clean_up_tokenization_spaces=False,
+        **extra,
         **special_tokens,
     )
 
