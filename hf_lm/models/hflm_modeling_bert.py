@@ -126,7 +126,8 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         Args:
             input_ids: (B, T) token ids in [0, vocab_size).
             attention_mask: (B, T) 1 for tokens, 0 for padding.
-            token_type_ids: (B, T) segment ids in [0, type_vocab_size); default all 0.
+            token_type_ids: (B, T) segment ids in [0, type_vocab_size); default all 0. Ignored by a
+                model without segment embeddings (`type_vocab_size=0`, RoBERTa-style).
             position_ids: (B|1, T); by default each real token's index among the real tokens, so
                 a left-padded sequence gets the positions it has alone (with right padding, the
                 usual for encoders, this is BERT's 0..T-1).
@@ -189,15 +190,18 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
         if pos_embeds is not None:
             hidden_states = hidden_states + pos_embeds
+        if cfg.type_vocab_size == 0:
+            # no segment embeddings (RoBERTa): segment ids a BERT-style tokenizer sends mean nothing here
+            token_type_ids = None
         if token_type_ids is not None:
             if tuple(token_type_ids.shape) != (B, T):
                 raise ValueError(
                     f"`token_type_ids` must have shape ({B}, {T}) like the input, got {tuple(token_type_ids.shape)}."
                 )
-            if eager and bool(((token_type_ids < 0) | (token_type_ids >= max(cfg.type_vocab_size, 1))).any()):
+            if eager and bool(((token_type_ids < 0) | (token_type_ids >= cfg.type_vocab_size)).any()):
                 raise ValueError(
-                    f"`token_type_ids` must be segment ids in [0, type_vocab_size={cfg.type_vocab_size}) "
-                    f"(all 0 when type_vocab_size is 0), got values {sorted(set(token_type_ids.unique().tolist()))}."
+                    f"`token_type_ids` must be segment ids in [0, type_vocab_size={cfg.type_vocab_size}), "
+                    f"got values {sorted(set(token_type_ids.unique().tolist()))}."
                 )
         if self.token_type_embeddings is not None:
             if token_type_ids is None:
