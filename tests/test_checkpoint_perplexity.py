@@ -79,7 +79,15 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
     )
     assert path == tmp_path / "checkpoint-00000003"
     assert sorted(os.listdir(path)) == sorted(
-        ["model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "state.json", "COMPLETE"]
+        [
+            "model.safetensors",
+            "config.json",
+            "optimizer.pt",
+            "scheduler.pt",
+            "rng.pt",
+            "state.json",
+            "COMPLETE",
+        ]
     )
 
     model2, optimizer2, scheduler2 = _train_setup(1, tie)  # different init, fresh optimizer state
@@ -126,9 +134,100 @@ def test_rng_restore_is_exact(tmp_path):
 def test_pt_files_load_with_weights_only(tmp_path):
     model, optimizer, scheduler = _train_setup(0)
     _train_steps(model, optimizer, scheduler, 1)
-    path = save_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=1)
-    for name in ("optimizer.pt", "scheduler.pt", "rng.pt"):
+    scaler = torch.amp.GradScaler("cpu")
+    path = save_checkpoint(
+        tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, step=1
+    )
+    for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng.pt"):
         torch.load(path / name, weights_only=True)  # raises UnpicklingError on any non-allowlisted type
+
+
+def _scaled_steps(model, optimizer, scaler, n: int, overflow_at=()) -> None:
+    """fp16-style steps through a GradScaler; an inf gradient at the listed steps backs the scale off."""
+    gen = torch.Generator().manual_seed(n)
+    for i in range(n):
+        ids = torch.randint(3, 97, (2, 12), generator=gen)
+        loss = model(input_ids=ids, labels=ids).loss
+        scaler.scale(loss * (float("inf") if i in overflow_at else 1.0)).backward()
+        scaler.step(optimizer)  # skipped when the gradients hold inf/NaN
+        scaler.update()
+        optimizer.zero_grad()
+
+
+def test_grad_scaler_state_round_trip(tmp_path):
+    """The fp16 loss scale and its growth tracker survive a checkpoint, and training continues identically.
+
+    accelerate creates its GradScaler only on a GPU; torch's CPU GradScaler has the same state.
+    """
+    model, optimizer, _ = _train_setup(0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
+    _scaled_steps(model, optimizer, scaler, 3, overflow_at=(1,))  # back off once, then count towards growth
+    assert scaler.get_scale() == 2.0**11 and scaler.state_dict()["_growth_tracker"] == 1
+    path = save_checkpoint(tmp_path, model=model, optimizer=optimizer, scaler=scaler, step=3)
+
+    model2, optimizer2, _ = _train_setup(1)
+    scaler2 = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
+    load_checkpoint(path, model=model2, optimizer=optimizer2, scaler=scaler2)
+    assert scaler2.state_dict() == scaler.state_dict()
+    _scaled_steps(model, optimizer, scaler, 3, overflow_at=(2,))
+    _scaled_steps(model2, optimizer2, scaler2, 3, overflow_at=(2,))
+    assert scaler2.state_dict() == scaler.state_dict()
+    _assert_nested_equal(model.state_dict(), model2.state_dict())
+
+    # a checkpoint without scaler state (an fp32 run) still loads: the scale starts afresh
+    plain = save_checkpoint(tmp_path, model=model, optimizer=optimizer, step=6)
+    fresh = torch.amp.GradScaler("cpu", init_scale=2.0**12)
+    load_checkpoint(plain, model=model2, optimizer=optimizer2, scaler=fresh)
+    assert fresh.get_scale() == 2.0**12
+
+
+def test_rng_states_of_every_process(tmp_path):
+    """A multi-process checkpoint stores one RNG file per rank; each rank restores its own."""
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    states, expected = [], []
+    for rank in range(3):  # stand-ins for three processes' streams
+        torch.manual_seed(100 + rank)
+        random.seed(100 + rank)
+        np.random.seed(100 + rank)
+        states.append(ckpt.get_rng_state())
+        expected.append(_draw())
+    path = save_checkpoint(tmp_path, model=model, step=1, rng_states=states)
+    assert {"rng.pt", "rng-1.pt", "rng-2.pt"} <= set(os.listdir(path))
+    assert json.loads((path / "state.json").read_text())["num_rng_states"] == 3
+    for rank in (2, 0, 1):
+        load_checkpoint(path, model=model, rank=rank)
+        assert _draw() == expected[rank]
+    # a rank the checkpoint has no state for (more processes than when saved) keeps its streams
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    load_checkpoint(path, model=model, rank=3)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_model_config_mismatch_names_the_fields(tmp_path):
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    path = save_checkpoint(tmp_path, model=model, step=1)
+    assert json.loads((path / "config.json").read_text())["hidden_size"] == 32
+    other = HfLmGPTForCausalLM(tiny_gpt_config(hidden_size=48, num_attention_heads=4, hidden_dropout=0.1))
+    with pytest.raises(ValueError, match="Cannot resume") as info:
+        load_checkpoint(path, model=other)
+    message = str(info.value)
+    for expected in ("hidden_size: 32 → 48", "head_dim: 8 → 12", "hidden_dropout: 0.0 → 0.1", "resume=false"):
+        assert expected in message, message
+    assert "vocab_size" not in message and "transformers_version" not in message
+    # bookkeeping fields (name, dtype, attention implementation) do not count
+    same = HfLmGPTForCausalLM(tiny_gpt_config())
+    same.config._name_or_path = "elsewhere"
+    same.config.use_cache = False
+    load_checkpoint(path, model=same)
+    # a checkpoint saved before config.json existed loads without the check
+    os.remove(path / "config.json")
+    with pytest.raises(RuntimeError):  # torch's own shape error
+        load_checkpoint(path, model=other)
+    assert ckpt.config_differences({"a": 1, "dtype": "float32"}, {"a": 2, "b": 3}) == {
+        "a": (1, 2),
+        "b": (None, 3),
+    }
 
 
 def test_load_missing_part_raises(tmp_path):

@@ -10,7 +10,13 @@ from datasets import Dataset
 
 import training.data
 from training.corpora import MarkovSource, SyntheticCorpus, load_builtin_corpus
-from training.data import DatasetLoadError, load_text_dataset, tokenize_and_pack, train_eval_split
+from training.data import (
+    DatasetLoadError,
+    buffered_shuffle,
+    load_text_dataset,
+    tokenize_and_pack,
+    train_eval_split,
+)
 from training.tokenizer import train_tokenizer
 
 DOCS = ["hello world", "", "a b", "the quick brown fox", "x", "jumps over the lazy dog", "end of text"]
@@ -227,3 +233,34 @@ def test_train_eval_split_is_deterministic():
     assert sorted(train + held) == sorted(dataset["text"]) and 5 <= len(held) <= 40
     with pytest.raises(ValueError, match="eval_fraction"):
         train_eval_split(dataset, 1.0, seed=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shuffle buffer
+# ----------------------------------------------------------------------------------------------
+
+
+def test_buffered_shuffle_is_a_seeded_bounded_permutation():
+    read = []
+
+    def source(n):
+        for i in range(n):
+            read.append(i)
+            yield i
+
+    def shuffled(seed, buffer_size=16, n=200):
+        return buffered_shuffle(source(n), buffer_size, np.random.default_rng(seed))
+
+    out = []
+    for item in shuffled([0, 0]):
+        assert len(read) - len(out) <= 16 + 1  # the buffer and the item just read, no more
+        out.append(item)
+    assert sorted(out) == list(range(200)) and out != list(range(200))
+    assert list(shuffled([0, 0])) == out  # a pure function of the input order and the seed
+    assert list(shuffled([0, 1])) != out
+    assert max(i - pos for pos, i in enumerate(out)) <= 16  # an item moves at most ~buffer earlier
+    assert list(shuffled([0, 0], buffer_size=1)) == list(range(200))
+    assert list(shuffled([0, 0], buffer_size=0)) == list(range(200))
+    assert sorted(shuffled([0, 0], buffer_size=500)) == list(range(200))  # a buffer larger than the stream
+    with pytest.raises(ValueError, match="buffer_size"):
+        list(shuffled([0, 0], buffer_size=-1))

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from hf_lm import HfLmGPTForCausalLM
 from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
 from training.checkpoint import latest_checkpoint, list_checkpoints
-from training.train import GlobalBatchSampler, TrainingDivergedError, train
+from training.train import GlobalBatchSampler, TrainingDivergedError, seed_process_rngs, train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +89,12 @@ def test_tiny_run_outputs_and_learns(tmp_path):
     assert losses[-1] < losses[0] - 0.5  # from ~ln(300) = 5.7 down
     assert "held-out perplexity" in (final / "README.md").read_text()
     assert json.loads((out / "final_metrics.json").read_text())["step"] == 20
+
+    # bits per token, and per character and word of the text the scored tokens spell
+    assert metrics["eval_bits_per_token"] == pytest.approx(metrics["eval_loss"] / math.log(2))
+    assert metrics["eval_bits_per_character"] < metrics["eval_bits_per_token"] < metrics["eval_bits_per_word"]
+    assert float(rows[-1]["eval_bits_per_word"]) == pytest.approx(metrics["eval_bits_per_word"])
+    assert "held-out bits per character" in (final / "README.md").read_text()
 
     model = HfLmGPTForCausalLM.from_pretrained(final)
     assert model.config.num_hidden_layers == 2 and model.config.vocab_size == 300
@@ -246,8 +252,10 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_matches_one_process(tmp_path):
+@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
+def test_two_process_ddp_matches_one_process(tmp_path, streaming):
     b = 4
+    data = {"streaming": True, "shuffle_buffer_size": 64} if streaming else {}
     cmd = [
         sys.executable,
         "-m",
@@ -257,14 +265,14 @@ def test_two_process_ddp_matches_one_process(tmp_path):
         "2",
         "-m",
         "training.train",
-        *_argv(tmp_path / "ddp", max_steps=8, per_device_batch_size=b, report_to=["none"]),
+        *_argv(tmp_path / "ddp", max_steps=8, per_device_batch_size=b, report_to=["none"], **data),
     ]
     result = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = json.loads((tmp_path / "ddp" / "final_metrics.json").read_text())
     assert ddp["world_size"] == 2 and ddp["global_batch_size"] == 2 * b
 
-    single = _run(tmp_path / "one", max_steps=8, per_device_batch_size=2 * b, report_to=["none"])
+    single = _run(tmp_path / "one", max_steps=8, per_device_batch_size=2 * b, report_to=["none"], **data)
     assert single["world_size"] == 1
     x, y = _weights(tmp_path / "ddp"), _weights(tmp_path / "one")
     for name in x:
@@ -295,3 +303,141 @@ def test_document_mask_run_keeps_attention_inside_documents(tmp_path):
     assert set(blocks) == {"input_ids", "position_ids", "document_ids"}
     starts = blocks["position_ids"] == 0
     assert torch.equal(starts[:, 1:], blocks["document_ids"][:, 1:] != blocks["document_ids"][:, :-1])
+
+
+def test_eval_text_units_count_what_the_loss_scores():
+    """Characters and words of the scored tokens 1..T-1: a word begun in token 0 is not counted."""
+    from training.tokenizer import train_tokenizer
+    from training.train import bits_metrics, eval_text_units
+
+    tokenizer = train_tokenizer(["ab cd", "ef"] * 5, kind="char", vocab_size=40, min_frequency=1)
+    eos = tokenizer.eos_token_id
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    # block 0 = "ab cd" EOS scores "b cd" EOS: 5 characters (an EOS counts one), 1 word ("cd": "b"
+    # ends "ab", begun in the context token); block 1 = "ef" EOS "a" EOS EOS scores "f" EOS "a"
+    # EOS EOS: 5 characters, 1 word ("a")
+    blocks = {
+        "input_ids": torch.tensor([encode("ab cd") + [eos], encode("ef") + [eos] + encode("a") + [eos, eos]])
+    }
+    assert blocks["input_ids"].shape == (2, 6)
+    units = eval_text_units(tokenizer, blocks, 1)
+    assert units == {"tokens": 5, "characters": 5, "words": 1}
+    units = eval_text_units(tokenizer, blocks, 2)
+    assert units == {"tokens": 10, "characters": 5 + 5, "words": 1 + 1}
+    bits = bits_metrics(math.log(2), units)  # 1 bit per token
+    assert bits == {"eval_bits_per_token": 1.0, "eval_bits_per_character": 1.0, "eval_bits_per_word": 5.0}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 runs where there is a CUDA GPU")
+def test_fp16_without_gpu_fails_early(tmp_path):
+    with pytest.raises(ValueError, match="fp16.*needs a CUDA GPU.*bf16"):
+        _run(tmp_path / "fp16", max_steps=2, mixed_precision="fp16")
+    assert not (tmp_path / "fp16").exists()  # before any output
+
+
+def test_bf16_run_trains(tmp_path):
+    """bf16 autocast runs on CPU (accelerate's native AMP) and the loss falls as in fp32."""
+    out = tmp_path / "bf16"
+    metrics = _run(out, max_steps=20, mixed_precision="bf16", report_to=["csv"])
+    with open(out / "metrics.csv") as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f) if r["loss"]]
+    assert losses[-1] < losses[0] - 0.5 and math.isfinite(metrics["eval_loss"])
+    assert "| precision | bf16 mixed |" in (out / "final" / "README.md").read_text()
+    assert _weights(out)["model.embed_tokens.weight"].dtype == torch.float32  # fp32 master weights
+
+
+def test_resume_with_another_model_config_names_the_fields(tmp_path):
+    out = tmp_path / "run"
+    _run(out, max_steps=4, save_every=4, report_to=["none"])
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    with pytest.raises(ValueError, match="Cannot resume") as info:
+        _run(
+            out,
+            max_steps=8,
+            save_every=4,
+            report_to=["none"],
+            resume="true",
+            hidden_size=64,
+            num_hidden_layers=3,
+        )
+    message = str(info.value)
+    for expected in (
+        "hidden_size: 32 → 64",
+        "num_hidden_layers: 2 → 3",
+        "same ModelArguments",
+        "fresh output_dir",
+    ):
+        assert expected in message, message
+
+
+def test_ranks_draw_different_dropout_masks():
+    """Each process re-seeds torch with (seed, rank): independent dropout per rank, reproducible per rank."""
+    from conftest import tiny_gpt_config
+
+    torch.manual_seed(0)
+    model = HfLmGPTForCausalLM(tiny_gpt_config(hidden_dropout=0.3, attention_dropout=0.3)).train()
+    ids = torch.randint(3, 97, (2, 16), generator=torch.Generator().manual_seed(1))
+
+    def loss_on(seed, rank):
+        seed_process_rngs(seed, rank)
+        return model(input_ids=ids, labels=ids).loss.item()
+
+    rank0, rank1 = loss_on(0, 0), loss_on(0, 1)
+    assert rank0 != rank1  # different masks on the same batch
+    assert loss_on(0, 0) == rank0 and loss_on(0, 1) == rank1
+    assert loss_on(1, 0) not in (rank0, rank1)  # and another seed, other streams
+    assert len({seed_process_rngs(s, r) for s in range(4) for r in range(4)}) == 16
+
+
+# Two runs in one launch (saving a launch's start-up): run A to the end, then run B, which exits
+# right after writing checkpoint 8 (rank 0 writes it; torchrun then stops the other rank), so the
+# 2-process run B is interrupted at a known point.
+RUN_A_THEN_INTERRUPTED_B = """
+import os, sys
+from accelerate.state import AcceleratorState, GradientState
+import training.train as T
+
+split = sys.argv.index("--then")
+T.main(sys.argv[1:split])
+AcceleratorState._reset_state(True)  # the process group stays; the next run joins it again
+GradientState._reset_state()
+save = T.save_checkpoint
+def save_then_exit(*args, **kwargs):
+    path = save(*args, **kwargs)
+    if kwargs["step"] == 8:
+        os._exit(17)
+    return path
+T.save_checkpoint = save_then_exit
+T.main(sys.argv[split + 1 :])
+"""
+
+
+@pytest.mark.slow
+def test_two_process_resume_with_dropout_is_exact(tmp_path):
+    """Two processes with dropout: each rank's own RNG stream is saved (rank 0 gathers them) and
+    restored by that rank, so an interrupted and resumed run ends with the uninterrupted run's weights."""
+    script = tmp_path / "a_then_b.py"
+    script.write_text(RUN_A_THEN_INTERRUPTED_B)
+
+    def torchrun(*args: str):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+        return subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+
+    def argv(out, **flags):
+        return _argv(out, per_device_batch_size=4, report_to=["none"], **RESUME, **flags)
+
+    result = torchrun(str(script), *argv(tmp_path / "a"), "--then", *argv(tmp_path / "b"))
+    assert (tmp_path / "a" / "final").is_dir(), result.stderr[-3000:]
+    assert result.returncode != 0 and not (tmp_path / "b" / "final").exists()
+    checkpoint = latest_checkpoint(tmp_path / "b" / "checkpoints")
+    assert checkpoint.name == "checkpoint-00000008", result.stderr[-3000:]
+    states = [torch.load(checkpoint / name, weights_only=True) for name in ("rng.pt", "rng-1.pt")]
+    assert not torch.equal(states[0]["torch"], states[1]["torch"])  # one dropout stream per rank
+
+    result = torchrun("-m", "training.train", *argv(tmp_path / "b", resume="true"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((tmp_path / "b" / "final_metrics.json").read_text())["world_size"] == 2
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name

@@ -23,6 +23,9 @@ LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
+# streaming defaults: bounded however large the corpus is
+STREAMING_TOKENIZER_DOCUMENTS = 100_000
+STREAMING_EVAL_BLOCKS = 1_000
 
 
 def _positive(obj, *names: str) -> None:
@@ -61,7 +64,26 @@ class DataArguments:
     streaming: bool = field(
         default=False,
         metadata={
-            "help": "Read and tokenize lazily; the packed blocks are still held in memory for sampling."
+            "help": "Stream the corpus: read, tokenize and pack while training, in bounded memory, for "
+            "corpora that do not fit in memory (the data order then comes from a shuffle buffer)."
+        },
+    )
+    shuffle_buffer_size: int = field(
+        default=10_000,
+        metadata={"help": "With streaming: blocks in the seeded shuffle buffer (0 or 1: stream order)."},
+    )
+    tokenizer_train_documents: int | None = field(
+        default=None,
+        metadata={
+            "help": "Train the tokenizer on the first N training documents (default: all of them; "
+            f"the first {STREAMING_TOKENIZER_DOCUMENTS:,} with streaming)."
+        },
+    )
+    max_eval_blocks: int | None = field(
+        default=None,
+        metadata={
+            "help": "Keep the first N evaluation blocks (default: all; "
+            f"{STREAMING_EVAL_BLOCKS:,} with streaming, where they are read into memory)."
         },
     )
     max_documents: int | None = field(default=None, metadata={"help": "Keep only the first N documents."})
@@ -86,7 +108,17 @@ class DataArguments:
 
     def __post_init__(self) -> None:
         _positive(self, "vocab_size", "block_size")
-        _optional_positive(self, "max_documents", "max_chars", "num_proc")
+        _optional_positive(
+            self, "max_documents", "max_chars", "num_proc", "tokenizer_train_documents", "max_eval_blocks"
+        )
+        if (
+            isinstance(self.shuffle_buffer_size, bool)
+            or not isinstance(self.shuffle_buffer_size, int)
+            or self.shuffle_buffer_size < 0
+        ):
+            raise ValueError(
+                f"`shuffle_buffer_size` must be a non-negative integer, got {self.shuffle_buffer_size!r}."
+            )
         _choice(self, "tokenizer_kind", TOKENIZER_KINDS)
         if isinstance(self.eval_fraction, bool) or not 0 < self.eval_fraction < 1:
             raise ValueError(f"`eval_fraction` must be in (0, 1), got {self.eval_fraction!r}.")
@@ -174,8 +206,13 @@ class TrainArguments:
     warmup_steps: int = field(default=100, metadata={"help": "Linear warmup updates before the schedule."})
     lr_scheduler: str = field(default="cosine", metadata={"help": f"Schedule after warmup: {LR_SCHEDULERS}."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip; 0 disables clipping."})
-    mixed_precision: str = field(default="no", metadata={"help": f"Autocast dtype: {MIXED_PRECISIONS}."})
-    seed: int = field(default=0, metadata={"help": "Seed of the split, init, data order and dropout."})
+    mixed_precision: str = field(
+        default="no",
+        metadata={"help": f"Autocast dtype: {MIXED_PRECISIONS} (bf16 runs on CPU; fp16 needs a GPU)."},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed of the split, init, data order and (with the rank) dropout."}
+    )
     eval_every: int = field(default=100, metadata={"help": "Evaluate every N updates (and at the end)."})
     eval_batches: int | None = field(
         default=None, metadata={"help": "Eval micro-batches per process (all eval blocks if unset)."}

@@ -4,11 +4,18 @@ Layout, one folder per step under a root folder:
 
     root/checkpoint-00001000/
         model.safetensors   weights (safetensors; tied/shared tensors stored once)
+        config.json         the model's config (models with a transformers `config` only)
         optimizer.pt        optimizer.state_dict()   (torch.save, loads with weights_only=True)
         scheduler.pt        scheduler.state_dict()   (torch.save, loads with weights_only=True)
-        rng.pt              python `random`, numpy, torch CPU (and CUDA) generator states
-        state.json          {"step", "data_state", "extra"}
+        scaler.pt           fp16 GradScaler.state_dict() (loss scale, growth tracker), if one is used
+        rng.pt              python `random`, numpy, torch CPU (and CUDA) generator states of process 0
+        rng-1.pt, ...       the same for process 1, ... of a multi-process run (gathered to process 0)
+        state.json          {"step", "data_state", "extra", "num_rng_states"}
         COMPLETE            written last: its presence means every other file is complete
+
+Every file but `model.safetensors` and `COMPLETE` is optional, so checkpoints written before
+`config.json`, `scaler.pt` or `rng-N.pt` existed still load: without `config.json` the model
+config is not checked, and a process without its own RNG file keeps its current streams.
 
 Atomicity: everything is written into a hidden sibling `root/.tmp-checkpoint-...`, each file is
 fsynced, `COMPLETE` is written last, and only then is the folder renamed to its final name
@@ -46,8 +53,31 @@ COMPLETE_MARKER = "COMPLETE"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 SCHEDULER_FILE = "scheduler.pt"
+SCALER_FILE = "scaler.pt"
 RNG_FILE = "rng.pt"
+CONFIG_FILE = "config.json"
 STATE_FILE = "state.json"
+
+# config entries that record where or how a model was loaded or run, not what it computes; they
+# may differ between the run that saved a checkpoint and the run resuming it
+_CONFIG_BOOKKEEPING = frozenset(
+    {
+        "transformers_version",
+        "_name_or_path",
+        "_commit_hash",
+        "architectures",
+        "auto_map",
+        "dtype",
+        "torch_dtype",
+        "attn_implementation",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "use_cache",
+        "return_dict",
+        "output_attentions",
+        "output_hidden_states",
+    }
+)
 
 _CHECKPOINT_RE = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
 
@@ -55,6 +85,28 @@ _CHECKPOINT_RE = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
 def checkpoint_name(step: int) -> str:
     """The folder name of the checkpoint at `step` (zero-padded, so names sort by step)."""
     return f"{CHECKPOINT_PREFIX}{step:08d}"
+
+
+def rng_file(rank: int) -> str:
+    """The RNG file of process `rank`: `rng.pt` for process 0 (the single-process name), else `rng-{rank}.pt`."""
+    return RNG_FILE if rank == 0 else f"rng-{rank}.pt"
+
+
+def _config_dict(model) -> dict | None:
+    """The model's transformers config as JSON-normalized data (int dict keys become strings), or None."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_json_string"):
+        return None
+    return json.loads(config.to_json_string(use_diff=False))
+
+
+def config_differences(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
+    """The config fields that differ, as `{field: (saved value, current value)}`, bookkeeping ignored.
+
+    A field present on one side only is reported with `None` on the other.
+    """
+    keys = (saved.keys() | current.keys()) - _CONFIG_BOOKKEEPING
+    return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if saved.get(k) != current.get(k)}
 
 
 def _fsync_file(path: Path) -> None:
@@ -161,11 +213,13 @@ def save_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any | None = None,
+    scaler: Any | None = None,
     step: int,
     data_state: dict | None = None,
     extra: dict | None = None,
     keep_last: int | None = None,
     save_rng: bool = True,
+    rng_states: list[dict] | None = None,
 ) -> Path:
     """Atomically write the checkpoint of `step` to `directory/checkpoint-{step:08d}`.
 
@@ -174,11 +228,17 @@ def save_checkpoint(
         model: the model; its `state_dict` goes to `model.safetensors`, shared (tied) tensors once.
         optimizer: optional optimizer, saved with its `state_dict()`.
         scheduler: optional LR scheduler (anything with `state_dict()`).
+        scaler: optional fp16 loss scaler (`torch.amp.GradScaler`; accelerate's `accelerator.scaler`,
+            None without fp16): its scale and growth tracker, so a resumed run scales the loss as the
+            uninterrupted one would.
         step: the global step (optimizer updates done), >= 0.
         data_state: JSON-serializable position in the data (epoch, sample index, sampler seed...).
         extra: JSON-serializable extras (metrics, config, ...).
         keep_last: if given, delete all but the `keep_last` newest complete checkpoints afterwards.
         save_rng: also save the global RNG states (python, numpy, torch, CUDA).
+        rng_states: the RNG states of every process, in rank order (`get_rng_state()` on each,
+            gathered to the saving process), one file each; default: this process's states only.
+            A multi-process run must pass them: each process has its own dropout stream.
 
     Returns:
         The final checkpoint folder.
@@ -194,20 +254,30 @@ def save_checkpoint(
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
+    if save_rng and rng_states is None:
+        rng_states = [get_rng_state()]
+    num_rng_states = len(rng_states) if save_rng else 0
     # serialize the JSON first: a TypeError should not cost a half-written temp folder
-    state_json = json.dumps({"step": step, "data_state": data_state, "extra": extra}, indent=2)
+    state_json = json.dumps(
+        {"step": step, "data_state": data_state, "extra": extra, "num_rng_states": num_rng_states}, indent=2
+    )
+    config = _config_dict(model)
 
     tmp = root / f"{TMP_PREFIX}{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         save_model(model, str(tmp / MODEL_FILE))
         _fsync_file(tmp / MODEL_FILE)
+        if config is not None:
+            _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
         if optimizer is not None:
             _torch_save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         if scheduler is not None:
             _torch_save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
-        if save_rng:
-            _torch_save(get_rng_state(), tmp / RNG_FILE)
+        if scaler is not None:
+            _torch_save(scaler.state_dict(), tmp / SCALER_FILE)
+        for rank in range(num_rng_states):
+            _torch_save(rng_states[rank], tmp / rng_file(rank))
         _write_text(tmp / STATE_FILE, state_json)
         _write_text(tmp / COMPLETE_MARKER, f"{step}\n")  # last: marks every other file complete
         _fsync_dir(tmp)
@@ -248,18 +318,27 @@ def load_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None = None,
     scheduler: Any | None = None,
+    scaler: Any | None = None,
     restore_rng: bool = True,
     strict: bool = True,
+    rank: int = 0,
 ) -> dict:
     """Restore a checkpoint written by `save_checkpoint` into existing objects.
+
+    The model's config is compared with the checkpoint's `config.json` first, so a model built
+    with other settings fails with the list of differing fields rather than inside
+    `load_state_dict` with tensor shapes.
 
     Args:
         directory: a `checkpoint-N` folder (see `latest_checkpoint`).
         model: the model to load the weights into (on any device; tensors are moved to it).
         optimizer: optional optimizer built over `model`'s parameters, in the same order.
         scheduler: optional scheduler built over `optimizer`.
+        scaler: optional fp16 `GradScaler`; restored when the checkpoint has `scaler.pt` (a
+            warning otherwise: the loss scale then restarts from its initial value).
         restore_rng: restore the global RNG states, so random draws continue as after the save.
         strict: require the weights to match the model's keys exactly.
+        rank: this process's index: it restores the RNG states saved for it (`rng_file(rank)`).
 
     Returns:
         A dict with `step`, `data_state`, `extra` and `path`.
@@ -267,10 +346,24 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: if the folder is not a complete checkpoint, or a requested part
             (optimizer/scheduler state) is missing.
+        ValueError: `model`'s config differs from the one saved with the checkpoint (the message
+            lists each field as saved → current).
     """
     path = Path(directory)
     if not (path / COMPLETE_MARKER).is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE_MARKER} marker).")
+    current = _config_dict(model)
+    if current is not None and (path / CONFIG_FILE).is_file():
+        saved = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        differences = config_differences(saved, current)
+        if differences:
+            listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in differences.items())
+            raise ValueError(
+                f"Cannot resume from {path}: the model differs from the checkpoint's ({listed}; "
+                "checkpoint → this run). Resume with the model settings the run was started with (the same "
+                "ModelArguments, config_overrides and tokenizer), or start a new run: a fresh output_dir, or "
+                "resume=false to train from scratch in this one."
+            )
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=strict, device=str(device))
@@ -283,12 +376,17 @@ def load_checkpoint(
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} is missing: this checkpoint was saved without it.")
         obj.load_state_dict(torch.load(path / name, map_location="cpu", weights_only=True))
+    if scaler is not None:
+        if (path / SCALER_FILE).is_file():
+            scaler.load_state_dict(torch.load(path / SCALER_FILE, map_location="cpu", weights_only=True))
+        else:
+            logger.warning("%s has no GradScaler state: the fp16 loss scale starts afresh", path)
 
     if restore_rng:
-        if (path / RNG_FILE).is_file():
-            set_rng_state(torch.load(path / RNG_FILE, map_location="cpu", weights_only=True))
+        if (path / rng_file(rank)).is_file():
+            set_rng_state(torch.load(path / rng_file(rank), map_location="cpu", weights_only=True))
         else:
-            logger.warning("%s has no RNG state: random streams not restored", path)
+            logger.warning("%s has no RNG state for process %d: random streams not restored", path, rank)
 
     state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     logger.info("loaded checkpoint %s (step %d)", path, state["step"])

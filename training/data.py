@@ -10,6 +10,7 @@
   position within its document, so attention need not cross documents (Krell et al., 2021,
   "Efficient sequence packing without cross-contamination").
 - `train_eval_split` holds out a deterministic share of the rows.
+- `buffered_shuffle` shuffles a stream too large for memory through a bounded, seeded buffer.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import glob
 import hashlib
 import logging
 import os
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, IterableDataset, List, Value, load_dataset
@@ -40,6 +43,8 @@ FILE_BUILDERS: dict[str, tuple[str, dict]] = {
 }
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 _MAP_BATCH_SIZE = 1000  # documents per batch of the maps; the blocks do not depend on it
+
+_Item = TypeVar("_Item")
 
 
 class DatasetLoadError(RuntimeError):
@@ -415,3 +420,47 @@ def train_eval_split(
         raise ValueError(f"Cannot split a dataset of {len(dataset)} row(s) into train and eval.")
     split = dataset.train_test_split(test_size=eval_fraction, seed=seed, shuffle=True)
     return DatasetDict({"train": split["train"], "eval": split["test"]})
+
+
+# ----------------------------------------------------------------------------------------------
+# Shuffle a stream
+# ----------------------------------------------------------------------------------------------
+
+
+def buffered_shuffle(items: Iterable[_Item], buffer_size: int, rng: np.random.Generator) -> Iterator[_Item]:
+    """Yield `items` in a pseudo-random order, holding at most `buffer_size` of them at a time.
+
+    The shuffle buffer of tf.data and `datasets.IterableDataset.shuffle`: fill a buffer, then for
+    each new item yield a uniformly chosen buffered one and put the new one in its place; drain
+    the buffer in random order at the end. An item moves at most about `buffer_size` places
+    earlier, so the order is only as random as the buffer is large compared with the stream, but
+    memory stays bounded whatever the stream's length. The order is a pure function of the
+    input order and `rng`'s state, so re-running with an equally seeded `rng` gives the same
+    order: a resumed run replays it and skips what it had consumed.
+
+    Args:
+        items: any iterable, read lazily (at most `buffer_size + 1` items ahead of the output).
+        buffer_size: items held at once; 0 or 1 keeps the input order.
+        rng: the generator drawing the positions, e.g. `numpy.random.default_rng([seed, epoch])`.
+
+    Yields:
+        Every item of `items` exactly once.
+
+    Raises:
+        ValueError: for a negative `buffer_size`.
+    """
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 0:
+        raise ValueError(f"`buffer_size` must be a non-negative integer, got {buffer_size!r}.")
+    if buffer_size <= 1:
+        yield from items
+        return
+    buffer: list[_Item] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        i = int(rng.integers(buffer_size))
+        buffer[i], item = item, buffer[i]
+        yield item
+    for i in rng.permutation(len(buffer)):
+        yield buffer[i]

@@ -16,17 +16,36 @@ What the loop guarantees:
   contiguous part. So the union of all ranks' micro-batches of an update is the same set of
   blocks whatever the split between processes and accumulation, and 2 processes x b blocks
   follow the same trajectory as 1 process x 2b (up to float rounding).
+- **Streaming in bounded memory** (`streaming=True`): the training blocks are read, tokenized
+  and packed while training, in the order of the stream passed through a seeded shuffle buffer
+  (`training.data.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
+  batches and per-rank slices as above (`StreamingGlobalBatches`). Every process reads the whole
+  stream and keeps its own slice, so the order does not depend on the number of processes.
+  Memory holds the shuffle buffer, one global batch, the first `max_eval_blocks` evaluation
+  blocks and the tokenizer's training sample (the first `tokenizer_train_documents` documents),
+  whatever the size of the corpus.
 - **The loss is a plain token mean per micro-batch**, and `accelerator.backward` divides it by
   `gradient_accumulation_steps` inside `accelerator.accumulate`; DDP averages over processes.
   Every block holds exactly `block_size - 1` predicted tokens (packing leaves no padding), so
   this mean of means is exactly the token mean over the global batch.
+- **Independent dropout per process.** All processes start from `set_seed(seed)` (same split,
+  tokenizer and initial weights); then each re-seeds torch with (seed, rank)
+  (`seed_process_rngs`), so the ranks' dropout masks are independent, as those of a single
+  process's larger batch are.
 - **Exact resume.** A checkpoint (`training.checkpoint`) holds weights, optimizer, scheduler,
-  RNG states and the data position (epoch, update index within the epoch, step); the data order
-  is a pure function of (seed, epoch), so a resumed run continues bit for bit as if never stopped
-  (CPU, fp32). Checkpoints are written by the main process only, never after a non-finite loss.
+  the fp16 loss scaler (if any), the RNG states of *every* process (gathered to the main process,
+  each restored by its own rank) and the data position (epoch, updates within the epoch, step;
+  streaming re-reads the epoch's stream and skips that many global batches). The data order is a
+  pure function of (data, seed, epoch), so a resumed run continues bit for bit as if never
+  stopped (CPU, fp32). Checkpoints are written by the main process only, never after a
+  non-finite loss. A checkpoint of another model config is refused with the differing fields.
 - **Divergence stops the run**: a non-finite loss (averaged over processes, so all ranks agree)
   raises `TrainingDivergedError` before the update is applied; the last checkpoint stays the last
   good one.
+- **Evaluation** reports the held-out loss, perplexity and bits per token, character and word
+  (`eval_text_units`: the characters and words the scored tokens spell).
+- **Precision**: bf16 autocast runs on CPU and GPU; fp16 needs a CUDA GPU (on CPU accelerate
+  would silently train in fp32, so the run refuses it).
 
 Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `metrics.csv`,
 `tensorboard` logs (if requested), `loss.png`, `final_metrics.json`, and `final/`, a folder ready to
@@ -40,6 +59,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import itertools
 import json
 import logging
 import math
@@ -52,8 +72,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
-from datasets import Dataset, IterableDataset
+from accelerate.utils import gather_object, set_seed
+from datasets import IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
@@ -61,10 +81,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
 import hf_lm  # noqa: F401  (registers the Auto classes)
 from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
 from hf_lm.cards import write_model_card
+from hf_lm.metrics.sliding_window import bits_per_unit
 from hf_lm.plots import plot_loss_curves
-from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
-from training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from training.data import load_text_dataset, tokenize_and_pack, train_eval_split
+from training.args import (
+    STREAMING_EVAL_BLOCKS,
+    STREAMING_TOKENIZER_DOCUMENTS,
+    DataArguments,
+    ModelArguments,
+    TrainArguments,
+    parse_args,
+)
+from training.checkpoint import get_rng_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
 from training.tokenizer import train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -77,6 +105,9 @@ CSV_FIELDS = (
     "grad_norm",
     "eval_loss",
     "eval_perplexity",
+    "eval_bits_per_token",
+    "eval_bits_per_character",
+    "eval_bits_per_word",
     "tokens",
     "seconds",
 )
@@ -105,19 +136,60 @@ def _limit(dataset, data_args: DataArguments):
     return dataset
 
 
-def _to_tensors(packed, with_positions: bool) -> dict[str, torch.Tensor]:
-    """The packed blocks as int64 tensors (N, T): the sampler needs random access."""
+def _block_columns(document_mask: bool) -> list[str]:
     # with document masking, positions restart at each document and attention stays inside it
-    columns = ["input_ids"] + (["position_ids", "document_ids"] if with_positions else [])
+    return ["input_ids"] + (["position_ids", "document_ids"] if document_mask else [])
+
+
+def _to_tensors(packed, with_positions: bool, limit: int | None = None) -> dict[str, torch.Tensor]:
+    """The first `limit` (all if None) packed blocks as int64 tensors (N, T), for random access.
+
+    A streamed dataset is read only up to `limit` blocks, so a bounded prefix of an unbounded
+    stream can be materialized.
+
+    Raises:
+        ValueError: the (streamed) split holds no block at all.
+    """
+    columns = _block_columns(with_positions)
     if isinstance(packed, IterableDataset):
-        rows = list(packed)
+        rows = list(itertools.islice(packed, limit))
+        if not rows:
+            raise ValueError(
+                "The streamed split holds no complete block: too little text for one block_size; "
+                "raise eval_fraction (or max_documents), or lower block_size."
+            )
         return {c: torch.tensor([r[c] for r in rows], dtype=torch.long) for c in columns}
+    if limit is not None and limit < len(packed):
+        packed = packed.select(range(limit))
     arrays = packed.with_format("numpy")
     return {c: torch.from_numpy(np.asarray(arrays[c], dtype=np.int64)) for c in columns}
 
 
+class BlockStream:
+    """The training blocks of a streamed corpus, re-read from the start for each epoch.
+
+    `epoch(e)` iterates the packed `IterableDataset` (reading, tokenizing and packing lazily) through
+    `buffered_shuffle` seeded by `numpy.random.default_rng([seed, e])`. Its order is a pure function
+    of (data, seed, buffer size, epoch), so a resumed run re-opens the epoch and skips the blocks it
+    had consumed. Memory: `shuffle_buffer_size` blocks, as int64 numpy arrays (T,).
+    """
+
+    def __init__(self, packed: IterableDataset, columns: list[str], shuffle_buffer_size: int, seed: int):
+        self.packed, self.columns = packed, columns
+        self.shuffle_buffer_size, self.seed = shuffle_buffer_size, seed
+
+    def epoch(self, epoch: int):
+        """The blocks of epoch `epoch`, each a dict of int64 arrays (T,) keyed by column."""
+        rows = ({c: np.asarray(row[c], dtype=np.int64) for c in self.columns} for row in self.packed)
+        return buffered_shuffle(rows, self.shuffle_buffer_size, np.random.default_rng([self.seed, epoch]))
+
+
 def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Accelerator):
-    """The tokenizer: given, reloaded from the run folder, or trained on the training documents."""
+    """The tokenizer: given, reloaded from the run folder, or trained on the first training documents.
+
+    It is trained on the first `tokenizer_train_documents` training documents: all of them by
+    default, the first `STREAMING_TOKENIZER_DOCUMENTS` when streaming (a stream may not end).
+    """
     if data_args.tokenizer_name_or_path:
         return AutoTokenizer.from_pretrained(data_args.tokenizer_name_or_path)
     folder = Path(train_args.output_dir) / "tokenizer"
@@ -128,9 +200,15 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
     ).is_file()
     if reuse:
         return AutoTokenizer.from_pretrained(folder)
-    texts = (
-        (row["text"] for row in train_docs) if isinstance(train_docs, IterableDataset) else train_docs["text"]
-    )
+    limit = data_args.tokenizer_train_documents
+    if isinstance(train_docs, IterableDataset):
+        limit = limit or STREAMING_TOKENIZER_DOCUMENTS
+        # lazily: the stream is read only up to the limit, and the texts are never held together
+        texts = (row["text"] for row in itertools.islice(train_docs, limit))
+    else:
+        if limit is not None and limit < len(train_docs):
+            train_docs = train_docs.select(range(limit))
+        texts = train_docs["text"]
     tokenizer = train_tokenizer(
         texts,
         kind=data_args.tokenizer_kind,
@@ -146,39 +224,59 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
     """Load, split (by document), tokenize and pack the corpus.
 
     Returns:
-        `(tokenizer, train_blocks, eval_blocks, description)`; blocks are dicts of int64 tensors
-        (N, T) with "input_ids" (and "position_ids", "document_ids" with `document_mask`).
+        `(tokenizer, train_blocks, eval_blocks, description)`. `eval_blocks` is a dict of int64
+        tensors (N, T) with "input_ids" (and "position_ids", "document_ids" with `document_mask`),
+        the first `max_eval_blocks` held-out blocks. `train_blocks` is such a dict too, or with
+        `streaming` a `BlockStream` that reads, packs and shuffles the training split lazily.
     """
+    streaming = data_args.streaming
+    max_eval_blocks = data_args.max_eval_blocks or (STREAMING_EVAL_BLOCKS if streaming else None)
     with accelerator.main_process_first():  # dataset caches and the tokenizer are written once
         dataset = load_text_dataset(
             data_args.dataset,
             config_name=data_args.config_name,
             split=data_args.split,
             text_column=data_args.text_column,
-            streaming=data_args.streaming,
+            streaming=streaming,
         )
         dataset = _limit(dataset, data_args)
         splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
         tokenizer = _load_or_train_tokenizer(data_args, train_args, splits["train"], accelerator)
-        blocks = {}
-        for name in ("train", "eval"):
-            packed = tokenize_and_pack(
+        packed = {
+            name: tokenize_and_pack(
                 splits[name],
                 tokenizer,
                 data_args.block_size,
-                num_proc=None if data_args.streaming else data_args.num_proc,
+                num_proc=None if streaming else data_args.num_proc,
                 document_mask=data_args.document_mask,
             )
-            blocks[name] = _to_tensors(packed, data_args.document_mask)
-    n_docs = len(dataset) if isinstance(dataset, Dataset) else "streamed"
-    description = (
-        f"`{data_args.dataset}`"
-        + (f" ({data_args.config_name})" if data_args.config_name else "")
-        + f": {n_docs} documents, {data_args.eval_fraction:.1%} held out; "
-        f"{len(blocks['train']['input_ids']):,} training and {len(blocks['eval']['input_ids']):,} evaluation "
-        f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
-    )
-    return tokenizer, blocks["train"], blocks["eval"], description
+            for name in ("train", "eval")
+        }
+        eval_blocks = _to_tensors(packed["eval"], data_args.document_mask, limit=max_eval_blocks)
+        if streaming:
+            train_blocks = BlockStream(
+                packed["train"],
+                _block_columns(data_args.document_mask),
+                data_args.shuffle_buffer_size,
+                train_args.seed,
+            )
+        else:
+            train_blocks = _to_tensors(packed["train"], data_args.document_mask)
+    source = f"`{data_args.dataset}`" + (f" ({data_args.config_name})" if data_args.config_name else "")
+    n_eval = len(eval_blocks["input_ids"])
+    if streaming:
+        description = (
+            f"{source}, streamed: {data_args.eval_fraction:.1%} of the documents held out; training "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing) read in a shuffle buffer of "
+            f"{data_args.shuffle_buffer_size:,} blocks; {n_eval:,} evaluation blocks."
+        )
+    else:
+        description = (
+            f"{source}: {len(dataset)} documents, {data_args.eval_fraction:.1%} held out; "
+            f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    return tokenizer, train_blocks, eval_blocks, description
 
 
 class GlobalBatchSampler(torch.utils.data.Sampler):
@@ -229,6 +327,80 @@ class _Blocks(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {name: t[i] for name, t in self.tensors.items()}
+
+
+class StreamingGlobalBatches:
+    """This rank's micro-batches from a `BlockStream`, cut as `GlobalBatchSampler` cuts its order.
+
+    Each update reads the next G = b * world * accum blocks of the epoch's stream; micro-step m
+    takes blocks [m * b * world, (m + 1) * b * world) of them and rank r the r-th b of those. So,
+    as with the sampler, the union of an update's micro-batches over ranks is the same for any split
+    between processes and accumulation. An epoch ends when its stream holds less than one more
+    global batch (that tail is dropped, as the sampler drops its incomplete update), and the next
+    one re-opens the stream with the next epoch's shuffle.
+
+    Every process reads every block and keeps its slice: reading and tokenizing are repeated on
+    each rank, the price of a data order that does not depend on the number of processes.
+
+    `position` is (epoch, updates consumed in that epoch) after the update whose micro-batches were
+    last handed out; `set_position` starts an iteration there by skipping `update * G` blocks of
+    the epoch's stream (reading them without training).
+    """
+
+    def __init__(self, stream: BlockStream, per_device: int, world: int, rank: int, accum: int) -> None:
+        self.stream = stream
+        self.per_device, self.world, self.rank, self.accum = per_device, world, rank, accum
+        self.global_batch = per_device * world * accum
+        self.epoch, self.update = 0, 0
+        self.position = (0, 0)
+
+    def set_position(self, epoch: int, update: int) -> None:
+        """Start the next iteration after `update` updates of epoch `epoch`."""
+        self.epoch, self.update = epoch, update
+        self.position = (epoch, update)
+
+    def __iter__(self):
+        epoch, update = self.epoch, self.update
+        b, chunk, size = self.per_device, self.per_device * self.world, self.global_batch
+        while True:
+            blocks = self.stream.epoch(epoch)
+            skipped = sum(1 for _ in itertools.islice(blocks, update * size))
+            if skipped < update * size:
+                raise ValueError(
+                    f"Cannot resume at update {update} of epoch {epoch}: the stream now holds only {skipped} "
+                    f"blocks (< {update} x {size}); the data or the shuffle buffer changed since the checkpoint."
+                )
+            start = update
+            while len(batch := list(itertools.islice(blocks, size))) == size:
+                update += 1
+                self.position = (epoch, update)
+                for m in range(self.accum):
+                    rows = batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b]
+                    yield {c: torch.from_numpy(np.stack([r[c] for r in rows])) for c in rows[0]}  # (b, T)
+            if update == start == 0:
+                raise ValueError(
+                    f"The streamed training split holds {len(batch)} blocks: fewer than one global batch of "
+                    f"{size} (per_device_batch_size * processes * gradient_accumulation_steps); use more data "
+                    "or smaller batches."
+                )
+            epoch, update = epoch + 1, 0
+
+
+def seed_process_rngs(seed: int, rank: int) -> int:
+    """Re-seed torch's global generators (CPU and every GPU) with a seed of process `rank`'s own.
+
+    Called after `set_seed(seed)` has made the split, tokenizer and initial weights the same on
+    every process. Without it every rank would draw the same dropout masks, so the masks of a
+    global batch would be copies of b-row patterns instead of independent draws as in one
+    process's batch. The seed is derived with `numpy.random.SeedSequence([seed, rank])`, which
+    spreads nearby (seed, rank) pairs over unrelated streams.
+
+    Returns:
+        The derived seed.
+    """
+    derived = int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+    torch.manual_seed(derived)  # seeds the CUDA generators too
+    return derived
 
 
 # ----------------------------------------------------------------------------------------------
@@ -298,9 +470,7 @@ def evaluate(
     means is the token mean.
     """
     model.eval()
-    n = len(blocks["input_ids"])
-    if max_batches is not None:
-        n = min(n, max_batches * batch_size * accelerator.num_processes)
+    n = eval_block_count(len(blocks["input_ids"]), batch_size, accelerator.num_processes, max_batches)
     mine = torch.arange(accelerator.process_index, n, accelerator.num_processes)
     total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (loss sum, blocks)
     for start in range(0, len(mine), batch_size):
@@ -312,6 +482,63 @@ def evaluate(
     model.train()
     mean = (total[0] / total[1]).item() if total[1] > 0 else float("nan")
     return mean, math.exp(mean) if mean < 700 else float("inf")
+
+
+def eval_block_count(num_blocks: int, batch_size: int, world: int, max_batches: int | None) -> int:
+    """How many of the eval blocks `evaluate` scores: the first ones, up to `max_batches` per process."""
+    return num_blocks if max_batches is None else min(num_blocks, max_batches * batch_size * world)
+
+
+def _characters_and_words(tokenizer, sequences: list[list[int]]) -> tuple[list[int], list[int]]:
+    texts = tokenizer.batch_decode(sequences, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    specials = sorted(set(tokenizer.all_special_tokens), key=len, reverse=True)
+    out_chars, out_words = [], []
+    for text in texts:
+        for token in specials:  # a document break: one separator character, and no word
+            text = text.replace(token, "\n")
+        out_chars.append(len(text))
+        out_words.append(len(text.split()))
+    return out_chars, out_words
+
+
+def eval_text_units(tokenizer, blocks: dict[str, torch.Tensor], num_blocks: int) -> dict[str, int]:
+    """The scored tokens of the first `num_blocks` eval blocks, and the characters and words they spell.
+
+    A block's loss scores its tokens 1..T-1 (token 0 is context only). Their text is the decoded
+    block minus its decoded first token: characters are counted as the difference of the two
+    lengths, words as the difference of the two whitespace-split counts. So a word is counted in
+    the block where it starts, once, even when its tokens run on into the next block (whose token
+    0 is context). A special token (the EOS between documents) counts as one separator
+    character, as the blank line between two paragraphs of a text file is one document break.
+    Exact for byte-level BPE and character tokenizers (but for a multi-byte character split by
+    the first token); for WordPiece and Unigram the decoded spacing makes it a close estimate.
+
+    Returns:
+        `{"tokens": num_blocks * (T - 1), "characters": ..., "words": ...}`.
+    """
+    ids = blocks["input_ids"][:num_blocks].tolist()
+    chars, words = _characters_and_words(tokenizer, ids)
+    first_chars, first_words = _characters_and_words(tokenizer, [block[:1] for block in ids])
+    block_size = blocks["input_ids"].shape[1]
+    return {
+        "tokens": num_blocks * (block_size - 1),
+        "characters": sum(chars) - sum(first_chars),
+        "words": sum(words) - sum(first_words),
+    }
+
+
+def bits_metrics(loss: float, units: dict[str, int]) -> dict[str, float | None]:
+    """Held-out bits per token, character and word from the mean loss (nats per scored token).
+
+    The total information is `loss * tokens / ln 2` bits, shared out over the characters and words
+    those tokens spell (None where there are none).
+    """
+    nll_sum = loss * units["tokens"]
+    return {
+        "eval_bits_per_token": bits_per_unit(nll_sum, units["tokens"]),
+        "eval_bits_per_character": bits_per_unit(nll_sum, units["characters"]),
+        "eval_bits_per_word": bits_per_unit(nll_sum, units["words"]),
+    }
 
 
 class CsvLog:
@@ -399,7 +626,15 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     Raises:
         TrainingDivergedError: a non-finite training loss with `stop_on_nan`.
         FileNotFoundError: `resume="true"` and no checkpoint in `output_dir/checkpoints`.
+        ValueError: fp16 without a CUDA GPU; a checkpoint that cannot be resumed exactly (another
+            model config, global batch size, seed or data mode).
     """
+    if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
+        # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
+        raise ValueError(
+            "mixed_precision='fp16' needs a CUDA GPU: on CPU accelerate would silently train in fp32. "
+            "Use mixed_precision='bf16', which runs on CPU, or 'no'."
+        )
     output_dir = Path(train_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = output_dir / "checkpoints"
@@ -414,13 +649,22 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         project_dir=str(output_dir),
     )
     world, rank = accelerator.num_processes, accelerator.process_index
+    streaming = data_args.streaming
     logger.info("Process %d of %d on %s (%s).", rank, world, accelerator.device, accelerator.distributed_type)
-    set_seed(train_args.seed)
+    set_seed(train_args.seed)  # the same split, tokenizer and initial weights on every process
     start_time = time.perf_counter()
 
     tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
     model = build_model(model_args, data_args, tokenizer)
+    seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     optimizer, scheduler = build_optimizer(model, train_args)
+    eval_units = eval_text_units(
+        tokenizer,
+        eval_blocks,
+        eval_block_count(
+            len(eval_blocks["input_ids"]), train_args.per_device_batch_size, world, train_args.eval_batches
+        ),
+    )
 
     global_batch = train_args.per_device_batch_size * world * train_args.gradient_accumulation_steps
     # resume before `prepare`: the plain objects load the states, and DDP then broadcasts rank 0's weights
@@ -430,34 +674,65 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
     if checkpoint is not None:
         state = load_checkpoint(
-            checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, restore_rng=True
+            checkpoint,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=accelerator.scaler,  # None unless fp16 on a GPU
+            restore_rng=True,
+            rank=rank,  # each process restores its own random streams
         )
         start_step, data_state = state["step"], state["data_state"]
         epoch, update = data_state["epoch"], data_state["batch_in_epoch"]
         # the data position counts global batches of one size in one seeded order; the split of a
-        # global batch between processes and accumulation may change, its size and the seed may not
-        for key, now in (("global_batch_size", global_batch), ("seed", train_args.seed)):
-            if data_state[key] != now:
+        # global batch between processes and accumulation may change, its size, the seed and the
+        # kind of data order (a permutation, or a stream through a shuffle buffer) may not
+        for key, saved, now in (
+            ("global_batch_size", data_state["global_batch_size"], global_batch),
+            ("seed", data_state["seed"], train_args.seed),
+            ("streaming", data_state.get("streaming", False), streaming),
+            (
+                "shuffle_buffer_size",
+                data_state.get("shuffle_buffer_size"),
+                data_args.shuffle_buffer_size if streaming else None,
+            ),
+        ):
+            if saved != now:
                 raise ValueError(
-                    f"Cannot resume {checkpoint} exactly: it was trained with {key}={data_state[key]}, this run "
-                    f"has {now}. Keep per_device_batch_size * processes * gradient_accumulation_steps and seed."
+                    f"Cannot resume {checkpoint} exactly: it was trained with {key}={saved}, this run has {now}. "
+                    "Keep per_device_batch_size * processes * gradient_accumulation_steps, seed, streaming and "
+                    "shuffle_buffer_size, or start a new run (a fresh output_dir, or resume=false)."
                 )
         logger.info("Resumed from %s: step %d, epoch %d, update %d.", checkpoint, start_step, epoch, update)
 
-    sampler = GlobalBatchSampler(
-        len(train_blocks["input_ids"]),
-        train_args.per_device_batch_size,
-        world,
-        rank,
-        train_args.gradient_accumulation_steps,
-        train_args.seed,
-    )
-    sampler.set_position(epoch, update)
-    # a private generator: a DataLoader draws a base seed when it starts iterating, which would
-    # otherwise consume the global torch RNG (and the dropout stream) differently after a resume
-    loader = torch.utils.data.DataLoader(
-        _Blocks(train_blocks), batch_sampler=sampler, generator=torch.Generator().manual_seed(train_args.seed)
-    )
+    if streaming:
+        stream = StreamingGlobalBatches(
+            train_blocks,
+            train_args.per_device_batch_size,
+            world,
+            rank,
+            train_args.gradient_accumulation_steps,
+        )
+        stream.set_position(epoch, update)
+        data, updates_per_epoch = iter(stream), None  # an epoch's length is known only once read
+    else:
+        sampler = GlobalBatchSampler(
+            len(train_blocks["input_ids"]),
+            train_args.per_device_batch_size,
+            world,
+            rank,
+            train_args.gradient_accumulation_steps,
+            train_args.seed,
+        )
+        sampler.set_position(epoch, update)
+        # a private generator: a DataLoader draws a base seed when it starts iterating, which would
+        # otherwise consume the global torch RNG (and the dropout stream) differently after a resume
+        loader = torch.utils.data.DataLoader(
+            _Blocks(train_blocks),
+            batch_sampler=sampler,
+            generator=torch.Generator().manual_seed(train_args.seed),
+        )
+        data, updates_per_epoch = iter(loader), sampler.updates_per_epoch
     # the loader and the scheduler are not prepared: the sampler shards the data itself, and a
     # prepared scheduler would step `num_processes` times per update
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -468,22 +743,31 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         resume_step=start_step if checkpoint is not None else None,
         enabled=accelerator.is_main_process and "csv" in train_args.trackers,
     )
-    tokens_per_update = sampler.global_batch * data_args.block_size
+    tokens_per_update = global_batch * data_args.block_size
     logger.info(
-        "%d training blocks, %d eval blocks; global batch %d = %d per device x %d processes x %d accumulation; "
-        "%d updates per epoch.",
-        len(train_blocks["input_ids"]),
+        "%s training blocks, %d eval blocks; global batch %d = %d per device x %d processes x %d accumulation; "
+        "%s updates per epoch.",
+        "streamed" if streaming else f"{len(train_blocks['input_ids']):,}",
         len(eval_blocks["input_ids"]),
-        sampler.global_batch,
+        global_batch,
         train_args.per_device_batch_size,
         world,
         train_args.gradient_accumulation_steps,
-        sampler.updates_per_epoch,
+        "unknown (streamed)" if updates_per_epoch is None else updates_per_epoch,
     )
 
+    def run_evaluation() -> dict[str, float | None]:
+        loss, perplexity = evaluate(
+            accelerator.unwrap_model(model),
+            eval_blocks,
+            accelerator,
+            train_args.per_device_batch_size,
+            train_args.eval_batches,
+        )
+        return {"eval_loss": loss, "eval_perplexity": perplexity, **bits_metrics(loss, eval_units)}
+
     model.train()
-    data = iter(loader)
-    step, last_loss, eval_loss, eval_ppl = start_step, float("nan"), None, None
+    step, last_loss, evaluation = start_step, float("nan"), None
     recent: list[float] = []
     bar = tqdm(
         total=train_args.max_steps,
@@ -517,18 +801,25 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     grad_norm = accelerator.clip_grad_norm_(
                         model.parameters(), train_args.max_grad_norm
                     ).item()
-                optimizer.step()
+                optimizer.step()  # with fp16, the prepared optimizer unscales and skips inf/NaN gradients
             else:
                 logger.warning("Non-finite loss at step %d: update skipped (stop_on_nan=false).", step + 1)
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            update += 1
-            if update == sampler.updates_per_epoch:
-                epoch, update = epoch + 1, 0
+            if streaming:
+                epoch, update = stream.position  # the stream finds an epoch's end when it reads it
+            else:
+                update += 1
+                if update == updates_per_epoch:
+                    epoch, update = epoch + 1, 0
             bar.update(1)
 
-            row = {"step": step, "epoch": round(epoch + update / sampler.updates_per_epoch, 4)}
+            # fractional epochs where an epoch's length is known; completed epochs when streaming
+            row = {
+                "step": step,
+                "epoch": round(epoch + update / updates_per_epoch, 4) if updates_per_epoch else epoch,
+            }
             if finite:
                 last_loss = loss
                 recent.append(loss)
@@ -547,15 +838,15 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     "step %d/%d  loss %.4f  lr %.2e", step, train_args.max_steps, mean, row["learning_rate"]
                 )
             if step % train_args.eval_every == 0 or step == train_args.max_steps:
-                eval_loss, eval_ppl = evaluate(
-                    accelerator.unwrap_model(model),
-                    eval_blocks,
-                    accelerator,
-                    train_args.per_device_batch_size,
-                    train_args.eval_batches,
+                evaluation = run_evaluation()
+                row.update(evaluation)
+                logger.info(
+                    "step %d  eval loss %.4f  perplexity %.2f  bits/token %.4f",
+                    step,
+                    evaluation["eval_loss"],
+                    evaluation["eval_perplexity"],
+                    evaluation["eval_bits_per_token"],
                 )
-                row.update(eval_loss=eval_loss, eval_perplexity=eval_ppl)
-                logger.info("step %d  eval loss %.4f  perplexity %.2f", step, eval_loss, eval_ppl)
             if len(row) > 2:
                 if accelerator.is_main_process:
                     csv_log.write(row)
@@ -564,43 +855,44 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                         {k: v for k, v in row.items() if v is not None and k != "step"}, step=step
                     )
             if step % train_args.save_every == 0 or step == train_args.max_steps:
+                # each process has its own random streams: the main process saves them all
+                rng_states = gather_object([get_rng_state()]) if world > 1 else None
                 if accelerator.is_main_process:
                     save_checkpoint(
                         checkpoint_dir,
                         model=accelerator.unwrap_model(model),
                         optimizer=optimizer,
                         scheduler=scheduler,
+                        scaler=accelerator.scaler,
                         step=step,
                         data_state={
                             "epoch": epoch,
                             "batch_in_epoch": update,  # global batches of this epoch already consumed
+                            "blocks_in_epoch": update * global_batch,
                             "step": step,
-                            "global_batch_size": sampler.global_batch,
+                            "global_batch_size": global_batch,
                             "seed": train_args.seed,
+                            "streaming": streaming,
+                            "shuffle_buffer_size": data_args.shuffle_buffer_size if streaming else None,
                         },
                         extra={"loss": last_loss, "world_size": world},
                         keep_last=train_args.keep_last,
+                        rng_states=rng_states,
                     )
                 accelerator.wait_for_everyone()
 
-    if eval_loss is None:  # a resumed run that had already finished: evaluate the final weights
-        eval_loss, eval_ppl = evaluate(
-            accelerator.unwrap_model(model),
-            eval_blocks,
-            accelerator,
-            train_args.per_device_batch_size,
-            train_args.eval_batches,
-        )
+    if evaluation is None:  # a resumed run that had already finished: evaluate the final weights
+        evaluation = run_evaluation()
     metrics = {
         "step": step,
         "train_loss": last_loss,
-        "eval_loss": eval_loss,
-        "eval_perplexity": eval_ppl,
+        **evaluation,
         "world_size": world,
-        "global_batch_size": sampler.global_batch,
+        "global_batch_size": global_batch,
         "tokens_seen": step * tokens_per_update,
         "seconds": round(time.perf_counter() - start_time, 2),
     }
+    eval_loss, eval_ppl = evaluation["eval_loss"], evaluation["eval_perplexity"]
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         final = output_dir / "final"
@@ -621,10 +913,13 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             metrics={
                 "held-out loss (nats/token)": eval_loss,
                 "held-out perplexity": eval_ppl,
+                "held-out bits per token": evaluation["eval_bits_per_token"],
+                "held-out bits per character": evaluation["eval_bits_per_character"],
+                "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
                 "training steps": step,
                 "training tokens seen": metrics["tokens_seen"],
             },
-            hyperparameters=card_hyperparameters(data_args, train_args, world, sampler.global_batch),
+            hyperparameters=card_hyperparameters(data_args, train_args, world, global_batch),
             training_time_s=metrics["seconds"],
             eval_results={"perplexity": eval_ppl, "loss": eval_loss},
             dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
