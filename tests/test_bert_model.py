@@ -472,3 +472,68 @@ def test_remote_code_round_trip_in_fresh_interpreter(tmp_path, variant):
     folder = tmp_path / "mlm"
     save_bert_with_expectations(HfLmBertForMaskedLM(tiny_bert_config(**BERT_VARIANTS[variant])), folder)
     run_remote_bert(folder, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "cls, problem",
+    [
+        (HfLmBertForSequenceClassification, "single_label_classification"),
+        (HfLmBertForSequenceClassification, "regression"),
+        (HfLmBertForSequenceClassification, "multi_label_classification"),
+        (HfLmBertForMultipleChoice, None),
+        (HfLmBertForPreTraining, None),
+    ],
+)
+def test_trainer_gradient_accumulation_matches_full_batch(tmp_path, cls, problem):
+    """Trainer passes `num_items_in_batch` and then no longer divides by the accumulation steps:
+    every head must normalize by it (or opt out), or accumulated gradients are k times too large."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    n = 8
+    g = torch.Generator().manual_seed(1)
+    if cls is HfLmBertForMultipleChoice:
+        data = {
+            "input_ids": torch.randint(3, V, (n, 3, 6), generator=g),
+            "labels": torch.randint(0, 3, (n,), generator=g),
+        }
+    else:
+        data = {"input_ids": torch.randint(3, V, (n, 8), generator=g)}
+        if cls is HfLmBertForPreTraining:
+            # the same number of masked tokens in every micro-batch: this head opts out of
+            # `num_items_in_batch` (two losses), so Trainer averages per-micro-batch means, which equal
+            # the full-batch mean only then (as for transformers' own BertForPreTraining)
+            mlm = torch.zeros(n, 8, dtype=torch.bool)
+            mlm[:, [1, 5]] = True
+            data["labels"] = torch.where(mlm, data["input_ids"], -100)
+            data["next_sentence_label"] = torch.randint(0, 2, (n,), generator=g)
+        elif problem == "regression":
+            data["labels"] = torch.randn(n, generator=g)
+        elif problem == "multi_label_classification":
+            data["labels"] = (torch.rand(n, 3, generator=g) < 0.5).float()
+        else:
+            data["labels"] = torch.randint(0, 3, (n,), generator=g)
+    dataset = Dataset.from_dict({k: v.tolist() for k, v in data.items()})
+    num_labels = 1 if problem == "regression" else 3
+    finals = []
+    for bs, accum in ((8, 1), (4, 2)):
+        torch.manual_seed(0)
+        model = cls(tiny_bert_config(num_labels=num_labels, problem_type=problem))
+        args = TrainingArguments(
+            output_dir=str(tmp_path / f"{bs}"),
+            per_device_train_batch_size=bs,
+            gradient_accumulation_steps=accum,
+            max_steps=1,
+            learning_rate=0.5,
+            lr_scheduler_type="constant",
+            optim="sgd",
+            max_grad_norm=0.0,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            dataloader_drop_last=True,
+            disable_tqdm=True,
+        )
+        Trainer(model=model, args=args, train_dataset=dataset).train()
+        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    torch.testing.assert_close(finals[0], finals[1], rtol=1e-4, atol=1e-5)

@@ -670,8 +670,24 @@ def lm_loss(
     return total / num_items_in_batch
 
 
-def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), as transformers decides it."""
+def sequence_classification_loss(
+    config, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
+) -> torch.Tensor:
+    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), as transformers decides it.
+
+    With `num_items_in_batch` (Trainer passes the number of label values in the whole accumulated
+    batch: examples, or examples x labels for multi-label and multi-output regression) the loss is a
+    sum divided by it, so gradient accumulation equals one big batch instead of being
+    `gradient_accumulation_steps` times too large.
+    """
+    reduction = "mean" if num_items_in_batch is None else "sum"
+
+    def reduce(loss: torch.Tensor) -> torch.Tensor:
+        if num_items_in_batch is None:
+            return loss
+        n = num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+        return loss / n
+
     num_labels = logits.shape[-1]
     if config.problem_type is None:
         if num_labels == 1:
@@ -682,10 +698,10 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
             config.problem_type = "multi_label_classification"
     labels = labels.to(logits.device)
     if config.problem_type == "regression":
-        return (
-            F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+        return reduce(
+            F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1), reduction=reduction)
             if num_labels == 1
-            else F.mse_loss(logits.float(), labels.float())
+            else F.mse_loss(logits.float(), labels.float(), reduction=reduction)
         )
     if config.problem_type == "single_label_classification":
         if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
@@ -694,9 +710,9 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
             )
         if bool(((labels < 0) | (labels >= num_labels)).any()):
             raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
-        return F.cross_entropy(logits.float(), labels)
+        return reduce(F.cross_entropy(logits.float(), labels, reduction=reduction))
     if tuple(labels.shape) != tuple(logits.shape):
         raise ValueError(
             f"multi-label `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}."
         )
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    return reduce(F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction))

@@ -344,6 +344,9 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
     Which one is decided by the data collator, not the model."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    # two losses normalized differently (masked tokens, sentence pairs): Trainer must not pass
+    # `num_items_in_batch` (it counts the MLM labels only) and divides by the accumulation steps itself
+    accepts_loss_kwargs = False
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
@@ -456,7 +459,11 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = (
+            sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
+            if labels is not None
+            else None
+        )
         out = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -641,7 +648,12 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
                 raise ValueError(
                     f"`labels` must be ({B},) choice indices in [0, {nc}), got {labels.tolist()}."
                 )
-            loss = F.cross_entropy(logits.float(), labels.view(-1).to(logits.device))
+            n = kwargs.get("num_items_in_batch")  # Trainer's count of labels in the accumulated batch
+            loss = F.cross_entropy(
+                logits.float(), labels.view(-1).to(logits.device), reduction="mean" if n is None else "sum"
+            )
+            if n is not None:
+                loss = loss / (n.to(loss.device) if torch.is_tensor(n) else n)
         out = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -327,7 +327,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
 
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels)
+            loss = sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
 
         out = SequenceClassifierOutputWithPast(
             loss=loss,
