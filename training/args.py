@@ -23,6 +23,8 @@ LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
+OBJECTIVES = ("clm", "mlm")  # causal LM (HfLmGPT), masked LM (HfLmBert)
+MASKING_KINDS = ("token", "whole_word", "span")
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
@@ -130,7 +132,8 @@ class DataArguments:
 
 @dataclass
 class ModelArguments:
-    """The `HfLmGPTConfig` of a model trained from scratch, or a checkpoint to start from."""
+    """The config of a model trained from scratch (`HfLmGPTConfig` for objective clm, `HfLmBertConfig`
+    for mlm: the same fields), or a checkpoint to start from."""
 
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
@@ -163,7 +166,10 @@ class ModelArguments:
         default=None, metadata={"help": "Longest input of learned positions; default block_size."}
     )
     config_overrides: str | None = field(
-        default=None, metadata={"help": "JSON object of further HfLmGPTConfig fields, applied last."}
+        default=None,
+        metadata={
+            "help": "JSON object of further config fields (HfLmGPTConfig or HfLmBertConfig), applied last."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -234,6 +240,20 @@ class TrainArguments:
     stop_on_nan: bool = field(
         default=True, metadata={"help": "Raise on a non-finite loss; if false, skip that update."}
     )
+    objective: str = field(
+        default="clm",
+        metadata={"help": "clm: causal LM (an hflm_gpt model); mlm: masked LM (an hflm_bert model)."},
+    )
+    mlm_probability: float = field(
+        default=0.15, metadata={"help": "mlm: share of tokens selected for prediction (80/10/10 rule)."}
+    )
+    masking: str = field(
+        default="token", metadata={"help": f"mlm: what is masked together: {MASKING_KINDS}."}
+    )
+    pseudo_perplexity_blocks: int = field(
+        default=8,
+        metadata={"help": "mlm: eval blocks scored by pseudo-perplexity (one forward per token); 0 = off."},
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.resume, bool):  # JSON/YAML booleans
@@ -254,6 +274,18 @@ class TrainArguments:
         _optional_positive(self, "eval_batches", "keep_last")
         _choice(self, "lr_scheduler", LR_SCHEDULERS)
         _choice(self, "mixed_precision", MIXED_PRECISIONS)
+        _choice(self, "objective", OBJECTIVES)
+        _choice(self, "masking", MASKING_KINDS)
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability!r}.")
+        if (
+            isinstance(self.pseudo_perplexity_blocks, bool)
+            or not isinstance(self.pseudo_perplexity_blocks, int)
+            or (self.pseudo_perplexity_blocks < 0)
+        ):
+            raise ValueError(
+                f"`pseudo_perplexity_blocks` must be a non-negative integer, got {self.pseudo_perplexity_blocks!r}."
+            )
         if isinstance(self.report_to, str):
             self.report_to = [self.report_to]
         for name in self.report_to:

@@ -76,10 +76,10 @@ from accelerate.utils import gather_object, set_seed
 from datasets import IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, get_scheduler
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer, get_scheduler
 
 import hf_lm  # noqa: F401  (registers the Auto classes)
-from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
+from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmGPTConfig, HfLmGPTForCausalLM
 from hf_lm.cards import write_model_card
 from hf_lm.metrics.sliding_window import bits_per_unit
 from hf_lm.plots import plot_loss_curves
@@ -92,8 +92,10 @@ from training.args import (
     parse_args,
 )
 from training.checkpoint import get_rng_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.collators_mlm import DataCollatorForMaskedLM
 from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
-from training.tokenizer import train_tokenizer
+from training.objectives import evaluate_mlm, mask_seed, mlm_inputs
+from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +110,8 @@ CSV_FIELDS = (
     "eval_bits_per_token",
     "eval_bits_per_character",
     "eval_bits_per_word",
+    "eval_mlm_accuracy",
+    "eval_pseudo_perplexity",
     "tokens",
     "seconds",
 )
@@ -214,6 +218,10 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         kind=data_args.tokenizer_kind,
         vocab_size=data_args.vocab_size,
         model_max_length=data_args.block_size,
+        # a masked LM needs BERT's [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
+        special_tokens={**BERT_SPECIAL_TOKENS, "eos_token": "[SEP]"}
+        if train_args.objective == "mlm"
+        else None,
     )
     if accelerator.is_main_process:
         tokenizer.save_pretrained(folder)
@@ -408,10 +416,15 @@ def seed_process_rngs(seed: int, rank: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
-def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer):
-    """A fresh `HfLmGPTForCausalLM` sized to the tokenizer, or the `init_from` checkpoint."""
+def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer, objective: str = "clm"):
+    """A fresh model sized to the tokenizer, or the `init_from` checkpoint.
+
+    `objective="clm"` builds an `HfLmGPTForCausalLM`, `"mlm"` an `HfLmBertForMaskedLM` (with
+    `sparse_prediction`: the head runs on the ~15% masked positions only; same loss, less work).
+    """
     if model_args.init_from:
-        return AutoModelForCausalLM.from_pretrained(model_args.init_from, dtype=torch.float32)
+        auto = AutoModelForMaskedLM if objective == "mlm" else AutoModelForCausalLM
+        return auto.from_pretrained(model_args.init_from, dtype=torch.float32)
     kwargs = dict(
         vocab_size=len(tokenizer),
         hidden_size=model_args.hidden_size,
@@ -431,6 +444,10 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer)
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    if objective == "mlm":
+        kwargs.update(sparse_prediction=True, bos_token_id=None)
+        kwargs.update(model_args.overrides())
+        return HfLmBertForMaskedLM(HfLmBertConfig(**kwargs))
     kwargs.update(model_args.overrides())
     return HfLmGPTForCausalLM(HfLmGPTConfig(**kwargs))
 
@@ -592,6 +609,25 @@ def _hparams(*args_objects) -> dict:
     return out
 
 
+def card_metrics(evaluation: dict, step: int, tokens_seen: int, mlm: bool) -> dict[str, object]:
+    """The evaluation table of the model card."""
+    if mlm:
+        rows = {
+            "held-out masked-token loss (nats/token)": evaluation["eval_loss"],
+            "held-out masked-token accuracy": evaluation["eval_mlm_accuracy"],
+            "held-out pseudo-perplexity (Salazar et al., 2020)": evaluation["eval_pseudo_perplexity"],
+        }
+    else:
+        rows = {
+            "held-out loss (nats/token)": evaluation["eval_loss"],
+            "held-out perplexity": evaluation["eval_perplexity"],
+            "held-out bits per token": evaluation["eval_bits_per_token"],
+            "held-out bits per character": evaluation["eval_bits_per_character"],
+            "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
+        }
+    return {**rows, "training steps": step, "training tokens seen": tokens_seen}
+
+
 def card_hyperparameters(
     data_args: DataArguments, train_args: TrainArguments, world_size: int, global_batch: int
 ) -> dict[str, object]:
@@ -612,6 +648,12 @@ def card_hyperparameters(
         "gradient clipping (max norm)": train_args.max_grad_norm or "off",
         "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
         "seed": train_args.seed,
+        "objective": (
+            f"masked LM ({train_args.mlm_probability:.0%} of tokens, {train_args.masking} masking, 80/10/10 rule, "
+            "a fresh mask per batch)"
+            if train_args.objective == "mlm"
+            else "causal LM (next token)"
+        ),
     }
 
 
@@ -629,6 +671,11 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         ValueError: fp16 without a CUDA GPU; a checkpoint that cannot be resumed exactly (another
             model config, global batch size, seed or data mode).
     """
+    if train_args.objective == "mlm" and data_args.document_mask:
+        raise ValueError(
+            "`document_mask` applies to causal LMs (objective='clm'); a masked LM sees its whole block, "
+            "with [SEP] between documents. Drop --document_mask or use objective='clm'."
+        )
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
         raise ValueError(
@@ -655,7 +702,15 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     start_time = time.perf_counter()
 
     tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
-    model = build_model(model_args, data_args, tokenizer)
+    model = build_model(model_args, data_args, tokenizer, train_args.objective)
+    mlm = train_args.objective == "mlm"
+    collator = (
+        DataCollatorForMaskedLM(
+            tokenizer, mlm_probability=train_args.mlm_probability, masking=train_args.masking
+        )
+        if mlm
+        else None
+    )
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     optimizer, scheduler = build_optimizer(model, train_args)
     eval_units = eval_text_units(
@@ -757,6 +812,22 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     )
 
     def run_evaluation() -> dict[str, float | None]:
+        if mlm:
+            return evaluate_mlm(
+                accelerator.unwrap_model(model),
+                eval_blocks,
+                collator,
+                accelerator,
+                train_args.per_device_batch_size,
+                eval_block_count(
+                    len(eval_blocks["input_ids"]),
+                    train_args.per_device_batch_size,
+                    world,
+                    train_args.eval_batches,
+                ),
+                train_args.seed,
+                train_args.pseudo_perplexity_blocks,
+            )
         loss, perplexity = evaluate(
             accelerator.unwrap_model(model),
             eval_blocks,
@@ -779,10 +850,16 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     with logging_redirect_tqdm(), bar:
         while step < train_args.max_steps:
             micro_losses = []
-            for _ in range(train_args.gradient_accumulation_steps):
-                batch = {k: v.to(accelerator.device) for k, v in next(data).items()}  # (b, T)
+            for micro in range(train_args.gradient_accumulation_steps):
+                batch = next(data)
+                if mlm:
+                    # a fresh mask per micro-batch (dynamic masking), a pure function of the data position
+                    batch = mlm_inputs(batch, collator, mask_seed(train_args.seed, step, micro, rank))
+                else:
+                    batch = {**batch, "labels": batch["input_ids"]}
+                batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
                 with accelerator.accumulate(model):
-                    loss = model(**batch, labels=batch["input_ids"]).loss  # token mean of this micro-batch
+                    loss = model(**batch).loss  # token mean of this micro-batch
                     accelerator.backward(loss)  # divided by gradient_accumulation_steps
                 micro_losses.append(loss.detach().float())
             # every process sees the same mean, so a divergence stops all of them together
@@ -841,11 +918,11 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 evaluation = run_evaluation()
                 row.update(evaluation)
                 logger.info(
-                    "step %d  eval loss %.4f  perplexity %.2f  bits/token %.4f",
+                    "step %d  %s",
                     step,
-                    evaluation["eval_loss"],
-                    evaluation["eval_perplexity"],
-                    evaluation["eval_bits_per_token"],
+                    "  ".join(
+                        f"{k.removeprefix('eval_')} {v:.4f}" for k, v in evaluation.items() if v is not None
+                    ),
                 )
             if len(row) > 2:
                 if accelerator.is_main_process:
@@ -910,18 +987,22 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             final,
             dataset=description,
             tokenizer=tokenizer,
-            metrics={
-                "held-out loss (nats/token)": eval_loss,
-                "held-out perplexity": eval_ppl,
-                "held-out bits per token": evaluation["eval_bits_per_token"],
-                "held-out bits per character": evaluation["eval_bits_per_character"],
-                "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
-                "training steps": step,
-                "training tokens seen": metrics["tokens_seen"],
-            },
+            metrics=card_metrics(evaluation, step, metrics["tokens_seen"], mlm),
             hyperparameters=card_hyperparameters(data_args, train_args, world, global_batch),
             training_time_s=metrics["seconds"],
-            eval_results={"perplexity": eval_ppl, "loss": eval_loss},
+            eval_results=(
+                {
+                    "loss": eval_loss,
+                    "accuracy": evaluation["eval_mlm_accuracy"],
+                    **(
+                        {"pseudo-perplexity": evaluation["eval_pseudo_perplexity"]}
+                        if evaluation["eval_pseudo_perplexity"] is not None
+                        else {}
+                    ),
+                }
+                if mlm
+                else {"perplexity": eval_ppl, "loss": eval_loss}
+            ),
             dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
             extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
         )
