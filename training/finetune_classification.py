@@ -1,0 +1,671 @@
+"""Fine-tune a sequence classifier with `Trainer`: SST-2 sentiment, or any labelled TSV/CSV/JSON.
+
+    # from scratch: a WordPiece tokenizer trained on the training sentences and a small BERT
+    python -m training.finetune_classification --data_dir ../shared/data/sst2 --from_scratch \\
+        --hidden_size 128 --num_hidden_layers 2 --num_attention_heads 4 --learning_rate 1e-3 \\
+        --output_dir out/sst2
+    # from a pretrained folder (e.g. an MLM-pretrained hf_lm BERT): the classifier head is new
+    python -m training.finetune_classification --data_dir ../shared/data/sst2 \\
+        --model_name_or_path out/mlm/final --learning_rate 5e-5 --output_dir out/sst2-ft
+    python -m training.finetune_classification run.yaml   # the same keys in a JSON/YAML file
+
+Every `transformers.TrainingArguments` flag works (`--num_train_epochs`, `--eval_strategy steps
+--eval_steps 200`, `--gradient_accumulation_steps`, `--report_to tensorboard` ...); the defaults
+differ in evaluating and saving every epoch, logging every 50 steps, keeping one checkpoint and
+reporting to no tracker. On a busy CPU, `OMP_NUM_THREADS=1` can be much faster than 2 threads.
+
+Data: `--data_dir` is a folder holding `train`, `dev` (or `validation`) and `test` files in
+`.tsv`, `.csv`, `.jsonl` or `.json` (SST-2's layout: `sentence<TAB>label` with a header line);
+`--train_file`/`--validation_file`/`--test_file` name files one by one. The model is evaluated on
+the validation split during training (it is what `load_best_model_at_end` would select on) and
+once on the test split at the end.
+
+Labels: integer labels 0..K-1 keep their ids; any other label set (strings, or integers with
+gaps) is sorted and numbered. Names for `config.id2label` (what `pipeline("text-classification")`
+returns) come from `--class_names`, else SST-2's ("negative", "positive") for a folder named
+`sst2`, else `LABEL_<i>` for 0..K-1 integers and the label values themselves otherwise.
+
+Outputs under `output_dir`: Trainer's `checkpoint-*/`, `metrics.json` (train, `eval_*` on the
+validation split, `test_*` on the test split, sizes, time), `trainer_state.json` (the log
+history: loss, grad norm, learning rate, evaluations) and `final/`: weights, config with
+`auto_map` and the model code, tokenizer and a model card with the test results as `model-index`.
+`pipeline("text-classification", model="out/sst2/final", trust_remote_code=True)` loads it
+without hf_lm.
+
+Gradient accumulation: `Trainer` passes `num_items_in_batch` to any model whose `forward` takes
+`**kwargs` and then stops dividing the loss by the accumulation steps; hf_lm's classification
+heads normalize by it (a sum over the examples divided by their count in the whole accumulated
+batch), so accumulation equals one batch of the combined size (tested).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import evaluate
+import numpy as np
+import torch
+from tokenizers import processors
+from transformers import (
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    HfArgumentParser,
+    PreTrainedModel,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+import hf_lm
+from hf_lm import BERT_PRESETS, HfLmBertConfig, HfLmBertForSequenceClassification
+from hf_lm.cards import write_model_card
+from training.tokenizer import train_tokenizer
+
+logger = logging.getLogger(__name__)
+
+# the offline `evaluate` module of this package (accuracy, precision, recall, F1)
+ACCURACY_METRIC = Path(hf_lm.__file__).resolve().parent / "metrics" / "accuracy"
+
+# BERT's special tokens (Devlin et al., 2019): inputs are "[CLS] sentence [SEP]"
+SPECIAL_TOKENS = {
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "pad_token": "[PAD]",
+    "mask_token": "[MASK]",
+}
+
+# GLUE's SST-2: 0 = negative, 1 = positive
+SST2_LABEL_NAMES = ("negative", "positive")
+
+# file stems of each split in `--data_dir`, and the `datasets` builder of each extension
+SPLIT_STEMS = {"train": ("train",), "validation": ("validation", "dev", "valid", "val"), "test": ("test",)}
+BUILDERS = {".tsv": "csv", ".csv": "csv", ".jsonl": "json", ".json": "json"}
+
+
+def _positive(obj, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+@dataclass
+class ClassificationDataArguments:
+    """Which labelled texts to read, how to name the labels, and how to cut the inputs."""
+
+    data_dir: str | None = field(
+        default=None,
+        metadata={"help": "A folder with train/dev(validation)/test .tsv/.csv/.jsonl/.json files."},
+    )
+    train_file: str | None = field(
+        default=None, metadata={"help": "The training file (overrides data_dir's)."}
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "The validation file, evaluated during training."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "The test file, evaluated once at the end."}
+    )
+    text_column: str = field(default="sentence", metadata={"help": "The column holding the text."})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "A second text column for sentence-pair tasks ([SEP]-joined)."}
+    )
+    label_column: str = field(default="label", metadata={"help": "The column holding the class label."})
+    class_names: str | None = field(
+        default=None,
+        metadata={"help": "Comma-separated names of class ids 0..K-1, e.g. 'negative,positive'."},
+    )
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Longest input in tokens; longer is truncated."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N training examples."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N validation examples."}
+    )
+    max_test_samples: int | None = field(default=None, metadata={"help": "Keep the first N test examples."})
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_seq_length", "max_train_samples", "max_eval_samples", "max_test_samples")
+        if self.data_dir is None and self.train_file is None:
+            raise ValueError("Pass `data_dir` (a folder with train/dev/test files) or `train_file`.")
+        if self.data_dir is not None and not os.path.isdir(self.data_dir):
+            raise ValueError(f"`data_dir` {self.data_dir!r} is not a folder.")
+        for name in ("train_file", "validation_file", "test_file"):
+            path = getattr(self, name)
+            if path is not None and not os.path.isfile(path):
+                raise ValueError(f"`{name}` {path!r} is not a file.")
+            if path is not None and Path(path).suffix.lower() not in BUILDERS:
+                raise ValueError(f"`{name}` must end in one of {list(BUILDERS)}, got {path!r}.")
+
+    def class_name_list(self) -> list[str] | None:
+        """`class_names` as a list, or the SST-2 names for a folder named sst2, else None."""
+        if self.class_names:
+            return [name.strip() for name in self.class_names.split(",")]
+        if (
+            self.data_dir is not None
+            and Path(self.data_dir).resolve().name.lower().replace("-", "") == "sst2"
+        ):
+            return list(SST2_LABEL_NAMES)
+        return None
+
+
+@dataclass
+class ClassificationModelArguments:
+    """A pretrained folder to start from, or the size of a BERT-style model trained from scratch."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A saved model folder (e.g. an MLM-pretrained hf_lm BERT)."}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "The tokenizer folder; default model_name_or_path (from scratch: train one)."},
+    )
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Re-initialize a pretrained classifier whose label count differs."}
+    )
+    from_scratch: bool = field(
+        default=False, metadata={"help": "Train a WordPiece tokenizer and a fresh HfLmBert model."}
+    )
+    preset: str = field(default="bert", metadata={"help": f"From scratch: one of {sorted(BERT_PRESETS)}."})
+    vocab_size: int = field(default=8000, metadata={"help": "From scratch: WordPiece vocabulary size."})
+    hidden_size: int = field(default=128, metadata={"help": "From scratch: model width."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "From scratch: Transformer blocks."})
+    num_attention_heads: int = field(default=4, metadata={"help": "From scratch: attention heads."})
+    intermediate_size: int | None = field(
+        default=None, metadata={"help": "From scratch: feed-forward width; default 4 * hidden."}
+    )
+    hidden_dropout: float = field(default=0.1, metadata={"help": "From scratch: embedding/residual dropout."})
+    attention_dropout: float = field(default=0.1, metadata={"help": "From scratch: attention dropout."})
+    classifier_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout before the classifier; default hidden_dropout."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.from_scratch == (self.model_name_or_path is not None):
+            raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
+        if self.preset not in BERT_PRESETS:
+            raise ValueError(f"`preset` must be one of {sorted(BERT_PRESETS)}, got {self.preset!r}.")
+        _positive(
+            self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"
+        )
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+
+
+@dataclass
+class ClassificationTrainingArguments(TrainingArguments):
+    """`transformers.TrainingArguments`: evaluate and save every epoch, log every 50 steps, no trackers."""
+
+    output_dir: str | None = field(
+        default="out/classification", metadata={"help": "Run folder: checkpoints, metrics.json, final/."}
+    )
+    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps, epoch."})
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: no, steps, epoch, best."}
+    )
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept (the best one too)."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N updates."})
+    report_to: None | str | list[str] = field(
+        default="none", metadata={"help": "Trackers (tensorboard, wandb, all ...); none unless asked."}
+    )
+    dataloader_pin_memory: bool = field(
+        default=torch.cuda.is_available(),
+        metadata={"help": "Pin batches in memory (useful with a GPU only)."},
+    )
+
+
+ARGUMENT_CLASSES = (
+    ClassificationDataArguments,
+    ClassificationModelArguments,
+    ClassificationTrainingArguments,
+)
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[ClassificationDataArguments, ClassificationModelArguments, ClassificationTrainingArguments]:
+    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
+
+    Args:
+        argv: the arguments (without the program name); `sys.argv[1:]` if None.
+
+    Returns:
+        `(ClassificationDataArguments, ClassificationModelArguments, ClassificationTrainingArguments)`.
+
+    Raises:
+        ValueError: an invalid value (naming the field) or a single argument that is not a file.
+    """
+    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and not argv[0].startswith("-"):
+        path = os.path.abspath(argv[0])
+        if path.endswith(".json"):
+            return tuple(parser.parse_json_file(path))
+        if path.endswith((".yaml", ".yml")):
+            return tuple(parser.parse_yaml_file(path))
+        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
+    return tuple(parser.parse_args_into_dataclasses(args=argv))
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+def _split_files(data_args: ClassificationDataArguments) -> dict[str, str]:
+    """split name -> file: the explicit `*_file` arguments, else the first match in `data_dir`."""
+    files = {}
+    for split, stems in SPLIT_STEMS.items():
+        explicit = getattr(data_args, f"{split}_file")
+        if explicit is not None:
+            files[split] = explicit
+            continue
+        if data_args.data_dir is None:
+            continue
+        for stem in stems:
+            found = [Path(data_args.data_dir) / f"{stem}{ext}" for ext in BUILDERS]
+            found = [path for path in found if path.is_file()]
+            if found:
+                files[split] = str(found[0])
+                break
+    if "train" not in files:
+        raise ValueError(
+            f"No training file: expected train{{{','.join(BUILDERS)}}} in {data_args.data_dir!r} or `train_file`."
+        )
+    return files
+
+
+def load_classification_dataset(data_args: ClassificationDataArguments) -> datasets.DatasetDict:
+    """Read the train/validation/test files into a `DatasetDict` with `datasets`.
+
+    A `.tsv` is read by the CSV builder with a tab delimiter and no quote character: SST-style
+    text holds unbalanced quotes and apostrophes that must stay literal.
+
+    Args:
+        data_args: where the files are, which columns hold text and label, how many to keep.
+
+    Returns:
+        A `DatasetDict` with "train" and whichever of "validation" and "test" exist, each cut
+        to its `max_*_samples` first examples.
+
+    Raises:
+        ValueError: no training file, or a text/label column missing from a split.
+    """
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
+    splits = {}
+    for split, path in _split_files(data_args).items():
+        suffix = Path(path).suffix.lower()
+        options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
+        ds = datasets.load_dataset(BUILDERS[suffix], data_files={split: path}, split=split, **options)
+        columns = [data_args.text_column, data_args.label_column] + (
+            [data_args.text_pair_column] if data_args.text_pair_column else []
+        )
+        missing = [name for name in columns if name not in ds.column_names]
+        if missing:
+            raise ValueError(f"{path}: no column {missing}; the columns are {ds.column_names}.")
+        if limits[split] is not None:
+            ds = ds.select(range(min(limits[split], len(ds))))
+        logger.info("%s: %d examples from %s", split, len(ds), path)
+        splits[split] = ds
+    return datasets.DatasetDict(splits)
+
+
+def label_mapping(
+    raw: datasets.DatasetDict, label_column: str, class_names: list[str] | None = None
+) -> tuple[dict, dict[int, str]]:
+    """Class ids and names from the labels found in every split.
+
+    Args:
+        raw: the splits, each with a `label_column`.
+        label_column: the label column.
+        class_names: names of the ids 0..K-1, or None for generic names.
+
+    Returns:
+        `(value_to_id, id2label)`: integer labels 0..K-1 keep their ids, any other label set is
+        sorted and numbered; names are `class_names`, else `LABEL_<i>` for 0..K-1 integers, else
+        the label values as strings.
+
+    Raises:
+        ValueError: float labels (regression is not supported here), fewer than two classes,
+            or a `class_names` list whose length is not the number of classes.
+    """
+    values = set()
+    for ds in raw.values():
+        values.update(ds.unique(label_column))
+    if any(isinstance(v, float) for v in values) or None in values:
+        raise ValueError(
+            f"Column {label_column!r} must hold class labels (integers or strings), got e.g. {sorted(map(str, values))[:5]}."
+        )
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        raise ValueError(f"Classification needs at least two classes; column {label_column!r} has {ordered}.")
+    ids_kept = all(isinstance(v, int) for v in ordered) and ordered == list(range(len(ordered)))
+    value_to_id = {value: i for i, value in enumerate(ordered)}
+    if class_names is not None:
+        if len(class_names) != len(ordered):
+            raise ValueError(
+                f"`class_names` names {len(class_names)} classes but the labels are {ordered} ({len(ordered)} classes)."
+            )
+        names = list(class_names)
+    else:
+        names = [f"LABEL_{i}" if ids_kept else str(value) for i, value in enumerate(ordered)]
+    return value_to_id, dict(enumerate(names))
+
+
+def _add_cls_sep(tokenizer) -> None:
+    """Make a fast tokenizer add `[CLS] A [SEP]` (`[CLS] A [SEP] B [SEP]` for pairs) itself.
+
+    The pooler classifies from the first position, which must be `[CLS]` in training and in the
+    saved tokenizer alike: the template goes into `tokenizer.json`, so a pipeline on the saved
+    folder builds the same inputs.
+    """
+    cls, sep = tokenizer.cls_token, tokenizer.sep_token
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0",
+        pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+        special_tokens=[(cls, tokenizer.cls_token_id), (sep, tokenizer.sep_token_id)],
+    )
+
+
+def _starts_with_cls(tokenizer) -> bool:
+    return tokenizer.cls_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.cls_token_id]
+
+
+def tokenize_dataset(
+    raw: datasets.DatasetDict,
+    tokenizer,
+    data_args: ClassificationDataArguments,
+    value_to_id: dict,
+) -> datasets.DatasetDict:
+    """Tokenize every split (batched `map`), truncating to `max_seq_length`; labels become ids.
+
+    Padding is left to `DataCollatorWithPadding`, per batch, so short SST-2 phrases cost little.
+    """
+    pair = data_args.text_pair_column
+
+    def encode(batch: dict) -> dict:
+        encoded = tokenizer(
+            batch[data_args.text_column],
+            batch[pair] if pair else None,
+            truncation=True,
+            max_length=data_args.max_seq_length,
+        )
+        encoded["labels"] = [value_to_id[value] for value in batch[data_args.label_column]]
+        return encoded
+
+    return raw.map(
+        encode,
+        batched=True,
+        remove_columns=raw["train"].column_names,
+        desc="Tokenizing",
+        load_from_cache_file=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# model
+# ---------------------------------------------------------------------------------------------
+
+
+def build_tokenizer_and_model(
+    model_args: ClassificationModelArguments,
+    data_args: ClassificationDataArguments,
+    train_texts: list[str],
+    id2label: dict[int, str],
+) -> tuple[object, PreTrainedModel]:
+    """The tokenizer and the `...ForSequenceClassification` model, pretrained or fresh.
+
+    Args:
+        model_args: a folder to load, or the size of a fresh model.
+        data_args: `max_seq_length` (the learned positions of a fresh model).
+        train_texts: the training texts, for a fresh WordPiece tokenizer (labels are not used)
+            when `from_scratch` has no `tokenizer_name_or_path`.
+        id2label: class id -> name, stored in the config (the pipeline's labels).
+
+    Returns:
+        `(tokenizer, model)`.
+    """
+    label2id = {name: i for i, name in id2label.items()}
+    if model_args.from_scratch:
+        if model_args.tokenizer_name_or_path:
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_args.tokenizer_name_or_path, trust_remote_code=True
+            )
+        else:
+            tokenizer = train_tokenizer(
+                train_texts,
+                kind="wordpiece",
+                vocab_size=model_args.vocab_size,
+                special_tokens=SPECIAL_TOKENS,
+                model_max_length=data_args.max_seq_length,
+                padding_side="right",  # encoders pad on the right; [CLS] stays at position 0
+            )
+            if not _starts_with_cls(tokenizer):
+                _add_cls_sep(tokenizer)
+        config = HfLmBertConfig.from_preset(
+            model_args.preset,
+            vocab_size=len(tokenizer),
+            hidden_size=model_args.hidden_size,
+            num_hidden_layers=model_args.num_hidden_layers,
+            num_attention_heads=model_args.num_attention_heads,
+            intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+            max_position_embeddings=data_args.max_seq_length,
+            hidden_dropout=model_args.hidden_dropout,
+            attention_dropout=model_args.attention_dropout,
+            classifier_dropout=model_args.classifier_dropout,
+            pad_token_id=tokenizer.pad_token_id,
+            num_labels=len(id2label),
+            id2label=id2label,
+            label2id=label2id,
+        )
+        model = HfLmBertForSequenceClassification(config)
+        logger.info(
+            "From scratch: %s preset, %d layers x %d wide, %s parameters, %d-token WordPiece vocabulary.",
+            model_args.preset,
+            config.num_hidden_layers,
+            config.hidden_size,
+            f"{model.num_parameters():,}",
+            len(tokenizer),
+        )
+        return tokenizer, model
+
+    path = model_args.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name_or_path or path, trust_remote_code=True
+    )
+    model = AutoModelForSequenceClassification.from_pretrained(
+        path,
+        num_labels=len(id2label),
+        id2label=id2label,
+        label2id=label2id,
+        ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+        trust_remote_code=True,
+    )
+    if tokenizer.cls_token_id is not None and not _starts_with_cls(tokenizer):
+        logger.warning(
+            "The tokenizer of %s does not start its encodings with %s; the pooled first position is then "
+            "an ordinary token. Kept as pretrained.",
+            path,
+            tokenizer.cls_token,
+        )
+    return tokenizer, model
+
+
+def accuracy_metric() -> evaluate.EvaluationModule:
+    """This package's accuracy/F1 `evaluate` module, loaded from its folder (no download, no cache file)."""
+    return evaluate.load(str(ACCURACY_METRIC), keep_in_memory=True)
+
+
+def make_compute_metrics(metric: evaluate.EvaluationModule):
+    """`Trainer`'s `compute_metrics`: argmax of the logits against the labels."""
+
+    def compute_metrics(eval_pred) -> dict[str, float]:
+        logits, labels = eval_pred.predictions, eval_pred.label_ids
+        logits = logits[0] if isinstance(logits, tuple) else logits  # (N, K), hidden states dropped
+        return metric.compute(predictions=np.argmax(logits, axis=-1), references=labels)
+
+    return compute_metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+
+
+def _plain(value) -> str:
+    """An enum's value ("linear"), anything else as a string."""
+    return str(getattr(value, "value", value))
+
+
+def _card_hyperparameters(data_args, model_args, args: TrainingArguments, n_train: int) -> dict:
+    return {
+        "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
+        "training examples": n_train,
+        "length": f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
+        "batch size per device": args.per_device_train_batch_size,
+        "gradient accumulation steps": args.gradient_accumulation_steps,
+        "learning rate": args.learning_rate,
+        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
+        "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
+        "max sequence length": data_args.max_seq_length,
+        "seed": args.seed,
+    }
+
+
+def finetune(
+    data_args: ClassificationDataArguments,
+    model_args: ClassificationModelArguments,
+    training_args: TrainingArguments,
+) -> dict[str, float]:
+    """Fine-tune (or train from scratch) a sequence classifier with `Trainer` and save it.
+
+    Args:
+        data_args: the labelled files and how to read them.
+        model_args: a pretrained folder or the size of a fresh model.
+        training_args: `Trainer`'s arguments (`output_dir`, epochs, batch size, evaluation ...).
+
+    Returns:
+        The metrics also written to `output_dir/metrics.json`: Trainer's `train_*`, `eval_*` on
+        the validation split and `test_*` on the test split (`*_accuracy`, `*_f1`, ...), plus
+        `train_samples`, `eval_samples`, `test_samples`.
+
+    Raises:
+        ValueError: no validation split while `eval_strategy` is not "no", or bad data/labels.
+    """
+    start = time.perf_counter()
+    output_dir = Path(training_args.output_dir)
+    raw = load_classification_dataset(data_args)
+    if "validation" not in raw and training_args.eval_strategy != "no":
+        raise ValueError(
+            "Evaluation during training needs a validation split (dev/validation file); "
+            "pass one, or `--eval_strategy no`."
+        )
+    value_to_id, id2label = label_mapping(raw, data_args.label_column, data_args.class_name_list())
+    logger.info("%d classes: %s", len(id2label), id2label)
+
+    set_seed(training_args.seed)  # the fresh model's init, before Trainer seeds the data order
+    train_texts = list(raw["train"][data_args.text_column])
+    if data_args.text_pair_column:
+        train_texts += raw["train"][data_args.text_pair_column]
+    tokenizer, model = build_tokenizer_and_model(model_args, data_args, train_texts, id2label)
+
+    encoded = tokenize_dataset(raw, tokenizer, data_args, value_to_id)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=make_compute_metrics(accuracy_metric()),
+    )
+    train_result = trainer.train()
+    metrics = dict(train_result.metrics, train_samples=len(encoded["train"]))
+    if "validation" in encoded:
+        metrics.update(trainer.evaluate(metric_key_prefix="eval"), eval_samples=len(encoded["validation"]))
+    if "test" in encoded:
+        metrics.update(
+            trainer.evaluate(eval_dataset=encoded["test"], metric_key_prefix="test"),
+            test_samples=len(encoded["test"]),
+        )
+    metrics["seconds"] = time.perf_counter() - start
+    for name, value in metrics.items():
+        logger.info("%s = %s", name, value)
+
+    if trainer.is_world_process_zero():
+        final = output_dir / "final"
+        trainer.model.save_pretrained(final)
+        tokenizer.save_pretrained(final)
+        reported = "test" if "test" in encoded else "eval" if "validation" in encoded else None
+        source = data_args.data_dir or data_args.train_file
+        dataset_name = Path(source).resolve().name if data_args.data_dir else Path(source).stem
+        write_model_card(
+            trainer.model,
+            final,
+            dataset=(
+                f"`{source}`: {len(encoded['train']):,} training examples"
+                + (f", {len(encoded['validation']):,} validation" if "validation" in encoded else "")
+                + (f", {len(encoded['test']):,} test" if "test" in encoded else "")
+                + f"; labels {', '.join(f'{i} = {name}' for i, name in id2label.items())}."
+            ),
+            tokenizer=tokenizer,
+            metrics={
+                f"{split} {name}": metrics[f"{prefix}_{name}"]
+                for prefix, split in (("eval", "validation"), ("test", "test"))
+                for name in ("accuracy", "f1", "precision", "recall", "loss")
+                if f"{prefix}_{name}" in metrics
+            },
+            hyperparameters=_card_hyperparameters(
+                data_args, model_args, training_args, len(encoded["train"])
+            ),
+            training_time_s=metrics["train_runtime"],
+            eval_results=(
+                {
+                    name: metrics[f"{reported}_{name}"]
+                    for name in ("accuracy", "f1")
+                    if f"{reported}_{name}" in metrics
+                }
+                if reported
+                else None
+            ),
+            dataset_name=dataset_name,
+            extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
+        )
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        trainer.save_state()  # trainer_state.json: the logged loss, grad norm and eval history
+        logger.info(
+            "Saved the model, tokenizer and card to %s; metrics in %s", final, output_dir / "metrics.json"
+        )
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and fine-tune."""
+    data_args, model_args, training_args = parse_args(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
+    )
+    return finetune(data_args, model_args, training_args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
