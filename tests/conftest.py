@@ -55,6 +55,16 @@ VARIANTS = {
     "alibi_6heads": dict(
         position_embedding_type="alibi", num_attention_heads=6, hidden_size=48, num_key_value_heads=3
     ),
+    "t5bias_geglu": dict(
+        position_embedding_type="relative_buckets",
+        hidden_act="geglu_tanh",
+        norm_type="rmsnorm",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_scale=1.0,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    ),
     "rope_headdim": dict(
         position_embedding_type="rope", head_dim=16, num_key_value_heads=1, tie_word_embeddings=False
     ),

@@ -59,6 +59,7 @@ def test_feed_forward_formulas(name):
         "swiglu": F.silu,
         "geglu": lambda t: F.gelu(t),
         "reglu": F.relu,
+        "geglu_tanh": ACT2FN["gelu_new"],  # T5 v1.1's gated-gelu
     }
     act = acts[name]
     if isinstance(ff, GatedMLP):

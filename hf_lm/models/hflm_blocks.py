@@ -104,6 +104,7 @@ FEED_FORWARDS = {
     "gelu_tanh": (MLP, _gelu_tanh),
     "swiglu": (GatedMLP, F.silu),
     "geglu": (GatedMLP, F.gelu),
+    "geglu_tanh": (GatedMLP, _gelu_tanh),  # T5 v1.1's "gated-gelu" (gelu_new in the gate)
     "reglu": (GatedMLP, F.relu),
 }
 
@@ -238,12 +239,59 @@ class ALiBiPositions(NoPositions):
         return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, nh, T, S)
 
 
+def relative_position_bucket(
+    relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
+) -> torch.Tensor:
+    """T5's bucket of each key-minus-query distance (Raffel et al., 2020, section 2.1).
+
+    Half of the buckets hold exact small distances; the other half cover distances up to
+    `max_distance` on a log scale, and everything farther shares the last bucket. A bidirectional
+    stack spends half of its buckets on each direction; a causal one sees no future keys.
+    """
+    bucket = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        bucket += (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = -relative_position.clamp(max=0)
+    max_exact = num_buckets // 2
+    is_small = distance < max_exact
+    # log-spaced buckets for max_exact <= distance < max_distance (the clamp avoids log(0) for small ones)
+    log_ratio = torch.log(distance.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+    large = max_exact + (log_ratio * (num_buckets - max_exact)).long()
+    large = large.clamp(max=num_buckets - 1)
+    return bucket + torch.where(is_small, distance, large)
+
+
+class RelativeBucketPositions(NoPositions):
+    """T5's relative position bias: a learned per-head scalar for each bucket of key-query distance,
+    added to the attention scores of every layer (computed once per stack, shared by its layers)."""
+
+    def __init__(self, config, width=None, causal=True):
+        super().__init__(config)
+        self.causal = causal
+        self.num_buckets = config.relative_attention_num_buckets
+        self.max_distance = config.relative_attention_max_distance
+        self.bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def attention_bias(self, q_len, kv_len, past_len, device, dtype):
+        q_pos = torch.arange(past_len, past_len + q_len, device=device)[:, None]  # (T, 1)
+        k_pos = torch.arange(kv_len, device=device)[None, :]  # (1, S)
+        buckets = relative_position_bucket(
+            k_pos - q_pos, not self.causal, self.num_buckets, self.max_distance
+        )
+        values = self.bias(buckets)  # (T, S, nh)
+        return values.permute(2, 0, 1)[None].to(dtype)  # (1, nh, T, S)
+
+
 POSITION_ENCODINGS = {
     "learned": LearnedPositions,
     "sinusoidal": SinusoidalPositions,
     "rope": RotaryPositions,
     "alibi": ALiBiPositions,
     "none": NoPositions,
+    "relative_buckets": RelativeBucketPositions,
 }
 
 
@@ -398,7 +446,9 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.scale = self.head_dim**-0.5
+        # T5 folds the 1/sqrt(head_dim) into its init and uses no scale (attention_scale=1.0)
+        scale = getattr(config, "attention_scale", None)
+        self.scale = self.head_dim**-0.5 if scale is None else scale
         self.dropout = config.attention_dropout
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.split_sizes = (q_size, kv_size, kv_size)
@@ -440,6 +490,69 @@ class Attention(nn.Module):
         return self.o_proj(y), weights
 
 
+class CrossAttention(nn.Module):
+    """Decoder-to-encoder attention: queries from the decoder, keys and values from the last encoder
+    layer. Keys and values depend only on the encoder output, so during generation they are
+    computed once, stored in the `EncoderDecoderCache`'s cross-attention cache, and reused at every
+    step (`is_updated[layer_idx]`)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        self.is_causal = False
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        scale = getattr(config, "attention_scale", None)
+        self.scale = self.head_dim**-0.5 if scale is None else scale
+        self.dropout = config.attention_dropout
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(config.hidden_size, q_size, bias=config.attention_bias)
+        # keys and values stacked in one Linear: one GEMM over the encoder states
+        self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_size, bias=config.attention_bias)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cross_cache=None,
+        is_updated: dict | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, _ = hidden_states.shape
+        q = (
+            self.q_proj(hidden_states).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        )  # (B, nh, T, hs)
+        if cross_cache is not None and is_updated is not None and is_updated.get(self.layer_idx):
+            layer = cross_cache.layers[self.layer_idx]
+            k, v = layer.keys, layer.values  # (B, nkv, S, hs), computed at the first step
+        else:
+            S = encoder_hidden_states.shape[1]
+            k, v = self.kv_proj(encoder_hidden_states).chunk(2, dim=-1)
+            k = k.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
+            v = v.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)
+            if cross_cache is not None:
+                k, v = cross_cache.update(k, v, self.layer_idx)
+                if is_updated is not None:
+                    is_updated[self.layer_idx] = True
+        impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
+        y, weights = ATTENTION_FUNCTIONS[impl](
+            q,
+            k,
+            v,
+            attention_mask,
+            False,
+            self.dropout if self.training else 0.0,
+            self.scale,
+            output_attentions,
+        )
+        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh*hs)
+        return self.o_proj(y), weights
+
+
 # ----------------------------------------------------------------------------------------------
 # The residual block
 # ----------------------------------------------------------------------------------------------
@@ -448,20 +561,34 @@ NORM_POSITIONS = ("pre", "post")
 
 
 class TransformerBlock(GradientCheckpointingLayer):
-    """Self-attention and feed-forward, each in a residual branch.
+    """Self-attention, optional cross-attention and feed-forward, each in a residual branch.
 
-    Pre-norm (GPT-2, Llama): `x + f(norm(x))`, stable for deep stacks. Post-norm (the original
-    Transformer, BERT): `norm(x + f(x))`.
+    Pre-norm (GPT-2, Llama, T5): `x + f(norm(x))`, stable for deep stacks. Post-norm (the original
+    Transformer, BERT, BART): `norm(x + f(x))`. With `cross_attention` (an encoder-decoder's
+    decoder) a branch attending to the encoder output sits between the two.
+
+    Returns `(hidden_states, self-attention weights, cross-attention weights)`; the weights are
+    None unless `output_attentions`.
     """
 
-    def __init__(self, config, layer_idx: int, is_causal: bool = True):
+    def __init__(self, config, layer_idx: int, is_causal: bool = True, cross_attention: bool = False):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.attn_norm = build_norm(config)
         self.self_attn = Attention(config, layer_idx, is_causal=is_causal)
+        if cross_attention:
+            self.cross_attn_norm = build_norm(config)
+            self.cross_attn = CrossAttention(config, layer_idx)
+        else:
+            self.cross_attn = None
         self.mlp_norm = build_norm(config)
         self.mlp = build_feed_forward(config)
         self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def _residual(self, x: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
+        out = branch(norm(x) if self.pre_norm else x)
+        x = x + self.dropout(out)
+        return x if self.pre_norm else norm(x)
 
     def forward(
         self,
@@ -471,20 +598,35 @@ class TransformerBlock(GradientCheckpointingLayer):
         position_embeddings=None,
         past_key_values=None,
         output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x = hidden_states  # (B, T, C)
-        attn_in = self.attn_norm(x) if self.pre_norm else x
-        a, weights = self.self_attn(
-            attn_in, attention_mask, is_causal, position_embeddings, past_key_values, output_attentions
-        )
-        x = x + self.dropout(a)
-        if not self.pre_norm:
-            x = self.attn_norm(x)
-        m = self.mlp(self.mlp_norm(x) if self.pre_norm else x)
-        x = x + self.dropout(m)
-        if not self.pre_norm:
-            x = self.mlp_norm(x)
-        return x, weights
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        # an EncoderDecoderCache holds one cache per attention kind
+        self_cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+        weights = {}
+
+        def self_branch(x):
+            y, weights["self"] = self.self_attn(
+                x, attention_mask, is_causal, position_embeddings, self_cache, output_attentions
+            )
+            return y
+
+        def cross_branch(x):
+            y, weights["cross"] = self.cross_attn(
+                x,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                getattr(past_key_values, "cross_attention_cache", None),
+                getattr(past_key_values, "is_updated", None),
+                output_attentions,
+            )
+            return y
+
+        x = self._residual(hidden_states, self.attn_norm, self_branch)  # (B, T, C)
+        if self.cross_attn is not None:
+            x = self._residual(x, self.cross_attn_norm, cross_branch)
+        x = self._residual(x, self.mlp_norm, self.mlp)
+        return x, weights.get("self"), weights.get("cross")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -532,9 +674,11 @@ class HfLmPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
-        if isinstance(module, (Attention, MLP, GatedMLP)):
+        if isinstance(module, RelativeBucketPositions):
+            init.normal_(module.bias.weight, mean=0.0, std=std)
+        if isinstance(module, (Attention, CrossAttention, MLP, GatedMLP)):
             # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
-            proj = module.o_proj if isinstance(module, Attention) else module.down_proj
+            proj = module.down_proj if isinstance(module, (MLP, GatedMLP)) else module.o_proj
             init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
 
     def create_masks_for_generate(self, attention_mask=None, **kwargs):
@@ -559,6 +703,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
                 isinstance(obj, type)
                 and issubclass(obj, PreTrainedModel)
                 and obj.__module__ == module.__name__
+                and obj.config_class is type(self.config)  # one modeling file may serve several families
             ):
                 if obj._auto_class is not None:
                     auto_map[obj._auto_class] = f"{file_stem}.{name}"

@@ -38,10 +38,15 @@ class HfLmTransformerConfig(PreTrainedConfig):
         intermediate_size: feed-forward width; defaults to `4 * hidden_size`.
         hidden_act: feed-forward variant, one of `FEED_FORWARDS` ("relu", "gelu", "gelu_tanh",
             "swiglu", "geglu", "reglu").
-        position_embedding_type: one of "learned", "sinusoidal", "rope", "alibi", "none".
+        position_embedding_type: one of "learned", "sinusoidal", "rope", "alibi",
+            "relative_buckets" (T5), "none".
         max_position_embeddings: longest input the learned positions allow (also the default
             context length for the other schemes).
         rope_theta: RoPE base frequency.
+        relative_attention_num_buckets, relative_attention_max_distance: T5's bucketed relative
+            position bias (`position_embedding_type="relative_buckets"`).
+        attention_scale: factor on the attention scores; `None` = 1/sqrt(head_dim). T5 uses 1.0
+            (the scale is folded into its initialization).
         norm_type: "layernorm" or "rmsnorm".
         norm_position: "pre" (GPT-2, Llama) or "post" (original Transformer, BERT).
         norm_eps: epsilon of the norms.
@@ -66,6 +71,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
     position_embedding_type: str = "learned"
     max_position_embeddings: int = 1024
     rope_theta: float = 10000.0
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    attention_scale: float | None = None
     norm_type: str = "layernorm"
     norm_position: str = "pre"
     norm_eps: float = 1e-5
@@ -122,6 +130,18 @@ class HfLmTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`hidden_size` must be even for position_embedding_type='sinusoidal', got {self.hidden_size}."
             )
+        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
+            _positive_int(name, getattr(self, name))
+        if self.relative_attention_num_buckets < 4:
+            raise ValueError(
+                f"`relative_attention_num_buckets` must be at least 4, got {self.relative_attention_num_buckets}."
+            )
+        if self.attention_scale is not None and (
+            isinstance(self.attention_scale, bool)
+            or not isinstance(self.attention_scale, (int, float))
+            or self.attention_scale <= 0
+        ):
+            raise ValueError(f"`attention_scale` must be None or a positive number, got {self.attention_scale!r}.")
         if not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"`rope_theta` must be a positive number, got {self.rope_theta!r}.")
         if not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:

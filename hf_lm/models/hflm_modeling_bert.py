@@ -223,7 +223,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         for block in self.layer_to_block:
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
-            hidden_states, weights = self.layers[block](
+            hidden_states, weights, _ = self.layers[block](
                 hidden_states,
                 attention_mask=attn_mask,
                 is_causal=is_causal,

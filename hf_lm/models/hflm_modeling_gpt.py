@@ -171,7 +171,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
-            hidden_states, weights = layer(
+            hidden_states, weights, _ = layer(
                 hidden_states,
                 attention_mask=mask,
                 is_causal=is_causal,
