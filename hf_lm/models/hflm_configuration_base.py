@@ -141,7 +141,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
             or not isinstance(self.attention_scale, (int, float))
             or self.attention_scale <= 0
         ):
-            raise ValueError(f"`attention_scale` must be None or a positive number, got {self.attention_scale!r}.")
+            raise ValueError(
+                f"`attention_scale` must be None or a positive number, got {self.attention_scale!r}."
+            )
         if not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"`rope_theta` must be a positive number, got {self.rope_theta!r}.")
         if not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
