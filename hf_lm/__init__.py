@@ -13,12 +13,14 @@ from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForPreTraining,
     AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
 
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_configuration_seq2seq import HfLmBartConfig, HfLmT5Config
 from .models.hflm_modeling_bert import (
     HfLmBertForMaskedLM,
     HfLmBertForMultipleChoice,
@@ -35,7 +37,19 @@ from .models.hflm_modeling_gpt import (
     HfLmGPTModel,
     HfLmGPTPreTrainedModel,
 )
+from .models.hflm_modeling_seq2seq import (
+    HfLmBartForConditionalGeneration,
+    HfLmBartForSequenceClassification,
+    HfLmBartModel,
+    HfLmBartPreTrainedModel,
+    HfLmT5ForConditionalGeneration,
+    HfLmT5ForSequenceClassification,
+    HfLmT5Model,
+    HfLmT5PreTrainedModel,
+    shift_tokens_right,
+)
 from .pipelines import HfLmQuestionAnsweringPipeline  # noqa: F401  (registers hf_lm's pipelines)
+from .pipelines_seq2seq import HfLmText2TextGenerationPipeline  # noqa: F401  (registers the seq2seq pipelines)
 from .utils import kv_cache_bytes
 
 __version__ = "0.1.0"
@@ -62,6 +76,22 @@ _REGISTRY = [
             (AutoModelForMultipleChoice, HfLmBertForMultipleChoice),
         ],
     ),
+    (
+        HfLmT5Config,
+        [
+            (AutoModel, HfLmT5Model),
+            (AutoModelForSeq2SeqLM, HfLmT5ForConditionalGeneration),
+            (AutoModelForSequenceClassification, HfLmT5ForSequenceClassification),
+        ],
+    ),
+    (
+        HfLmBartConfig,
+        [
+            (AutoModel, HfLmBartModel),
+            (AutoModelForSeq2SeqLM, HfLmBartForConditionalGeneration),
+            (AutoModelForSequenceClassification, HfLmBartForSequenceClassification),
+        ],
+    ),
 ]
 
 
@@ -77,6 +107,17 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "HfLmT5Config",
+    "HfLmT5PreTrainedModel",
+    "HfLmT5Model",
+    "HfLmT5ForConditionalGeneration",
+    "HfLmT5ForSequenceClassification",
+    "HfLmBartConfig",
+    "HfLmBartPreTrainedModel",
+    "HfLmBartModel",
+    "HfLmBartForConditionalGeneration",
+    "HfLmBartForSequenceClassification",
+    "shift_tokens_right",
     "BERT_PRESETS",
     "HfLmBertConfig",
     "HfLmBertPreTrainedModel",

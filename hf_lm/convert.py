@@ -14,12 +14,14 @@ The parity tests (`tests/test_gpt_convert.py`) are our proof that each hf_lm var
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import torch
 
 from .models.hflm_configuration_bert import HfLmBertConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_configuration_seq2seq import HfLmBartConfig, HfLmT5Config
 from .models.hflm_modeling_bert import (
     HfLmBertForMaskedLM,
     HfLmBertForPreTraining,
@@ -27,6 +29,12 @@ from .models.hflm_modeling_bert import (
     HfLmBertModel,
 )
 from .models.hflm_modeling_gpt import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification, HfLmGPTModel
+from .models.hflm_modeling_seq2seq import (
+    HfLmBartForConditionalGeneration,
+    HfLmBartModel,
+    HfLmT5ForConditionalGeneration,
+    HfLmT5Model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -266,12 +274,158 @@ def _bert_state_dict(sd: dict, num_layers: int, model_type: str = "bert", pad_to
     return out
 
 
+_T5_ACTS = {"relu": "relu", "gated-gelu": "geglu_tanh", "gated-relu": "reglu", "gated-silu": "swiglu"}
+
+
+def _t5_config(ref) -> HfLmT5Config:
+    """T5 v1.0 (ReLU, tied and rescaled head) and v1.1 (gated-GELU, untied head)."""
+    if ref.feed_forward_proj not in _T5_ACTS:
+        raise ValueError(f"T5 feed_forward_proj={ref.feed_forward_proj!r} has no hf_lm equivalent.")
+    tied = bool(ref.tie_word_embeddings)
+    # transformers 5 keeps T5's head tied and records v1.0's output rescaling separately
+    scale = bool(getattr(ref, "scale_decoder_outputs", tied))
+    return HfLmT5Config(
+        hidden_size=ref.d_model,
+        head_dim=ref.d_kv,
+        num_hidden_layers=ref.num_layers,
+        decoder_layers=ref.num_decoder_layers,
+        num_attention_heads=ref.num_heads,
+        intermediate_size=ref.d_ff,
+        hidden_act=_T5_ACTS[ref.feed_forward_proj],
+        relative_attention_num_buckets=ref.relative_attention_num_buckets,
+        relative_attention_max_distance=ref.relative_attention_max_distance,
+        norm_eps=ref.layer_norm_epsilon,
+        hidden_dropout=float(ref.dropout_rate),
+        attention_dropout=0.0,
+        tie_word_embeddings=tied,
+        scale_decoder_output=scale,  # v1.0 rescales the decoder output before the head, v1.1 does not
+        decoder_start_token_id=ref.decoder_start_token_id,
+        **_common_kwargs(ref),
+    )
+
+
+def _t5_state_dict(sd: dict, config) -> dict:
+    out = {"model.embed_tokens.weight": sd["shared.weight"]}
+    gated = config.hidden_act != "relu"
+    for stack, n_layers in (("encoder", config.num_hidden_layers), ("decoder", config.decoder_layers)):
+        out[f"model.{stack}.norm.weight"] = sd[f"{stack}.final_layer_norm.weight"]
+        out[f"model.{stack}.positions.bias.weight"] = sd[
+            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        ]
+        for i in range(n_layers):
+            src, dst = f"{stack}.block.{i}.layer.", f"model.{stack}.layers.{i}."
+            att = f"{src}0.SelfAttention."
+            out[f"{dst}self_attn.qkv_proj.weight"] = torch.cat([sd[f"{att}{n}.weight"] for n in "qkv"], dim=0)
+            out[f"{dst}self_attn.o_proj.weight"] = sd[f"{att}o.weight"]
+            out[f"{dst}attn_norm.weight"] = sd[f"{src}0.layer_norm.weight"]
+            ff = 1
+            if stack == "decoder":  # layer 1 is the cross-attention, layer 2 the feed-forward
+                cross = f"{src}1.EncDecAttention."
+                out[f"{dst}cross_attn.q_proj.weight"] = sd[f"{cross}q.weight"]
+                out[f"{dst}cross_attn.kv_proj.weight"] = torch.cat(
+                    [sd[f"{cross}k.weight"], sd[f"{cross}v.weight"]]
+                )
+                out[f"{dst}cross_attn.o_proj.weight"] = sd[f"{cross}o.weight"]
+                out[f"{dst}cross_attn_norm.weight"] = sd[f"{src}1.layer_norm.weight"]
+                ff = 2
+            dense = f"{src}{ff}.DenseReluDense."
+            if gated:  # wi_0 is the gated branch, wi_1 the linear one
+                out[f"{dst}mlp.gate_up_proj.weight"] = torch.cat(
+                    [sd[f"{dense}wi_0.weight"], sd[f"{dense}wi_1.weight"]]
+                )
+            else:
+                out[f"{dst}mlp.up_proj.weight"] = sd[f"{dense}wi.weight"]
+            out[f"{dst}mlp.down_proj.weight"] = sd[f"{dense}wo.weight"]
+            out[f"{dst}mlp_norm.weight"] = sd[f"{src}{ff}.layer_norm.weight"]
+    if "lm_head.weight" in sd:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+_BART_ACTS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def _bart_config(ref) -> HfLmBartConfig:
+    if ref.activation_function not in _BART_ACTS:
+        raise ValueError(f"BART activation_function={ref.activation_function!r} has no hf_lm equivalent.")
+    if (ref.encoder_attention_heads, ref.encoder_ffn_dim) != (
+        ref.decoder_attention_heads,
+        ref.decoder_ffn_dim,
+    ):
+        raise ValueError(
+            "Only BART configs with the same heads and feed-forward width in both stacks convert."
+        )
+    return HfLmBartConfig(
+        hidden_size=ref.d_model,
+        num_hidden_layers=ref.encoder_layers,
+        decoder_layers=ref.decoder_layers,
+        num_attention_heads=ref.encoder_attention_heads,
+        intermediate_size=ref.encoder_ffn_dim,
+        hidden_act=_BART_ACTS[ref.activation_function],
+        max_position_embeddings=ref.max_position_embeddings,
+        scale_embedding=bool(ref.scale_embedding),
+        hidden_dropout=float(ref.dropout),
+        attention_dropout=float(ref.attention_dropout),
+        initializer_range=ref.init_std,
+        tie_word_embeddings=bool(getattr(ref, "tie_word_embeddings", True)),
+        decoder_start_token_id=ref.decoder_start_token_id,
+        **_common_kwargs(ref),
+    )
+
+
+def _bart_state_dict(sd: dict, config) -> dict:
+    """BART: separate q/k/v Linears (stacked here); positions offset by 2 rows (dropped)."""
+    bias = sd.get("final_logits_bias")
+    if bias is not None and bool(bias.any()):
+        raise ValueError(
+            "BART checkpoints with a non-zero final_logits_bias do not convert (hf_lm has no such bias)."
+        )
+    p = "model." if any(k.startswith("model.") for k in sd) else ""
+    out = {"model.embed_tokens.weight": sd[f"{p}shared.weight"]}
+    for stack, n_layers in (("encoder", config.num_hidden_layers), ("decoder", config.decoder_layers)):
+        out[f"model.{stack}.positions.embeddings.weight"] = sd[f"{p}{stack}.embed_positions.weight"][2:]
+        for suffix in ("weight", "bias"):
+            out[f"model.{stack}.embed_norm.{suffix}"] = sd[f"{p}{stack}.layernorm_embedding.{suffix}"]
+        for i in range(n_layers):
+            src, dst = f"{p}{stack}.layers.{i}.", f"model.{stack}.layers.{i}."
+            for suffix in ("weight", "bias"):
+                out[f"{dst}self_attn.qkv_proj.{suffix}"] = torch.cat(
+                    [sd[f"{src}self_attn.{n}_proj.{suffix}"] for n in "qkv"]
+                )
+                pairs = [
+                    ("self_attn.out_proj", "self_attn.o_proj"),
+                    ("self_attn_layer_norm", "attn_norm"),
+                    ("fc1", "mlp.up_proj"),
+                    ("fc2", "mlp.down_proj"),
+                    ("final_layer_norm", "mlp_norm"),
+                ]
+                if stack == "decoder":
+                    out[f"{dst}cross_attn.kv_proj.{suffix}"] = torch.cat(
+                        [sd[f"{src}encoder_attn.k_proj.{suffix}"], sd[f"{src}encoder_attn.v_proj.{suffix}"]]
+                    )
+                    pairs += [
+                        ("encoder_attn.q_proj", "cross_attn.q_proj"),
+                        ("encoder_attn.out_proj", "cross_attn.o_proj"),
+                        ("encoder_attn_layer_norm", "cross_attn_norm"),
+                    ]
+                for a, b in pairs:
+                    out[f"{dst}{b}.{suffix}"] = sd[f"{src}{a}.{suffix}"]
+    if "lm_head.weight" in sd:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+_T5_HEADS = {"ForConditionalGeneration": HfLmT5ForConditionalGeneration, "Model": HfLmT5Model}
+_BART_HEADS = {"ForConditionalGeneration": HfLmBartForConditionalGeneration, "Model": HfLmBartModel}
+
 # model_type -> (config converter, state-dict converter, heads)
 _FAMILIES = {
     "gpt2": (_gpt2_config, _gpt2_state_dict, _GPT_HEADS),
     "llama": (_llama_config, _llama_state_dict, _GPT_HEADS),
     "bert": (_bert_config, _bert_state_dict, _BERT_HEADS),
     "roberta": (_bert_config, _bert_state_dict, _BERT_HEADS),
+    "t5": (_t5_config, _t5_state_dict, _T5_HEADS),
+    "bart": (_bart_config, _bart_state_dict, _BART_HEADS),
 }
 
 # the reference classes each model type converts from (RoBERTa's classifier has another head shape)
@@ -280,6 +434,8 @@ _SUPPORTED = {
     "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification"),
     "bert": ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
     "roberta": ("RobertaModel", "RobertaForMaskedLM"),
+    "t5": ("T5ForConditionalGeneration", "T5Model"),
+    "bart": ("BartForConditionalGeneration", "BartModel"),
 }
 
 
@@ -288,7 +444,9 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
 
     Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
     `LlamaModel`, `LlamaForSequenceClassification`, `BertModel`, `BertForMaskedLM`,
-    `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`.
+    `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`,
+    `T5ForConditionalGeneration` / `T5Model` (v1.0 ReLU and v1.1 gated-GELU) and
+    `BartForConditionalGeneration` / `BartModel`.
     The result has the reference's dtype (or `dtype`), is in eval mode, and produces the same hidden
     states and logits (RoBERTa: on real tokens; its padding positions use a row hf_lm drops).
 
@@ -310,6 +468,8 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
         state_dict = _bert_state_dict(
             model.state_dict(), config.num_hidden_layers, model_type, ref_config.pad_token_id or 0
         )
+    elif convert_state_dict in (_t5_state_dict, _bart_state_dict):
+        state_dict = convert_state_dict(model.state_dict(), config)
     else:
         state_dict = convert_state_dict(model.state_dict(), config.num_hidden_layers)
     if head.base_model_prefix and head.__name__.endswith("Model"):
@@ -324,5 +484,8 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     if missing or unexpected:
         raise ValueError(f"Weight conversion of {name} failed: missing {missing}, unexpected {unexpected}.")
     new.config._attn_implementation = ref_config._attn_implementation or "sdpa"
+    if getattr(model, "generation_config", None) is not None and hasattr(new, "generation_config"):
+        # the same generation defaults (e.g. BART's forced_eos_token_id), so generate() agrees too
+        new.generation_config = copy.deepcopy(model.generation_config)
     logger.info("Converted %s to %s (%d parameters).", name, type(new).__name__, new.num_parameters())
     return new.to(dtype or ref_dtype).eval()

@@ -1,0 +1,155 @@
+"""Configurations of hf_lm's encoder-decoder families: T5-style (`hflm_t5`) and BART-style (`hflm_bart`).
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+Both families share one implementation (`hflm_modeling_seq2seq`) and differ only in defaults.
+"""
+
+from __future__ import annotations
+
+from .hflm_configuration_base import HfLmTransformerConfig, _positive_int
+
+
+class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
+    """Fields shared by the encoder-decoder families (not registered itself).
+
+    Besides the shared Transformer fields (`num_hidden_layers` is the encoder depth):
+
+    Args:
+        decoder_layers: decoder depth; `None` = the encoder depth. (`num_decoder_layers`, T5's name,
+            is an alias.) transformers' `generate()` sizes its cache from this name.
+        decoder_start_token_id: the token the decoder starts from (T5: pad; BART: eos).
+        scale_embedding: multiply token embeddings by sqrt(hidden_size) ("Attention is all you need").
+        embedding_norm: normalize the summed embeddings before the first block (BART).
+        scale_decoder_output: multiply the decoder output by hidden_size**-0.5 before the tied
+            LM head (T5, whose embeddings are not scaled down at the input).
+        classifier_dropout: dropout in the sequence-classification head; `None` = `hidden_dropout`.
+    """
+
+    is_encoder_decoder: bool = True
+    decoder_layers: int | None = None
+    decoder_start_token_id: int | None = None
+    scale_embedding: bool = False
+    embedding_norm: bool = False
+    scale_decoder_output: bool = False
+    classifier_dropout: float | None = None
+
+    attribute_map = {"num_decoder_layers": "decoder_layers", "encoder_layers": "num_hidden_layers"}
+
+    def __post_init__(self, **kwargs):
+        if self.decoder_layers is None:
+            self.decoder_layers = self.num_hidden_layers
+        self.is_encoder_decoder = True
+        super().__post_init__(**kwargs)
+
+    def validate_hflm(self) -> None:
+        super().validate_hflm()
+        _positive_int("decoder_layers", self.decoder_layers)
+        for name in ("scale_embedding", "embedding_norm", "scale_decoder_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        start = self.decoder_start_token_id
+        if start is not None and (
+            isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < self.vocab_size
+        ):
+            raise ValueError(
+                f"`decoder_start_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {start!r}."
+            )
+        if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
+            raise ValueError(
+                f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}."
+            )
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs):
+        """A config from one of the family's `PRESETS`, with `kwargs` on top."""
+        presets = cls.PRESETS
+        if name not in presets:
+            raise ValueError(
+                f"Unknown preset {name!r} for {cls.model_type}; choose one of {sorted(presets)}."
+            )
+        return cls(**{**presets[name], **kwargs})
+
+
+class HfLmT5Config(HfLmEncoderDecoderConfig):
+    """T5-style encoder-decoder (Raffel et al., 2020). Defaults are T5-small (v1.0).
+
+    RMSNorm pre-norm without biases, ReLU feed-forward (`hidden_act="geglu_tanh"` and untied
+    embeddings for v1.1), a bucketed relative position bias per stack shared by its layers,
+    unscaled attention, tied embeddings with the output scaled by hidden_size**-0.5.
+
+    Example:
+        >>> from hf_lm import HfLmT5Config, HfLmT5ForConditionalGeneration
+        >>> config = HfLmT5Config(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+        >>> model = HfLmT5ForConditionalGeneration(config)
+    """
+
+    model_type = "hflm_t5"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    PRESETS = {
+        "t5": {},
+        # T5 v1.1: gated-GELU, no dropout in pretraining, untied and unscaled output projection
+        "t5_v1_1": {"hidden_act": "geglu_tanh", "tie_word_embeddings": False, "scale_decoder_output": False},
+    }
+
+    vocab_size: int = 32128
+    hidden_size: int = 512
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 8
+    intermediate_size: int | None = None  # 4 * hidden_size: 2048 for T5-small
+    hidden_act: str = "relu"
+    position_embedding_type: str = "relative_buckets"
+    max_position_embeddings: int = 512
+    norm_type: str = "rmsnorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-6
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    attention_scale: float | None = 1.0
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    scale_decoder_output: bool = True
+    pad_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 1
+    decoder_start_token_id: int | None = 0
+
+
+class HfLmBartConfig(HfLmEncoderDecoderConfig):
+    """BART-style encoder-decoder (Lewis et al., 2020). Defaults are BART-base.
+
+    Learned positions, post-norm LayerNorm with a norm on the embeddings, GELU, biases, tied
+    embeddings. The preset "transformer" is the original Transformer of Vaswani et al. (2017):
+    sinusoidal positions, post-norm, ReLU, embeddings scaled by sqrt(hidden_size).
+    """
+
+    model_type = "hflm_bart"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    PRESETS = {
+        "bart": {},
+        "transformer": {
+            "position_embedding_type": "sinusoidal",
+            "hidden_act": "relu",
+            "embedding_norm": False,
+            "scale_embedding": True,
+            "hidden_dropout": 0.1,
+            "attention_dropout": 0.0,
+        },
+    }
+
+    vocab_size: int = 50265
+    hidden_size: int = 768
+    num_hidden_layers: int = 6
+    num_attention_heads: int = 12
+    intermediate_size: int | None = None  # 4 * hidden_size: 3072 for BART-base
+    hidden_act: str = "gelu"
+    position_embedding_type: str = "learned"
+    max_position_embeddings: int = 1024
+    norm_type: str = "layernorm"
+    norm_position: str = "post"
+    norm_eps: float = 1e-5
+    embedding_norm: bool = True
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.0
+    pad_token_id: int | None = 1
+    bos_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    decoder_start_token_id: int | None = 2

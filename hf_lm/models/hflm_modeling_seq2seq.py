@@ -1,0 +1,568 @@
+"""hf_lm's encoder-decoder families, T5-style (`hflm_t5`) and BART-style (`hflm_bart`), in one implementation.
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+The blocks live in `hflm_blocks`; this file composes an encoder stack (bidirectional) and a
+decoder stack (causal, with cross-attention to the last encoder layer) in the shape of the
+original Transformer (Vaswani et al., 2017), T5 (Raffel et al., 2020) and BART (Lewis et al., 2020).
+The two families differ only in their config defaults.
+
+Conventions are transformers': the model takes unshifted `labels` and builds `decoder_input_ids`
+by `shift_tokens_right(labels, pad_token_id, decoder_start_token_id)`; generation caches with an
+`EncoderDecoderCache` (the self-attention cache grows, the cross-attention keys and values are
+computed once).
+
+Shape legend: B batch, S source length, T new target tokens, P past target tokens, C hidden size,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    Seq2SeqSequenceClassifierOutput,
+)
+
+from .hflm_blocks import (
+    NORMS,
+    POSITION_ENCODINGS,
+    HfLmPreTrainedModel,
+    TransformerBlock,
+    build_attention_mask,
+    build_norm,
+    check_input_ids,
+    check_labels,
+    lm_loss,
+    sequence_classification_loss,
+)
+from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from targets: start token, then the targets moved one step right.
+
+    Args:
+        labels: (B, T) target ids, -100 where ignored.
+
+    Returns:
+        (B, T) decoder input ids, -100 replaced by the pad id (the decoder never reads them as
+        targets, and an embedding lookup of -100 would fail).
+    """
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class HfLmSeq2SeqStack(nn.Module):
+    """An encoder stack (bidirectional) or a decoder stack (causal + cross-attention).
+
+    The token embedding is owned by the parent model and shared by both stacks (and the LM head):
+    the stack keeps a plain reference to it, not a registered submodule, so the weights have one
+    name in the state dict. `generate()` calls the encoder stack directly (`get_encoder()`).
+    """
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: HfLmEncoderDecoderConfig, embed_tokens: nn.Embedding, is_decoder: bool):
+        super().__init__()
+        self.config = config
+        self.is_decoder = is_decoder
+        object.__setattr__(self, "embed_tokens", embed_tokens)  # shared, not registered (see above)
+        self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, causal=is_decoder)
+        self.embed_norm = (
+            NORMS[config.norm_type](config.hidden_size, eps=config.norm_eps)
+            if config.embedding_norm
+            else nn.Identity()
+        )
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        n_layers = config.decoder_layers if is_decoder else config.num_hidden_layers
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, i, is_causal=is_decoder, cross_attention=is_decoder)
+            for i in range(n_layers)
+        )
+        # a post-norm stack already ends in a norm; a pre-norm stack needs one
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.gradient_checkpointing = False
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
+        """Run the stack.
+
+        Args:
+            input_ids: (B, T) token ids (source ids for the encoder, decoder inputs for the decoder).
+            attention_mask: (B, P + T) 1 for tokens, 0 for padding.
+            position_ids: (B|1, T); by default each real token's index among the real tokens.
+            encoder_hidden_states: (B, S, C) the encoder output (decoder only).
+            encoder_attention_mask: (B, S) the source padding mask (decoder only).
+            past_key_values: an `EncoderDecoderCache` (decoder only).
+        """
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = cfg.return_dict if return_dict is None else return_dict
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        if input_ids is not None:
+            check_input_ids(input_ids, cfg.vocab_size)
+            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale  # (B, T, C)
+        elif inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2]:
+            raise ValueError(
+                f"`inputs_embeds` must be a non-empty (batch, seq_len, hidden) tensor, got {tuple(inputs_embeds.shape)}."
+            )
+        B, T = inputs_embeds.shape[:2]
+        device = inputs_embeds.device
+        eager = not torch.compiler.is_compiling()
+
+        if self.is_decoder:
+            if encoder_hidden_states is None:
+                raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder first).")
+            if use_cache and past_key_values is None:
+                past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        else:
+            past_key_values = None
+        past_len = past_key_values.self_attention_cache.get_seq_length() if past_key_values is not None else 0
+        S = past_len + T
+
+        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
+            )
+        if eager and attention_mask is not None and bool(attention_mask.all()):
+            attention_mask = None  # nothing padded: the attention fast paths apply
+        if position_ids is None:
+            position_ids = torch.arange(past_len, S, device=device)[None]  # (1, T)
+            if attention_mask is not None:
+                mask = attention_mask.to(device).long()
+                counted = (mask.cumsum(-1) - 1).clamp(min=0)
+                # real tokens count only real tokens; padding keeps its index (never attended to)
+                position_ids = torch.where(mask.bool(), counted, torch.arange(S, device=device))[:, past_len:]
+        max_positions = self.positions.max_positions
+        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
+            raise ValueError(
+                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
+                f"sequences of at most max_position_embeddings={max_positions} tokens. Truncate the "
+                f"{'target' if self.is_decoder else 'source'} or generate fewer tokens."
+            )
+
+        hidden_states = inputs_embeds
+        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
+        if pos_embeds is not None:
+            hidden_states = hidden_states + pos_embeds
+        hidden_states = self.dropout(self.embed_norm(hidden_states))
+        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
+        bias = self.positions.attention_bias(T, S, past_len, device, hidden_states.dtype)
+        mask, is_causal = build_attention_mask(
+            attention_mask, T, S, device, hidden_states.dtype, self.is_decoder, bias=bias, past_len=past_len
+        )
+        cross_mask = None
+        if (
+            self.is_decoder
+            and encoder_attention_mask is not None
+            and not (eager and bool(encoder_attention_mask.all()))
+        ):
+            cross_mask = encoder_attention_mask.to(device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)
+
+        all_hidden = () if output_hidden_states else None
+        all_self = () if output_attentions else None
+        all_cross = () if output_attentions and self.is_decoder else None
+        for layer in self.layers:
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            hidden_states, self_weights, cross_weights = layer(
+                hidden_states,
+                attention_mask=mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+            )
+            if output_attentions:
+                all_self += (self_weights,)
+                if self.is_decoder:
+                    all_cross += (cross_weights,)
+        hidden_states = self.dropout(self.norm(hidden_states))
+        if output_hidden_states:
+            all_hidden += (hidden_states,)
+
+        if not self.is_decoder:
+            out = BaseModelOutput(
+                last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=all_self
+            )
+        else:
+            out = BaseModelOutputWithPastAndCrossAttentions(
+                last_hidden_state=hidden_states,
+                past_key_values=past_key_values if use_cache else None,
+                hidden_states=all_hidden,
+                attentions=all_self,
+                cross_attentions=all_cross,
+            )
+        return out if return_dict else out.to_tuple()
+
+
+class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
+    config_class = HfLmEncoderDecoderConfig
+    config: HfLmEncoderDecoderConfig
+    _skip_keys_device_placement = ["past_key_values"]
+
+
+class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
+    """Shared embedding -> encoder stack, and decoder stack attending to the encoder's output."""
+
+    def __init__(self, config: HfLmEncoderDecoderConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
+        self.encoder = HfLmSeq2SeqStack(config, self.embed_tokens, is_decoder=False)
+        self.decoder = HfLmSeq2SeqStack(config, self.embed_tokens, is_decoder=True)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+        object.__setattr__(self.encoder, "embed_tokens", value)
+        object.__setattr__(self.decoder, "embed_tokens", value)
+
+    def get_encoder(self):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs=None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput | tuple:
+        """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
+
+        Args:
+            input_ids: (B, S) source ids; attention_mask: (B, S) source padding mask.
+            decoder_input_ids: (B, T) decoder inputs (the shifted targets);
+            decoder_attention_mask: (B, P + T) target padding mask.
+            encoder_outputs: a `BaseModelOutput` (or tuple) from `get_encoder()`, reused by `generate()`.
+            past_key_values: an `EncoderDecoderCache` (made when `use_cache`).
+        """
+        cfg = self.config
+        return_dict = cfg.return_dict if return_dict is None else return_dict
+        if use_cache is None:
+            use_cache = cfg.use_cache and not self.training
+        if self.is_activation_checkpointing and self.training:
+            use_cache = False  # recomputed layers would append to the cache a second time
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                return_dict=True,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds them)."
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            position_ids=decoder_position_ids,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        out = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMixin):
+    """The encoder-decoder with an LM head on the decoder (tied to the shared embedding by default)."""
+
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    # the loss is the model's own, on unshifted labels (transformers would map this class-name suffix
+    # to a causal loss that shifts again)
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: HfLmEncoderDecoderConfig):
+        super().__init__(config)
+        self.model = self._base_class(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        """What `DataCollatorForSeq2Seq(model=...)` calls to add `decoder_input_ids` to a batch."""
+        return shift_tokens_right(labels, self.config.pad_token_id, self._start_token_id())
+
+    def _start_token_id(self) -> int:
+        start = self.config.decoder_start_token_id
+        if start is None:
+            raise ValueError("config.decoder_start_token_id is not set: the decoder needs a start token.")
+        return start
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs=None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        decoder_position_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
+        """Next-token logits of the decoder (B, T, V), and the loss when `labels` are given.
+
+        Args:
+            labels: (B, T) target ids, NOT shifted (-100 ignored): the decoder inputs are built from
+                them by `shift_tokens_right` when `decoder_input_ids` are not given, and position t
+                is scored against `labels[:, t]`. With `num_items_in_batch` (from `Trainer`) the
+                loss is a sum divided by it, so gradient accumulation equals one big batch.
+        """
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            if labels.dim() != 2:
+                raise ValueError(f"`labels` must be a (batch, target_len) tensor, got {tuple(labels.shape)}.")
+            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            decoder_position_ids=decoder_position_ids,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state  # (B, T, C)
+        if self.config.scale_decoder_output:
+            # T5 ties the head to embeddings that were not scaled at the input: rescale here
+            hidden_states = hidden_states * self.config.hidden_size**-0.5
+        if logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        logits = self.lm_head(hidden_states)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            check_labels(labels, logits.shape[:2], self.config.vocab_size)
+            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+        out = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
+    """BART's classifier: the whole text goes to both stacks; the decoder state of the last EOS
+    (which has seen every token) feeds a dense-tanh-dense head."""
+
+    def __init__(self, config: HfLmEncoderDecoderConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = self._base_class(config)
+        p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+        self.classifier = nn.Sequential(
+            nn.Dropout(p),
+            nn.Linear(config.hidden_size, config.hidden_size),
+            nn.Tanh(),
+            nn.Dropout(p),
+            nn.Linear(config.hidden_size, config.num_labels),
+        )
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqSequenceClassifierOutput | tuple:
+        """Logits (B, num_labels) from the decoder state at the last real token of `input_ids`."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if input_ids is None:
+            raise ValueError("Sequence classification needs `input_ids`.")
+        if decoder_input_ids is None:
+            # the decoder reads the same text, shifted right (BART)
+            decoder_input_ids = shift_tokens_right(
+                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id or 0
+            )
+            decoder_attention_mask = attention_mask
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            use_cache=False,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden = outputs.last_hidden_state  # (B, T, C)
+        B, T = hidden.shape[:2]
+        real = (
+            attention_mask.to(hidden.device).bool()
+            if attention_mask is not None
+            else torch.ones(B, T, dtype=torch.bool, device=hidden.device)
+        )
+        last = torch.where(real, torch.arange(T, device=hidden.device), -1).amax(-1).clamp(min=0)  # (B,)
+        logits = self.classifier(hidden[torch.arange(B, device=hidden.device), last])  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
+        out = Seq2SeqSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+# The two families: the same classes with their own config (Auto classes key on the config class).
+
+
+class HfLmT5PreTrainedModel(HfLmSeq2SeqPreTrainedModel):
+    config_class = HfLmT5Config
+
+
+class HfLmT5Model(HfLmT5PreTrainedModel, _Seq2SeqModel):
+    """T5-style encoder-decoder without a head."""
+
+
+class HfLmT5ForConditionalGeneration(HfLmT5PreTrainedModel, _Seq2SeqForConditionalGeneration):
+    """T5-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
+
+    _base_class = HfLmT5Model
+
+
+class HfLmT5ForSequenceClassification(HfLmT5PreTrainedModel, _Seq2SeqForSequenceClassification):
+    """T5-style encoder-decoder with a classification head on the last decoder state."""
+
+    _base_class = HfLmT5Model
+
+
+class HfLmBartPreTrainedModel(HfLmSeq2SeqPreTrainedModel):
+    config_class = HfLmBartConfig
+
+
+class HfLmBartModel(HfLmBartPreTrainedModel, _Seq2SeqModel):
+    """BART-style encoder-decoder without a head."""
+
+
+class HfLmBartForConditionalGeneration(HfLmBartPreTrainedModel, _Seq2SeqForConditionalGeneration):
+    """BART-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
+
+    _base_class = HfLmBartModel
+
+
+class HfLmBartForSequenceClassification(HfLmBartPreTrainedModel, _Seq2SeqForSequenceClassification):
+    """BART-style encoder-decoder with a classification head on the last decoder state."""
+
+    _base_class = HfLmBartModel
+
+
+__all__ = [
+    "shift_tokens_right",
+    "HfLmT5PreTrainedModel",
+    "HfLmT5Model",
+    "HfLmT5ForConditionalGeneration",
+    "HfLmT5ForSequenceClassification",
+    "HfLmBartPreTrainedModel",
+    "HfLmBartModel",
+    "HfLmBartForConditionalGeneration",
+    "HfLmBartForSequenceClassification",
+]

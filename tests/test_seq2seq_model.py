@@ -1,0 +1,359 @@
+"""The T5- and BART-style encoder-decoders: parity with transformers, caching, generation, saving."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    DataCollatorForSeq2Seq,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+from hf_lm import (
+    HfLmBartConfig,
+    HfLmBartForConditionalGeneration,
+    HfLmBartForSequenceClassification,
+    HfLmT5Config,
+    HfLmT5ForConditionalGeneration,
+    HfLmT5ForSequenceClassification,
+    HfLmT5Model,
+)
+from hf_lm.convert import from_transformers
+
+V = 99
+SIZES = dict(
+    vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64
+)
+
+# (config class, model class, overrides): every family and preset, and unequal depths
+VARIANTS = {
+    "t5": (
+        HfLmT5Config,
+        HfLmT5ForConditionalGeneration,
+        dict(relative_attention_num_buckets=8, relative_attention_max_distance=16),
+    ),
+    "t5_v1_1_deep_decoder": (
+        HfLmT5Config,
+        HfLmT5ForConditionalGeneration,
+        dict(hidden_act="geglu_tanh", scale_decoder_output=False, decoder_layers=3),
+    ),
+    "bart": (
+        HfLmBartConfig,
+        HfLmBartForConditionalGeneration,
+        dict(pad_token_id=1, eos_token_id=2, bos_token_id=0),
+    ),
+    "transformer_shallow_decoder": (
+        HfLmBartConfig,
+        HfLmBartForConditionalGeneration,
+        dict(HfLmBartConfig.PRESETS["transformer"], num_hidden_layers=3, decoder_layers=1),
+    ),
+}
+
+
+def build(name, **extra):
+    config_cls, model_cls, overrides = VARIANTS[name]
+    config = config_cls(**{**SIZES, "hidden_dropout": 0.0, **overrides, **extra})
+    return model_cls(config).eval()
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request):
+    return request.param
+
+
+def source():
+    """A right-padded source batch (the encoders' convention)."""
+    x = torch.randint(3, V, (3, 9))
+    mask = torch.ones_like(x)
+    mask[1, 6:] = 0
+    mask[2, 4:] = 0
+    return x.masked_fill(mask == 0, 0), mask
+
+
+# ---------------------------------------------------------------- parity with transformers
+
+T5_REF = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_heads=4, relative_attention_num_buckets=8,
+              relative_attention_max_distance=16, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0,
+              eos_token_id=1)  # fmt: skip
+BART_REF = dict(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=40,
+                dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)  # fmt: skip
+REFERENCES = {
+    "t5": lambda: T5ForConditionalGeneration(T5Config(**T5_REF, num_layers=3, num_decoder_layers=2)),
+    "t5_v1_1": lambda: T5ForConditionalGeneration(
+        T5Config(
+            **T5_REF,
+            num_layers=2,
+            num_decoder_layers=2,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+        )
+    ),
+    "bart": lambda: BartForConditionalGeneration(BartConfig(**BART_REF)),
+}
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_matches_transformers(name, impl):
+    ref = REFERENCES[name]()
+    ref.config._attn_implementation = impl
+    ref.eval()
+    new = from_transformers(ref)
+    x, mask = source()
+    labels = torch.randint(3, V, (3, 5))
+    labels[2, 3:] = -100
+    with torch.no_grad():
+        a = ref(input_ids=x, attention_mask=mask, labels=labels, use_cache=False)
+        b = new(input_ids=x, attention_mask=mask, labels=labels)
+    keep = mask.bool()
+    torch.testing.assert_close(
+        b.encoder_last_hidden_state[keep], a.encoder_last_hidden_state[keep], atol=1e-4, rtol=1e-4
+    )
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(b.loss, a.loss, atol=1e-5, rtol=1e-5)
+    for kwargs in (dict(do_sample=False), dict(num_beams=3, length_penalty=0.6, num_return_sequences=2)):
+        expected = ref.generate(x, attention_mask=mask, max_new_tokens=8, **kwargs)
+        assert torch.equal(new.generate(x, attention_mask=mask, max_new_tokens=8, **kwargs), expected), kwargs
+
+
+def test_unsupported_t5_and_bart_configs_are_refused():
+    with pytest.raises(ValueError, match="feed_forward_proj"):
+        from_transformers(
+            T5ForConditionalGeneration(T5Config(**{**T5_REF, "feed_forward_proj": "gated-tanh"}))
+        )
+    with pytest.raises(ValueError, match="same heads"):
+        from_transformers(
+            BartForConditionalGeneration(BartConfig(**{**BART_REF, "decoder_attention_heads": 2}))
+        )
+
+
+# ---------------------------------------------------------------- the model's own behaviour
+
+
+def test_labels_are_unshifted_targets(variant):
+    model = build(variant)
+    x, mask = source()
+    labels = torch.randint(3, V, (3, 6))
+    labels[0, 4:] = -100
+    out = model(input_ids=x, attention_mask=mask, labels=labels)
+    expected = F.cross_entropy(out.logits.reshape(-1, V), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+    start = model.config.decoder_start_token_id
+    decoder_inputs = model.prepare_decoder_input_ids_from_labels(labels)
+    assert decoder_inputs[:, 0].eq(start).all() and torch.equal(decoder_inputs[1, 1:], labels[1, :-1])
+    assert (decoder_inputs != -100).all()  # ignored targets become padding, never an index
+    explicit = model(input_ids=x, attention_mask=mask, decoder_input_ids=decoder_inputs, labels=labels)
+    torch.testing.assert_close(explicit.logits, out.logits)
+
+
+def test_the_decoder_is_causal_and_the_encoder_bidirectional(variant):
+    model = build(variant)
+    x, mask = source()
+    y = torch.randint(3, V, (3, 6))
+    with torch.no_grad():
+        base = model(input_ids=x, attention_mask=mask, decoder_input_ids=y)
+        later = y.clone()
+        later[:, 4] = (later[:, 4] + 1 - 3) % (V - 3) + 3
+        changed = model(input_ids=x, attention_mask=mask, decoder_input_ids=later)
+        torch.testing.assert_close(
+            changed.logits[:, :4], base.logits[:, :4], rtol=0, atol=1e-6
+        )  # no leak back
+        source_change = x.clone()
+        source_change[0, 5] = (source_change[0, 5] + 1 - 3) % (V - 3) + 3
+        enc = model.get_encoder()
+        a = enc(input_ids=x, attention_mask=mask).last_hidden_state
+        b = enc(input_ids=source_change, attention_mask=mask).last_hidden_state
+    assert (a[0, 0] - b[0, 0]).abs().max() > 1e-5  # the first source position saw position 5
+
+
+def test_cached_decoding_equals_the_full_forward(variant):
+    model = build(variant)
+    x, mask = source()
+    y = torch.randint(3, V, (3, 7))
+    with torch.no_grad():
+        full = model(input_ids=x, attention_mask=mask, decoder_input_ids=y, use_cache=False).logits
+        enc = model.get_encoder()(input_ids=x, attention_mask=mask)
+        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=y[:, :4], use_cache=True)
+        cache = out.past_key_values
+        steps = [out.logits]
+        for t in range(4, 7):
+            out = model(
+                encoder_outputs=enc,
+                attention_mask=mask,
+                decoder_input_ids=y[:, t : t + 1],
+                past_key_values=cache,
+            )
+            cache = out.past_key_values
+            steps.append(out.logits)
+    assert cache.self_attention_cache.get_seq_length() == 7
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(do_sample=False),
+        dict(num_beams=3, length_penalty=0.5, early_stopping=True, num_return_sequences=2),
+        dict(do_sample=True, top_k=10),
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_generate_cached_equals_uncached(variant, kwargs):
+    model = build(variant)
+    x, mask = source()
+    outs = []
+    for use_cache in (True, False):
+        torch.manual_seed(0)
+        outs.append(model.generate(x, attention_mask=mask, max_new_tokens=7, use_cache=use_cache, **kwargs))
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_padded_batch_generates_what_each_source_generates_alone(variant):
+    model = build(variant)
+    x, mask = source()
+    batch = model.generate(x, attention_mask=mask, max_new_tokens=6, num_beams=2, min_new_tokens=6)
+    for i in range(3):
+        n = int(mask[i].sum())
+        alone = model.generate(x[i : i + 1, :n], max_new_tokens=6, num_beams=2, min_new_tokens=6)
+        assert torch.equal(batch[i, : alone.shape[1]], alone[0]), i
+
+
+def test_data_collator_for_seq2seq_builds_decoder_inputs():
+    model = build("t5")
+    features = [{"input_ids": [5, 6, 7, 1], "labels": [8, 9, 1]}, {"input_ids": [5, 1], "labels": [10, 1]}]
+
+    class Tok:  # the collator only pads
+        pad_token_id = 0
+        padding_side = "right"
+
+        def pad(self, features, **kwargs):
+            n = max(len(f["input_ids"]) for f in features)
+            ids = [f["input_ids"] + [0] * (n - len(f["input_ids"])) for f in features]
+            mask = [[1] * len(f["input_ids"]) + [0] * (n - len(f["input_ids"])) for f in features]
+            return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+
+    batch = DataCollatorForSeq2Seq(Tok(), model=model, return_tensors="pt")(features)
+    assert batch["labels"].tolist() == [[8, 9, 1], [10, 1, -100]]
+    assert batch["decoder_input_ids"].tolist() == [[0, 8, 9], [0, 10, 1]]
+    assert model(**batch).loss.isfinite()
+
+
+def test_sequence_classification_heads():
+    for cls, cfg in (
+        (HfLmT5ForSequenceClassification, HfLmT5Config),
+        (HfLmBartForSequenceClassification, HfLmBartConfig),
+    ):
+        model = cls(cfg(**SIZES, num_labels=3)).eval()
+        x, mask = source()
+        out = model(input_ids=x, attention_mask=mask, labels=torch.tensor([0, 2, 1]))
+        assert out.logits.shape == (3, 3)
+        torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
+        single = model(input_ids=x[2:, :4]).logits  # the right-padded row alone
+        torch.testing.assert_close(single[0], out.logits[2], atol=1e-5, rtol=1e-4)
+
+
+def test_bad_inputs_and_configs():
+    model = build("bart")
+    x, mask = source()
+    with pytest.raises(ValueError, match="decoder_input_ids"):
+        model(input_ids=x, attention_mask=mask)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=torch.full((1, 3), V), labels=torch.ones(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_position_embeddings=64"):
+        model(input_ids=torch.randint(3, V, (1, 65)), labels=torch.ones(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="labels"):
+        model(input_ids=x, labels=torch.ones(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="`decoder_layers`"):
+        HfLmT5Config(**SIZES, decoder_layers=0)
+    with pytest.raises(ValueError, match="`decoder_start_token_id`"):
+        HfLmT5Config(**SIZES, decoder_start_token_id=V)
+    with pytest.raises(ValueError, match="`relative_attention_num_buckets`"):
+        HfLmT5Config(**SIZES, relative_attention_num_buckets=2)
+    with pytest.raises(ValueError, match="Unknown preset"):
+        HfLmBartConfig.from_preset("gpt")
+    assert HfLmT5Config(**SIZES, num_decoder_layers=5).decoder_layers == 5  # T5's name is an alias
+
+
+SHIPPED = {
+    "hflm_blocks.py",
+    "hflm_configuration_base.py",
+    "hflm_configuration_seq2seq.py",
+    "hflm_modeling_seq2seq.py",
+}
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_save_load_and_auto_map(tmp_path, name):
+    model = build("t5_v1_1_deep_decoder" if name == "t5" else "bart")
+    model.save_pretrained(tmp_path)
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    x, mask = source()
+    assert torch.equal(
+        loaded.generate(x, attention_mask=mask, max_new_tokens=5),
+        model.generate(x, attention_mask=mask, max_new_tokens=5),
+    )
+    assert {p.name for p in tmp_path.glob("*.py")} == SHIPPED
+    family = "T5" if name == "t5" else "Bart"
+    auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": f"hflm_configuration_seq2seq.HfLm{family}Config",
+        "AutoModel": f"hflm_modeling_seq2seq.HfLm{family}Model",
+        "AutoModelForSeq2SeqLM": f"hflm_modeling_seq2seq.HfLm{family}ForConditionalGeneration",
+        "AutoModelForSequenceClassification": f"hflm_modeling_seq2seq.HfLm{family}ForSequenceClassification",
+    }
+    base = HfLmT5Model.from_pretrained(tmp_path) if name == "t5" else None
+    if base is not None:
+        assert base.get_encoder()(input_ids=x).last_hidden_state.shape == (3, 9, 32)
+
+
+REMOTE = textwrap.dedent(
+    """
+    import sys
+    sys.modules["hf_lm"] = None
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForSeq2SeqLM
+    folder = sys.argv[1]
+    ref = load_file(folder + "/expected.safetensors")
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    out = model.generate(ref["x"], attention_mask=ref["mask"], max_new_tokens=6, num_beams=2)
+    assert torch.equal(out, ref["beam"]), (out, ref["beam"])
+    print("REMOTE-OK")
+    """
+)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_remote_code_round_trip_in_fresh_interpreter(tmp_path, name):
+    from safetensors.torch import save_file
+
+    model = build(name)
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    x, mask = source()
+    beam = model.generate(x, attention_mask=mask, max_new_tokens=6, num_beams=2)
+    save_file({"x": x, "mask": mask, "beam": beam.contiguous()}, str(folder / "expected.safetensors"))
+    script = tmp_path / "remote.py"
+    script.write_text(REMOTE)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = subprocess.run(
+        [sys.executable, str(script), str(folder)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "REMOTE-OK" in result.stdout
