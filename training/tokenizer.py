@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,28 @@ BERT_SPECIAL_TOKENS: dict[str, str] = {
     "pad_token": "[PAD]",
     "mask_token": "[MASK]",
 }
+
+# T5's convention (Raffel et al., 2020): no bos; "</s>" ends inputs and targets, "<pad>" pads and
+# starts the decoder. In this order they get T5's ids: <pad> 0, </s> 1, <unk> 2. Add the span
+# sentinels `<extra_id_0>`, `<extra_id_1>`, ... with `add_sentinel_tokens`.
+T5_SPECIAL_TOKENS: dict[str, str] = {
+    "pad_token": "<pad>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+}
+
+# BART's convention (Lewis et al., 2020), inherited from RoBERTa/fairseq: <s> 0, <pad> 1, </s> 2,
+# <unk> 3, and "<mask>" for text infilling. No cls/sep roles, so `train_tokenizer` adds no template.
+BART_SPECIAL_TOKENS: dict[str, str] = {
+    "bos_token": "<s>",
+    "pad_token": "<pad>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "mask_token": "<mask>",
+}
+
+# T5's span-corruption sentinels: "<extra_id_0>", "<extra_id_1>", ... (T5 ships 100 of them)
+SENTINEL_TOKEN_FORMAT = "<extra_id_{}>"
 
 # the special-token roles transformers' tokenizers know (bos, eos, unk, sep, pad, cls, mask)
 SPECIAL_TOKEN_ROLES = tuple(PreTrainedTokenizerFast.SPECIAL_TOKENS_ATTRIBUTES)
@@ -250,6 +272,78 @@ def train_tokenizer(
         **extra,
         **special_tokens,
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# T5's sentinel tokens
+# ----------------------------------------------------------------------------------------------
+
+
+def sentinel_tokens(num_sentinels: int) -> list[str]:
+    """The sentinel token strings `<extra_id_0>` ... `<extra_id_{num_sentinels - 1}>`."""
+    if isinstance(num_sentinels, bool) or not isinstance(num_sentinels, int) or num_sentinels < 1:
+        raise ValueError(f"`num_sentinels` must be a positive integer, got {num_sentinels!r}.")
+    return [SENTINEL_TOKEN_FORMAT.format(i) for i in range(num_sentinels)]
+
+
+def sentinel_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The ids of the tokenizer's sentinels `<extra_id_0>`, `<extra_id_1>`, ... in sentinel order.
+
+    Counts consecutive sentinels from `<extra_id_0>` and stops at the first one missing from the
+    vocabulary (added tokens included).
+
+    Args:
+        tokenizer: any transformers tokenizer.
+
+    Returns:
+        ids[i] is the id of `<extra_id_i>`; an empty list when the tokenizer has no sentinel.
+    """
+    vocab = tokenizer.get_vocab()  # added tokens included
+    ids = []
+    while (token := SENTINEL_TOKEN_FORMAT.format(len(ids))) in vocab:
+        ids.append(int(vocab[token]))
+    return ids
+
+
+def add_sentinel_tokens(tokenizer: PreTrainedTokenizerBase, num_sentinels: int = 100) -> list[int]:
+    """Add T5's span-corruption sentinels `<extra_id_0>` ... `<extra_id_{N-1}>` as special tokens.
+
+    Raffel et al. (2020), section 3.1.4: each corrupted span is replaced by a unique sentinel token
+    in the input, and the target lists the spans, each after its sentinel. As in T5's vocabulary
+    the sentinels take the last ids in descending order (`<extra_id_0>` is `len(tokenizer) - 1`
+    afterwards); they are the tokenizer's `extra_special_tokens` (transformers 4's
+    `additional_special_tokens`), so they are never split, `decode(..., skip_special_tokens=True)`
+    drops them, and `save_pretrained`/`AutoTokenizer.from_pretrained` keep them. Resize the model's
+    embeddings to `len(tokenizer)` if it was built before.
+
+    Args:
+        tokenizer: a transformers tokenizer (e.g. from `train_tokenizer(...,
+            special_tokens=T5_SPECIAL_TOKENS)`); modified in place.
+        num_sentinels: how many sentinels (T5: 100). A span-corruption target needs one per span
+            plus one, so about `length * noise_density / mean_noise_span_length + 1` for inputs of
+            `length` tokens.
+
+    Returns:
+        ids[i] is the id of `<extra_id_i>`.
+
+    Raises:
+        ValueError: `num_sentinels` is not a positive integer, or the tokenizer already has a
+            different number of sentinels. Adding the same number again is a no-op.
+    """
+    names = sentinel_tokens(num_sentinels)
+    existing = sentinel_token_ids(tokenizer)
+    if existing:
+        if len(existing) == num_sentinels:
+            return existing
+        raise ValueError(
+            f"`tokenizer` already has {len(existing)} sentinel tokens; cannot add {num_sentinels}."
+        )
+    # added in reverse, so that <extra_id_0> gets the last id, as in T5's SentencePiece vocabulary
+    tokenizer.add_tokens(names[::-1], special_tokens=True)
+    tokenizer.add_special_tokens({"extra_special_tokens": names}, replace_extra_special_tokens=False)
+    ids = sentinel_token_ids(tokenizer)
+    logger.info("Added %d sentinel tokens (ids %d..%d).", len(ids), ids[-1], ids[0])
+    return ids
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,895 @@
+"""Pretraining objectives for encoder-decoder models (T5, BART), as data collators.
+
+An encoder-decoder model takes `input_ids`, `attention_mask` and `labels` (the unshifted target,
+-100 = ignored) and builds its `decoder_input_ids` itself with
+`shift_tokens_right(labels, pad_token_id, decoder_start_token_id)`. Every objective is therefore a
+way of turning one clean token sequence into an (input, target) pair, and lives here:
+
+- `DataCollatorForT5Pretraining`: the unsupervised objectives compared by T5 (Raffel et al., 2020,
+  section 3.3, Tables 4 and 5), chosen by `objective`:
+
+  - "span_corruption" (T5's final choice; "random spans" in Table 4):
+    "Thank you <X> me to your party <Y> week ." -> "<X> for inviting <Y> last <Z>"
+  - "iid_replace_spans" (i.i.d. noise, replace spans): the same, runs of i.i.d. noise as spans
+  - "bert_style": "Thank you <M> <M> me to your party apple week ." -> (original text)
+  - "drop_tokens" (i.i.d. noise, drop tokens): "Thank you me to your party week ." ->
+    "for inviting last"
+  - "deshuffle": "party me for your to . last you inviting week Thank" -> (original text)
+  - "prefix_lm": "Thank you for inviting" -> "me to your party last week ."
+
+  MASS-style (Song et al., 2019) is "bert_style" with `mask_replace_prob=1, random_replace_prob=0`.
+- `DataCollatorForBartDenoising`: BART's noising functions (Lewis et al., 2020, section 2.2),
+  combined by their rates: token masking, token deletion, text infilling (Poisson spans, one mask
+  per span), sentence permutation, document rotation. The target is always the original text.
+
+The building blocks are plain functions on NumPy arrays, usable (and tested) on their own:
+`random_spans_noise_mask`, `iid_noise_mask`, `noise_spans_to_sentinels`, `span_corruption_lengths`,
+`text_infilling`, `permute_sentences`, `rotate_document`.
+
+Examples are already-tokenized sequences without special tokens, e.g. the fixed-size blocks of
+`training.data.tokenize_and_pack` (their EOS between documents are ordinary tokens here). As in
+T5, an EOS token is appended to every input and every target after the noise (`add_eos_token`).
+Sentinels come from the tokenizer: `<extra_id_0>`, `<extra_id_1>`, ... (see
+`training.tokenizer.add_sentinel_tokens`).
+
+Example:
+    >>> tok = train_tokenizer(texts, kind="unigram", special_tokens=T5_SPECIAL_TOKENS)
+    >>> add_sentinel_tokens(tok, 100)
+    >>> collator = DataCollatorForT5Pretraining(tok, objective="span_corruption", seed=0)
+    >>> raw_length, _ = span_corruption_lengths(512)  # 568: pack blocks this long
+    >>> blocks = tokenize_and_pack(ds, tok, block_size=raw_length)
+    >>> batch = collator(blocks[:32]["input_ids"])  # input_ids (32, 512), labels (32, 115)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from training.tokenizer import sentinel_token_ids
+
+logger = logging.getLogger(__name__)
+
+T5_OBJECTIVES = (
+    "span_corruption",
+    "iid_replace_spans",
+    "bert_style",
+    "drop_tokens",
+    "deshuffle",
+    "prefix_lm",
+)
+# objectives whose inputs hold one sentinel per noise span
+_SPAN_OBJECTIVES = ("span_corruption", "iid_replace_spans")
+
+# what an example given as a mapping may hold; anything else is refused rather than dropped
+EXAMPLE_KEYS = ("input_ids", "attention_mask")
+
+# BART's default sentence ends, looked up in the vocabulary (the eos token is added: in packed
+# blocks it separates documents, and fairseq's BART splits sentences on it)
+SENTENCE_END_TOKENS = (".", "!", "?")
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument checks
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_probability(name: str, value: Any, upper_open: bool = False) -> None:
+    ok = _is_number(value) and 0.0 <= value and (value < 1.0 if upper_open else value <= 1.0)
+    if not ok:
+        interval = "[0, 1)" if upper_open else "[0, 1]"
+        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}.")
+
+
+def _check_positive_number(name: str, value: Any) -> None:
+    if not _is_number(value) or not value > 0 or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
+
+
+def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        allowed = "None or a positive integer" if allow_none else "a positive integer"
+        raise ValueError(f"`{name}` must be {allowed}, got {value!r}.")
+
+
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# T5's noise masks and sentinels
+# ----------------------------------------------------------------------------------------------
+
+
+def _random_segmentation(num_items: int, num_segments: int, rng: np.random.Generator) -> np.ndarray:
+    """Lengths of a uniformly random split of `num_items` items into `num_segments` non-empty runs.
+
+    T5's `_random_segmentation` shuffles `num_segments - 1` "segment starts" among the
+    `num_items - 1` gaps between items; choosing those gaps without replacement is the same draw.
+    """
+    cuts = np.sort(rng.choice(num_items - 1, size=num_segments - 1, replace=False)) + 1
+    return np.diff(np.concatenate([[0], cuts, [num_items]]))  # (num_segments,)
+
+
+def random_spans_noise_mask(
+    length: int,
+    noise_density: float = 0.15,
+    mean_noise_span_length: float = 3.0,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """T5's span-corruption noise: which tokens fall into the corrupted spans.
+
+    Raffel et al. (2020), section 3.3.4, and `random_spans_noise_mask` of the T5 code: exactly
+    `round(length * noise_density)` noise tokens (at least 1, at most `length - 1`), in exactly
+    `round(num_noise / mean_noise_span_length)` spans (at least 1). The noise tokens and the kept
+    tokens are each split into that many non-empty runs at uniformly random points, and the runs
+    interleave kept, noise, kept, noise, ... So the lengths of the corrupted input and of the target
+    depend only on `length` (`span_corruption_lengths`), and a batch of equal blocks needs no
+    padding. As in T5 the text always starts with kept tokens and ends with noise. Sequences
+    shorter than 2 are noised as if of length 2 and cut (T5's "avoid degeneracy").
+
+    Deviation from T5 (which fails there): when there are fewer kept tokens than spans (noise
+    densities near 1), the number of spans is lowered to the number of kept tokens.
+
+    Args:
+        length: the number of tokens, >= 0.
+        noise_density: the fraction of tokens to corrupt, in [0, 1).
+        mean_noise_span_length: the average span length, > 0.
+        rng: the random source (a fresh unseeded generator when None).
+
+    Returns:
+        (length,) bool, True for noise tokens.
+    """
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+        raise ValueError(f"`length` must be a non-negative integer, got {length!r}.")
+    _check_probability("noise_density", noise_density, upper_open=True)
+    _check_positive_number("mean_noise_span_length", mean_noise_span_length)
+    rng = np.random.default_rng() if rng is None else rng
+    if noise_density == 0.0:
+        return np.zeros(length, dtype=bool)
+    orig_length, length = int(length), max(int(length), 2)
+    # Python's round, like tf.round, rounds halves to even: the same counts as T5
+    num_noise = min(max(round(length * noise_density), 1), length - 1)
+    num_spans = max(round(num_noise / mean_noise_span_length), 1)
+    num_kept = length - num_noise
+    num_spans = min(num_spans, num_kept)
+    noise_lengths = _random_segmentation(num_noise, num_spans, rng)  # (S,)
+    kept_lengths = _random_segmentation(num_kept, num_spans, rng)  # (S,)
+    interleaved = np.stack([kept_lengths, noise_lengths], axis=1).reshape(-1)  # (2S,) kept, noise, ...
+    is_noise = np.repeat(np.tile([False, True], num_spans), interleaved)  # (length,)
+    return is_noise[:orig_length]
+
+
+def iid_noise_mask(length: int, noise_density: float, rng: np.random.Generator | None = None) -> np.ndarray:
+    """Independent per-token noise: each token is corrupted with probability `noise_density`.
+
+    The "i.i.d." corruption of Raffel et al. (2020), section 3.3.2 (BERT-style, replace spans,
+    drop tokens). The number of corrupted tokens is Binomial(length, noise_density).
+
+    Args:
+        length: the number of tokens, >= 0.
+        noise_density: the corruption probability, in [0, 1].
+        rng: the random source (a fresh unseeded generator when None).
+
+    Returns:
+        (length,) bool, True for noise tokens.
+    """
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+        raise ValueError(f"`length` must be a non-negative integer, got {length!r}.")
+    _check_probability("noise_density", noise_density)
+    rng = np.random.default_rng() if rng is None else rng
+    return rng.random(int(length)) < noise_density
+
+
+def _sentinels_needed(noise: np.ndarray, final_sentinel: bool) -> tuple[np.ndarray, int, int]:
+    """(T,) bool first token of each noise span, the number of spans, the number of sentinels needed."""
+    starts = noise & ~np.concatenate([[False], noise[:-1]])
+    num_spans = int(starts.sum())
+    # without `final_sentinel`, a final sentinel stands for trailing kept tokens only (T5's code)
+    add_final = final_sentinel or noise.size == 0 or not bool(noise[-1])
+    return starts, num_spans, num_spans + int(add_final)
+
+
+def noise_spans_to_sentinels(
+    ids: np.ndarray,
+    noise_mask: np.ndarray,
+    sentinel_ids: Sequence[int],
+    final_sentinel: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replace each run of noise by one sentinel in the input; list the runs in the target.
+
+    Raffel et al. (2020), Figure 2: "Thank you <X> me to your party <Y> week ." ->
+    "<X> for inviting <Y> last <Z>". The i-th noise span (left to right) becomes `sentinel_ids[i]`
+    in the input, and the target is `sentinel_ids[i]` followed by span i, for every span, so the
+    sentinels appear in increasing order in both. With `final_sentinel` the target always ends
+    with one more sentinel `sentinel_ids[k]` (k spans), as in the paper's figure: it marks the end
+    of the last span. Without it the final sentinel appears only when the text ends with kept
+    tokens, which is exactly T5's code (there a target sentinel stands for each kept run, the same
+    numbering whenever the text starts with kept tokens, as `random_spans_noise_mask` guarantees;
+    since its texts always end with noise, T5's span-corruption targets have no final sentinel).
+
+    Args:
+        ids: (T,) int token ids.
+        noise_mask: (T,) bool, True for noise tokens.
+        sentinel_ids: the ids of `<extra_id_0>`, `<extra_id_1>`, ... in that order.
+        final_sentinel: always end the target with a sentinel (see above).
+
+    Returns:
+        inputs: (T - num_noise + num_spans,) int64, kept tokens with one sentinel per span.
+        targets: (num_noise + num_spans [+ 1],) int64, each sentinel followed by its span.
+
+    Raises:
+        ValueError: fewer sentinels than the text needs (naming `sentinel_ids`).
+    """
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    noise = np.asarray(noise_mask, dtype=bool).reshape(-1)
+    if noise.shape != ids.shape:
+        raise ValueError(f"`noise_mask` has {noise.size} entries for {ids.size} ids.")
+    starts, num_spans, needed = _sentinels_needed(noise, final_sentinel)
+    if needed > len(sentinel_ids):
+        raise ValueError(
+            f"`sentinel_ids` has {len(sentinel_ids)} sentinel tokens, but this text of {ids.size} tokens "
+            f"needs {needed} ({num_spans} noise spans{' + the final one' if needed > num_spans else ''}); "
+            "add more with `training.tokenizer.add_sentinel_tokens`."
+        )
+    add_final = needed > num_spans
+    sentinels = np.asarray(list(sentinel_ids[:needed]), dtype=np.int64)
+    # input: sentinel i in place of span i's first token, the span's other tokens dropped
+    inputs = ids.copy()
+    inputs[starts] = sentinels[:num_spans]
+    inputs = inputs[~noise | starts]
+    # target: the noise tokens, with sentinel i inserted before the first token of span i
+    targets = np.insert(ids[noise], np.flatnonzero(starts[noise]), sentinels[:num_spans])
+    if add_final:
+        targets = np.append(targets, sentinels[num_spans])
+    return inputs, targets.astype(np.int64)
+
+
+def span_corruption_lengths(
+    inputs_length: int,
+    noise_density: float = 0.15,
+    mean_noise_span_length: float = 3.0,
+    final_sentinel: bool = True,
+    add_eos_token: bool = True,
+) -> tuple[int, int]:
+    """How long raw blocks must be for span-corrupted inputs of exactly `inputs_length` tokens.
+
+    T5's `random_spans_helper` (Raffel et al., 2020): corruption shortens the input (each span
+    becomes one sentinel), so to fill a 512-token encoder T5 packs 568-token blocks, whose targets
+    are 114 tokens long (115 here with the final sentinel). The lengths are exact because
+    `random_spans_noise_mask` fixes the numbers of noise tokens and spans for a given length.
+
+    Args:
+        inputs_length: the wanted length of the corrupted input, EOS included.
+        noise_density: as in `random_spans_noise_mask`.
+        mean_noise_span_length: as in `random_spans_noise_mask`.
+        final_sentinel: whether targets end with a final sentinel (the collator's default).
+        add_eos_token: whether an EOS is appended to inputs and targets (the collator's default).
+
+    Returns:
+        (tokens_length, targets_length): the largest raw length whose corrupted input fits in
+        `inputs_length`, and the length of its targets.
+    """
+    _check_positive_int("inputs_length", inputs_length)
+    _check_probability("noise_density", noise_density, upper_open=True)
+    _check_positive_number("mean_noise_span_length", mean_noise_span_length)
+    eos = int(bool(add_eos_token))
+
+    def lengths(tokens_length: int) -> tuple[int, int]:
+        num_noise = min(max(round(tokens_length * noise_density), 1), tokens_length - 1)
+        num_spans = min(max(round(num_noise / mean_noise_span_length), 1), tokens_length - num_noise)
+        inputs = tokens_length - num_noise + num_spans + eos
+        targets = num_noise + num_spans + int(bool(final_sentinel)) + eos
+        return inputs, targets
+
+    tokens_length = 2
+    if lengths(tokens_length)[0] > inputs_length:
+        raise ValueError(f"`inputs_length` {inputs_length} is too short for any span-corrupted input.")
+    while lengths(tokens_length + 1)[0] <= inputs_length:
+        tokens_length += 1
+    return tokens_length, lengths(tokens_length)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# BART's noising functions
+# ----------------------------------------------------------------------------------------------
+
+
+def _poisson_span_lengths(budget: int, poisson_lambda: float, rng: np.random.Generator) -> np.ndarray:
+    """Poisson(λ) span lengths drawn until they cover `budget` tokens; the last one is cut to fit."""
+    chunk = max(8, int(2 * budget / poisson_lambda) + 8)
+    lengths = rng.poisson(poisson_lambda, size=chunk)
+    while lengths.sum() < budget:
+        lengths = np.concatenate([lengths, rng.poisson(poisson_lambda, size=chunk)])
+    total = np.cumsum(lengths)
+    k = int(np.searchsorted(total, budget)) + 1  # first k spans reach the budget
+    lengths = lengths[:k].copy()
+    lengths[-1] -= int(total[k - 1]) - budget  # > 0: the k - 1 first spans were short of it
+    return lengths
+
+
+def text_infilling(
+    ids: np.ndarray,
+    mask_token_id: int,
+    mask_ratio: float = 0.3,
+    poisson_lambda: float = 3.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """BART's text infilling: Poisson-length spans, each replaced by a single mask token.
+
+    Lewis et al. (2020), section 2.2: "A number of text spans are sampled, with span lengths drawn
+    from a Poisson distribution (λ = 3). Each span is replaced with a single [MASK] token. 0-length
+    spans correspond to the insertion of [MASK] tokens." The model must also predict how many
+    tokens each mask hides. `mask_ratio` of the tokens are masked (BART-large: 30%, section 5.1);
+    the budget `mask_ratio * T` is rounded up or down at random, so the expected rate is exact even
+    for short texts. Span lengths are drawn until they cover the budget and the last one is cut to
+    fit. The spans are then placed at random without overlapping (every interleaving of the spans
+    with the kept tokens equally likely), so exactly the budget is masked and each mask stands for
+    one span. (fairseq's implementation picks random span starts and lets spans overlap, which
+    masks less than the budget; it also moves 0-length spans to a separate insertion step.)
+
+    Args:
+        ids: (T,) int token ids.
+        mask_token_id: the mask token.
+        mask_ratio: the fraction of tokens to mask, in [0, 1].
+        poisson_lambda: the mean span length λ, > 0.
+        rng: the random source (a fresh unseeded generator when None).
+
+    Returns:
+        noised: (T - masked + num_spans,) int64, with one `mask_token_id` per span.
+        spans: (start, length) of each span in `ids`, left to right; the j-th mask of `noised`
+            replaces `ids[start:start + length]` (nothing for a 0-length span).
+    """
+    _check_probability("mask_ratio", mask_ratio)
+    _check_positive_number("poisson_lambda", poisson_lambda)
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    T = ids.size
+    budget = min(int(np.floor(T * mask_ratio + rng.random())), T)
+    if budget == 0:
+        return ids.copy(), []
+    lengths = _poisson_span_lengths(budget, poisson_lambda, rng)  # (k,)
+    k = lengths.size
+    # a uniformly random interleaving of the T - budget kept tokens with the k spans: span j comes
+    # after slots[j] - j kept tokens
+    slots = np.sort(rng.choice(T - budget + k, size=k, replace=False))
+    starts = slots - np.arange(k) + np.concatenate([[0], np.cumsum(lengths)[:-1]])  # (k,)
+    pieces, spans, position = [], [], 0
+    for start, length in zip(starts.tolist(), lengths.tolist()):
+        pieces.append(ids[position:start])
+        pieces.append(np.array([mask_token_id], dtype=np.int64))
+        spans.append((start, length))
+        position = start + length
+    pieces.append(ids[position:])
+    return np.concatenate(pieces), spans
+
+
+def split_sentences_ids(ids: np.ndarray, sentence_end_ids: Sequence[int]) -> list[np.ndarray]:
+    """Split token ids after every sentence-end token; trailing tokens form a last sentence.
+
+    Args:
+        ids: (T,) int token ids.
+        sentence_end_ids: the ids that end a sentence (kept at the end of their sentence).
+
+    Returns:
+        The non-empty sentences, in order; their concatenation is `ids`.
+    """
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    ends = np.flatnonzero(np.isin(ids, np.asarray(list(sentence_end_ids), dtype=np.int64))) + 1
+    return [s for s in np.split(ids, ends) if s.size]
+
+
+def permute_sentences(
+    ids: np.ndarray,
+    sentence_end_ids: Sequence[int],
+    ratio: float = 1.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """BART's sentence permutation: split the text into sentences and shuffle them.
+
+    Lewis et al. (2020), section 2.2: "A document is divided into sentences based on full stops,
+    and these sentences are shuffled in a random order." As in fairseq's `permute_sentences`,
+    `ratio` of the sentences (rounded up) are chosen and shuffled among their own places; 1.0
+    shuffles all of them (BART-large).
+
+    Args:
+        ids: (T,) int token ids.
+        sentence_end_ids: the ids that end a sentence (see `split_sentences_ids`).
+        ratio: the fraction of sentences to shuffle, in [0, 1].
+        rng: the random source (a fresh unseeded generator when None).
+
+    Returns:
+        permuted: (T,) int64, the sentences in the new order.
+        order: (num_sentences,) int64, permuted = concatenation of sentences[order].
+    """
+    _check_probability("sentence_permutation_ratio", ratio)
+    rng = np.random.default_rng() if rng is None else rng
+    sentences = split_sentences_ids(ids, sentence_end_ids)
+    n = len(sentences)
+    order = np.arange(n)
+    num = math.ceil(n * ratio)
+    if num > 1:
+        chosen = rng.choice(n, size=num, replace=False)
+        order[chosen] = chosen[rng.permutation(num)]
+    if n == 0:
+        return np.asarray(ids, dtype=np.int64).reshape(-1).copy(), order
+    return np.concatenate([sentences[i] for i in order]), order
+
+
+def rotate_document(ids: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, int]:
+    """BART's document rotation: make the text start at a uniformly random token.
+
+    Lewis et al. (2020), section 2.2: "A token is chosen uniformly at random, and the document is
+    rotated so that it begins with that token", so the model learns to find the document's start.
+    As in fairseq, the first token is never chosen, so a rotation always moves the text (texts of
+    fewer than 2 tokens are returned unchanged).
+
+    Args:
+        ids: (T,) int token ids.
+        rng: the random source (a fresh unseeded generator when None).
+
+    Returns:
+        rotated: (T,) int64, `ids[offset:] + ids[:offset]`.
+        offset: the index in `ids` of the new first token (0 when unchanged).
+    """
+    rng = np.random.default_rng() if rng is None else rng
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size < 2:
+        return ids.copy(), 0
+    offset = int(rng.integers(1, ids.size))
+    return np.concatenate([ids[offset:], ids[:offset]]), offset
+
+
+# ----------------------------------------------------------------------------------------------
+# The shared collator machinery
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Seq2SeqCollator:
+    """Reading examples, randomness and padding, shared by the encoder-decoder collators."""
+
+    tokenizer: PreTrainedTokenizerBase
+    add_eos_token: bool = field(default=True, kw_only=True)
+    pad_to_multiple_of: int | None = field(default=None, kw_only=True)
+    seed: int | None = field(default=None, kw_only=True)
+    generator: torch.Generator | None = field(default=None, kw_only=True)
+
+    _generators: dict[int, torch.Generator] = field(init=False, repr=False, default_factory=dict)
+    _vocab_size: int = field(init=False, repr=False, default=0)
+
+    def _check_common(self) -> None:
+        if not isinstance(self.tokenizer, PreTrainedTokenizerBase):
+            raise ValueError(
+                f"`tokenizer` must be a transformers tokenizer, got {type(self.tokenizer).__name__}."
+            )
+        if getattr(self.tokenizer, "pad_token_id", None) is None:
+            raise ValueError("`tokenizer` has no pad_token: batches of different lengths need one.")
+        _check_bool("add_eos_token", self.add_eos_token)
+        if self.add_eos_token and getattr(self.tokenizer, "eos_token_id", None) is None:
+            raise ValueError("`tokenizer` has no eos_token, needed with add_eos_token=True.")
+        _check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+                raise ValueError(f"`seed` must be None or a non-negative integer, got {self.seed!r}.")
+            if self.generator is not None:
+                raise ValueError("`seed` and `generator` are mutually exclusive: give one of them.")
+        if self.generator is not None and not isinstance(self.generator, torch.Generator):
+            raise ValueError(f"`generator` must be a torch.Generator, got {type(self.generator).__name__}.")
+        self._vocab_size = len(self.tokenizer)
+
+    # -- randomness ------------------------------------------------------------------------------
+
+    def _torch_generator(self) -> torch.Generator | None:
+        if self.generator is not None:
+            return self.generator
+        if self.seed is None:
+            return None  # torch's global RNG, which DataLoader seeds differently in each worker
+        # one generator per DataLoader worker: copies of one seeded generator would all draw the
+        # same noise in every worker
+        info = torch.utils.data.get_worker_info()
+        worker = 0 if info is None else info.id
+        if worker not in self._generators:
+            state = np.random.SeedSequence([self.seed, worker]).generate_state(1, dtype=np.uint64)[0]
+            self._generators[worker] = torch.Generator().manual_seed(int(state))
+        return self._generators[worker]
+
+    def _rng(self) -> np.random.Generator:
+        """A NumPy generator for this call, seeded from the torch generator (one draw per call)."""
+        seed = int(torch.randint(0, 2**62, (1,), generator=self._torch_generator()))
+        return np.random.default_rng(seed)
+
+    # -- examples and padding ----------------------------------------------------------------------
+
+    def _example_ids(self, example: Any, b: int) -> np.ndarray:
+        """(T,) int64 ids of one example: a mapping with `input_ids`, a string, or a list of ids."""
+        if isinstance(example, str):
+            ids = self.tokenizer(example, add_special_tokens=False)["input_ids"]
+        elif isinstance(example, Mapping):
+            if "input_ids" not in example:
+                raise ValueError(f"`examples[{b}]` has no 'input_ids' entry.")
+            unknown = set(example) - set(EXAMPLE_KEYS)
+            if unknown:
+                raise ValueError(
+                    f"`examples[{b}]` has unknown keys {sorted(unknown)}; allowed: {list(EXAMPLE_KEYS)} "
+                    "(the collator makes `labels` itself)."
+                )
+            ids = example["input_ids"]
+        else:
+            ids = example
+        try:
+            array = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"`examples[{b}]` is not a sequence of token ids: {err}") from err
+        if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+            raise ValueError(
+                f"`examples[{b}]` must be a text, a 1-D sequence of token ids or a mapping with "
+                f"'input_ids', got shape {array.shape} of {array.dtype}."
+            )
+        array = array.astype(np.int64)
+        if isinstance(example, Mapping) and "attention_mask" in example:
+            keep = np.asarray(example["attention_mask"]).reshape(-1)
+            if keep.shape != array.shape:
+                raise ValueError(
+                    f"`attention_mask` of examples[{b}] has {keep.size} entries for {array.size} ids."
+                )
+            array = array[keep.astype(bool)]  # padding is not text
+        if array.size and (int(array.min()) < 0 or int(array.max()) >= self._vocab_size):
+            raise ValueError(f"`input_ids` of examples[{b}] hold ids outside [0, {self._vocab_size}).")
+        return array
+
+    def _examples(self, examples: Sequence[Any]) -> list[np.ndarray]:
+        if isinstance(examples, (str, Mapping)) or not isinstance(examples, Sequence) or len(examples) == 0:
+            raise ValueError("`examples` must be a non-empty list of examples.")
+        return [self._example_ids(example, b) for b, example in enumerate(examples)]
+
+    def _pad(self, rows: list[np.ndarray], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) right-padded ids (with `value`) and (B, T) attention mask."""
+        B, T = len(rows), max(1, max(row.size for row in rows))
+        if self.pad_to_multiple_of is not None:
+            T = -(-T // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        ids = torch.full((B, T), value, dtype=torch.long)
+        mask = torch.zeros(B, T, dtype=torch.long)
+        for b, row in enumerate(rows):
+            ids[b, : row.size] = torch.from_numpy(row)
+            mask[b, : row.size] = 1
+        return ids, mask
+
+    def _wrap(self, row: np.ndarray, bos: int | None = None) -> np.ndarray:
+        """Add the optional BOS in front and the EOS at the end."""
+        parts = [row]
+        if bos is not None:
+            parts.insert(0, np.array([bos], dtype=np.int64))
+        if self.add_eos_token:
+            parts.append(np.array([self.tokenizer.eos_token_id], dtype=np.int64))
+        return np.concatenate(parts)
+
+    def _batch(self, inputs: list[np.ndarray], targets: list[np.ndarray]) -> dict[str, torch.Tensor]:
+        # padding on the right: T5 uses relative positions, BART learned absolute ones counted from 0
+        input_ids, attention_mask = self._pad(inputs, self.tokenizer.pad_token_id)  # (B, S)
+        labels, _ = self._pad(targets, -100)  # (B, L), -100 = ignored by the loss
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+# ----------------------------------------------------------------------------------------------
+# T5
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataCollatorForT5Pretraining(_Seq2SeqCollator):
+    """Batch (input, target) pairs for one of T5's unsupervised objectives (Raffel et al., 2020).
+
+    Objectives (section 3.3, Table 4; see the module docstring for examples):
+
+    - "span_corruption" (T5's final objective, section 3.3.4 and Table 5): `noise_density` of the
+      tokens, in spans of mean length `mean_noise_span_length` (`random_spans_noise_mask`); each
+      span is replaced by a unique sentinel in the input, the target lists the sentinels each
+      followed by its span (`noise_spans_to_sentinels`), then a final sentinel. Short targets make
+      pretraining cheap.
+    - "iid_replace_spans" (section 3.3.2): each token is noise with probability `noise_density`;
+      runs of consecutive noise tokens are replaced like spans.
+    - "bert_style" (Devlin et al., 2019, adapted in section 3.3.1): each token is corrupted with
+      probability `noise_density`; a corrupted token becomes the mask token with probability
+      `mask_replace_prob`, a random non-special token with probability `random_replace_prob`
+      (T5: 90% / 10%), else stays; the target is the whole original text. The mask token is the
+      tokenizer's `mask_token`, or `<extra_id_0>` as in T5's code (`noise_token_to_sentinel`).
+      MASS-style: `mask_replace_prob=1, random_replace_prob=0`.
+    - "drop_tokens" (section 3.3.2): each token is dropped from the input with probability
+      `noise_density`; the target is the dropped tokens, in order.
+    - "deshuffle" (section 3.3.1): the input is the tokens in a random
+      order, the target the original text.
+    - "prefix_lm" (section 3.3.1): the text is split at a uniformly random point (both parts
+      non-empty for texts of 2 tokens or more): the input is the prefix, the target the rest.
+
+    As in T5, an EOS is appended to every input and every target (`add_eos_token`). Inputs are
+    padded with the tokenizer's pad token on the right, `labels` with -100. A new noise is drawn at
+    every call; `seed` makes the sequence of draws reproducible (one generator per DataLoader worker,
+    seeded from (seed, worker id)); without `seed` or `generator` torch's global RNG is used.
+
+    Args:
+        tokenizer: needs a `pad_token`, an `eos_token` (with `add_eos_token`), and sentinels
+            `<extra_id_0>`, ... for the span objectives (`training.tokenizer.add_sentinel_tokens`).
+        objective: one of `T5_OBJECTIVES`.
+        noise_density: the fraction of corrupted tokens (all objectives but "deshuffle" and
+            "prefix_lm"), in [0, 1).
+        mean_noise_span_length: "span_corruption" only: the mean span length.
+        mask_replace_prob: "bert_style" only: the probability that a corrupted token is masked.
+        random_replace_prob: "bert_style" only: the probability that a corrupted token becomes a
+            random token; the rest (1 - mask_replace_prob - random_replace_prob) are kept.
+        final_sentinel: span objectives: always end targets with a final sentinel (the paper's
+            Figure 2); False follows T5's code, see `noise_spans_to_sentinels`.
+        add_eos_token: append the tokenizer's EOS to inputs and targets.
+        pad_to_multiple_of: pad both lengths to a multiple of this.
+        seed: seed of a private generator, for reproducible noise.
+        generator: a torch.Generator to draw from instead (mutually exclusive with `seed`).
+
+    Call:
+        examples: a list of token-id sequences without special tokens: mappings with `input_ids`
+        (and optionally `attention_mask`, whose 0 positions are dropped), lists, 1-D tensors or
+        arrays, or strings (tokenized without special tokens).
+
+    Returns:
+        A dict of tensors: `input_ids` (B, S), `attention_mask` (B, S), `labels` (B, L) padded
+        with -100.
+
+    Raises:
+        ValueError: naming the field, for bad arguments, a tokenizer without the tokens the
+            objective needs, bad examples, or too few sentinels for an example.
+    """
+
+    objective: str = "span_corruption"
+    noise_density: float = 0.15
+    mean_noise_span_length: float = 3.0
+    mask_replace_prob: float = 0.9
+    random_replace_prob: float = 0.1
+    final_sentinel: bool = True
+
+    _sentinel_ids: list[int] = field(init=False, repr=False, default_factory=list)
+    _mask_id: int | None = field(init=False, repr=False, default=None)
+    _random_ids: np.ndarray | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.objective not in T5_OBJECTIVES:
+            raise ValueError(f"`objective` must be one of {list(T5_OBJECTIVES)}, got {self.objective!r}.")
+        self._check_common()
+        # every field is checked whatever the objective, so a typo never waits for the day
+        # someone switches objectives
+        _check_probability("noise_density", self.noise_density, upper_open=True)
+        _check_positive_number("mean_noise_span_length", self.mean_noise_span_length)
+        _check_probability("mask_replace_prob", self.mask_replace_prob)
+        _check_probability("random_replace_prob", self.random_replace_prob)
+        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
+            raise ValueError(
+                "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
+                f"{self.mask_replace_prob} + {self.random_replace_prob}."
+            )
+        _check_bool("final_sentinel", self.final_sentinel)
+
+        self._sentinel_ids = sentinel_token_ids(self.tokenizer)
+        if self.objective in _SPAN_OBJECTIVES and not self._sentinel_ids:
+            raise ValueError(
+                f"`tokenizer` has no sentinel tokens (<extra_id_0>, ...), needed by objective="
+                f"{self.objective!r}: add them with `training.tokenizer.add_sentinel_tokens`."
+            )
+        if self.objective == "bert_style":
+            mask_id = getattr(self.tokenizer, "mask_token_id", None)
+            self._mask_id = mask_id if mask_id is not None else (self._sentinel_ids or [None])[0]
+            if self._mask_id is None and self.mask_replace_prob > 0:
+                raise ValueError(
+                    "`tokenizer` has neither a mask_token nor a sentinel <extra_id_0>, needed by "
+                    "objective='bert_style'."
+                )
+            special = set(i for i in self.tokenizer.all_special_ids if i is not None)
+            self._random_ids = np.array(
+                [i for i in range(self._vocab_size) if i not in special], dtype=np.int64
+            )
+            if self.random_replace_prob > 0 and self._random_ids.size == 0:
+                raise ValueError(
+                    "`random_replace_prob` > 0 but the tokenizer has no non-special token to draw."
+                )
+
+    def _corrupt(self, ids: np.ndarray, rng: np.random.Generator, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """(input, target) of one example, before EOS."""
+        objective = self.objective
+        if objective in _SPAN_OBJECTIVES:
+            if objective == "span_corruption":
+                noise = random_spans_noise_mask(
+                    ids.size, self.noise_density, self.mean_noise_span_length, rng
+                )
+            else:
+                noise = iid_noise_mask(ids.size, self.noise_density, rng)
+            _, num_spans, needed = _sentinels_needed(noise, self.final_sentinel)
+            if needed > len(self._sentinel_ids):
+                raise ValueError(
+                    f"`tokenizer` has {len(self._sentinel_ids)} sentinel tokens, but examples[{b}] "
+                    f"({ids.size} tokens) needs {needed} ({num_spans} noise spans"
+                    f"{' + the final one' if needed > num_spans else ''}): add more with "
+                    "`training.tokenizer.add_sentinel_tokens` (T5 has 100)."
+                )
+            return noise_spans_to_sentinels(ids, noise, self._sentinel_ids, self.final_sentinel)
+        if objective == "bert_style":
+            noise = iid_noise_mask(ids.size, self.noise_density, rng)
+            u = rng.random(ids.size)
+            corrupted = ids.copy()
+            to_mask = noise & (u < self.mask_replace_prob)
+            to_random = (
+                noise
+                & (u >= self.mask_replace_prob)
+                & (u < self.mask_replace_prob + self.random_replace_prob)
+            )
+            if to_mask.any():
+                corrupted[to_mask] = self._mask_id
+            if to_random.any():
+                draw = rng.integers(self._random_ids.size, size=int(to_random.sum()))
+                corrupted[to_random] = self._random_ids[draw]
+            return corrupted, ids
+        if objective == "drop_tokens":
+            noise = iid_noise_mask(ids.size, self.noise_density, rng)
+            return ids[~noise], ids[noise]
+        if objective == "deshuffle":
+            return ids[rng.permutation(ids.size)], ids
+        # prefix_lm: a split point in 1..T-1, so that input and target are both non-empty
+        split = int(rng.integers(1, ids.size)) if ids.size >= 2 else 0
+        return ids[:split], ids[split:]
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        rows = self._examples(examples)
+        rng = self._rng()
+        inputs, targets = [], []
+        for b, ids in enumerate(rows):
+            source, target = self._corrupt(ids, rng, b)
+            inputs.append(self._wrap(source))
+            targets.append(self._wrap(target))
+        return self._batch(inputs, targets)
+
+
+# ----------------------------------------------------------------------------------------------
+# BART
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DataCollatorForBartDenoising(_Seq2SeqCollator):
+    """Batch BART's denoising examples: noised text in, the original text out (Lewis et al., 2020).
+
+    The noising functions of section 2.2, applied in this order (fairseq's `DenoisingDataset`
+    order), each switched off by a zero rate:
+
+    1. sentence permutation: `sentence_permutation_ratio` of the sentences (split after
+       `sentence_end_ids`) are shuffled (`permute_sentences`);
+    2. token masking: each token becomes the mask token with probability `token_masking_ratio`
+       (BERT-style, i.i.d.);
+    3. token deletion: each token is deleted with probability `token_deletion_ratio`, so the model
+       must find which positions are missing;
+    4. text infilling: `text_infilling_ratio` of the tokens are masked in spans of Poisson
+       (`poisson_lambda`) lengths, one mask token per span, 0-length spans inserting a mask
+       (`text_infilling`);
+    5. document rotation: with probability `document_rotation_prob` the text is rotated to start at
+       a random token (`rotate_document`).
+
+    The defaults are BART-large's pretraining (section 5.1): "we mask 30% of tokens in each
+    document, and permute all sentences", with λ = 3 (section 2.2). The target is the original text
+    (before any noise) plus EOS, and the input ends with EOS too (`add_eos_token`); with
+    `add_bos_token` both also start with the tokenizer's BOS, fairseq's and transformers' BART
+    format `<s> ... </s>` (whose decoder then starts with `</s>`: `decoder_start_token_id` = eos).
+    Inputs are padded with the pad token on the right, `labels` with -100. Randomness as in
+    `DataCollatorForT5Pretraining` (`seed`, `generator`, per-worker generators).
+
+    Args:
+        tokenizer: needs a `pad_token`, a `mask_token` (for masking or infilling), an `eos_token`
+            (with `add_eos_token`) and a `bos_token` (with `add_bos_token`).
+        text_infilling_ratio: the fraction of tokens masked by text infilling, in [0, 1].
+        poisson_lambda: the mean infilling span length, > 0.
+        sentence_permutation_ratio: the fraction of sentences shuffled, in [0, 1].
+        token_masking_ratio: the probability that a token is masked, in [0, 1].
+        token_deletion_ratio: the probability that a token is deleted, in [0, 1].
+        document_rotation_prob: the probability that a text is rotated, in [0, 1].
+        sentence_end_ids: the token ids that end a sentence. None: the tokens ".", "!" and "?"
+            found in the vocabulary, and the eos token (packed blocks separate documents with it).
+        add_bos_token: prepend the tokenizer's BOS to inputs and targets.
+        add_eos_token: append the tokenizer's EOS to inputs and targets.
+        pad_to_multiple_of: pad both lengths to a multiple of this.
+        seed: seed of a private generator, for reproducible noise.
+        generator: a torch.Generator to draw from instead (mutually exclusive with `seed`).
+
+    Call:
+        examples: as for `DataCollatorForT5Pretraining`.
+
+    Returns:
+        A dict of tensors: `input_ids` (B, S), `attention_mask` (B, S), `labels` (B, L) padded
+        with -100.
+    """
+
+    text_infilling_ratio: float = 0.3
+    poisson_lambda: float = 3.0
+    sentence_permutation_ratio: float = 1.0
+    token_masking_ratio: float = 0.0
+    token_deletion_ratio: float = 0.0
+    document_rotation_prob: float = 0.0
+    sentence_end_ids: Sequence[int] | None = None
+    add_bos_token: bool = False
+
+    _sentence_end_ids: list[int] = field(init=False, repr=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        for name in (
+            "text_infilling_ratio",
+            "sentence_permutation_ratio",
+            "token_masking_ratio",
+            "token_deletion_ratio",
+            "document_rotation_prob",
+        ):
+            _check_probability(name, getattr(self, name))
+        _check_positive_number("poisson_lambda", self.poisson_lambda)
+        _check_bool("add_bos_token", self.add_bos_token)
+        if self.add_bos_token and getattr(self.tokenizer, "bos_token_id", None) is None:
+            raise ValueError("`tokenizer` has no bos_token, needed with add_bos_token=True.")
+        if (self.text_infilling_ratio > 0 or self.token_masking_ratio > 0) and getattr(
+            self.tokenizer, "mask_token_id", None
+        ) is None:
+            raise ValueError(
+                "`tokenizer` has no mask_token, needed by text infilling and token masking (e.g. '<mask>')."
+            )
+        if self.sentence_end_ids is None:
+            vocab = self.tokenizer.get_vocab()
+            ends = [vocab[t] for t in SENTENCE_END_TOKENS if t in vocab]
+            if getattr(self.tokenizer, "eos_token_id", None) is not None:
+                ends.append(self.tokenizer.eos_token_id)
+        else:
+            ends = self.sentence_end_ids
+            if isinstance(ends, (str, bytes)) or not isinstance(ends, Sequence):
+                raise ValueError(f"`sentence_end_ids` must be None or a list of token ids, got {ends!r}.")
+            for i in ends:
+                if (
+                    isinstance(i, bool)
+                    or not isinstance(i, (int, np.integer))
+                    or not 0 <= i < self._vocab_size
+                ):
+                    raise ValueError(
+                        f"`sentence_end_ids` must hold ids in [0, {self._vocab_size}), got {i!r}."
+                    )
+        self._sentence_end_ids = sorted({int(i) for i in ends})
+        if self.sentence_permutation_ratio > 0 and not self._sentence_end_ids:
+            raise ValueError(
+                "`sentence_end_ids`: sentence permutation needs sentence ends, and the tokenizer has "
+                f"none of {list(SENTENCE_END_TOKENS)} nor an eos_token; give their ids."
+            )
+
+    def _noise(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The noised version of one example, before BOS/EOS."""
+        mask_id = self.tokenizer.mask_token_id
+        if self.sentence_permutation_ratio > 0:
+            ids, _ = permute_sentences(ids, self._sentence_end_ids, self.sentence_permutation_ratio, rng)
+        if self.token_masking_ratio > 0:
+            ids = np.where(iid_noise_mask(ids.size, self.token_masking_ratio, rng), mask_id, ids)
+        if self.token_deletion_ratio > 0:
+            ids = ids[~iid_noise_mask(ids.size, self.token_deletion_ratio, rng)]
+        if self.text_infilling_ratio > 0:
+            ids, _ = text_infilling(ids, mask_id, self.text_infilling_ratio, self.poisson_lambda, rng)
+        if self.document_rotation_prob > 0 and rng.random() < self.document_rotation_prob:
+            ids, _ = rotate_document(ids, rng)
+        return ids
+
+    def __call__(self, examples: Sequence[Any]) -> dict[str, torch.Tensor]:
+        rows = self._examples(examples)
+        rng = self._rng()
+        bos = self.tokenizer.bos_token_id if self.add_bos_token else None
+        inputs = [self._wrap(self._noise(ids, rng), bos) for ids in rows]
+        targets = [self._wrap(ids, bos) for ids in rows]
+        return self._batch(inputs, targets)
