@@ -23,7 +23,8 @@ LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
-OBJECTIVES = ("clm", "mlm")  # causal LM (HfLmGPT), masked LM (HfLmBert)
+# causal LM (HfLmGPT), masked LM (HfLmBert), T5 span corruption (HfLmT5), BART denoising (HfLmBart)
+OBJECTIVES = ("clm", "mlm", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
@@ -242,7 +243,10 @@ class TrainArguments:
     )
     objective: str = field(
         default="clm",
-        metadata={"help": "clm: causal LM (an hflm_gpt model); mlm: masked LM (an hflm_bert model)."},
+        metadata={
+            "help": "clm: causal LM (hflm_gpt); mlm: masked LM (hflm_bert); span_corruption: T5's "
+            "objective (hflm_t5); bart_denoising: BART's text infilling + sentence permutation (hflm_bart)."
+        },
     )
     mlm_probability: float = field(
         default=0.15, metadata={"help": "mlm: share of tokens selected for prediction (80/10/10 rule)."}

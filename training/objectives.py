@@ -1,4 +1,5 @@
-"""Training objectives of the one training loop: causal LM ("clm") and masked LM ("mlm").
+"""Training objectives of the one training loop: causal LM ("clm"), masked LM ("mlm") and the
+encoder-decoder denoising objectives ("span_corruption", T5; "bart_denoising", BART).
 
 The loop (`training.train`) reads packed blocks of token ids; an objective turns a batch of blocks
 into model inputs with labels and says how to evaluate. Causal LM needs nothing: `labels =
@@ -22,8 +23,6 @@ import numpy as np
 import torch
 
 from training.collators_mlm import DataCollatorForMaskedLM
-
-OBJECTIVES = ("clm", "mlm")
 
 
 def mask_seed(seed: int, step: int, micro: int, rank: int) -> int:
@@ -160,4 +159,59 @@ def evaluate_mlm(
         "eval_perplexity": perplexity(mean),
         "eval_mlm_accuracy": correct / masked if masked else float("nan"),
         "eval_pseudo_perplexity": perplexity(-pll / scored) if scored else None,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Denoising objectives of encoder-decoders (T5's span corruption, BART's text infilling)
+# ----------------------------------------------------------------------------------------------
+
+SEQ2SEQ_OBJECTIVES = ("span_corruption", "bart_denoising")
+
+
+def seq2seq_inputs(batch: dict[str, torch.Tensor], collator, seed: int) -> dict[str, torch.Tensor]:
+    """Noise a batch of blocks (B, T) with noise drawn from `seed`: `input_ids`, `attention_mask`
+    (the corrupted source) and `labels` (the target the decoder must produce, -100 padded)."""
+    collator.generator = torch.Generator().manual_seed(seed)
+    out = collator([{"input_ids": row.tolist()} for row in batch["input_ids"]])
+    return {k: out[k] for k in ("input_ids", "attention_mask", "labels")}
+
+
+@torch.no_grad()
+def evaluate_seq2seq(
+    model, blocks: dict[str, torch.Tensor], collator, accelerator, batch_size: int, num_blocks: int, seed: int
+) -> dict[str, float | None]:
+    """Target-token loss and accuracy of a denoising objective under fixed noise (the same at every
+    evaluation of a run), over the eval blocks sharded across processes.
+
+    Returns:
+        `eval_loss` (nats per target token), `eval_perplexity` and `eval_token_accuracy` (teacher
+        forced: the share of target tokens predicted exactly).
+    """
+    model.eval()
+    device = accelerator.device
+    world, rank = accelerator.num_processes, accelerator.process_index
+    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, target tokens
+    for i, start in enumerate(range(0, num_blocks, batch_size * world)):
+        idx = torch.arange(start + rank, min(start + batch_size * world, num_blocks), world)
+        if len(idx) == 0:
+            continue
+        batch = seq2seq_inputs(
+            {"input_ids": blocks["input_ids"][idx]}, collator, mask_seed(seed, 2**31 - 1, i, rank)
+        )
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logits = model(**batch).logits  # (B, L, V)
+        selected = batch["labels"] != -100
+        logits, targets = logits[selected].float(), batch["labels"][selected]
+        loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+        correct = (logits.argmax(-1) == targets).sum()
+        totals += torch.stack([loss.double(), correct.double(), selected.sum().double()])
+    totals = accelerator.reduce(totals, reduction="sum")
+    model.train()
+    loss_sum, correct, n = totals.tolist()
+    mean = loss_sum / n if n else float("nan")
+    return {
+        "eval_loss": mean,
+        "eval_perplexity": perplexity(mean),
+        "eval_token_accuracy": correct / n if n else float("nan"),
     }

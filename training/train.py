@@ -76,10 +76,25 @@ from accelerate.utils import gather_object, set_seed
 from datasets import IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer, get_scheduler
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    get_scheduler,
+)
 
 import hf_lm  # noqa: F401  (registers the Auto classes)
-from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmGPTConfig, HfLmGPTForCausalLM
+from hf_lm import (
+    HfLmBartConfig,
+    HfLmBartForConditionalGeneration,
+    HfLmBertConfig,
+    HfLmBertForMaskedLM,
+    HfLmGPTConfig,
+    HfLmGPTForCausalLM,
+    HfLmT5Config,
+    HfLmT5ForConditionalGeneration,
+)
 from hf_lm.cards import write_model_card
 from hf_lm.metrics.sliding_window import bits_per_unit
 from hf_lm.plots import plot_loss_curves
@@ -93,9 +108,23 @@ from training.args import (
 )
 from training.checkpoint import get_rng_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.collators_mlm import DataCollatorForMaskedLM
+from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
 from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
-from training.objectives import evaluate_mlm, mask_seed, mlm_inputs
-from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+from training.objectives import (
+    SEQ2SEQ_OBJECTIVES,
+    evaluate_mlm,
+    evaluate_seq2seq,
+    mask_seed,
+    mlm_inputs,
+    seq2seq_inputs,
+)
+from training.tokenizer import (
+    BART_SPECIAL_TOKENS,
+    BERT_SPECIAL_TOKENS,
+    T5_SPECIAL_TOKENS,
+    add_sentinel_tokens,
+    train_tokenizer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +141,7 @@ CSV_FIELDS = (
     "eval_bits_per_word",
     "eval_mlm_accuracy",
     "eval_pseudo_perplexity",
+    "eval_token_accuracy",
     "tokens",
     "seconds",
 )
@@ -218,11 +248,11 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         kind=data_args.tokenizer_kind,
         vocab_size=data_args.vocab_size,
         model_max_length=data_args.block_size,
-        # a masked LM needs BERT's [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
-        special_tokens={**BERT_SPECIAL_TOKENS, "eos_token": "[SEP]"}
-        if train_args.objective == "mlm"
-        else None,
+        special_tokens=OBJECTIVE_SPECIAL_TOKENS.get(train_args.objective),
     )
+    if train_args.objective == "span_corruption":
+        # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
+        add_sentinel_tokens(tokenizer, min(100, max(8, data_args.block_size // 4)))
     if accelerator.is_main_process:
         tokenizer.save_pretrained(folder)
     return tokenizer
@@ -416,6 +446,32 @@ def seed_process_rngs(seed: int, rank: int) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+# the special tokens each objective's tokenizer needs (None: GPT's defaults)
+OBJECTIVE_SPECIAL_TOKENS = {
+    # a masked LM needs BERT's [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
+    "mlm": {**BERT_SPECIAL_TOKENS, "eos_token": "[SEP]"},
+    "span_corruption": T5_SPECIAL_TOKENS,
+    "bart_denoising": BART_SPECIAL_TOKENS,
+}
+SEQ2SEQ_FAMILIES = {
+    "span_corruption": (HfLmT5Config, HfLmT5ForConditionalGeneration),
+    "bart_denoising": (HfLmBartConfig, HfLmBartForConditionalGeneration),
+}
+
+
+def build_collator(train_args: TrainArguments, tokenizer):
+    """The data collator that turns blocks into the objective's inputs and labels (None for clm)."""
+    if train_args.objective == "mlm":
+        return DataCollatorForMaskedLM(
+            tokenizer, mlm_probability=train_args.mlm_probability, masking=train_args.masking
+        )
+    if train_args.objective == "span_corruption":
+        return DataCollatorForT5Pretraining(tokenizer, objective="span_corruption")
+    if train_args.objective == "bart_denoising":
+        return DataCollatorForBartDenoising(tokenizer)
+    return None
+
+
 def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer, objective: str = "clm"):
     """A fresh model sized to the tokenizer, or the `init_from` checkpoint.
 
@@ -423,8 +479,34 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer,
     `sparse_prediction`: the head runs on the ~15% masked positions only; same loss, less work).
     """
     if model_args.init_from:
-        auto = AutoModelForMaskedLM if objective == "mlm" else AutoModelForCausalLM
+        auto = {"mlm": AutoModelForMaskedLM, "clm": AutoModelForCausalLM}.get(
+            objective, AutoModelForSeq2SeqLM
+        )
         return auto.from_pretrained(model_args.init_from, dtype=torch.float32)
+    if objective in SEQ2SEQ_FAMILIES:
+        # the family's own architecture (T5: RMSNorm pre-norm, relative buckets; BART: post-norm,
+        # learned positions): only sizes come from the arguments, variants from --config_overrides
+        config_cls, model_cls = SEQ2SEQ_FAMILIES[objective]
+        sizes = dict(
+            vocab_size=len(tokenizer),
+            hidden_size=model_args.hidden_size,
+            num_hidden_layers=model_args.num_hidden_layers,
+            num_attention_heads=model_args.num_attention_heads,
+            num_key_value_heads=model_args.num_key_value_heads,
+            intermediate_size=model_args.intermediate_size,
+            hidden_dropout=model_args.hidden_dropout,
+            attention_dropout=model_args.attention_dropout,
+            tie_word_embeddings=model_args.tie_word_embeddings,
+            # a noised source is a little longer than its block (sentinels, EOS)
+            max_position_embeddings=model_args.max_position_embeddings or 2 * data_args.block_size,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id
+            if objective == "span_corruption"
+            else tokenizer.eos_token_id,
+        )
+        return model_cls(config_cls(**{**sizes, **model_args.overrides()}))
     kwargs = dict(
         vocab_size=len(tokenizer),
         hidden_size=model_args.hidden_size,
@@ -609,9 +691,14 @@ def _hparams(*args_objects) -> dict:
     return out
 
 
-def card_metrics(evaluation: dict, step: int, tokens_seen: int, mlm: bool) -> dict[str, object]:
+def card_metrics(evaluation: dict, step: int, tokens_seen: int, objective: str) -> dict[str, object]:
     """The evaluation table of the model card."""
-    if mlm:
+    if objective in SEQ2SEQ_OBJECTIVES:
+        rows = {
+            "held-out denoising loss (nats/target token)": evaluation["eval_loss"],
+            "held-out target-token accuracy (teacher forced)": evaluation["eval_token_accuracy"],
+        }
+    elif objective == "mlm":
         rows = {
             "held-out masked-token loss (nats/token)": evaluation["eval_loss"],
             "held-out masked-token accuracy": evaluation["eval_mlm_accuracy"],
@@ -652,7 +739,10 @@ def card_hyperparameters(
             f"masked LM ({train_args.mlm_probability:.0%} of tokens, {train_args.masking} masking, 80/10/10 rule, "
             "a fresh mask per batch)"
             if train_args.objective == "mlm"
-            else "causal LM (next token)"
+            else {
+                "span_corruption": "T5 span corruption (15% noise, mean span 3, sentinels)",
+                "bart_denoising": "BART denoising (text infilling 30%, Poisson(3) spans; sentence permutation)",
+            }.get(train_args.objective, "causal LM (next token)")
         ),
     }
 
@@ -671,10 +761,10 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         ValueError: fp16 without a CUDA GPU; a checkpoint that cannot be resumed exactly (another
             model config, global batch size, seed or data mode).
     """
-    if train_args.objective == "mlm" and data_args.document_mask:
+    if train_args.objective != "clm" and data_args.document_mask:
         raise ValueError(
-            "`document_mask` applies to causal LMs (objective='clm'); a masked LM sees its whole block, "
-            "with [SEP] between documents. Drop --document_mask or use objective='clm'."
+            "`document_mask` applies to causal LMs (objective='clm'); the other objectives see their whole "
+            "block, with a separator between documents. Drop --document_mask or use objective='clm'."
         )
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
@@ -704,13 +794,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
     model = build_model(model_args, data_args, tokenizer, train_args.objective)
     mlm = train_args.objective == "mlm"
-    collator = (
-        DataCollatorForMaskedLM(
-            tokenizer, mlm_probability=train_args.mlm_probability, masking=train_args.masking
-        )
-        if mlm
-        else None
-    )
+    seq2seq = train_args.objective in SEQ2SEQ_OBJECTIVES
+    collator = build_collator(train_args, tokenizer)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     optimizer, scheduler = build_optimizer(model, train_args)
     eval_units = eval_text_units(
@@ -812,6 +897,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     )
 
     def run_evaluation() -> dict[str, float | None]:
+        if seq2seq:
+            return evaluate_seq2seq(
+                accelerator.unwrap_model(model),
+                eval_blocks,
+                collator,
+                accelerator,
+                train_args.per_device_batch_size,
+                eval_block_count(
+                    len(eval_blocks["input_ids"]),
+                    train_args.per_device_batch_size,
+                    world,
+                    train_args.eval_batches,
+                ),
+                train_args.seed,
+            )
         if mlm:
             return evaluate_mlm(
                 accelerator.unwrap_model(model),
@@ -855,6 +955,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 if mlm:
                     # a fresh mask per micro-batch (dynamic masking), a pure function of the data position
                     batch = mlm_inputs(batch, collator, mask_seed(train_args.seed, step, micro, rank))
+                elif seq2seq:
+                    batch = seq2seq_inputs(batch, collator, mask_seed(train_args.seed, step, micro, rank))
                 else:
                     batch = {**batch, "labels": batch["input_ids"]}
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
@@ -987,7 +1089,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             final,
             dataset=description,
             tokenizer=tokenizer,
-            metrics=card_metrics(evaluation, step, metrics["tokens_seen"], mlm),
+            metrics=card_metrics(evaluation, step, metrics["tokens_seen"], train_args.objective),
             hyperparameters=card_hyperparameters(data_args, train_args, world, global_batch),
             training_time_s=metrics["seconds"],
             eval_results=(
@@ -1001,6 +1103,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     ),
                 }
                 if mlm
+                else {"loss": eval_loss, "accuracy": evaluation["eval_token_accuracy"]}
+                if seq2seq
                 else {"perplexity": eval_ppl, "loss": eval_loss}
             ),
             dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),

@@ -1,4 +1,4 @@
-"""Masked-LM pretraining through the one training loop (`--objective mlm`)."""
+"""Masked-LM and denoising pretraining through the one training loop (`--objective mlm|span_corruption|bart_denoising`)."""
 
 import json
 import math
@@ -90,3 +90,24 @@ def test_bad_objective_names_the_field(tmp_path):
         parse_args(_argv(tmp_path, objective="gan"))
     with pytest.raises(ValueError, match="`masking`"):
         parse_args(_argv(tmp_path, objective="mlm", masking="sentence"))
+
+
+@pytest.mark.parametrize("objective", ["span_corruption", "bart_denoising"])
+def test_denoising_pretraining_runs_and_saves_a_seq2seq_model(tmp_path, objective):
+    out = tmp_path / objective
+    metrics = _run(out, max_steps=60, objective=objective, vocab_size=300)
+    assert metrics["step"] == 60 and 0 <= metrics["eval_token_accuracy"] <= 1
+    vocab = json.loads((out / "final" / "config.json").read_text())["vocab_size"]
+    assert metrics["eval_loss"] < math.log(vocab) - 0.3  # learned beyond uniform
+    config = json.loads((out / "final" / "config.json").read_text())
+    assert config["model_type"] == ("hflm_t5" if objective == "span_corruption" else "hflm_bart")
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"]
+    from transformers import AutoModelForSeq2SeqLM
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(out / "final", trust_remote_code=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out / "final", trust_remote_code=True)
+    inputs = tokenizer(["the cat sat on the mat"], return_tensors="pt")
+    generated = model.generate(**inputs, max_new_tokens=5, num_beams=2)
+    assert generated.shape[0] == 1
+    if objective == "span_corruption":
+        assert "<extra_id_0>" in tokenizer.get_vocab()
