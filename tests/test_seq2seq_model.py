@@ -357,3 +357,25 @@ def test_remote_code_round_trip_in_fresh_interpreter(tmp_path, name):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REMOTE-OK" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_hf_lm_seq2seq_pipelines_on_saved_hf_lm_models(tmp_path, name):
+    from transformers import pipeline
+
+    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+
+    texts = ["the cat sat on the mat", "ein hund lief nach hause", "a dog ran home"] * 10
+    special = T5_SPECIAL_TOKENS if name == "t5" else BART_SPECIAL_TOKENS
+    tokenizer = train_tokenizer(texts, kind="wordpiece", vocab_size=V, special_tokens=special)
+    model = build(name, **{k: getattr(tokenizer, k) for k in ("pad_token_id", "eos_token_id")})
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    translate = pipeline(
+        "hflm-translation", model=str(tmp_path), trust_remote_code=True, src_lang="de", tgt_lang="en"
+    )
+    out = translate(["ein hund lief", "die katze"], num_beams=2, max_new_tokens=6, batch_size=2)
+    for text, result in zip(["ein hund lief", "die katze"], out):
+        enc = tokenizer("translate German to English: " + text, return_tensors="pt")
+        expected = model.generate(**enc, num_beams=2, max_new_tokens=6)
+        assert result["translation_text"] == tokenizer.decode(expected[0], skip_special_tokens=True)
