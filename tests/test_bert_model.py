@@ -537,3 +537,22 @@ def test_trainer_gradient_accumulation_matches_full_batch(tmp_path, cls, problem
         Trainer(model=model, args=args, train_dataset=dataset).train()
         finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     torch.testing.assert_close(finals[0], finals[1], rtol=1e-4, atol=1e-5)
+
+
+def test_masked_lm_loss_gradients_equal_those_of_the_full_logits():
+    """The loss runs the head on the labelled rows alone (a much cheaper backward); its gradients
+    must equal those of cross-entropy on the returned (B, T, V) logits."""
+    torch.manual_seed(0)
+    model = HfLmBertForMaskedLM(tiny_bert_config()).train()
+    x = ids(3, 12)
+    labels = torch.where(torch.rand(x.shape) < 0.2, x, -100)
+    labels[0, 0] = x[0, 0]
+    out = model(x, labels=labels)
+    selected = labels != -100
+    reference = F.cross_entropy(out.logits[selected], labels[selected])
+    torch.testing.assert_close(out.loss, reference, atol=1e-6, rtol=1e-6)
+    params = [p for p in model.parameters() if p.requires_grad]
+    fast = torch.autograd.grad(out.loss, params, retain_graph=True)
+    slow = torch.autograd.grad(reference, params)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

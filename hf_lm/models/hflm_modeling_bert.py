@@ -266,20 +266,30 @@ class HfLmBertLMHead(nn.Module):
 def _masked_lm(
     head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, kwargs
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """(loss, logits) of the masked-LM head. Labels are not shifted: position t predicts itself."""
+    """(loss, logits) of the masked-LM head. Labels are not shifted: position t predicts itself.
+
+    Only the ~15% labelled positions enter the loss, so the loss is always computed from the head
+    run on those rows alone: its backward never touches the (B, T, V) logits, whose backward (a
+    vocabulary-sized matmul and softmax over every position) is most of a BERT training step. The
+    returned logits are the full (B, T, V) ones, equal to a dense head and still differentiable;
+    with `sparse` (config.sparse_prediction, in training) they are skipped too and the (N, V)
+    logits of the labelled rows are returned instead.
+    """
     if labels is None:
         return None, head(hidden_states)  # (B, T, V)
     check_labels(labels, hidden_states.shape[:2], vocab_size)
     labels = labels.to(hidden_states.device)
+    selected = labels != -100  # (B, T)
+    targets = labels[selected][None]  # (1, N)
+    n_items = kwargs.get("num_items_in_batch")
     if sparse:
-        # only ~15% of positions carry a label: skip the (B, T, V) decoder matmul for the rest
-        selected = labels != -100  # (B, T)
         logits = head(hidden_states[selected])  # (N, V)
-        labels = labels[selected][None]  # (1, N)
-        loss = lm_loss(logits[None], labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
-        return loss, logits
-    logits = head(hidden_states)
-    return lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch")), logits
+        return lm_loss(logits[None], targets, shift=False, num_items_in_batch=n_items), logits
+    logits = head(hidden_states)  # (B, T, V)
+    # with gradients, a separate head pass on the labelled rows keeps the loss's backward small;
+    # without, the rows are read from the logits already computed
+    picked = head(hidden_states[selected]) if torch.is_grad_enabled() else logits[selected]  # (N, V)
+    return lm_loss(picked[None], targets, shift=False, num_items_in_batch=n_items), logits
 
 
 class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
