@@ -33,6 +33,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) benchmarks/bench_gpt.py
+	$(VPY) benchmarks/bench_bert.py
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache
