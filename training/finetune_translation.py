@@ -1,0 +1,897 @@
+"""Translation with `Seq2SeqTrainer`: Multi30k De→En, or any line-aligned parallel text files.
+
+    # from scratch: one joint byte-level BPE tokenizer on both languages and a 3+3-layer Transformer
+    python -m training.finetune_translation --data_dir ../shared/data/multi30k --source_lang de \\
+        --target_lang en --from_scratch --family transformer --hidden_size 256 --intermediate_size 512 \\
+        --num_hidden_layers 3 --num_attention_heads 8 --learning_rate 5e-4 --output_dir out/multi30k
+    # from a pretrained encoder-decoder folder (e.g. `training.train --objective span_corruption`)
+    python -m training.finetune_translation --data_dir ../shared/data/multi30k \\
+        --model_name_or_path out/t5/final --learning_rate 3e-4 --output_dir out/multi30k-t5
+    python -m training.finetune_translation run.yaml   # the same keys in a JSON/YAML file
+
+Every `transformers.Seq2SeqTrainingArguments` flag works (`--num_train_epochs`, `--max_steps`,
+`--eval_strategy steps --eval_steps 500`, `--gradient_accumulation_steps`, `--label_smoothing_factor`,
+`--train_sampling_strategy group_by_length` ...); the defaults differ in generating for evaluation
+(`predict_with_generate`, beam search with `--generation_num_beams 5`, at most
+`--generation_max_length 128` tokens), evaluating and saving every epoch, evaluating 64
+sentences per batch, logging every 50 steps, keeping one checkpoint and reporting to no tracker.
+
+Data: `--data_dir` holds `<split>.<lang>` files, gzipped (`.gz`) or not, one sentence per line,
+line i of the source file translating line i of the target file (Multi30k's layout:
+`train.de.gz`/`train.en.gz`, `val.*`, `test_2016_flickr.*`). `--train_split`, `--validation_split`
+and `--test_split` name the file stems (comma-separated candidates, the first one found wins; ""
+for none). `load_parallel_files` reads any such pair of files into a `datasets.Dataset` with a
+`translation` column of `{source_lang: ..., target_lang: ...}` records (the layout of the Hub's
+WMT datasets).
+
+Tokenization: the encoder reads `source_prefix + source` (by default T5's "translate German to
+English: " for T5-style models, nothing otherwise) and the decoder is trained on the target
+(`tokenizer(text_target=...)`); both end with the tokenizer's EOS (T5's and fairseq's
+convention, and what hf_lm's denoising pretraining appends). A tokenizer that does not add EOS
+itself gets a post-processor that does, saved with it, so the saved folder encodes new inputs
+exactly as in training. `DataCollatorForSeq2Seq(model=model)` pads each batch (labels with -100)
+and builds the decoder inputs with the model's `prepare_decoder_input_ids_from_labels`.
+
+Metrics: corpus BLEU with sacrebleu (this package's offline `evaluate` module
+`hf_lm/metrics/bleu`, 13a tokenization, cased; `bleu_lowercase` too) of the detokenized
+generations against the raw reference lines, on the validation split during training and at the
+end, and on the test split with beam search and, for comparison, greedy decoding.
+
+Outputs under `output_dir`: Trainer's `checkpoint-*/`, `metrics.json` (train, `eval_*`, `test_*`
+with beam search, `test_greedy_*`, sizes, time, sacrebleu's signature), `test_predictions.txt`
+and `test_predictions_greedy.txt` (one translation per line), `trainer_state.json` (the log
+history) and `final/`: weights, config with `auto_map` and the model code, tokenizer,
+`generation_config.json` (the beam size and length used for the test), and a model card with
+the test BLEU as `model-index`. `pipeline("hflm-translation", model="out/multi30k/final",
+trust_remote_code=True)` translates with the same prefix (stored as `config.prefix`).
+
+Gradient accumulation: `Trainer` passes `num_items_in_batch` (the number of target tokens in the
+whole accumulated batch) to models whose `forward` takes `**kwargs`, and then stops dividing the
+loss by the accumulation steps; hf_lm's encoder-decoders return the summed token loss divided
+by it, so accumulation equals one batch of the combined size (tested).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import evaluate
+import numpy as np
+import torch
+from tokenizers import processors
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    PreTrainedModel,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+
+import hf_lm
+from hf_lm import (
+    HfLmBartConfig,
+    HfLmBartForConditionalGeneration,
+    HfLmT5Config,
+    HfLmT5ForConditionalGeneration,
+)
+from hf_lm.cards import write_model_card
+from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
+from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
+
+logger = logging.getLogger(__name__)
+
+# the offline `evaluate` module of this package (corpus BLEU with sacrebleu)
+BLEU_METRIC = Path(hf_lm.__file__).resolve().parent / "metrics" / "bleu"
+
+# family -> (config class, preset, model class, special tokens). "transformer" is Vaswani et al.
+# (2017) in BART's shape: sinusoidal positions, post-norm, ReLU, scaled embeddings.
+FAMILIES = {
+    "t5": (HfLmT5Config, "t5", HfLmT5ForConditionalGeneration, T5_SPECIAL_TOKENS),
+    "t5_v1_1": (HfLmT5Config, "t5_v1_1", HfLmT5ForConditionalGeneration, T5_SPECIAL_TOKENS),
+    "bart": (HfLmBartConfig, "bart", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
+    "transformer": (HfLmBartConfig, "transformer", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
+}
+
+# model types trained with T5's task prefixes (Raffel et al., 2020, appendix D)
+T5_MODEL_TYPES = ("hflm_t5", "t5", "mt5", "umt5")
+
+SPLITS = ("train", "validation", "test")
+
+
+def _positive(obj, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+@dataclass
+class TranslationDataArguments:
+    """Which parallel files to read, the language pair, the source prefix and the length limits."""
+
+    data_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "A folder with <split>.<lang>[.gz] line-aligned files (e.g. ../shared/data/multi30k)."
+        },
+    )
+    source_lang: str = field(default="de", metadata={"help": "Source language: the file suffix, e.g. de."})
+    target_lang: str = field(default="en", metadata={"help": "Target language: the file suffix, e.g. en."})
+    train_split: str = field(default="train", metadata={"help": "Training file stem(s), comma-separated."})
+    validation_split: str = field(
+        default="val,valid,validation,dev",
+        metadata={"help": "Validation file stem candidates, comma-separated ('' for none)."},
+    )
+    test_split: str = field(
+        default="test_2016_flickr,test",
+        metadata={"help": "Test file stem candidates, comma-separated ('' for none)."},
+    )
+    source_prefix: str | None = field(
+        default=None,
+        metadata={
+            "help": "Put before every source; default T5's 'translate German to English: ' for T5-style "
+            "models, none otherwise ('' for none)."
+        },
+    )
+    max_source_length: int = field(
+        default=128, metadata={"help": "Longest source in tokens (prefix and EOS included); longer is cut."}
+    )
+    max_target_length: int = field(
+        default=128, metadata={"help": "Longest training target in tokens (EOS included); longer is cut."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training pairs."})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep the first N validation pairs."}
+    )
+    max_test_samples: int | None = field(default=None, metadata={"help": "Keep the first N test pairs."})
+
+    def __post_init__(self) -> None:
+        _positive(
+            self,
+            "max_source_length",
+            "max_target_length",
+            "max_train_samples",
+            "max_eval_samples",
+            "max_test_samples",
+        )
+        if self.data_dir is None:
+            raise ValueError("Pass `data_dir`: a folder with <split>.<lang>[.gz] parallel files.")
+        if not os.path.isdir(self.data_dir):
+            raise ValueError(f"`data_dir` {self.data_dir!r} is not a folder.")
+        for name in ("source_lang", "target_lang"):
+            value = getattr(self, name)
+            if not value or any(c.isspace() or c in "/\\" for c in value):
+                raise ValueError(f"`{name}` must be a language code such as 'de', got {value!r}.")
+        if self.source_lang == self.target_lang:
+            raise ValueError(f"`source_lang` and `target_lang` are both {self.source_lang!r}.")
+        if not _stems(self.train_split):
+            raise ValueError("`train_split` must name at least one file stem, e.g. 'train'.")
+
+    def split_stems(self) -> dict[str, list[str]]:
+        """split name -> candidate file stems, in order of preference."""
+        return {split: _stems(getattr(self, f"{split}_split")) for split in SPLITS}
+
+
+def _stems(value: str | None) -> list[str]:
+    return [stem.strip() for stem in (value or "").split(",") if stem.strip()]
+
+
+@dataclass
+class TranslationModelArguments:
+    """A pretrained encoder-decoder folder, or the family and size of one trained from scratch."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "A saved encoder-decoder folder (AutoModelForSeq2SeqLM)."}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "The tokenizer folder; default model_name_or_path (from scratch: train one)."},
+    )
+    from_scratch: bool = field(
+        default=False, metadata={"help": "Train a joint tokenizer on both languages and a fresh model."}
+    )
+    family: str = field(default="transformer", metadata={"help": f"From scratch: one of {sorted(FAMILIES)}."})
+    tokenizer_kind: str = field(
+        default="byte_bpe",
+        metadata={"help": f"From scratch: tokenizer kind, one of {list(TOKENIZER_KINDS)}."},
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "From scratch: joint vocabulary size."})
+    hidden_size: int = field(default=256, metadata={"help": "From scratch: model width."})
+    num_hidden_layers: int = field(default=3, metadata={"help": "From scratch: encoder layers."})
+    decoder_layers: int | None = field(
+        default=None, metadata={"help": "From scratch: decoder layers; default num_hidden_layers."}
+    )
+    num_attention_heads: int = field(default=8, metadata={"help": "From scratch: attention heads."})
+    intermediate_size: int | None = field(
+        default=None, metadata={"help": "From scratch: feed-forward width; default 4 * hidden."}
+    )
+    hidden_dropout: float = field(default=0.1, metadata={"help": "From scratch: embedding/residual dropout."})
+    attention_dropout: float = field(default=0.0, metadata={"help": "From scratch: attention dropout."})
+
+    def __post_init__(self) -> None:
+        if self.from_scratch == (self.model_name_or_path is not None):
+            raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
+        if self.family not in FAMILIES:
+            raise ValueError(f"`family` must be one of {sorted(FAMILIES)}, got {self.family!r}.")
+        if self.tokenizer_kind not in TOKENIZER_KINDS:
+            raise ValueError(
+                f"`tokenizer_kind` must be one of {list(TOKENIZER_KINDS)}, got {self.tokenizer_kind!r}."
+            )
+        _positive(
+            self,
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "decoder_layers",
+            "num_attention_heads",
+            "intermediate_size",
+        )
+        for name in ("hidden_dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+
+
+@dataclass
+class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments`: generate (beam 5) to evaluate, every epoch; log every 50 steps."""
+
+    output_dir: str | None = field(
+        default="out/translation",
+        metadata={"help": "Run folder: checkpoints, metrics.json, test predictions, final/."},
+    )
+    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps, epoch."})
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: no, steps, epoch, best."}
+    )
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept (the best one too)."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N updates."})
+    report_to: None | str | list[str] = field(
+        default="none", metadata={"help": "Trackers (tensorboard, wandb, all ...); none unless asked."}
+    )
+    dataloader_pin_memory: bool = field(
+        default=torch.cuda.is_available(),
+        metadata={"help": "Pin batches in memory (useful with a GPU only)."},
+    )
+    per_device_eval_batch_size: int = field(
+        default=64, metadata={"help": "Sentences per generate() call when evaluating."}
+    )
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate by generating (needed for BLEU; always on here)."}
+    )
+    generation_num_beams: int | None = field(
+        default=5, metadata={"help": "Beam size of evaluation and test decoding (1 = greedy)."}
+    )
+    generation_max_length: int | None = field(
+        default=128, metadata={"help": "Longest generated translation in tokens (decoder start included)."}
+    )
+    test_greedy: bool = field(
+        default=True,
+        metadata={"help": "Also decode the test split greedily, for comparison with beam search."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.predict_with_generate:
+            raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
+        _positive(self, "generation_num_beams", "generation_max_length")
+
+
+ARGUMENT_CLASSES = (TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)
+
+
+def parse_args(
+    argv: list[str] | None = None,
+) -> tuple[TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments]:
+    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
+
+    Args:
+        argv: the arguments (without the program name); `sys.argv[1:]` if None.
+
+    Returns:
+        `(TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)`.
+
+    Raises:
+        ValueError: an invalid value (naming the field) or a single argument that is not a file.
+    """
+    parser = HfArgumentParser(ARGUMENT_CLASSES)
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and not argv[0].startswith("-"):
+        path = os.path.abspath(argv[0])
+        if path.endswith(".json"):
+            return tuple(parser.parse_json_file(path))
+        if path.endswith((".yaml", ".yml")):
+            return tuple(parser.parse_yaml_file(path))
+        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
+    return tuple(parser.parse_args_into_dataclasses(args=argv))
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a UTF-8 text file, gzipped when its name ends in `.gz`, without line ends.
+
+    Splits on "\\n" only (and drops a "\\r" before it): `str.splitlines` would also split on
+    characters such as U+2028 inside a sentence and break the line alignment of parallel files.
+    """
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start an empty one
+    return [line.removesuffix("\r") for line in lines]
+
+
+def load_parallel_files(
+    source_file: str | os.PathLike,
+    target_file: str | os.PathLike,
+    source_lang: str,
+    target_lang: str,
+    max_samples: int | None = None,
+) -> datasets.Dataset:
+    """Read two line-aligned files (line i of one translates line i of the other) into a `Dataset`.
+
+    Pairs in which either side is empty or blank are dropped (with a warning): there is nothing
+    to translate, or nothing to learn from.
+
+    Args:
+        source_file: the source-language sentences, one per line (`.gz` for gzipped).
+        target_file: the target-language sentences, aligned line by line.
+        source_lang: the source language code, the key of the source side.
+        target_lang: the target language code.
+        max_samples: keep the first N pairs (after dropping empty ones); None for all.
+
+    Returns:
+        A `Dataset` with one column, `translation`: `{source_lang: str, target_lang: str}` records,
+        in file order, surrounding whitespace stripped.
+
+    Raises:
+        ValueError: the files have different numbers of lines, or no non-empty pair.
+    """
+    sources, targets = read_lines(source_file), read_lines(target_file)
+    if len(sources) != len(targets):
+        raise ValueError(
+            f"Parallel files differ in length: {source_file} has {len(sources)} lines, "
+            f"{target_file} has {len(targets)}; line i of one must translate line i of the other."
+        )
+    pairs = [(s.strip(), t.strip()) for s, t in zip(sources, targets)]
+    kept = [(s, t) for s, t in pairs if s and t]
+    if len(kept) < len(pairs):
+        logger.warning("%s: dropped %d pairs with an empty side.", source_file, len(pairs) - len(kept))
+    if not kept:
+        raise ValueError(f"{source_file} and {target_file} hold no pair of non-empty lines.")
+    if max_samples is not None:
+        kept = kept[:max_samples]
+    return datasets.Dataset.from_dict({"translation": [{source_lang: s, target_lang: t} for s, t in kept]})
+
+
+def _find_file(data_dir: str, stem: str, lang: str) -> Path | None:
+    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
+        path = Path(data_dir) / name
+        if path.is_file():
+            return path
+    return None
+
+
+def parallel_split_files(data_args: TranslationDataArguments) -> dict[str, tuple[Path, Path]]:
+    """split -> (source file, target file): the first stem of each split with both files present.
+
+    Raises:
+        ValueError: no training pair of files, or a stem with one side only.
+    """
+    files = {}
+    for split, stems in data_args.split_stems().items():
+        for stem in stems:
+            source = _find_file(data_args.data_dir, stem, data_args.source_lang)
+            target = _find_file(data_args.data_dir, stem, data_args.target_lang)
+            if (source is None) != (target is None):
+                present = source or target
+                raise ValueError(
+                    f"{present} has no parallel file: expected {stem}.{data_args.target_lang if source else data_args.source_lang}"
+                    f"[.gz] next to it in {data_args.data_dir!r}."
+                )
+            if source is not None:
+                files[split] = (source, target)
+                break
+    if "train" not in files:
+        raise ValueError(
+            f"No training files in {data_args.data_dir!r}: expected "
+            f"{data_args.train_split}.{data_args.source_lang}[.gz] and {data_args.train_split}.{data_args.target_lang}[.gz]."
+        )
+    return files
+
+
+def load_translation_dataset(data_args: TranslationDataArguments) -> datasets.DatasetDict:
+    """Every split found in `data_dir` as a `DatasetDict` of `translation` pairs.
+
+    Returns:
+        "train" and whichever of "validation" and "test" exist, each cut to its `max_*_samples`.
+    """
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
+    splits = {}
+    for split, (source, target) in parallel_split_files(data_args).items():
+        ds = load_parallel_files(source, target, data_args.source_lang, data_args.target_lang, limits[split])
+        logger.info("%s: %d pairs from %s and %s", split, len(ds), source, target)
+        splits[split] = ds
+    return datasets.DatasetDict(splits)
+
+
+def sides(ds: datasets.Dataset, lang: str) -> list[str]:
+    """One language's side of a `translation` dataset, in order."""
+    return [pair[lang] for pair in ds["translation"]]
+
+
+def tokenize_dataset(
+    raw: datasets.DatasetDict, tokenizer, data_args: TranslationDataArguments, prefix: str
+) -> datasets.DatasetDict:
+    """Tokenize every split: `prefix + source` as the encoder input, the target as `labels`.
+
+    Targets go through `text_target=` (tokenizers with a separate target mode, e.g. mBART's, use
+    it). Padding is left to `DataCollatorForSeq2Seq`, per batch.
+    """
+    src, tgt = data_args.source_lang, data_args.target_lang
+
+    def encode(batch: dict) -> dict:
+        sources = [prefix + pair[src] for pair in batch["translation"]]
+        targets = [pair[tgt] for pair in batch["translation"]]
+        inputs = tokenizer(sources, max_length=data_args.max_source_length, truncation=True)
+        labels = tokenizer(text_target=targets, max_length=data_args.max_target_length, truncation=True)
+        # token_type_ids would reach the model as an unexpected argument
+        return {
+            "input_ids": inputs["input_ids"],
+            "attention_mask": inputs["attention_mask"],
+            "labels": labels["input_ids"],
+        }
+
+    return raw.map(
+        encode,
+        batched=True,
+        remove_columns=raw["train"].column_names,
+        desc="Tokenizing",
+        load_from_cache_file=False,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer and model
+# ---------------------------------------------------------------------------------------------
+
+
+def ensure_eos(tokenizer) -> bool:
+    """Make a tokenizer end every encoding with its EOS token, as T5's and BART's tokenizers do.
+
+    The decoder must learn to emit EOS (or generation never stops), and the encoder input ends
+    with EOS in T5 and BART pretraining (and hf_lm's denoising collators). `train_tokenizer`
+    adds no special tokens, so a template `$A </s>` is appended to the fast tokenizer's
+    post-processor (after byte-level BPE's own); it is saved in `tokenizer.json`, so the saved
+    folder, and a pipeline on it, encode exactly as training did.
+
+    Args:
+        tokenizer: a transformers tokenizer with an `eos_token`; changed in place when needed.
+
+    Returns:
+        True when the template was added, False when the tokenizer already ended with EOS.
+
+    Raises:
+        ValueError: no eos_token, or a slow tokenizer that does not add EOS.
+    """
+    eos, eos_id = tokenizer.eos_token, tokenizer.eos_token_id
+    if eos_id is None:
+        raise ValueError("The tokenizer has no eos_token: translations need one to end.")
+    if tokenizer("a")["input_ids"][-1:] == [eos_id]:
+        return False
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(
+            f"{type(tokenizer).__name__} does not end encodings with EOS and is not a fast tokenizer."
+        )
+    template = processors.TemplateProcessing(
+        single=f"$A:0 {eos}:0", pair=f"$A:0 {eos}:0 $B:1 {eos}:1", special_tokens=[(eos, eos_id)]
+    )
+    backend = tokenizer.backend_tokenizer
+    previous = backend.post_processor
+    backend.post_processor = template if previous is None else processors.Sequence([previous, template])
+    if tokenizer("a")["input_ids"][-1:] != [eos_id]:
+        raise ValueError(f"Could not make {type(tokenizer).__name__} end its encodings with {eos!r}.")
+    logger.info("The tokenizer now appends %s (id %d) to every encoding.", eos, eos_id)
+    return True
+
+
+def build_tokenizer_and_model(
+    model_args: TranslationModelArguments,
+    data_args: TranslationDataArguments,
+    training_args: Seq2SeqTrainingArguments,
+    train_texts: list[str],
+) -> tuple[object, PreTrainedModel]:
+    """The tokenizer (ending encodings with EOS) and the encoder-decoder, pretrained or fresh.
+
+    Args:
+        model_args: a folder to load, or the family and size of a fresh model.
+        data_args: the length limits (a fresh model's learned positions cover the longest).
+        training_args: `generation_max_length`, also covered by the positions.
+        train_texts: both sides of the training pairs, for the joint tokenizer of a fresh model.
+
+    Returns:
+        `(tokenizer, model)`; the tokenizer pads on the right (encoder inputs: left padding would
+        shift BART's learned positions).
+
+    Raises:
+        ValueError: the model is not an encoder-decoder, or the tokenizer has ids outside the
+            model's vocabulary.
+    """
+    if model_args.from_scratch:
+        config_class, preset, model_class, special_tokens = FAMILIES[model_args.family]
+        if model_args.tokenizer_name_or_path:
+            tokenizer = AutoTokenizer.from_pretrained(
+                model_args.tokenizer_name_or_path, trust_remote_code=True
+            )
+        else:
+            # one vocabulary for both languages: names, numbers and cognates share tokens, and
+            # the embedding can be tied between encoder, decoder and output (Press & Wolf, 2017)
+            tokenizer = train_tokenizer(
+                train_texts,
+                kind=model_args.tokenizer_kind,
+                vocab_size=model_args.vocab_size,
+                special_tokens=special_tokens,
+                model_max_length=data_args.max_source_length,
+                padding_side="right",
+            )
+        ensure_eos(tokenizer)
+        positions = max(
+            data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length or 0
+        )
+        starts = {  # T5 starts decoding from <pad>, BART (fairseq) from </s>
+            HfLmT5Config: tokenizer.pad_token_id,
+            HfLmBartConfig: tokenizer.eos_token_id,
+        }
+        special_ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+        if tokenizer.bos_token_id is not None:
+            special_ids["bos_token_id"] = tokenizer.bos_token_id
+        config = config_class.from_preset(
+            preset,
+            vocab_size=len(tokenizer),
+            hidden_size=model_args.hidden_size,
+            num_hidden_layers=model_args.num_hidden_layers,
+            decoder_layers=model_args.decoder_layers,
+            num_attention_heads=model_args.num_attention_heads,
+            intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+            max_position_embeddings=positions,
+            hidden_dropout=model_args.hidden_dropout,
+            attention_dropout=model_args.attention_dropout,
+            decoder_start_token_id=starts[config_class],
+            **special_ids,
+        )
+        model = model_class(config)
+        logger.info(
+            "From scratch: %s, %d+%d layers x %d wide, %s parameters, %d-token %s vocabulary.",
+            model_args.family,
+            config.num_hidden_layers,
+            config.decoder_layers,
+            config.hidden_size,
+            f"{model.num_parameters():,}",
+            len(tokenizer),
+            model_args.tokenizer_kind,
+        )
+    else:
+        path = model_args.model_name_or_path
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_args.tokenizer_name_or_path or path, trust_remote_code=True
+        )
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)
+        if not getattr(model.config, "is_encoder_decoder", False):
+            raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
+        ensure_eos(tokenizer)
+        vocab = model.get_input_embeddings().num_embeddings
+        if len(tokenizer) > vocab:
+            raise ValueError(
+                f"The tokenizer has {len(tokenizer)} tokens but the model's embedding only {vocab}: "
+                "use the tokenizer the model was trained with."
+            )
+        tokenizer.padding_side = "right"
+    return tokenizer, model
+
+
+def source_prefix(data_args: TranslationDataArguments, model: PreTrainedModel) -> str:
+    """`--source_prefix` if given, else T5's "translate German to English: " for T5-style models.
+
+    The default is built from the seq2seq pipelines' template, so that
+    `pipeline("hflm-translation", src_lang=..., tgt_lang=...)` adds the very same prefix.
+    """
+    if data_args.source_prefix is not None:
+        return data_args.source_prefix
+    if model.config.model_type in T5_MODEL_TYPES:
+        return DEFAULT_TRANSLATION_TEMPLATE.format(
+            src=language_name(data_args.source_lang), tgt=language_name(data_args.target_lang)
+        )
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def bleu_metric() -> evaluate.EvaluationModule:
+    """This package's sacrebleu `evaluate` module, loaded from its folder (no download, no cache file)."""
+    return evaluate.load(str(BLEU_METRIC), keep_in_memory=True)
+
+
+class TranslationMetrics:
+    """`Seq2SeqTrainer`'s `compute_metrics`: corpus BLEU of the decoded generations.
+
+    The hypotheses are the generated ids decoded without special tokens; the references are the
+    raw target lines of the split being evaluated (`references`, set before each evaluation),
+    not decoded labels, so truncated training targets or an unknown-token tokenizer cannot
+    inflate the score. With no references of the right length the decoded labels are used.
+
+    Attributes:
+        references: the target sentences of the split evaluated next, in dataset order.
+        last_predictions: the hypotheses of the last call.
+        last_signature: sacrebleu's signature of the last call.
+    """
+
+    def __init__(self, tokenizer, metric: evaluate.EvaluationModule, references: list[str] | None = None):
+        self.tokenizer = tokenizer
+        self.metric = metric
+        self.references = references
+        self.last_predictions: list[str] = []
+        self.last_signature: str | None = None
+
+    def _decode(self, ids: np.ndarray) -> list[str]:
+        # Trainer pads predictions and labels across batches with -100, which no tokenizer decodes
+        ids = np.where(ids < 0, self.tokenizer.pad_token_id, ids)
+        return [text.strip() for text in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+    def __call__(self, eval_pred) -> dict[str, float]:
+        predictions = eval_pred.predictions
+        predictions = predictions[0] if isinstance(predictions, tuple) else predictions  # (N, L)
+        hypotheses = self._decode(predictions)
+        if self.references is not None and len(self.references) == len(hypotheses):
+            references = self.references
+        else:
+            if self.references is not None:
+                logger.warning(
+                    "%d references for %d predictions: scoring against the decoded labels.",
+                    len(self.references),
+                    len(hypotheses),
+                )
+            references = self._decode(eval_pred.label_ids)
+        bleu = self.metric.compute(predictions=hypotheses, references=references)
+        lowercase = self.metric.compute(predictions=hypotheses, references=references, lowercase=True)
+        self.last_predictions = hypotheses
+        self.last_signature = bleu["signature"]
+        pad = self.tokenizer.pad_token_id
+        lengths = np.count_nonzero((predictions != pad) & (predictions >= 0), axis=-1)
+        return {
+            "bleu": bleu["score"],
+            "bleu_lowercase": lowercase["score"],
+            "brevity_penalty": bleu["bp"],
+            "gen_len": float(np.mean(lengths)),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+
+
+def _plain(value) -> str:
+    """An enum's value ("linear"), anything else as a string."""
+    return str(getattr(value, "value", value))
+
+
+def _card_hyperparameters(
+    data_args, model_args, args: Seq2SeqTrainingArguments, n_train: int, prefix: str
+) -> dict:
+    return {
+        "start": f"from scratch ({model_args.family})"
+        if model_args.from_scratch
+        else model_args.model_name_or_path,
+        "language pair": f"{data_args.source_lang} → {data_args.target_lang}",
+        "source prefix": repr(prefix),
+        "training pairs": n_train,
+        "length": f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
+        "batch size per device": args.per_device_train_batch_size,
+        "gradient accumulation steps": args.gradient_accumulation_steps,
+        "learning rate": args.learning_rate,
+        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
+        "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
+        "label smoothing": args.label_smoothing_factor,
+        "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
+        "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
+        "seed": args.seed,
+    }
+
+
+def _write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")
+
+
+def finetune(
+    data_args: TranslationDataArguments,
+    model_args: TranslationModelArguments,
+    training_args: TranslationTrainingArguments,
+) -> dict[str, float]:
+    """Train (or fine-tune) a translation model with `Seq2SeqTrainer`, test it and save it.
+
+    Args:
+        data_args: the parallel files, language pair, prefix and length limits.
+        model_args: a pretrained folder or the family and size of a fresh model.
+        training_args: `Seq2SeqTrainer`'s arguments (`output_dir`, epochs, batch size, beams ...).
+
+    Returns:
+        The metrics also written to `output_dir/metrics.json`: Trainer's `train_*`; `eval_*` on
+        the validation split and `test_*` on the test split decoded with
+        `generation_num_beams` beams (`*_bleu`, `*_bleu_lowercase`, `*_brevity_penalty`,
+        `*_gen_len`, `*_loss`); `test_greedy_*` with greedy decoding (with `test_greedy` and more
+        than one beam); `train_samples`, `eval_samples`, `test_samples`, `seconds` and
+        `bleu_signature` (sacrebleu's).
+
+    Raises:
+        ValueError: no validation split while `eval_strategy` is not "no", or bad data.
+    """
+    start = time.perf_counter()
+    output_dir = Path(training_args.output_dir)
+    raw = load_translation_dataset(data_args)
+    if "validation" not in raw and _plain(training_args.eval_strategy) != "no":
+        raise ValueError(
+            "Evaluation during training needs a validation split (see `validation_split`); "
+            "pass one, or `--eval_strategy no`."
+        )
+    src, tgt = data_args.source_lang, data_args.target_lang
+    references = {split: sides(ds, tgt) for split, ds in raw.items()}
+
+    set_seed(training_args.seed)  # the fresh model's init, before Trainer seeds the data order
+    train_texts = sides(raw["train"], src) + references["train"]
+    tokenizer, model = build_tokenizer_and_model(model_args, data_args, training_args, train_texts)
+    prefix = source_prefix(data_args, model)
+    logger.info("Source prefix: %r", prefix)
+    encoded = tokenize_dataset(raw, tokenizer, data_args, prefix)
+    lengths = [len(ids) for ids in encoded["train"]["labels"]]
+    logger.info(
+        "Training targets: %.1f tokens on average, %d at most (%d cut to max_target_length).",
+        np.mean(lengths),
+        max(lengths),
+        sum(n >= data_args.max_target_length for n in lengths),
+    )
+
+    compute_metrics = TranslationMetrics(tokenizer, bleu_metric(), references.get("validation"))
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded.get("validation"),
+        processing_class=tokenizer,
+        # labels padded with -100; decoder inputs from the model's own shift (its start token)
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        compute_metrics=compute_metrics,
+    )
+    train_result = trainer.train()
+    metrics = dict(train_result.metrics, train_samples=len(encoded["train"]))
+
+    num_beams = training_args.generation_num_beams or 1
+    max_length = training_args.generation_max_length
+    predictions = {}
+    if "validation" in encoded:
+        compute_metrics.references = references["validation"]
+        metrics.update(
+            trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length),
+            eval_samples=len(encoded["validation"]),
+        )
+    if "test" in encoded:
+        compute_metrics.references = references["test"]
+        decodings = [("test", num_beams)]
+        if training_args.test_greedy and num_beams > 1:
+            decodings.append(("test_greedy", 1))
+        for key, beams in decodings:
+            t0 = time.perf_counter()
+            output = trainer.predict(
+                encoded["test"], metric_key_prefix=key, num_beams=beams, max_length=max_length
+            )
+            metrics.update(output.metrics)
+            predictions[key] = compute_metrics.last_predictions
+            logger.info(
+                "%s: BLEU %.2f with %d beam(s) in %.1f s.",
+                key,
+                output.metrics[f"{key}_bleu"],
+                beams,
+                time.perf_counter() - t0,
+            )
+        metrics["test_samples"] = len(encoded["test"])
+    metrics["seconds"] = time.perf_counter() - start
+    if compute_metrics.last_signature is not None:
+        metrics["bleu_signature"] = compute_metrics.last_signature
+    for name, value in metrics.items():
+        logger.info("%s = %s", name, value)
+
+    if trainer.is_world_process_zero():
+        final = output_dir / "final"
+        model = trainer.model
+        # the decoding the test was scored with becomes the checkpoint's default
+        model.generation_config.num_beams = num_beams
+        model.generation_config.max_length = max_length
+        # `pipeline("hflm-translation")` reads `config.prefix`; T5 checkpoints keep per-pair prefixes here
+        model.config.prefix = prefix
+        model.config.task_specific_params = {
+            **(getattr(model.config, "task_specific_params", None) or {}),
+            f"translation_{src}_to_{tgt}": {"prefix": prefix},
+        }
+        model.save_pretrained(final)
+        tokenizer.save_pretrained(final)
+        for key, lines in predictions.items():
+            _write_lines(output_dir / f"{key.replace('test', 'test_predictions')}.txt", lines)
+        reported = "test" if "test" in encoded else "eval" if "validation" in encoded else None
+        greedy = "" if "test_greedy_bleu" not in metrics else "test BLEU (greedy)"
+        table = {
+            "validation BLEU": metrics.get("eval_bleu"),
+            f"test BLEU (beam {num_beams})": metrics.get("test_bleu"),
+            greedy: metrics.get("test_greedy_bleu"),
+            "test BLEU lowercase": metrics.get("test_bleu_lowercase"),
+            "test loss": metrics.get("test_loss"),
+        }
+        n = {split: len(ds) for split, ds in encoded.items()}
+        write_model_card(
+            model,
+            final,
+            dataset=(
+                f"`{data_args.data_dir}`, {language_name(src)} → {language_name(tgt)}: {n['train']:,} training pairs"
+                + (f", {n['validation']:,} validation" if "validation" in n else "")
+                + (f", {n['test']:,} test" if "test" in n else "")
+                + ". BLEU: sacrebleu corpus BLEU on detokenized text"
+                + (f" (`{metrics['bleu_signature']}`)." if "bleu_signature" in metrics else ".")
+            ),
+            tokenizer=tokenizer,
+            metrics={name: value for name, value in table.items() if name and value is not None},
+            hyperparameters=_card_hyperparameters(data_args, model_args, training_args, n["train"], prefix),
+            training_time_s=metrics["train_runtime"],
+            eval_results={"bleu": metrics[f"{reported}_bleu"]} if reported else None,
+            dataset_name=Path(data_args.data_dir).resolve().name,
+            extra={
+                "model_name": output_dir.resolve().name,  # the run's name, not "final"
+                "notes": (
+                    "\n## Translating\n\n```python\nimport hf_lm  # registers the hflm-translation pipeline\n"
+                    "from transformers import pipeline\n\n"
+                    f'translator = pipeline("hflm-translation", model={final.as_posix()!r}, trust_remote_code=True)\n'
+                    'translator("...")  # the source prefix comes from config.prefix; '
+                    "beam size from generation_config.json\n```\n"
+                ),
+            },
+        )
+        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        trainer.save_state()  # trainer_state.json: the logged loss, grad norm and eval history
+        logger.info(
+            "Saved the model, tokenizer and card to %s; metrics in %s", final, output_dir / "metrics.json"
+        )
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and train."""
+    data_args, model_args, training_args = parse_args(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
+    )
+    return finetune(data_args, model_args, training_args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
