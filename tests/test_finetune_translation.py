@@ -386,3 +386,92 @@ def test_multi30k_tiny_run_writes_bleu_and_reloads(tmp_path):
     assert paired == expected[0]
     ids = model.generate(**tokenizer([model.config.prefix + sources[0]], return_tensors="pt"))
     assert tokenizer.decode(ids[0], skip_special_tokens=True).strip() == expected[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.isdir(MULTI30K), reason=f"Multi30k data not found at {MULTI30K} (../shared/data/multi30k)"
+)
+def test_denoising_pretraining_then_translation_fine_tuning(tmp_path):
+    """The issue's path end to end: T5 span-corruption pretraining through the training loop on
+    both languages' text, then Multi30k fine-tuning from that folder, reporting test BLEU."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    from training.args import parse_args as parse_train_args
+    from training.train import train
+
+    corpus = tmp_path / "corpus.txt"
+    lines = (
+        read_lines(os.path.join(MULTI30K, "train.de.gz"))[:400]
+        + read_lines(os.path.join(MULTI30K, "train.en.gz"))[:400]
+    )
+    corpus.write_text("\n\n".join(lines))  # blank lines separate documents
+    pretrained = tmp_path / "t5"
+    train(
+        *parse_train_args(
+            [
+                "--objective",
+                "span_corruption",
+                "--dataset",
+                str(corpus),
+                "--vocab_size",
+                "800",
+                "--block_size",
+                "64",
+                "--hidden_size",
+                "32",
+                "--num_hidden_layers",
+                "1",
+                "--num_attention_heads",
+                "2",
+                "--per_device_batch_size",
+                "8",
+                "--max_steps",
+                "20",
+                "--eval_batches",
+                "2",
+                "--save_every",
+                "20",
+                "--output_dir",
+                str(pretrained),
+            ]
+        )  # fmt: skip
+    )
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    output_dir = tmp_path / "multi30k"
+    metrics = finetune(
+        *parse_args(
+            [
+                "--data_dir",
+                MULTI30K,
+                "--model_name_or_path",
+                str(pretrained / "final"),
+                "--max_train_samples",
+                "200",
+                "--max_eval_samples",
+                "8",
+                "--max_test_samples",
+                "16",
+                "--num_train_epochs",
+                "1",
+                "--per_device_train_batch_size",
+                "32",
+                "--learning_rate",
+                "3e-3",
+                "--generation_max_length",
+                "16",
+                "--generation_num_beams",
+                "2",
+                "--output_dir",
+                str(output_dir),
+                "--disable_tqdm",
+                "true",
+                "--seed",
+                "0",
+            ]
+        )  # fmt: skip
+    )
+    assert 0 <= metrics["test_bleu"] <= 100 and metrics["test_samples"] == 16
+    config = json.loads((output_dir / "final" / "config.json").read_text())
+    assert config["model_type"] == "hflm_t5" and config["prefix"] == "translate German to English: "
