@@ -34,6 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(VPY) benchmarks/bench_gpt.py
 	$(VPY) benchmarks/bench_bert.py
+	$(VPY) benchmarks/bench_seq2seq.py --threads 1
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

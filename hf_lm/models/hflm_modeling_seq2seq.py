@@ -286,7 +286,9 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         return_dict = cfg.return_dict if return_dict is None else return_dict
         if use_cache is None:
             use_cache = cfg.use_cache and not self.training
-        if self.is_activation_checkpointing and self.training:
+        if (
+            self.training and self.is_activation_checkpointing
+        ):  # the property walks every module: test training first
             use_cache = False  # recomputed layers would append to the cache a second time
         if encoder_outputs is None:
             encoder_outputs = self.encoder(

@@ -1,0 +1,648 @@
+#!/usr/bin/env python
+"""CPU benchmark: hf_lm's T5 and BART against transformers' `T5ForConditionalGeneration` and
+`BartForConditionalGeneration` computing the same function.
+
+Each family gets one small config (default: d_model 256, 4 encoder + 4 decoder layers, 4 heads,
+feed-forward 1024, vocabulary 32,000, dropout 0, SDPA attention):
+
+- T5: v1.0 (ReLU feed-forward, RMSNorm pre-norm, relative position buckets 32 / max distance 128,
+  tied and rescaled head), head size d_model / heads.
+- BART: exact GELU, LayerNorm post-norm with an embedding norm, learned positions (256), tied head.
+  Its generation default `forced_eos_token_id` is switched off on both sides: with
+  `min_new_tokens == max_new_tokens` it would fight the minimum-length processor on the last step.
+
+The reference is built first and converted with `hf_lm.convert.from_transformers`, so hf_lm runs
+the same weights. Sanity checks, printed before timing (the run stops if one fails): the training
+loss of the first step and of the second (after one AdamW step, so it also compares gradients)
+within `--tolerance` (1e-4) of the reference's, the eval-mode logits (max |Δ|), and the greedy and
+beam-search tokens of a batch of 2 (printed; not a failure if a near-tie flips a token).
+
+Measured, alternating the two sides round by round in one process (the order reverses every
+round), after warm-up; each metric is the median over rounds (`bench_gpt.time_alternating`):
+
+1. Training throughput, tokens/s (source + target tokens, B * (S + T)): forward with
+   `input_ids`, an all-ones `attention_mask` and `labels` (the decoder inputs are the shifted
+   labels, built inside the model) + backward + `torch.optim.AdamW` step + `zero_grad`.
+2. Generation throughput, new tokens/s (B * N): `model.generate(source, attention_mask,
+   max_new_tokens=N, min_new_tokens=N, num_beams=1|K, do_sample=False)` at batch 1 and batch B_gen,
+   greedy and beam search. Both sides run transformers' own `generate` (EncoderDecoderCache); the
+   time includes the encoder pass over the source. Beam search tracks K hypotheses per input;
+   only the B * N returned tokens count.
+
+Every timed sample also records this process's user + system CPU time (getrusage): on a shared
+machine the CPU time a side spends is steadier than its wall time, which includes waiting for a CPU.
+
+3. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
+   `bench_gpt.py`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
+   batch-B_gen beam-search generation. Parameter and AdamW state bytes are counted exactly from
+   the tensors.
+
+Usage:
+    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --quick       # smoke run
+    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --profile     # also write profiler tables
+
+Prints a markdown table and writes JSON to `--output` (default `out/bench_seq2seq.json`). With
+`--profile` it writes, per family and workload, torch.profiler tables of both sides and a table of
+the operators whose self CPU time differs most between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    BartConfig,
+    BartForConditionalGeneration,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for path in (REPO_ROOT, BENCH_DIR):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+# the measurement machinery is the GPT benchmark's: same timing, contention and memory method
+from bench_gpt import (  # noqa: E402
+    Contention,
+    _peak_rss_bytes,
+    _reset_peak_rss,
+    _rss_bytes,
+    available_cores,
+    busy_note,
+    environment,
+    fmt,
+    summarize,
+    tensor_bytes,
+    time_alternating,
+    wait_for_idle,
+)
+
+from hf_lm.convert import from_transformers  # noqa: E402
+
+SIDES = ("hf_lm", "transformers")
+FAMILIES = ("t5", "bart")
+REFERENCE_NAMES = {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"}
+FIRST_WORD_ID = 3  # below: T5's pad/eos/unk, BART's bos/pad/eos; random ids never hit them
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+def reference_config(family: str, args):
+    if family == "t5":
+        return T5Config(
+            vocab_size=args.vocab,
+            d_model=args.hidden,
+            d_kv=args.hidden // args.heads,
+            d_ff=args.intermediate,
+            num_layers=args.layers,
+            num_decoder_layers=args.layers,
+            num_heads=args.heads,
+            relative_attention_num_buckets=32,
+            relative_attention_max_distance=128,
+            feed_forward_proj="relu",  # T5 v1.0
+            dropout_rate=0.0,
+            layer_norm_epsilon=1e-6,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        )
+    return BartConfig(
+        vocab_size=args.vocab,
+        d_model=args.hidden,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=args.intermediate,
+        decoder_ffn_dim=args.intermediate,
+        max_position_embeddings=args.max_positions,
+        activation_function="gelu",
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=False,
+        tie_word_embeddings=True,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_eos_token_id=None,
+    )
+
+
+def build_reference(family: str, args) -> torch.nn.Module:
+    torch.manual_seed(args.seed)
+    cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
+    model = cls._from_config(reference_config(family, args), attn_implementation="sdpa")
+    # see the module docstring: min_new_tokens == max_new_tokens and a forced EOS contradict
+    model.generation_config.forced_eos_token_id = None
+    return model.train()
+
+
+def build_hflm(family: str, args) -> torch.nn.Module:
+    """hf_lm's model computing the reference's function: the reference converted by `from_transformers`
+    (which also copies its generation config)."""
+    model = from_transformers(build_reference(family, args))
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    return model.train()
+
+
+def build_side(family: str, side: str, args) -> torch.nn.Module:
+    return build_hflm(family, args) if side == "hf_lm" else build_reference(family, args)
+
+
+def build_pair(family: str, args) -> dict[str, torch.nn.Module]:
+    return {side: build_side(family, side, args) for side in SIDES}
+
+
+def random_ids(batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(FIRST_WORD_ID, vocab, (batch, seq), generator=g)
+
+
+def train_batch(args, seed: int) -> dict[str, torch.Tensor]:
+    source = random_ids(args.batch, args.source_len, args.vocab, seed)
+    return {
+        "input_ids": source,
+        "attention_mask": torch.ones_like(source),  # what a tokenizer returns for unpadded rows
+        "labels": random_ids(args.batch, args.target_len, args.vocab, seed + 1),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Workloads
+# --------------------------------------------------------------------------------------------
+
+
+def make_train_step(model: torch.nn.Module, batch: dict, lr: float = 3e-4):
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def step():
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    step.optimizer = opt
+    return step
+
+
+def generate(model: torch.nn.Module, source: torch.Tensor, new_tokens: int, num_beams: int) -> torch.Tensor:
+    out = model.generate(
+        source,
+        attention_mask=torch.ones_like(source),
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        num_beams=num_beams,
+        do_sample=False,
+    )
+    # the decoder start token, then exactly N new tokens
+    assert out.shape == (source.shape[0], 1 + new_tokens), out.shape
+    return out
+
+
+def make_generate(model: torch.nn.Module, source: torch.Tensor, new_tokens: int, num_beams: int):
+    model.eval()
+    return lambda: generate(model, source, new_tokens, num_beams)
+
+
+def sanity(family: str, args) -> dict:
+    """Loss parity over two training steps, eval logit parity, and greedy/beam token agreement."""
+    models = build_pair(family, args)
+    batch = train_batch(args, args.seed)
+    result = {}
+    with torch.no_grad():
+        logits = {side: m.eval()(**batch).logits for side, m in models.items()}
+    result["max_abs_logit_diff"] = (logits["hf_lm"] - logits["transformers"]).abs().max().item()
+    result["max_abs_logit"] = logits["transformers"].abs().max().item()
+    del logits
+    source = random_ids(2, args.source_len, args.vocab, args.seed + 2)
+    for name, beams in (("greedy", 1), ("beam", args.num_beams)):
+        with torch.no_grad():
+            out = {side: generate(m.eval(), source, args.new_tokens, beams) for side, m in models.items()}
+        result[f"{name}_token_agreement"] = (out["hf_lm"] == out["transformers"]).float().mean().item()
+    losses = {}
+    for side, model in models.items():
+        step = make_train_step(copy.deepcopy(model), batch)
+        losses[side] = [step().item(), step().item()]  # step 1; step 2 after one AdamW update
+    result["losses"] = losses
+    result["loss_diff_step1"] = abs(losses["hf_lm"][0] - losses["transformers"][0])
+    result["loss_diff_step2"] = abs(losses["hf_lm"][1] - losses["transformers"][1])
+    result["ok"] = max(result["loss_diff_step1"], result["loss_diff_step2"]) < args.tolerance
+    result["params"] = {side: sum(p.numel() for p in m.parameters()) for side, m in models.items()}
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Memory: one fresh subprocess per family, side and workload
+# --------------------------------------------------------------------------------------------
+
+
+def trim_heap() -> bool:
+    """Hand the allocator's free memory back to the kernel (glibc `malloc_trim(0)`).
+
+    The hf_lm side is built by converting a reference that is then dropped; without this, the
+    pages the dead reference leaves in the heap stay resident, raise that side's baseline by the
+    size of a model and are reused by its workload, so its peak *above baseline* reads tens of MiB
+    too low (measured: T5 generation 43 vs 110 MiB untrimmed, with equal absolute peaks).
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+def memory_worker(family: str, side: str, workload: str, args) -> dict:
+    """Runs in a fresh process: peak RSS above the pre-workload RSS for one side and workload."""
+    torch.set_num_threads(args.threads)
+    model = build_side(family, side, args)
+    result = {"param_bytes": tensor_bytes(model.parameters())}
+    if workload == "train":
+        step = make_train_step(model, train_batch(args, args.seed))
+        fn, n = step, args.memory_steps
+    else:
+        source = random_ids(args.gen_batch, args.source_len, args.vocab, args.seed + 3)
+        fn, n = make_generate(model, source, args.new_tokens, args.num_beams), 1
+    gc.collect()
+    trimmed = trim_heap()
+    base = _rss_bytes()
+    reset_ok = _reset_peak_rss()
+    with torch.no_grad() if workload != "train" else torch.enable_grad():
+        for _ in range(n):
+            fn()
+    peak = _peak_rss_bytes(reset_ok)
+    result.update(
+        {
+            "baseline_rss_bytes": base,
+            "peak_rss_bytes": peak,
+            "peak_rss_delta_bytes": peak - base,
+            "peak_method": "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)",
+            "heap_trimmed": trimmed,
+        }
+    )
+    if workload == "train":
+        state = step.optimizer.state.values()
+        result["optimizer_state_bytes"] = tensor_bytes(t for s in state for t in s.values())
+    return result
+
+
+# options a memory worker needs to rebuild the same models and inputs
+WORKER_OPTIONS = (
+    "layers hidden heads intermediate vocab max_positions batch source_len target_len gen_batch "
+    "new_tokens num_beams threads memory_steps seed"
+).split()
+
+
+def measure_memory(family: str, side: str, workload: str, args) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--_memory-worker", family, side, workload]
+    cmd += [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in WORKER_OPTIONS]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory worker {family}/{side}/{workload} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Profiling (--profile): operator tables and the operators that differ most, next to the JSON
+# --------------------------------------------------------------------------------------------
+
+
+def op_diff_table(averages: dict, rows: int = 25) -> str:
+    """Operators by |hf_lm self CPU - reference self CPU|, with call counts: where the gap is."""
+    stats = {}
+    for side, events in averages.items():
+        for e in events:
+            entry = stats.setdefault(e.key, {s: (0.0, 0) for s in SIDES})
+            entry[side] = (e.self_cpu_time_total / 1e3, e.count)
+    totals = {s: sum(v[s][0] for v in stats.values()) for s in SIDES}
+    ranked = sorted(stats.items(), key=lambda kv: -abs(kv[1]["hf_lm"][0] - kv[1]["transformers"][0]))
+    lines = [
+        f"self CPU total: hf_lm {totals['hf_lm']:.1f} ms, transformers {totals['transformers']:.1f} ms",
+        "",
+        f"{'operator':<48} {'hf_lm ms':>10} {'calls':>7} {'ref ms':>10} {'calls':>7} {'hf_lm-ref':>10}",
+    ]
+    for name, v in ranked[:rows]:
+        (a, na), (b, nb) = v["hf_lm"], v["transformers"]
+        lines.append(f"{name[:48]:<48} {a:>10.1f} {na:>7} {b:>10.1f} {nb:>7} {a - b:>+10.1f}")
+    return "\n".join(lines) + "\n"
+
+
+def profile_family(family: str, args, out_dir: Path) -> list[str]:
+    from torch.profiler import ProfilerActivity, profile
+
+    written = []
+    workloads = {"train": None}
+    for b in (1, args.gen_batch):
+        workloads[f"greedy_b{b}"] = (b, 1)
+        workloads[f"beam_b{b}"] = (b, args.num_beams)
+    for workload, gen in workloads.items():
+        averages = {}
+        for side in SIDES:
+            model = build_side(family, side, args)
+            if gen is None:
+                fn = make_train_step(model, train_batch(args, args.seed))
+            else:
+                source = random_ids(gen[0], args.source_len, args.vocab, args.seed + 3)
+                fn = make_generate(model, source, args.new_tokens, gen[1])
+            fn()
+            fn()  # warm-up (the first training step allocates the AdamW state)
+            with torch.no_grad() if gen else torch.enable_grad():
+                with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                    fn()
+            averages[side] = prof.key_averages()
+            path = out_dir / f"profile_seq2seq_{family}_{workload}_{side}.txt"
+            path.write_text(
+                averages[side].table(sort_by="self_cpu_time_total", row_limit=40)
+                + "\n\nBy input shape:\n"
+                + prof.key_averages(group_by_input_shape=True).table(
+                    sort_by="self_cpu_time_total", row_limit=30
+                )
+            )
+            written.append(str(path))
+        path = out_dir / f"profile_seq2seq_{family}_{workload}_diff.txt"
+        path.write_text(f"{family} {workload}: one call per side\n\n" + op_diff_table(averages))
+        written.append(str(path))
+    return written
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--families", type=str, default="t5,bart", help="comma-separated: t5, bart")
+    p.add_argument("--layers", type=int, default=4, help="encoder layers, and decoder layers")
+    p.add_argument("--hidden", type=int, default=256, help="d_model")
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--intermediate", type=int, default=1024, help="feed-forward width (d_ff)")
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--max-positions", type=int, default=256, help="BART's learned positions")
+    p.add_argument("--batch", type=int, default=16, help="training batch size")
+    p.add_argument("--source-len", type=int, default=128)
+    p.add_argument("--target-len", type=int, default=32, help="training target length")
+    p.add_argument("--gen-batch", type=int, default=8, help="the larger generation batch (the other is 1)")
+    p.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens == min_new_tokens")
+    p.add_argument("--num-beams", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=7, help="alternating A/B rounds per metric")
+    p.add_argument("--train-reps", type=int, default=2, help="training steps per round and side")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
+    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed training-loss difference")
+    p.add_argument("--threads", type=int, default=available_cores())
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
+    )
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1 rep, 8 new tokens")
+    p.add_argument("--profile", action="store_true", help="also write torch.profiler tables")
+    p.add_argument("--output", type=str, default="out/bench_seq2seq.json")
+    p.add_argument(
+        "--_memory-worker", nargs=3, metavar=("FAMILY", "SIDE", "WORKLOAD"), help=argparse.SUPPRESS
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.train_reps, args.warmup = 2, 1, 1
+        args.new_tokens, args.memory_steps = 8, 2
+    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    if not set(args.families) <= set(FAMILIES):
+        p.error(f"--families must be among {', '.join(FAMILIES)}")
+    if args.hidden % args.heads:
+        p.error("--hidden must be divisible by --heads")
+    if max(args.source_len, args.target_len, args.new_tokens + 1) > args.max_positions:
+        p.error("--source-len, --target-len and --new-tokens + 1 must fit in --max-positions (BART)")
+    if args.vocab <= FIRST_WORD_ID:
+        p.error(f"--vocab must exceed {FIRST_WORD_ID}")
+    return args
+
+
+def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
+    """`bench_gpt.summarize` plus the median CPU time (user + sys) per call."""
+    result = summarize(samples, units_per_call)
+    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
+    return result
+
+
+def timed_phase(fns: dict, args, reps: int, units: float, contention: dict, key: str) -> dict:
+    contention["waited_s"][key] = wait_for_idle(args.wait_idle)
+    t0 = time.perf_counter()
+    with Contention() as c:
+        samples = time_alternating(fns, args.rounds, reps, args.warmup)
+    contention[key] = c.result
+    print(f"  {key} timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
+    return {side: summarize_with_cpu(s, units) for side, s in samples.items()}
+
+
+def add_rows(results: dict, name: str, raw: dict, unit: str) -> None:
+    """A throughput row (wall time) and, under it, the same ratio computed from CPU time."""
+    results[f"{name} [{unit}]"] = {
+        **{side: raw[side]["throughput"] for side in SIDES},
+        "unit": unit,
+        "higher_is_better": True,
+    }
+    results[f"{name}: CPU time per call [ms]"] = {
+        **{side: raw[side]["median_cpu_s"] for side in SIDES},
+        "unit": "ms",
+        "higher_is_better": False,
+    }
+
+
+def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
+    print(f"\n{family}: hf_lm vs transformers {REFERENCE_NAMES[family]}", flush=True)
+    check = sanity(family, args)
+    n = check["params"]
+    assert n["hf_lm"] <= n["transformers"], n  # BART's reference has 2 extra position rows per stack
+    print(
+        f"  sanity: training loss {check['losses']['transformers'][0]:.6f}; |Δloss| step 1 "
+        f"{check['loss_diff_step1']:.2e}, step 2 (after AdamW) {check['loss_diff_step2']:.2e} "
+        f"(tolerance {args.tolerance:.0e}); max |Δlogits| {check['max_abs_logit_diff']:.2e} "
+        f"(max |logit| {check['max_abs_logit']:.2f}); greedy tokens agree {check['greedy_token_agreement']:.0%}, "
+        f"beam tokens {check['beam_token_agreement']:.0%}; params {n['hf_lm'] / 1e6:.2f}M "
+        f"(reference {n['transformers'] / 1e6:.2f}M)",
+        flush=True,
+    )
+    if not check["ok"]:
+        raise SystemExit(
+            f"{family}: losses disagree by more than {args.tolerance}; not timing a different function"
+        )
+
+    results, raw = {}, {}
+    contention = contention.setdefault(family, {"waited_s": {}})
+
+    # generation first, on untrained weights (identical on both sides)
+    models = build_pair(family, args)
+    for mode, beams in (("greedy", 1), ("beam", args.num_beams)):
+        for b in (1, args.gen_batch):
+            source = random_ids(b, args.source_len, args.vocab, args.seed + 3)
+            fns = {side: make_generate(m, source, args.new_tokens, beams) for side, m in models.items()}
+            key = f"{mode}_b{b}"
+            with torch.no_grad():
+                raw[key] = timed_phase(fns, args, 1, b * args.new_tokens, contention, key)
+            label = "greedy" if beams == 1 else f"beam {beams}"
+            add_rows(results, f"generate {label}, B={b}", raw[key], "new tok/s")
+    del models, fns
+    gc.collect()
+
+    models = build_pair(family, args)
+    batch = train_batch(args, args.seed)
+    steps = {side: make_train_step(m, batch) for side, m in models.items()}
+    tokens = args.batch * (args.source_len + args.target_len)
+    raw["train"] = timed_phase(steps, args, args.train_reps, tokens, contention, "train")
+    train_rows = {}
+    add_rows(
+        train_rows,
+        f"train (B={args.batch}, S={args.source_len}, T={args.target_len})",
+        raw["train"],
+        "tok/s",
+    )
+    results = {**train_rows, **results}
+    del steps, models
+    gc.collect()
+
+    if not args.no_memory:
+        t0 = time.perf_counter()
+        mem = {w: {s: measure_memory(family, s, w, args) for s in SIDES} for w in ("train", "generate")}
+        raw["memory"] = mem
+        results["parameters + AdamW state [MiB]"] = {
+            **{s: mem["train"][s]["param_bytes"] + mem["train"][s]["optimizer_state_bytes"] for s in SIDES},
+            "unit": "MiB",
+            "higher_is_better": False,
+        }
+        results[f"train peak RSS above baseline ({args.memory_steps} steps) [MiB]"] = {
+            **{s: mem["train"][s]["peak_rss_delta_bytes"] for s in SIDES},
+            "unit": "MiB",
+            "higher_is_better": False,
+        }
+        results[f"generate peak RSS above baseline (beam {args.num_beams}, B={args.gen_batch}) [MiB]"] = {
+            **{s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES},
+            "unit": "MiB",
+            "higher_is_better": False,
+        }
+        print(
+            f"  memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})"
+        )
+
+    for row in results.values():
+        den = row["transformers"]
+        # ratio > 1 = hf_lm better: speed ratio for throughputs, reference/hf_lm for costs
+        if row["higher_is_better"]:
+            row["ratio"] = row["hf_lm"] / den if den else None
+        else:
+            row["ratio"] = den / row["hf_lm"] if row["hf_lm"] else None
+    return check, results, raw
+
+
+def format_table(all_results: dict) -> str:
+    lines = [
+        "",
+        "| family | metric | hf_lm | transformers | ratio (>1: hf_lm better) |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for family, results in all_results.items():
+        for name, row in results.items():
+            ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
+            lines.append(
+                f"| {family} | {name} | {fmt(row['hf_lm'], row['unit'])} | "
+                f"{fmt(row['transformers'], row['unit'])} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args._memory_worker:
+        family, side, workload = args._memory_worker
+        print(json.dumps(memory_worker(family, side, workload, args)))
+        return 0
+
+    torch.set_num_threads(args.threads)
+    env = environment(torch.get_num_threads())
+    print(
+        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
+        f"{env['cpu_model']} ({env['cpu_capability']})",
+        flush=True,
+    )
+    print(
+        f"config: d_model {args.hidden}, {args.layers}+{args.layers} layers, {args.heads} heads, "
+        f"d_ff {args.intermediate}, vocab {args.vocab}; train B={args.batch} S={args.source_len} "
+        f"T={args.target_len}; generate S={args.source_len}, {args.new_tokens} new tokens, "
+        f"B=1 and {args.gen_batch}, greedy and beam {args.num_beams}; {args.rounds} rounds",
+        flush=True,
+    )
+    checks, all_results, raw, contention = {}, {}, {}, {}
+    for family in args.families:
+        checks[family], all_results[family], raw[family] = run_family(family, args, contention)
+
+    print(format_table(all_results))
+    print(
+        "(ratios: throughput hf_lm / transformers, CPU time and memory transformers / hf_lm; "
+        "throughput from median wall time per call, CPU time = median user + sys)"
+    )
+
+    out_path = Path(args.output)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    profiles = []
+    if args.profile:
+        for family in args.families:
+            profiles += profile_family(family, args, out_path.parent)
+        print("profiles written:\n  " + "\n  ".join(profiles))
+
+    report = {
+        "environment": env,
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "models": {
+            f: {
+                "reference": f"transformers.{REFERENCE_NAMES[f]}, attn_implementation=sdpa",
+                "reference_config": reference_config(f, args).to_dict(),
+            }
+            for f in args.families
+        },
+        "sanity": checks,
+        "contention": contention,
+        "results": all_results,
+        "raw": raw,
+        "profiles": profiles,
+        "method": (
+            "A/B alternating rounds in one process after warm-up, median per side; the first side "
+            "alternates each round. Contention: share of each phase's wall time with a task waiting for a CPU "
+            "(/proc/pressure/cpu). Memory: fresh subprocess per family/side/workload, peak RSS above the "
+            "pre-workload RSS (VmHWM reset via /proc/self/clear_refs)."
+        ),
+    }
+    out_path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
