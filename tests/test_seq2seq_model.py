@@ -379,3 +379,24 @@ def test_hf_lm_seq2seq_pipelines_on_saved_hf_lm_models(tmp_path, name):
         enc = tokenizer("translate German to English: " + text, return_tensors="pt")
         expected = model.generate(**enc, num_beams=2, max_new_tokens=6)
         assert result["translation_text"] == tokenizer.decode(expected[0], skip_special_tokens=True)
+
+
+def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
+    """All beams of a source share its encoder keys/values: generate() goes through the model's
+    `_reorder_cache`, which leaves the cross-attention cache alone (outputs are checked against
+    transformers and against uncached decoding above)."""
+    model = build("bart")
+    x, mask = source()
+    calls = []
+    original = type(model)._reorder_cache
+
+    def spy(self, past, beam_idx):
+        cross = [layer.keys for layer in past.cross_attention_cache.layers]
+        out = original(self, past, beam_idx)
+        assert all(a is b for a, b in zip(cross, (layer.keys for layer in past.cross_attention_cache.layers)))
+        calls.append(beam_idx.shape)
+        return out
+
+    monkeypatch.setattr(type(model), "_reorder_cache", spy)
+    model.generate(x, attention_mask=mask, max_new_tokens=5, min_new_tokens=5, num_beams=3)
+    assert calls and calls[0] == (9,)

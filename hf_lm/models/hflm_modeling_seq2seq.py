@@ -357,6 +357,19 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
+        """Beam search's cache reordering (the hook `generate()` calls when a model defines it).
+
+        `beam_idx` only permutes the beams of each source among themselves, and all beams of one
+        source hold the same encoder keys and values: reordering the cross-attention cache would
+        copy identical tensors at every step. Only the self-attention cache is reordered.
+        """
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
+
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         """What `DataCollatorForSeq2Seq(model=...)` calls to add `decoder_input_ids` to a batch."""
         return shift_tokens_right(labels, self.config.pad_token_id, self._start_token_id())
