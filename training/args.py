@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
@@ -322,23 +323,20 @@ class TrainArguments:
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, ModelArguments, TrainArguments]:
-    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
+def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
+    """Parse `classes` (dataclasses) from command-line flags, or from a single `.json`/`.yaml`/`.yml`
+    file holding the same keys. Shared by every CLI of the project.
 
     Args:
+        classes: the argument dataclasses, in order.
         argv: the arguments (without the program name); `sys.argv[1:]` if None.
 
-    Returns:
-        `(DataArguments, ModelArguments, TrainArguments)`, validated.
-
     Raises:
-        ValueError: an invalid value (naming the field) or unknown keys in a file.
+        ValueError: an invalid value (naming the field), unknown keys in a file, or a single
+            argument that is not a .json/.yaml file.
     """
-    parser = HfArgumentParser(ARGUMENT_CLASSES)
-    if argv is None:
-        import sys
-
-        argv = sys.argv[1:]
+    parser = HfArgumentParser(classes)
+    argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 1 and not argv[0].startswith("-"):
         path = os.path.abspath(argv[0])
         if path.endswith(".json"):
@@ -347,3 +345,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, ModelArgum
             return tuple(parser.parse_yaml_file(path))
         raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
     return tuple(parser.parse_args_into_dataclasses(args=argv))
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[DataArguments, ModelArguments, TrainArguments]:
+    """Parse the training loop's arguments from flags or one .json/.yaml file (`parse_dataclasses`).
+
+    Returns:
+        `(DataArguments, ModelArguments, TrainArguments)`, validated.
+    """
+    return parse_dataclasses(ARGUMENT_CLASSES, argv)

@@ -58,7 +58,6 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
     DataCollatorWithPadding,
-    HfArgumentParser,
     PreTrainedModel,
     Trainer,
     TrainingArguments,
@@ -68,6 +67,7 @@ from transformers import (
 import hf_lm
 from hf_lm import BERT_PRESETS, HfLmBertConfig, HfLmBertForSequenceClassification
 from hf_lm.cards import write_model_card
+from training.args import parse_dataclasses
 from training.tokenizer import train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -238,27 +238,12 @@ ARGUMENT_CLASSES = (
 def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[ClassificationDataArguments, ClassificationModelArguments, ClassificationTrainingArguments]:
-    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
-
-    Args:
-        argv: the arguments (without the program name); `sys.argv[1:]` if None.
+    """Parse the arguments from flags or one .json/.yaml file (`training.args.parse_dataclasses`).
 
     Returns:
         `(ClassificationDataArguments, ClassificationModelArguments, ClassificationTrainingArguments)`.
-
-    Raises:
-        ValueError: an invalid value (naming the field) or a single argument that is not a file.
     """
-    parser = HfArgumentParser(ARGUMENT_CLASSES)
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and not argv[0].startswith("-"):
-        path = os.path.abspath(argv[0])
-        if path.endswith(".json"):
-            return tuple(parser.parse_json_file(path))
-        if path.endswith((".yaml", ".yml")):
-            return tuple(parser.parse_yaml_file(path))
-        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
-    return tuple(parser.parse_args_into_dataclasses(args=argv))
+    return parse_dataclasses(ARGUMENT_CLASSES, argv)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -71,7 +71,6 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
-    HfArgumentParser,
     PreTrainedModel,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
@@ -87,6 +86,7 @@ from hf_lm import (
 )
 from hf_lm.cards import write_model_card
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
+from training.args import parse_dataclasses
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -294,27 +294,12 @@ ARGUMENT_CLASSES = (TranslationDataArguments, TranslationModelArguments, Transla
 def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments]:
-    """Parse command-line flags, or a single `.json`/`.yaml`/`.yml` file holding the same keys.
-
-    Args:
-        argv: the arguments (without the program name); `sys.argv[1:]` if None.
+    """Parse the arguments from flags or one .json/.yaml file (`training.args.parse_dataclasses`).
 
     Returns:
         `(TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)`.
-
-    Raises:
-        ValueError: an invalid value (naming the field) or a single argument that is not a file.
     """
-    parser = HfArgumentParser(ARGUMENT_CLASSES)
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and not argv[0].startswith("-"):
-        path = os.path.abspath(argv[0])
-        if path.endswith(".json"):
-            return tuple(parser.parse_json_file(path))
-        if path.endswith((".yaml", ".yml")):
-            return tuple(parser.parse_yaml_file(path))
-        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
-    return tuple(parser.parse_args_into_dataclasses(args=argv))
+    return parse_dataclasses(ARGUMENT_CLASSES, argv)
 
 
 # ---------------------------------------------------------------------------------------------
