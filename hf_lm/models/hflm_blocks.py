@@ -772,6 +772,75 @@ def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
         )
 
 
+def embed_inputs(
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    embed_tokens: nn.Embedding,
+    vocab_size: int,
+    width_name: str = "hidden_size",
+) -> torch.Tensor:
+    """The (B, T, width) input embeddings: looked up from checked `input_ids`, or `inputs_embeds` checked."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+    if input_ids is not None:
+        check_input_ids(input_ids, vocab_size)
+        return embed_tokens(input_ids)  # (B, T, width)
+    width = embed_tokens.embedding_dim
+    if inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != width:
+        raise ValueError(
+            f"`inputs_embeds` must be a non-empty (batch, seq_len, {width_name}={width}) tensor, "
+            f"got {tuple(inputs_embeds.shape)}."
+        )
+    return inputs_embeds
+
+
+def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
+    """Check a (B, S) padding mask's shape; return None when nothing is padded, so attention can
+    take its unmasked fast path (the value check is skipped inside a compiled graph)."""
+    if attention_mask is None:
+        return None
+    if tuple(attention_mask.shape) != (batch, length):
+        raise ValueError(
+            f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {length}), "
+            f"got {tuple(attention_mask.shape)}."
+        )
+    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
+        return None
+    return attention_mask
+
+
+def check_position_ids(position_ids: torch.Tensor, batch: int, length: int) -> None:
+    if position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"`position_ids` must have shape ({batch}, {length}) or (1, {length}), got {tuple(position_ids.shape)}."
+        )
+
+
+def real_token_positions(
+    attention_mask: torch.Tensor | None, past_len: int, length: int, device: torch.device
+) -> torch.Tensor:
+    """(1|B, T) positions of the tokens past_len..length-1 of a (B, length) sequence: each real
+    token's index among the real tokens, so a left-padded sequence gets the positions it has
+    alone (with right padding this is 0..T-1); padding keeps its index (it is never attended to)."""
+    index = torch.arange(length, device=device)
+    if attention_mask is None:
+        return index[None, past_len:]  # (1, T)
+    mask = attention_mask.to(device).long()
+    return torch.where(mask.bool(), mask.cumsum(-1) - 1, index)[:, past_len:]  # (B, T)
+
+
+def check_positions_in_range(positions: nn.Module, position_ids: torch.Tensor, advice: str) -> None:
+    """A clear error, not an index error inside the embedding, for positions beyond a learned table."""
+    max_positions = positions.max_positions
+    if torch.compiler.is_compiling() or max_positions is None:
+        return
+    if int(position_ids.max()) >= max_positions:
+        raise ValueError(
+            f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
+            f"sequences of at most max_position_embeddings={max_positions} tokens. {advice}"
+        )
+
+
 def check_labels(labels: torch.Tensor, expected_shape, vocab_size: int, ignore_index: int = -100) -> None:
     if tuple(labels.shape) != tuple(expected_shape):
         raise ValueError(

@@ -36,9 +36,13 @@ from .hflm_blocks import (
     TransformerBlock,
     build_attention_mask,
     build_norm,
-    check_input_ids,
     check_labels,
+    check_padding_mask,
+    check_position_ids,
+    check_positions_in_range,
+    embed_inputs,
     lm_loss,
+    real_token_positions,
     sequence_classification_loss,
 )
 from .hflm_configuration_bert import HfLmBertConfig
@@ -143,48 +147,23 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         )
         return_dict = cfg.return_dict if return_dict is None else return_dict
 
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
-        if input_ids is not None:
-            check_input_ids(input_ids, cfg.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, E)
-        elif (
-            inputs_embeds.dim() != 3
-            or inputs_embeds.shape[0] == 0
-            or inputs_embeds.shape[1] == 0
-            or inputs_embeds.shape[2] != cfg.embedding_size
-        ):
-            raise ValueError(
-                f"`inputs_embeds` must be a non-empty (batch, seq_len, embedding_size={cfg.embedding_size}) "
-                f"tensor, got {tuple(inputs_embeds.shape)}."
-            )
+        inputs_embeds = embed_inputs(
+            input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, "embedding_size"
+        )  # (B, T, E)
         B, T = inputs_embeds.shape[:2]
         device = inputs_embeds.device
         eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
 
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, T):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, seq_len) = ({B}, {T}), got {tuple(attention_mask.shape)}."
-            )
-        if eager and attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # nothing is padded: attention takes its unmasked fast path
+        attention_mask = check_padding_mask(attention_mask, B, T)  # None when nothing is padded
         if position_ids is None:
-            position_ids = torch.arange(T, device=device)[None]  # (1, T)
-            if attention_mask is not None:
-                mask = attention_mask.to(device).long()
-                # real tokens count only real tokens; padding keeps its index (it is never attended to)
-                position_ids = torch.where(mask.bool(), mask.cumsum(-1) - 1, position_ids)  # (B, T)
-        elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
-            raise ValueError(
-                f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
-            )
-        max_positions = self.positions.max_positions
-        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
-            raise ValueError(
-                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
-                f"sequences of at most max_position_embeddings={max_positions} tokens. Truncate the input "
-                "(tokenizer(..., truncation=True, max_length=...))."
-            )
+            position_ids = real_token_positions(attention_mask, 0, T, device)  # (1|B, T)
+        else:
+            check_position_ids(position_ids, B, T)
+        check_positions_in_range(
+            self.positions,
+            position_ids,
+            "Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
+        )
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)

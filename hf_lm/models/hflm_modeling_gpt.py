@@ -25,8 +25,11 @@ from .hflm_blocks import (
     TransformerBlock,
     build_attention_mask,
     build_norm,
-    check_input_ids,
     check_labels,
+    check_padding_mask,
+    check_position_ids,
+    check_positions_in_range,
+    embed_inputs,
     lm_loss,
     sequence_classification_loss,
 )
@@ -93,15 +96,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         if self.gradient_checkpointing and self.training:
             use_cache = False  # recomputed layers would append to the cache a second time
 
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
-        if input_ids is not None:
-            check_input_ids(input_ids, cfg.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, C)
-        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
-            raise ValueError(
-                f"`inputs_embeds` must be a non-empty (batch, seq_len, hidden) tensor, got {tuple(inputs_embeds.shape)}."
-            )
+        inputs_embeds = embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size)  # (B, T, C)
         B, T = inputs_embeds.shape[:2]
 
         if use_cache and past_key_values is None:
@@ -111,13 +106,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         # keys attention will see: S for a dynamic cache, the preallocated length for a static one
         kv_len = past_key_values.get_mask_sizes(T, 0)[0] if past_key_values is not None else S
 
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
-            )
-        eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
-        if eager and attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # nothing is padded: let attention take its unmasked fast path
+        attention_mask = check_padding_mask(attention_mask, B, S)  # None when nothing is padded
 
         if document_ids is not None:
             if tuple(document_ids.shape) != (B, S):
@@ -134,17 +123,13 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             else:
                 # count only real tokens, so a left-padded prompt gets the positions it has alone
                 position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:S]  # (B, T)
-        elif position_ids.shape[-1] != T or position_ids.shape[0] not in (1, B):
-            raise ValueError(
-                f"`position_ids` must have shape ({B}, {T}) or (1, {T}), got {tuple(position_ids.shape)}."
-            )
-        max_positions = self.positions.max_positions
-        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
-            raise ValueError(
-                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
-                f"sequences of at most max_position_embeddings={max_positions} tokens (cache included). "
-                "Truncate the input or use a shorter generation."
-            )
+        else:
+            check_position_ids(position_ids, B, T)
+        check_positions_in_range(
+            self.positions,
+            position_ids,
+            "The cache counts too: truncate the input or use a shorter generation.",
+        )
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)

@@ -37,9 +37,13 @@ from .hflm_blocks import (
     TransformerBlock,
     build_attention_mask,
     build_norm,
-    check_input_ids,
     check_labels,
+    check_padding_mask,
+    check_position_ids,
+    check_positions_in_range,
+    embed_inputs,
     lm_loss,
+    real_token_positions,
     sequence_classification_loss,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
@@ -123,15 +127,10 @@ class HfLmSeq2SeqStack(nn.Module):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         return_dict = cfg.return_dict if return_dict is None else return_dict
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
-        if input_ids is not None:
-            check_input_ids(input_ids, cfg.vocab_size)
-            inputs_embeds = self.embed_tokens(input_ids) * self.embed_scale  # (B, T, C)
-        elif inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2]:
-            raise ValueError(
-                f"`inputs_embeds` must be a non-empty (batch, seq_len, hidden) tensor, got {tuple(inputs_embeds.shape)}."
-            )
+        scale = self.embed_scale if input_ids is not None else 1.0  # given embeddings are used as they are
+        inputs_embeds = (
+            embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size) * scale
+        )  # (B, T, C)
         B, T = inputs_embeds.shape[:2]
         device = inputs_embeds.device
         eager = not torch.compiler.is_compiling()
@@ -146,26 +145,16 @@ class HfLmSeq2SeqStack(nn.Module):
         past_len = past_key_values.self_attention_cache.get_seq_length() if past_key_values is not None else 0
         S = past_len + T
 
-        if attention_mask is not None and tuple(attention_mask.shape) != (B, S):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(attention_mask.shape)}."
-            )
-        if eager and attention_mask is not None and bool(attention_mask.all()):
-            attention_mask = None  # nothing padded: the attention fast paths apply
+        attention_mask = check_padding_mask(attention_mask, B, S)  # None when nothing is padded
         if position_ids is None:
-            position_ids = torch.arange(past_len, S, device=device)[None]  # (1, T)
-            if attention_mask is not None:
-                mask = attention_mask.to(device).long()
-                counted = (mask.cumsum(-1) - 1).clamp(min=0)
-                # real tokens count only real tokens; padding keeps its index (never attended to)
-                position_ids = torch.where(mask.bool(), counted, torch.arange(S, device=device))[:, past_len:]
-        max_positions = self.positions.max_positions
-        if eager and max_positions is not None and int(position_ids.max()) >= max_positions:
-            raise ValueError(
-                f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
-                f"sequences of at most max_position_embeddings={max_positions} tokens. Truncate the "
-                f"{'target' if self.is_decoder else 'source'} or generate fewer tokens."
-            )
+            position_ids = real_token_positions(attention_mask, past_len, S, device)  # (1|B, T)
+        else:
+            check_position_ids(position_ids, B, T)
+        check_positions_in_range(
+            self.positions,
+            position_ids,
+            f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
+        )
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
