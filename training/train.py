@@ -798,12 +798,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     collator = build_collator(train_args, tokenizer)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     optimizer, scheduler = build_optimizer(model, train_args)
-    eval_units = eval_text_units(
-        tokenizer,
-        eval_blocks,
-        eval_block_count(
-            len(eval_blocks["input_ids"]), train_args.per_device_batch_size, world, train_args.eval_batches
-        ),
+    # the characters and words the causal loss scores (bits per character/word); other objectives
+    # report their own metrics, so their eval blocks are not decoded
+    eval_units = (
+        eval_text_units(
+            tokenizer,
+            eval_blocks,
+            eval_block_count(
+                len(eval_blocks["input_ids"]),
+                train_args.per_device_batch_size,
+                world,
+                train_args.eval_batches,
+            ),
+        )
+        if train_args.objective == "clm"
+        else None
     )
 
     global_batch = train_args.per_device_batch_size * world * train_args.gradient_accumulation_steps
