@@ -30,6 +30,15 @@ def mask_seed(seed: int, step: int, micro: int, rank: int) -> int:
     return int(np.random.SeedSequence([seed, step, micro, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
+def eval_shards(num_blocks: int, batch_size: int, world: int, rank: int):
+    """(batch number, block indices) of this process's eval batches: batch i covers blocks
+    [i * b * world, (i + 1) * b * world), dealt round-robin over the processes."""
+    for i, start in enumerate(range(0, num_blocks, batch_size * world)):
+        idx = torch.arange(start + rank, min(start + batch_size * world, num_blocks), world)
+        if len(idx):
+            yield i, idx
+
+
 def mlm_inputs(
     batch: dict[str, torch.Tensor], collator: DataCollatorForMaskedLM, seed: int
 ) -> dict[str, torch.Tensor]:
@@ -131,10 +140,7 @@ def evaluate_mlm(
     device = accelerator.device
     world, rank = accelerator.num_processes, accelerator.process_index
     totals = torch.zeros(5, dtype=torch.float64, device=device)  # loss, correct, masked, pll, scored
-    for i, start in enumerate(range(0, num_blocks, batch_size * world)):
-        idx = torch.arange(start + rank, min(start + batch_size * world, num_blocks), world)
-        if len(idx) == 0:
-            continue
+    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
         batch = mlm_inputs(
             {"input_ids": blocks["input_ids"][idx]}, collator, mask_seed(seed, 2**31 - 1, i, rank)
         )
@@ -192,10 +198,7 @@ def evaluate_seq2seq(
     device = accelerator.device
     world, rank = accelerator.num_processes, accelerator.process_index
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, target tokens
-    for i, start in enumerate(range(0, num_blocks, batch_size * world)):
-        idx = torch.arange(start + rank, min(start + batch_size * world, num_blocks), world)
-        if len(idx) == 0:
-            continue
+    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
         batch = seq2seq_inputs(
             {"input_ids": blocks["input_ids"][idx]}, collator, mask_seed(seed, 2**31 - 1, i, rank)
         )
