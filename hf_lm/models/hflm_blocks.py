@@ -722,18 +722,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
         cfg, name = self.config, type(self).__name__
         auto_class = self._auto_class or "AutoModel"
         task = next((tag for suffix, tag in _PIPELINE_TAGS.items() if name.endswith(suffix)), None)
-        fields = [
-            ("model_type", cfg.model_type),
-            ("layers", cfg.num_hidden_layers),
-            ("hidden_size", cfg.hidden_size),
-            ("attention heads / key-value heads", f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
-            ("feed-forward", f"{cfg.hidden_act}, {cfg.intermediate_size}"),
-            ("positions", cfg.position_embedding_type),
-            ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
-            ("vocabulary", cfg.vocab_size),
-            ("parameters", f"{self.num_parameters():,}"),
-        ]
-        rows = "\n".join(f"| {k} | {v} |" for k, v in fields)
+        rows = "\n".join(f"| {k} | {v} |" for k, v in self._card_fields())
         return (
             "---\nlibrary_name: transformers\nlicense: apache-2.0\n"
             + (f"pipeline_tag: {task}\n" if task else "")
@@ -744,6 +733,21 @@ class HfLmPreTrainedModel(PreTrainedModel):
             + f"from transformers import {auto_class}\n\n"
             + f'model = {auto_class}.from_pretrained("path/or/hub-id", trust_remote_code=True)\n```\n'
         )
+
+    def _card_fields(self) -> list[tuple[str, object]]:
+        """(name, value) rows of the default card's architecture table; non-Transformer families override it."""
+        cfg = self.config
+        return [
+            ("model_type", cfg.model_type),
+            ("layers", cfg.num_hidden_layers),
+            ("hidden_size", cfg.hidden_size),
+            ("attention heads / key-value heads", f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
+            ("feed-forward", f"{cfg.hidden_act}, {cfg.intermediate_size}"),
+            ("positions", cfg.position_embedding_type),
+            ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
+            ("vocabulary", cfg.vocab_size),
+            ("parameters", f"{self.num_parameters():,}"),
+        ]
 
 
 # ----------------------------------------------------------------------------------------------
