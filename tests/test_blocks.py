@@ -180,3 +180,23 @@ def test_bidirectional_attention_sees_the_future():
         attn.config._attn_implementation = impl
         mask, is_causal = build_attention_mask(None, 5, 5, x.device, x.dtype, causal=False)
         assert not torch.allclose(attn(x, mask, is_causal)[0][0, 0], attn(y, mask, is_causal)[0][0, 0])
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 2), (2, 2), (4, 1), (3, 3), (2, 1, 3)])
+def test_vocab_projection_equals_linear(shape, bias):
+    """The small-row CPU path computes F.linear's values and gradients."""
+    from hf_lm.models.hflm_blocks import VocabProjection
+
+    torch.manual_seed(0)
+    head = VocabProjection(16, 50, bias=bias)
+    if bias:
+        torch.nn.init.normal_(head.bias)
+    x = torch.randn(*shape, 16, requires_grad=True)
+    out = head(x)
+    assert out.shape == (*shape, 50)
+    ref = torch.nn.functional.linear(x, head.weight, head.bias)
+    torch.testing.assert_close(out, ref)
+    (g_out,) = torch.autograd.grad(out.square().sum(), x)
+    (g_ref,) = torch.autograd.grad(ref.square().sum(), x)
+    torch.testing.assert_close(g_out, g_ref)

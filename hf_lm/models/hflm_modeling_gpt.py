@@ -23,6 +23,7 @@ from .hflm_blocks import (
     POSITION_ENCODINGS,
     HfLmPreTrainedModel,
     TransformerBlock,
+    VocabProjection,
     build_attention_mask,
     build_norm,
     check_labels,
@@ -187,7 +188,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
     def __init__(self, config: HfLmGPTConfig):
         super().__init__(config)
         self.model = HfLmGPTModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = VocabProjection(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
     def get_output_embeddings(self):

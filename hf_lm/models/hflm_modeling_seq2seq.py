@@ -35,6 +35,7 @@ from .hflm_blocks import (
     POSITION_ENCODINGS,
     HfLmPreTrainedModel,
     TransformerBlock,
+    VocabProjection,
     build_attention_mask,
     build_norm,
     check_labels,
@@ -331,7 +332,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
     def __init__(self, config: HfLmEncoderDecoderConfig):
         super().__init__(config)
         self.model = self._base_class(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = VocabProjection(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
     def get_encoder(self):
