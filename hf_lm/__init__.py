@@ -19,7 +19,11 @@ from transformers import (
 )
 
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
+from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
+from .models.hflm_configuration_ngram import HfLmNGramConfig
+from .models.hflm_configuration_rnn import HfLmRNNConfig
+from .models.hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
 from .models.hflm_configuration_seq2seq import HfLmBartConfig, HfLmT5Config
 from .models.hflm_modeling_bert import (
     HfLmBertForMaskedLM,
@@ -31,11 +35,19 @@ from .models.hflm_modeling_bert import (
     HfLmBertModel,
     HfLmBertPreTrainedModel,
 )
+from .models.hflm_modeling_ffnn import HfLmFFNNForCausalLM, HfLmFFNNModel, HfLmFFNNPreTrainedModel
 from .models.hflm_modeling_gpt import (
     HfLmGPTForCausalLM,
     HfLmGPTForSequenceClassification,
     HfLmGPTModel,
     HfLmGPTPreTrainedModel,
+)
+from .models.hflm_modeling_ngram import HfLmNGramForCausalLM, HfLmNGramPreTrainedModel, NGramCounter
+from .models.hflm_modeling_rnn import HfLmRNNForCausalLM, HfLmRNNModel, HfLmRNNPreTrainedModel
+from .models.hflm_modeling_rnn_seq2seq import (
+    HfLmRNNSeq2SeqForConditionalGeneration,
+    HfLmRNNSeq2SeqModel,
+    HfLmRNNSeq2SeqPreTrainedModel,
 )
 from .models.hflm_modeling_seq2seq import (
     HfLmBartForConditionalGeneration,
@@ -92,6 +104,22 @@ _REGISTRY = [
             (AutoModelForSequenceClassification, HfLmBartForSequenceClassification),
         ],
     ),
+    (
+        HfLmRNNConfig,
+        [
+            (AutoModel, HfLmRNNModel),
+            (AutoModelForCausalLM, HfLmRNNForCausalLM),
+        ],
+    ),
+    (
+        HfLmRNNSeq2SeqConfig,
+        [
+            (AutoModel, HfLmRNNSeq2SeqModel),
+            (AutoModelForSeq2SeqLM, HfLmRNNSeq2SeqForConditionalGeneration),
+        ],
+    ),
+    (HfLmNGramConfig, [(AutoModelForCausalLM, HfLmNGramForCausalLM)]),
+    (HfLmFFNNConfig, [(AutoModel, HfLmFFNNModel), (AutoModelForCausalLM, HfLmFFNNForCausalLM)]),
 ]
 
 
@@ -107,6 +135,22 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "HfLmNGramConfig",
+    "HfLmNGramPreTrainedModel",
+    "HfLmNGramForCausalLM",
+    "NGramCounter",
+    "HfLmFFNNConfig",
+    "HfLmFFNNPreTrainedModel",
+    "HfLmFFNNModel",
+    "HfLmFFNNForCausalLM",
+    "HfLmRNNConfig",
+    "HfLmRNNPreTrainedModel",
+    "HfLmRNNModel",
+    "HfLmRNNForCausalLM",
+    "HfLmRNNSeq2SeqConfig",
+    "HfLmRNNSeq2SeqPreTrainedModel",
+    "HfLmRNNSeq2SeqModel",
+    "HfLmRNNSeq2SeqForConditionalGeneration",
     "HfLmT5Config",
     "HfLmT5PreTrainedModel",
     "HfLmT5Model",

@@ -89,3 +89,91 @@ def plot_loss_curves(
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _alignment_matrix(attention, batch_index: int) -> torch.Tensor:
+    """A (T_tgt, T_src) matrix from the forms alignment weights come in (see `plot_alignment`)."""
+    if isinstance(attention, (tuple, list)):
+        if not attention:
+            raise ValueError("`attention` is empty: run the model with output_attentions=True.")
+        if all(isinstance(step, (tuple, list)) for step in attention):
+            # generate(..., output_attentions=True, return_dict_in_generate=True): one tuple per
+            # step, each holding the (B, 1, T_src) weights of that step's new token
+            attention = torch.cat([step[-1] for step in attention], dim=-2)  # (B, T_tgt, T_src)
+        else:
+            attention = attention[-1]  # a forward's `cross_attentions`: one tensor per attention layer
+    if not torch.is_tensor(attention) or attention.dim() not in (2, 3):
+        raise ValueError(
+            "`attention` must be a (T_tgt, T_src) or (batch, T_tgt, T_src) tensor, a model output's "
+            "`cross_attentions`, or generate()'s `cross_attentions`."
+        )
+    if attention.dim() == 3:
+        if not -attention.shape[0] <= batch_index < attention.shape[0]:
+            raise ValueError(
+                f"`batch_index` {batch_index} is out of range for a batch of {attention.shape[0]}."
+            )
+        attention = attention[batch_index]
+    return attention.detach().float().cpu()
+
+
+def plot_alignment(
+    attention,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    path: str | Path,
+    batch_index: int = 0,
+    title: str = "",
+) -> Path:
+    """Save an encoder-decoder alignment heatmap: source tokens across, target tokens down.
+
+    The picture of Bahdanau et al. (2015, fig. 3): row t shows where the decoder looked in the
+    source while it produced target token t, so a monotone translation is a diagonal and a
+    reordering a crossed pattern.
+
+    Args:
+        attention: the attention weights, as
+            a (T_tgt, T_src) or (B, T_tgt, T_src) tensor;
+            a forward's `cross_attentions` (a tuple with one (B, T_tgt, T_src) tensor per attention
+            layer; the last is drawn), from `model(..., output_attentions=True)`;
+            or generate()'s `cross_attentions` (one tuple per generated token, each holding
+            (B, 1, T_src) weights), from greedy or sampled `generate(..., output_attentions=True,
+            return_dict_in_generate=True)`. (Beam search's per-step weights follow the running
+            beams, not the returned sequences.)
+        source_tokens: labels of the columns; fewer than T_src keeps only the first columns (drop
+            right padding this way).
+        target_tokens: labels of the rows; fewer than T_tgt keeps only the first rows.
+        path: where to write the PNG.
+        batch_index: which example of a batch to draw.
+        title: the figure title.
+
+    Returns:
+        The path of the PNG.
+    """
+    weights = _alignment_matrix(attention, batch_index)  # (T_tgt, T_src)
+    n_tgt, n_src = len(target_tokens), len(source_tokens)
+    if n_src == 0 or n_tgt == 0:
+        raise ValueError("`source_tokens` and `target_tokens` must not be empty.")
+    if n_src > weights.shape[1] or n_tgt > weights.shape[0]:
+        raise ValueError(
+            f"Got {n_tgt} target and {n_src} source tokens for weights over {weights.shape[0]} target "
+            f"and {weights.shape[1]} source positions."
+        )
+    weights = weights[:n_tgt, :n_src]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(3.0, 0.4 * n_src + 1.5), max(3.0, 0.4 * n_tgt + 1.0)))
+    image = ax.imshow(weights.numpy(), cmap="Greys", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(n_src), list(source_tokens), rotation=90, fontsize=8)
+    ax.set_yticks(range(n_tgt), list(target_tokens), fontsize=8)
+    ax.xaxis.tick_top()  # reads like the source sentence above the alignment
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    if title:
+        ax.set_title(title)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    logger.info("Wrote alignment heatmap to %s", path)
+    return path
