@@ -475,3 +475,35 @@ def test_denoising_pretraining_then_translation_fine_tuning(tmp_path):
     assert 0 <= metrics["test_bleu"] <= 100 and metrics["test_samples"] == 16
     config = json.loads((output_dir / "final" / "config.json").read_text())
     assert config["model_type"] == "hflm_t5" and config["prefix"] == "translate German to English: "
+
+
+@pytest.mark.skipif(
+    not os.path.isdir(MULTI30K), reason=f"Multi30k data not found at {MULTI30K} (../shared/data/multi30k)"
+)
+@pytest.mark.parametrize("attention", ["none", "bahdanau"])
+def test_multi30k_rnn_seq2seq_from_scratch(tmp_path, attention):
+    """`--family rnn_seq2seq`: the recurrent encoder-decoder trains with Seq2SeqTrainer, reports beam
+    and greedy BLEU, and its folder translates through `pipeline("hflm-translation")` as in the test."""
+    from transformers import pipeline
+
+    output_dir = tmp_path / "rnn"
+    args = parse_args(
+        [
+            "--data_dir", MULTI30K, "--from_scratch", "--family", "rnn_seq2seq", "--vocab_size", "600",
+            "--rnn_attention", attention, "--cell_type", "gru",
+            "--hidden_size", "32", "--num_hidden_layers", "1",
+            "--max_train_samples", "200", "--max_eval_samples", "8", "--max_test_samples", "12",
+            "--num_train_epochs", "1", "--per_device_train_batch_size", "32", "--learning_rate", "3e-3",
+            "--generation_max_length", "16", "--generation_num_beams", "2",
+            "--output_dir", str(output_dir), "--disable_tqdm", "true", "--seed", "0",
+        ]
+    )  # fmt: skip
+    metrics = finetune(*args)
+    assert 0 <= metrics["test_bleu"] <= 100 and 0 <= metrics["test_greedy_bleu"] <= 100
+    final = output_dir / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert config["model_type"] == "hflm_rnn_seq2seq" and config["attention"] == attention
+    sources = read_lines(os.path.join(MULTI30K, "test_2016_flickr.de.gz"))[:2]
+    expected = (output_dir / "test_predictions.txt").read_text().splitlines()[:2]
+    translator = pipeline("hflm-translation", model=str(final), trust_remote_code=True)
+    assert [out["translation_text"].strip() for out in translator(sources)] == expected

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser
 
+from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
+from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
+from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
+from training.scheduled_sampling import SCHEDULES, sampling_probability
 from training.tokenizer import TOKENIZER_KINDS
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
@@ -27,6 +31,10 @@ RESUME_VALUES = ("false", "true", "auto")
 # causal LM (HfLmGPT), masked LM (HfLmBert), T5 span corruption (HfLmT5), BART denoising (HfLmBart)
 OBJECTIVES = ("clm", "mlm", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
+# "transformer": the objective's own family; the others are the pre-Transformer models (issue 6)
+ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
+CAUSAL_ARCHS = ("transformer", "ngram", "ffnn", "rnn")  # the archs objective "clm" can train
+SCHEDULED_SAMPLING = ("none", *SCHEDULES)
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
@@ -140,6 +148,28 @@ class ModelArguments:
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
     )
+    arch: str = field(
+        default="transformer",
+        metadata={
+            "help": "transformer: the objective's family (hflm_gpt, hflm_bert, hflm_t5, hflm_bart); "
+            "ngram (fitted by counting, no gradient steps), ffnn (Bengio et al. 2003), rnn (objective clm); "
+            "rnn_seq2seq (objectives span_corruption, bart_denoising)."
+        },
+    )
+    ngram_order: int = field(
+        default=3,
+        metadata={"help": f"ngram: the order n (1..{MAX_ORDER}); ffnn: n - 1 previous tokens as input."},
+    )
+    ngram_smoothing: str = field(
+        default="modified_kn", metadata={"help": f"ngram: smoothing, one of {sorted(SMOOTHINGS)}."}
+    )
+    cell_type: str = field(
+        default="lstm", metadata={"help": f"rnn, rnn_seq2seq: recurrent cell, one of {sorted(RNN_CELLS)}."}
+    )
+    rnn_attention: str = field(
+        default="luong_general",
+        metadata={"help": f"rnn_seq2seq: decoder attention, one of {list(ATTENTION_TYPES)}."},
+    )
     num_hidden_layers: int = field(default=4, metadata={"help": "Transformer blocks."})
     hidden_size: int = field(default=128, metadata={"help": "Model width."})
     num_attention_heads: int = field(default=4, metadata={"help": "Query heads."})
@@ -175,7 +205,15 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
-        _positive(self, "num_hidden_layers", "hidden_size", "num_attention_heads")
+        _positive(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
+        _choice(self, "arch", ARCHS)
+        _choice(self, "ngram_smoothing", sorted(SMOOTHINGS))
+        _choice(self, "cell_type", sorted(RNN_CELLS))
+        _choice(self, "rnn_attention", ATTENTION_TYPES)
+        if self.ngram_order > MAX_ORDER:
+            raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
+        if self.arch == "ffnn" and self.ngram_order < 2:
+            raise ValueError("`ngram_order` must be >= 2 for arch='ffnn' (it sees ngram_order - 1 tokens).")
         _optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0 <= getattr(self, name) < 1:
@@ -259,6 +297,33 @@ class TrainArguments:
         default=8,
         metadata={"help": "mlm: eval blocks scored by pseudo-perplexity (one forward per token); 0 = off."},
     )
+    tbptt: bool = field(
+        default=False,
+        metadata={
+            "help": "arch rnn: truncated backpropagation through time. The blocks are read in corpus order in "
+            "global-batch-many lanes, and each batch row carries the recurrent state of the previous block "
+            "of its lane (gradients stop at block boundaries)."
+        },
+    )
+    scheduled_sampling: str = field(
+        default="none",
+        metadata={
+            "help": f"arch rnn, rnn_seq2seq: scheduled sampling (Bengio et al. 2015), one of {list(SCHEDULED_SAMPLING)}; "
+            "the probability of feeding the model's own sample rises with the step (none = teacher forcing)."
+        },
+    )
+    scheduled_sampling_k: float | None = field(
+        default=None,
+        metadata={
+            "help": "The schedule's k (default: linear 1.0, exponential 0.9999, inverse_sigmoid 1000)."
+        },
+    )
+    scheduled_sampling_c: float = field(
+        default=1e-4, metadata={"help": "linear schedule: teacher-forcing decrease per step."}
+    )
+    scheduled_sampling_min: float = field(
+        default=0.0, metadata={"help": "linear schedule: the floor of the teacher-forcing probability."}
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.resume, bool):  # JSON/YAML booleans
@@ -281,6 +346,9 @@ class TrainArguments:
         _choice(self, "mixed_precision", MIXED_PRECISIONS)
         _choice(self, "objective", OBJECTIVES)
         _choice(self, "masking", MASKING_KINDS)
+        _choice(self, "scheduled_sampling", SCHEDULED_SAMPLING)
+        if self.scheduled_sampling != "none":
+            self.sampling_probability(0)  # the schedule validates its constants
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability!r}.")
         if (
@@ -313,6 +381,15 @@ class TrainArguments:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
         if not self.output_dir:
             raise ValueError("`output_dir` must be a non-empty path.")
+
+    def sampling_probability(self, step: int) -> float | None:
+        """Scheduled sampling's probability of feeding the model's own sample at `step` (None when off)."""
+        if self.scheduled_sampling == "none":
+            return None
+        params = {} if self.scheduled_sampling_k is None else {"k": self.scheduled_sampling_k}
+        if self.scheduled_sampling == "linear":
+            params.update(c=self.scheduled_sampling_c, eps_min=self.scheduled_sampling_min)
+        return sampling_probability(step, self.scheduled_sampling, **params)
 
     @property
     def trackers(self) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ SCALER_FILE = "scaler.pt"
 RNG_FILE = "rng.pt"
 CONFIG_FILE = "config.json"
 STATE_FILE = "state.json"
+TENSORS_FILE = "tensors.safetensors"
 
 # config entries that record where or how a model was loaded or run, not what it computes; they
 # may differ between the run that saved a checkpoint and the run resuming it
@@ -220,6 +221,7 @@ def save_checkpoint(
     keep_last: int | None = None,
     save_rng: bool = True,
     rng_states: list[dict] | None = None,
+    tensors: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """Atomically write the checkpoint of `step` to `directory/checkpoint-{step:08d}`.
 
@@ -239,6 +241,8 @@ def save_checkpoint(
         rng_states: the RNG states of every process, in rank order (`get_rng_state()` on each,
             gathered to the saving process), one file each; default: this process's states only.
             A multi-process run must pass them: each process has its own dropout stream.
+        tensors: other named tensors of the run's state (e.g. the recurrent state carried across
+            blocks by truncated BPTT), written to `tensors.safetensors`.
 
     Returns:
         The final checkpoint folder.
@@ -278,6 +282,9 @@ def save_checkpoint(
             _torch_save(scaler.state_dict(), tmp / SCALER_FILE)
         for rank in range(num_rng_states):
             _torch_save(rng_states[rank], tmp / rng_file(rank))
+        if tensors:
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS_FILE))
+            _fsync_file(tmp / TENSORS_FILE)
         _write_text(tmp / STATE_FILE, state_json)
         _write_text(tmp / COMPLETE_MARKER, f"{step}\n")  # last: marks every other file complete
         _fsync_dir(tmp)
@@ -341,7 +348,8 @@ def load_checkpoint(
         rank: this process's index: it restores the RNG states saved for it (`rng_file(rank)`).
 
     Returns:
-        A dict with `step`, `data_state`, `extra` and `path`.
+        A dict with `step`, `data_state`, `extra`, `tensors` (the named tensors saved with
+        `tensors=`, on the CPU; empty if none) and `path`.
 
     Raises:
         FileNotFoundError: if the folder is not a complete checkpoint, or a requested part
@@ -390,4 +398,11 @@ def load_checkpoint(
 
     state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     logger.info("loaded checkpoint %s (step %d)", path, state["step"])
-    return {"step": state["step"], "data_state": state["data_state"], "extra": state["extra"], "path": path}
+    tensors = load_file(str(path / TENSORS_FILE)) if (path / TENSORS_FILE).is_file() else {}
+    return {
+        "step": state["step"],
+        "data_state": state["data_state"],
+        "extra": state["extra"],
+        "tensors": tensors,
+        "path": path,
+    }

@@ -85,6 +85,9 @@ from hf_lm import (
     HfLmT5ForConditionalGeneration,
 )
 from hf_lm.cards import write_model_card
+from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES, HfLmRNNSeq2SeqConfig
+from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
+from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import parse_dataclasses
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
@@ -101,6 +104,13 @@ FAMILIES = {
     "t5_v1_1": (HfLmT5Config, "t5_v1_1", HfLmT5ForConditionalGeneration, T5_SPECIAL_TOKENS),
     "bart": (HfLmBartConfig, "bart", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
     "transformer": (HfLmBartConfig, "transformer", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
+    # the recurrent encoder-decoder (Sutskever et al. 2014; Bahdanau et al. 2015; Luong et al. 2015)
+    "rnn_seq2seq": (
+        HfLmRNNSeq2SeqConfig,
+        None,
+        HfLmRNNSeq2SeqForConditionalGeneration,
+        BART_SPECIAL_TOKENS,
+    ),
 }
 
 # model types trained with T5's task prefixes (Raffel et al., 2020, appendix D)
@@ -218,12 +228,28 @@ class TranslationModelArguments:
     )
     hidden_dropout: float = field(default=0.1, metadata={"help": "From scratch: embedding/residual dropout."})
     attention_dropout: float = field(default=0.0, metadata={"help": "From scratch: attention dropout."})
+    cell_type: str = field(
+        default="lstm", metadata={"help": f"From scratch, rnn_seq2seq: the cell, one of {sorted(RNN_CELLS)}."}
+    )
+    rnn_attention: str = field(
+        default="bahdanau",
+        metadata={"help": f"From scratch, rnn_seq2seq: the attention, one of {list(ATTENTION_TYPES)}."},
+    )
+    embedding_size: int | None = field(
+        default=None, metadata={"help": "From scratch, rnn_seq2seq: embedding width; default hidden_size."}
+    )
 
     def __post_init__(self) -> None:
         if self.from_scratch == (self.model_name_or_path is not None):
             raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
         if self.family not in FAMILIES:
             raise ValueError(f"`family` must be one of {sorted(FAMILIES)}, got {self.family!r}.")
+        if self.cell_type not in RNN_CELLS:
+            raise ValueError(f"`cell_type` must be one of {sorted(RNN_CELLS)}, got {self.cell_type!r}.")
+        if self.rnn_attention not in ATTENTION_TYPES:
+            raise ValueError(
+                f"`rnn_attention` must be one of {list(ATTENTION_TYPES)}, got {self.rnn_attention!r}."
+            )
         if self.tokenizer_kind not in TOKENIZER_KINDS:
             raise ValueError(
                 f"`tokenizer_kind` must be one of {list(TOKENIZER_KINDS)}, got {self.tokenizer_kind!r}."
@@ -236,6 +262,7 @@ class TranslationModelArguments:
             "decoder_layers",
             "num_attention_heads",
             "intermediate_size",
+            "embedding_size",
         )
         for name in ("hidden_dropout", "attention_dropout"):
             value = getattr(self, name)
@@ -543,27 +570,43 @@ def build_tokenizer_and_model(
         positions = max(
             data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length or 0
         )
-        starts = {  # T5 starts decoding from <pad>, BART (fairseq) from </s>
+        starts = {  # T5 starts decoding from <pad>, BART (fairseq) and the RNN from </s>
             HfLmT5Config: tokenizer.pad_token_id,
             HfLmBartConfig: tokenizer.eos_token_id,
+            HfLmRNNSeq2SeqConfig: tokenizer.eos_token_id,
         }
         special_ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
         if tokenizer.bos_token_id is not None:
             special_ids["bos_token_id"] = tokenizer.bos_token_id
-        config = config_class.from_preset(
-            preset,
-            vocab_size=len(tokenizer),
-            hidden_size=model_args.hidden_size,
-            num_hidden_layers=model_args.num_hidden_layers,
-            decoder_layers=model_args.decoder_layers,
-            num_attention_heads=model_args.num_attention_heads,
-            intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
-            max_position_embeddings=positions,
-            hidden_dropout=model_args.hidden_dropout,
-            attention_dropout=model_args.attention_dropout,
-            decoder_start_token_id=starts[config_class],
-            **special_ids,
-        )
+        if config_class is HfLmRNNSeq2SeqConfig:
+            config = HfLmRNNSeq2SeqConfig(
+                vocab_size=len(tokenizer),
+                cell_type=model_args.cell_type,
+                attention=model_args.rnn_attention,
+                input_feeding=model_args.rnn_attention != "none",
+                embedding_size=model_args.embedding_size or model_args.hidden_size,
+                hidden_size=model_args.hidden_size,
+                encoder_layers=model_args.num_hidden_layers,
+                decoder_layers=model_args.decoder_layers or model_args.num_hidden_layers,
+                hidden_dropout=model_args.hidden_dropout,
+                decoder_start_token_id=starts[config_class],
+                **special_ids,
+            )
+        else:
+            config = config_class.from_preset(
+                preset,
+                vocab_size=len(tokenizer),
+                hidden_size=model_args.hidden_size,
+                num_hidden_layers=model_args.num_hidden_layers,
+                decoder_layers=model_args.decoder_layers,
+                num_attention_heads=model_args.num_attention_heads,
+                intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+                max_position_embeddings=positions,
+                hidden_dropout=model_args.hidden_dropout,
+                attention_dropout=model_args.attention_dropout,
+                decoder_start_token_id=starts[config_class],
+                **special_ids,
+            )
         model = model_class(config)
         logger.info(
             "From scratch: %s, %d+%d layers x %d wide, %s parameters, %d-token %s vocabulary.",

@@ -97,8 +97,18 @@ from hf_lm import (
 )
 from hf_lm.cards import write_model_card
 from hf_lm.metrics.sliding_window import bits_per_unit
+from hf_lm.models.hflm_configuration_ffnn import HfLmFFNNConfig
+from hf_lm.models.hflm_configuration_ngram import HfLmNGramConfig
+from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
+from hf_lm.models.hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
+from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
+from hf_lm.models.hflm_modeling_ngram import HfLmNGramForCausalLM
+from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
+from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
+from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 from hf_lm.plots import plot_loss_curves
 from training.args import (
+    CAUSAL_ARCHS,
     STREAMING_EVAL_BLOCKS,
     STREAMING_TOKENIZER_DOCUMENTS,
     DataArguments,
@@ -324,12 +334,25 @@ class GlobalBatchSampler(torch.utils.data.Sampler):
     updates of G = b * world * accum indices (the incomplete tail is dropped). Micro-step m of an
     update takes indices [m * b * world, (m + 1) * b * world) of it, and rank r the r-th b of those.
     Infinite; starts at (epoch, update index within the epoch).
+
+    With `lanes=True` (truncated BPTT) the order is the corpus order instead: the first
+    U * G blocks are cut into G lanes of U consecutive blocks (U = updates per epoch), and update u
+    takes block u of every lane, so a row of one global batch continues the same row of the
+    previous one, with the same split between micro-steps and ranks; every epoch reads them again.
     """
 
     def __init__(
-        self, num_blocks: int, per_device: int, world: int, rank: int, accum: int, seed: int
+        self,
+        num_blocks: int,
+        per_device: int,
+        world: int,
+        rank: int,
+        accum: int,
+        seed: int,
+        lanes: bool = False,
     ) -> None:
         self.per_device, self.world, self.rank, self.accum, self.seed = per_device, world, rank, accum, seed
+        self.lanes = lanes
         self.num_blocks = num_blocks
         self.global_batch = per_device * world * accum
         self.updates_per_epoch = num_blocks // self.global_batch
@@ -348,9 +371,13 @@ class GlobalBatchSampler(torch.utils.data.Sampler):
         epoch, update = self.epoch, self.update
         b, chunk = self.per_device, self.per_device * self.world
         while True:
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
+            if not self.lanes:
+                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
             for u in range(update, self.updates_per_epoch):
-                batch = order[u * self.global_batch : (u + 1) * self.global_batch]
+                if self.lanes:  # block u of each of the G lanes of U blocks
+                    batch = np.arange(self.global_batch) * self.updates_per_epoch + u
+                else:
+                    batch = order[u * self.global_batch : (u + 1) * self.global_batch]
                 for m in range(self.accum):
                     yield batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b].tolist()
             epoch, update = epoch + 1, 0
@@ -483,6 +510,8 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer,
             objective, AutoModelForSeq2SeqLM
         )
         return auto.from_pretrained(model_args.init_from, dtype=torch.float32)
+    if model_args.arch != "transformer":
+        return build_pretransformer_model(model_args, data_args, tokenizer, objective)
     if objective in SEQ2SEQ_FAMILIES:
         # the family's own architecture (T5: RMSNorm pre-norm, relative buckets; BART: post-norm,
         # learned positions): only sizes come from the arguments, variants from --config_overrides
@@ -532,6 +561,143 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer,
         return HfLmBertForMaskedLM(HfLmBertConfig(**kwargs))
     kwargs.update(model_args.overrides())
     return HfLmGPTForCausalLM(HfLmGPTConfig(**kwargs))
+
+
+def build_pretransformer_model(
+    model_args: ModelArguments, data_args: DataArguments, tokenizer, objective: str
+) -> torch.nn.Module:
+    """A fresh n-gram (unfitted), feed-forward, recurrent or recurrent encoder-decoder model.
+
+    The shared size arguments map onto each family: `hidden_size` is the embedding width (and the
+    recurrent state size), `intermediate_size` the feed-forward LM's tanh layer, `num_hidden_layers`
+    the recurrent layers (of the encoder and of the decoder); `config_overrides` sets the rest.
+    """
+    specials = dict(
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    arch, vocab = model_args.arch, len(tokenizer)
+    if arch == "ngram":
+        config_cls, model_cls = HfLmNGramConfig, HfLmNGramForCausalLM
+        kwargs = dict(order=model_args.ngram_order, smoothing=model_args.ngram_smoothing)
+    elif arch == "ffnn":
+        config_cls, model_cls = HfLmFFNNConfig, HfLmFFNNForCausalLM
+        kwargs = dict(
+            context_size=model_args.ngram_order - 1,
+            hidden_size=model_args.hidden_size,
+            intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+            hidden_dropout=model_args.hidden_dropout,
+            tie_word_embeddings=model_args.tie_word_embeddings,
+        )
+    elif arch == "rnn":
+        config_cls, model_cls = HfLmRNNConfig, HfLmRNNForCausalLM
+        kwargs = dict(
+            cell_type=model_args.cell_type,
+            hidden_size=model_args.hidden_size,
+            num_hidden_layers=model_args.num_hidden_layers,
+            hidden_dropout=model_args.hidden_dropout,
+            tie_word_embeddings=model_args.tie_word_embeddings,
+        )
+    else:  # rnn_seq2seq, trained on a denoising objective (T5's or BART's noise and special tokens)
+        config_cls, model_cls = HfLmRNNSeq2SeqConfig, HfLmRNNSeq2SeqForConditionalGeneration
+        kwargs = dict(
+            cell_type=model_args.cell_type,
+            embedding_size=model_args.hidden_size,
+            hidden_size=model_args.hidden_size,
+            encoder_layers=model_args.num_hidden_layers,
+            decoder_layers=model_args.num_hidden_layers,
+            attention=model_args.rnn_attention,
+            hidden_dropout=model_args.hidden_dropout,
+            tie_word_embeddings=model_args.tie_word_embeddings,
+            decoder_start_token_id=tokenizer.pad_token_id
+            if objective == "span_corruption"
+            else tokenizer.eos_token_id,
+        )
+    return model_cls(config_cls(**{"vocab_size": vocab, **specials, **kwargs, **model_args.overrides()}))
+
+
+def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> None:
+    """Refuse combinations of architecture, objective and loop options that cannot work together."""
+    arch, objective = model_args.arch, train_args.objective
+    if objective == "clm" and arch not in CAUSAL_ARCHS:
+        raise ValueError(
+            f"arch={arch!r} is not a causal LM: objective 'clm' trains one of {list(CAUSAL_ARCHS)}. "
+            "Train rnn_seq2seq with objective 'span_corruption' or 'bart_denoising'."
+        )
+    if objective == "mlm" and arch != "transformer":
+        raise ValueError(f"objective 'mlm' trains the BERT family (arch='transformer'), not arch={arch!r}.")
+    if objective in SEQ2SEQ_OBJECTIVES and arch not in ("transformer", "rnn_seq2seq"):
+        raise ValueError(
+            f"objective {objective!r} trains an encoder-decoder: arch 'transformer' or 'rnn_seq2seq', not {arch!r}."
+        )
+    if train_args.tbptt and (arch != "rnn" or data_args.streaming):
+        raise ValueError(
+            "`tbptt` carries a recurrent state from one block to the next: it needs arch='rnn' and the "
+            f"in-memory data (no --streaming); got arch={arch!r}, streaming={data_args.streaming}."
+        )
+    if train_args.scheduled_sampling != "none" and arch not in ("rnn", "rnn_seq2seq"):
+        raise ValueError(
+            f"`scheduled_sampling` feeds a recurrent model its own samples: it needs arch 'rnn' or 'rnn_seq2seq', "
+            f"not {arch!r}."
+        )
+    if data_args.document_mask and arch != "transformer":
+        raise ValueError(
+            f"`document_mask` is an attention mask: it applies to arch='transformer', not {arch!r}."
+        )
+
+
+def fit_ngram(model: HfLmNGramForCausalLM, train_blocks, streaming: bool) -> HfLmNGramForCausalLM:
+    """Count the n-grams of the training blocks in one streaming pass (`HfLmNGramForCausalLM.fit`).
+
+    The in-memory blocks are the packed corpus in order, so they are counted as one sequence and
+    n-grams span block boundaries as they span the text; streamed blocks are counted block by block.
+    """
+    start = time.perf_counter()
+    if streaming:
+        sequences = (block["input_ids"] for block in train_blocks.epoch(0))
+    else:
+        sequences = [train_blocks["input_ids"].reshape(-1)]
+    fitted = HfLmNGramForCausalLM.fit(tqdm(sequences, desc="counting n-grams", unit="seq"), model.config)
+    logger.info(
+        "Fitted the order-%d %s n-gram model in %.1f s: %s n-grams by order.",
+        fitted.config.order,
+        fitted.config.smoothing,
+        time.perf_counter() - start,
+        fitted.config.num_ngrams,
+    )
+    return fitted
+
+
+def carried_state_tensors(carried: list[RecurrentCache | None], rank: int) -> dict[str, torch.Tensor]:
+    """This process's truncated-BPTT states as named CPU tensors, for the checkpoint."""
+    tensors = {}
+    for micro, cache in enumerate(carried):
+        if cache is None or cache.state is None:
+            continue
+        for i, part in enumerate(cache.state):
+            tensors[f"tbptt.rank{rank}.micro{micro}.state{i}"] = part.detach().cpu()
+        tensors[f"tbptt.rank{rank}.micro{micro}.seen_tokens"] = torch.tensor(cache.seen_tokens)
+    return tensors
+
+
+def restore_carried_states(
+    tensors: dict[str, torch.Tensor], rank: int, accum: int, device: torch.device
+) -> list[RecurrentCache | None]:
+    """The inverse of `carried_state_tensors` for this process (None where a lane had no state yet)."""
+    carried: list[RecurrentCache | None] = [None] * accum
+    for micro in range(accum):
+        prefix = f"tbptt.rank{rank}.micro{micro}."
+        parts = sorted(
+            (int(k[len(prefix) + len("state") :]), v)
+            for k, v in tensors.items()
+            if k.startswith(prefix + "state")
+        )
+        if parts:
+            carried[micro] = RecurrentCache(
+                tuple(v.to(device) for _, v in parts), int(tensors[prefix + "seen_tokens"])
+            )
+    return carried
 
 
 def build_optimizer(model, train_args: TrainArguments):
@@ -761,6 +927,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         ValueError: fp16 without a CUDA GPU; a checkpoint that cannot be resumed exactly (another
             model config, global batch size, seed or data mode).
     """
+    check_arch(data_args, model_args, train_args)
     if train_args.objective != "clm" and data_args.document_mask:
         raise ValueError(
             "`document_mask` applies to causal LMs (objective='clm'); the other objectives see their whole "
@@ -795,9 +962,16 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     model = build_model(model_args, data_args, tokenizer, train_args.objective)
     mlm = train_args.objective == "mlm"
     seq2seq = train_args.objective in SEQ2SEQ_OBJECTIVES
+    # an n-gram model is fitted by counting, in one pass: no optimizer, steps or checkpoints
+    ngram = model_args.arch == "ngram" and not model_args.init_from
+    tbptt = train_args.tbptt
     collator = build_collator(train_args, tokenizer)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
-    optimizer, scheduler = build_optimizer(model, train_args)
+    if ngram:
+        model = fit_ngram(model, train_blocks, streaming).to(accelerator.device)
+        optimizer = scheduler = None
+    else:
+        optimizer, scheduler = build_optimizer(model, train_args)
     # the characters and words the causal loss scores (bits per character/word); other objectives
     # report their own metrics, so their eval blocks are not decoded
     eval_units = (
@@ -818,7 +992,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     global_batch = train_args.per_device_batch_size * world * train_args.gradient_accumulation_steps
     # resume before `prepare`: the plain objects load the states, and DDP then broadcasts rank 0's weights
     start_step, epoch, update = 0, 0, 0
-    checkpoint = latest_checkpoint(checkpoint_dir) if train_args.resume != "false" else None
+    checkpoint = latest_checkpoint(checkpoint_dir) if train_args.resume != "false" and not ngram else None
+    carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
     if train_args.resume == "true" and checkpoint is None:
         raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
     if checkpoint is not None:
@@ -832,6 +1007,10 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             rank=rank,  # each process restores its own random streams
         )
         start_step, data_state = state["step"], state["data_state"]
+        if tbptt:
+            carried = restore_carried_states(
+                state["tensors"], rank, train_args.gradient_accumulation_steps, accelerator.device
+            )
         epoch, update = data_state["epoch"], data_state["batch_in_epoch"]
         # the data position counts global batches of one size in one seeded order; the split of a
         # global batch between processes and accumulation may change, its size, the seed and the
@@ -872,6 +1051,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             rank,
             train_args.gradient_accumulation_steps,
             train_args.seed,
+            lanes=tbptt,
         )
         sampler.set_position(epoch, update)
         # a private generator: a DataLoader draws a base seed when it starts iterating, which would
@@ -884,7 +1064,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         data, updates_per_epoch = iter(loader), sampler.updates_per_epoch
     # the loader and the scheduler are not prepared: the sampler shards the data itself, and a
     # prepared scheduler would step `num_processes` times per update
-    model, optimizer = accelerator.prepare(model, optimizer)
+    if not ngram:
+        model, optimizer = accelerator.prepare(model, optimizer)
     if trackers:
         accelerator.init_trackers("tensorboard", config=_hparams(data_args, model_args, train_args))
     csv_log = CsvLog(
@@ -957,8 +1138,12 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         disable=not accelerator.is_local_main_process,
     )
     with logging_redirect_tqdm(), bar:
-        while step < train_args.max_steps:
+        while step < train_args.max_steps and not ngram:
             micro_losses = []
+            sampling_p = train_args.sampling_probability(step)  # None without scheduled sampling
+            extra_inputs = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
+            if tbptt and update == 0:
+                carried = [None] * train_args.gradient_accumulation_steps  # an epoch starts every lane afresh
             for micro in range(train_args.gradient_accumulation_steps):
                 batch = next(data)
                 if mlm:
@@ -969,9 +1154,14 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 else:
                     batch = {**batch, "labels": batch["input_ids"]}
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
+                if tbptt:  # continue each lane from the state its previous block left
+                    extra_inputs.update(past_key_values=carried[micro], use_cache=True)
                 with accelerator.accumulate(model):
-                    loss = model(**batch).loss  # token mean of this micro-batch
+                    outputs = model(**batch, **extra_inputs)
+                    loss = outputs.loss  # token mean of this micro-batch
                     accelerator.backward(loss)  # divided by gradient_accumulation_steps
+                if tbptt:
+                    carried[micro] = outputs.past_key_values.detach()  # gradients stop at the block edge
                 micro_losses.append(loss.detach().float())
             # every process sees the same mean, so a divergence stops all of them together
             loss = accelerator.reduce(torch.stack(micro_losses).mean(), reduction="mean").item()
@@ -1045,6 +1235,14 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             if step % train_args.save_every == 0 or step == train_args.max_steps:
                 # each process has its own random streams: the main process saves them all
                 rng_states = gather_object([get_rng_state()]) if world > 1 else None
+                carried_tensors = None
+                if tbptt:
+                    mine = carried_state_tensors(carried, rank)
+                    carried_tensors = (
+                        {k: v for part in gather_object([mine]) for k, v in part.items()}
+                        if world > 1
+                        else mine
+                    )
                 if accelerator.is_main_process:
                     save_checkpoint(
                         checkpoint_dir,
@@ -1066,11 +1264,16 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                         extra={"loss": last_loss, "world_size": world},
                         keep_last=train_args.keep_last,
                         rng_states=rng_states,
+                        tensors=carried_tensors,
                     )
                 accelerator.wait_for_everyone()
 
-    if evaluation is None:  # a resumed run that had already finished: evaluate the final weights
+    if evaluation is None:  # a fitted n-gram model, or a resumed run that had already finished
         evaluation = run_evaluation()
+        if ngram and accelerator.is_main_process:
+            csv_log.write(
+                {"step": 0, "epoch": 1, **evaluation, "seconds": round(time.perf_counter() - start_time, 2)}
+            )
     metrics = {
         "step": step,
         "train_loss": last_loss,

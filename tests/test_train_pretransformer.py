@@ -1,0 +1,187 @@
+"""The pre-Transformer architectures through the one training loop: `--arch ngram|ffnn|rnn|rnn_seq2seq`,
+truncated BPTT with exact resume, and scheduled sampling."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate.state import AcceleratorState, GradientState
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+from training.args import parse_args
+from training.checkpoint import latest_checkpoint, load_checkpoint
+from training.train import GlobalBatchSampler, build_model, train
+
+TINY = {
+    "dataset": "synthetic",
+    "max_documents": 200,
+    "vocab_size": 300,
+    "block_size": 32,
+    "num_hidden_layers": 1,
+    "hidden_size": 32,
+    "per_device_batch_size": 8,
+    "learning_rate": 3e-3,
+    "warmup_steps": 2,
+    "eval_every": 10,
+    "eval_batches": 4,
+    "log_every": 2,
+    "save_every": 10,
+    "report_to": ["csv"],
+}
+
+
+def _argv(output_dir, **overrides) -> list[str]:
+    values = {**TINY, "output_dir": str(output_dir), **overrides}
+    argv = []
+    for key, value in values.items():
+        argv.append(f"--{key}")
+        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
+    return argv
+
+
+def _run(output_dir, **overrides) -> dict:
+    return train(*parse_args(_argv(output_dir, **overrides)))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_accelerate_state():
+    yield
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def test_ngram_is_fitted_not_trained_and_beats_unigram(tmp_path):
+    """arch=ngram counts the training blocks (no steps) and is evaluated like any causal LM."""
+    trigram = _run(tmp_path / "tri", arch="ngram", ngram_order=3)
+    unigram = _run(tmp_path / "uni", arch="ngram", ngram_order=1)
+    assert trigram["step"] == 0
+    assert (
+        not (tmp_path / "tri" / "checkpoints").exists()
+        or latest_checkpoint(tmp_path / "tri" / "checkpoints") is None
+    )
+    # the synthetic corpus is a word-level Markov chain: context helps a lot
+    assert trigram["eval_loss"] < unigram["eval_loss"] - 0.5
+    final = tmp_path / "tri" / "final"
+    model = AutoModelForCausalLM.from_pretrained(final, trust_remote_code=True)
+    assert model.config.model_type == "hflm_ngram" and model.config.order == 3
+    assert (final / "README.md").is_file()
+    rows = (tmp_path / "tri" / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 2 and "eval_loss" in rows[0]
+
+
+@pytest.mark.parametrize(
+    "arch,extra",
+    [("ffnn", {"ngram_order": 4}), ("rnn", {"cell_type": "gru"}), ("rnn", {"cell_type": "lstm"})],
+)
+def test_neural_archs_train_and_reload(tmp_path, arch, extra):
+    out = tmp_path / arch
+    metrics = _run(out, arch=arch, max_steps=20, **extra)
+    assert metrics["step"] == 20 and metrics["eval_loss"] < torch.log(torch.tensor(300.0)).item()
+    model = AutoModelForCausalLM.from_pretrained(out / "final", trust_remote_code=True)
+    assert model.config.model_type == f"hflm_{arch}"
+    saved = load_file(out / "final" / "model.safetensors")
+    for name, tensor in model.state_dict().items():
+        if name in saved:
+            assert torch.equal(saved[name], tensor), name
+
+
+def test_rnn_seq2seq_denoising_run(tmp_path):
+    out = tmp_path / "s2s"
+    metrics = _run(
+        out,
+        arch="rnn_seq2seq",
+        objective="span_corruption",
+        rnn_attention="bahdanau",
+        scheduled_sampling="linear",
+        scheduled_sampling_c=0.05,
+        max_steps=10,
+    )
+    assert metrics["step"] == 10 and metrics["eval_token_accuracy"] is not None
+    model = AutoModelForSeq2SeqLM.from_pretrained(out / "final", trust_remote_code=True)
+    assert model.config.model_type == "hflm_rnn_seq2seq" and model.config.attention == "bahdanau"
+
+
+def test_lane_sampler_continues_each_row():
+    """Truncated BPTT order: row j of update u+1 is the block after row j of update u, for every split."""
+    num_blocks, per_device, world, accum = 50, 2, 2, 2  # global batch 8, 6 updates per epoch
+    rows = {}
+    for rank in range(world):
+        sampler = iter(GlobalBatchSampler(num_blocks, per_device, world, rank, accum, seed=0, lanes=True))
+        for u in range(6):
+            for m in range(accum):
+                rows[(u, m, rank)] = next(sampler)
+    for u in range(5):
+        for m in range(accum):
+            for rank in range(world):
+                assert [i + 1 for i in rows[(u, m, rank)]] == rows[(u + 1, m, rank)]
+    first = sorted(i for m in range(accum) for r in range(world) for i in rows[(0, m, r)])
+    assert first == [0, 6, 12, 18, 24, 30, 36, 42]  # 8 lanes of 6 consecutive blocks
+
+
+def test_tbptt_carries_state_and_resumes_exactly(tmp_path):
+    """A run interrupted at a checkpoint mid-epoch continues with the saved lane states, bit for bit."""
+    common = dict(
+        arch="rnn",
+        tbptt=True,
+        lr_scheduler="constant",
+        save_every=4,
+        hidden_dropout=0.1,
+        gradient_accumulation_steps=2,
+        per_device_batch_size=4,
+    )
+    _run(tmp_path / "a", max_steps=10, **common)
+    _run(tmp_path / "b", max_steps=6, **common)
+    ckpt = latest_checkpoint(tmp_path / "b" / "checkpoints")
+    data_args, model_args, _ = parse_args(_argv(tmp_path / "b", **common))
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "b" / "tokenizer")
+    state = load_checkpoint(ckpt, model=build_model(model_args, data_args, tokenizer), restore_rng=False)
+    saved = state["tensors"]
+    assert {k.split(".state")[0] for k in saved if ".state" in k} == {
+        "tbptt.rank0.micro0",
+        "tbptt.rank0.micro1",
+    }
+    assert all(v.abs().sum() > 0 for k, v in saved.items() if ".state" in k)  # real states, not zeros
+    metrics = _run(tmp_path / "b", max_steps=10, resume="true", **common)
+    assert metrics["step"] == 10
+    a = load_file(Path(tmp_path / "a" / "final" / "model.safetensors"))
+    b = load_file(Path(tmp_path / "b" / "final" / "model.safetensors"))
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_tbptt_feeds_each_block_the_previous_state(tmp_path, monkeypatch):
+    """Each training forward gets its lane's cache, one block further each update, reset per epoch."""
+    from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
+
+    seen = []
+    forward = HfLmRNNForCausalLM.forward
+
+    def spy(self, *args, **kwargs):
+        if self.training:
+            cache = kwargs.get("past_key_values")
+            seen.append(None if cache is None else cache.get_seq_length())
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfLmRNNForCausalLM, "forward", spy)
+    metrics = _run(tmp_path / "carry", arch="rnn", tbptt=True, max_steps=6, eval_every=100)
+    assert metrics["step"] == 6
+    assert seen == [None] + [32 * u for u in range(1, 6)]  # (block 32; an epoch is longer than 6 updates)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"arch": "rnn_seq2seq"}, "not a causal LM"),
+        ({"arch": "rnn", "objective": "mlm"}, "objective 'mlm'"),
+        ({"arch": "ffnn", "objective": "span_corruption"}, "encoder-decoder"),
+        ({"arch": "ffnn", "tbptt": True}, "tbptt"),
+        ({"arch": "transformer", "scheduled_sampling": "linear"}, "scheduled_sampling"),
+        ({"arch": "rnn", "document_mask": True}, "document_mask"),
+    ],
+)
+def test_incompatible_options_fail_early(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _run(tmp_path / "bad", max_steps=2, **overrides)
