@@ -253,6 +253,9 @@ def _fields(
         ("Vocabulary", fields["vocab_size"]),
         ("Context", fields["context_length"]),
     ]
+    if getattr(config, "num_attention_heads", None) is None and hasattr(model, "_card_fields"):
+        # not a Transformer (n-gram, feed-forward, recurrent): the family describes itself
+        rows = [(name, value) for name, value in model._card_fields() if name != "model_type"]
     fields["architecture"] = "| | |\n|---|---|\n" + "\n".join(
         f"| {name} | {value} |" for name, value in rows if _NOT_SET not in str(value)
     )
