@@ -455,6 +455,7 @@ def test_clear_errors():
 
 SHIPPED_RNN_FILES = {
     "hflm_blocks.py",
+    "hflm_configuration_base.py",
     "hflm_configuration_rnn.py",
     "hflm_modeling_rnn.py",
     "hflm_rnn_blocks.py",

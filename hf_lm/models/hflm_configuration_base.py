@@ -25,6 +25,27 @@ def _probability(name: str, value) -> None:
         raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
 
 
+def _number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"`{name}` must be a number, got {value!r}.")
+
+
+def _bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+
+
+def _token_ids(name: str, value, vocab_size: int) -> None:
+    """A special token field: None, an id in [0, vocab_size), or (eos) a list of such ids."""
+    for token_id in value if isinstance(value, list) else [value]:
+        if token_id is not None and (
+            isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size
+        ):
+            raise ValueError(
+                f"`{name}` must be None or an id in [0, vocab_size={vocab_size}), got {value!r}."
+            )
+
+
 class HfLmTransformerConfig(PreTrainedConfig):
     """Shared fields of hf_lm's Transformer families (not registered itself: families subclass it).
 
@@ -155,17 +176,6 @@ class HfLmTransformerConfig(PreTrainedConfig):
         _probability("hidden_dropout", self.hidden_dropout)
         _probability("attention_dropout", self.attention_dropout)
         for name in ("attention_bias", "mlp_bias", "tie_word_embeddings", "use_cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+            _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            ids = value if isinstance(value, list) else [value]
-            for token_id in ids:
-                if token_id is not None and (
-                    isinstance(token_id, bool)
-                    or not isinstance(token_id, int)
-                    or not 0 <= token_id < self.vocab_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}."
-                    )
+            _token_ids(name, getattr(self, name), self.vocab_size)

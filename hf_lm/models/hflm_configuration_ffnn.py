@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _positive_int, _probability
+from .hflm_configuration_base import _bool, _positive_int, _probability, _token_ids
 
 
 class HfLmFFNNConfig(PreTrainedConfig):
@@ -62,8 +62,7 @@ class HfLmFFNNConfig(PreTrainedConfig):
         for name in ("vocab_size", "context_size", "hidden_size", "intermediate_size"):
             _positive_int(name, getattr(self, name))
         for name in ("direct_connections", "tie_word_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+            _bool(name, getattr(self, name))
         _probability("hidden_dropout", self.hidden_dropout)
         if (
             isinstance(self.initializer_range, bool)
@@ -79,16 +78,7 @@ class HfLmFFNNConfig(PreTrainedConfig):
                 "feeds the last `context_size` tokens, which is exact)."
             )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and (
-                    isinstance(token_id, bool)
-                    or not isinstance(token_id, int)
-                    or not 0 <= token_id < self.vocab_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}."
-                    )
+            _token_ids(name, getattr(self, name), self.vocab_size)
 
 
 __all__ = ["HfLmFFNNConfig"]

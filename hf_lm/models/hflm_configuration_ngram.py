@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _choice, _positive_int
+from .hflm_configuration_base import _choice, _positive_int, _token_ids
 
 # The smoothing methods `HfLmNGramForCausalLM` implements (the formulas are in its modeling file),
 # with the number of discounts each needs per order when given explicitly.
@@ -86,16 +86,7 @@ class HfLmNGramConfig(PreTrainedConfig):
         if self.tie_word_embeddings is not False:
             raise ValueError("`tie_word_embeddings` must be False: an n-gram model has no embeddings.")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and (
-                    isinstance(token_id, bool)
-                    or not isinstance(token_id, int)
-                    or not 0 <= token_id < self.vocab_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}."
-                    )
+            _token_ids(name, getattr(self, name), self.vocab_size)
 
     def _validate_discounts(self) -> None:
         if self.discounts is None:

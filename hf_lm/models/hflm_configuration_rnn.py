@@ -7,22 +7,8 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
+from .hflm_configuration_base import _bool, _choice, _number, _positive_int, _token_ids
 from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
-
-
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-
-
-def _number(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number, got {value!r}.")
 
 
 class HfLmRNNConfig(PreTrainedConfig):
@@ -100,19 +86,9 @@ class HfLmRNNConfig(PreTrainedConfig):
             raise ValueError(f"`initializer_range` must be non-negative, got {self.initializer_range!r}.")
         _number("forget_bias", self.forget_bias)
         for name in ("tie_word_embeddings", "use_cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+            _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            for token_id in value if isinstance(value, list) else [value]:
-                if token_id is not None and (
-                    isinstance(token_id, bool)
-                    or not isinstance(token_id, int)
-                    or not 0 <= token_id < self.vocab_size
-                ):
-                    raise ValueError(
-                        f"`{name}` must be None or an id in [0, vocab_size={self.vocab_size}), got {value!r}."
-                    )
+            _token_ids(name, getattr(self, name), self.vocab_size)
 
 
 __all__ = ["HfLmRNNConfig"]

@@ -7,36 +7,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
+from .hflm_configuration_base import _bool, _choice, _positive_int, _token_ids
 from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
 
 # attention kinds, documented in `HfLmRNNSeq2SeqConfig`; the modeling file maps each to its module
 ATTENTION_TYPES = ("none", "bahdanau", "luong_dot", "luong_general")
-
-
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-
-
-def _bool(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-
-
-def _token_id(name: str, value, vocab_size: int) -> None:
-    ids = value if isinstance(value, list) else [value]
-    for token_id in ids:
-        if token_id is not None and (
-            isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size
-        ):
-            raise ValueError(
-                f"`{name}` must be None or an id in [0, vocab_size={vocab_size}), got {value!r}."
-            )
 
 
 class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
@@ -159,7 +134,7 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
             raise ValueError(f"`initializer_range` must be a non-negative number, got {r!r}.")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            _token_id(name, getattr(self, name), self.vocab_size)
+            _token_ids(name, getattr(self, name), self.vocab_size)
 
 
 __all__ = ["ATTENTION_TYPES", "HfLmRNNSeq2SeqConfig"]

@@ -6,7 +6,7 @@ Both families share one implementation (`hflm_modeling_seq2seq`) and differ only
 
 from __future__ import annotations
 
-from .hflm_configuration_base import HfLmTransformerConfig, _positive_int
+from .hflm_configuration_base import HfLmTransformerConfig, _bool, _positive_int, _token_ids
 
 
 class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
@@ -45,15 +45,8 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
         super().validate_hflm()
         _positive_int("decoder_layers", self.decoder_layers)
         for name in ("scale_embedding", "embedding_norm", "scale_decoder_output"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        start = self.decoder_start_token_id
-        if start is not None and (
-            isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < self.vocab_size
-        ):
-            raise ValueError(
-                f"`decoder_start_token_id` must be None or an id in [0, vocab_size={self.vocab_size}), got {start!r}."
-            )
+            _bool(name, getattr(self, name))
+        _token_ids("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
         if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
             raise ValueError(
                 f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}."
