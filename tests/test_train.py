@@ -441,3 +441,39 @@ def test_two_process_resume_with_dropout_is_exact(tmp_path):
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+def test_time_budget_stops_then_evaluates_and_saves(tmp_path):
+    """`max_train_seconds` ends the run at a step boundary; the final metrics evaluate the last weights."""
+    out = tmp_path / "budget"
+    metrics = _run(out, max_steps=10_000, max_train_seconds=3, eval_every=10_000, report_to=["csv"])
+    assert 0 < metrics["step"] < 10_000
+    assert (out / "final" / "model.safetensors").is_file()
+    with open(out / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert int(rows[-1]["step"]) == metrics["step"] and float(rows[-1]["eval_loss"]) == pytest.approx(
+        metrics["eval_loss"]
+    )
+
+
+def test_eval_dataset_and_whole_file_documents(tmp_path):
+    """`eval_dataset` evaluates on a given file (nothing held out of `dataset`); `sample_by=document`
+    keeps a text file one character stream, as nanoGPT's Tiny Shakespeare split does."""
+    text = "".join(f"line {i} of the corpus.\n\n" for i in range(400))
+    cut = int(len(text) * 0.9)
+    (tmp_path / "train.txt").write_text(text[:cut])
+    (tmp_path / "val.txt").write_text(text[cut:])
+    metrics = _run(
+        tmp_path / "run",
+        dataset=str(tmp_path / "train.txt"),
+        eval_dataset=str(tmp_path / "val.txt"),
+        sample_by="document",
+        tokenizer_kind="char",
+        max_steps=4,
+        report_to=["none"],
+    )
+    card = (tmp_path / "run" / "final" / "README.md").read_text()
+    assert "1 documents; evaluated on" in card
+    assert math.isfinite(metrics["eval_loss"])
+    with pytest.raises(ValueError, match="sample_by"):
+        parse_args(_argv(tmp_path / "x", sample_by="sentence"))

@@ -21,6 +21,7 @@ from transformers import HfArgumentParser
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
+from training.data import SAMPLE_BY
 from training.scheduled_sampling import SCHEDULES, sampling_probability
 from training.tokenizer import TOKENIZER_KINDS
 
@@ -73,6 +74,20 @@ class DataArguments:
         default="train", metadata={"help": "The split to read (slicing allowed, 'train[:10%%]')."}
     )
     text_column: str = field(default="text", metadata={"help": "The column holding the text."})
+    sample_by: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Rows of local text files: one of {list(SAMPLE_BY)} (default paragraph); 'document' "
+            "keeps each file one character stream."
+        },
+    )
+    eval_dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "A separate evaluation corpus (file, folder or Hub name, read like `dataset`); nothing is "
+            "then held out of `dataset` and `eval_fraction` is unused."
+        },
+    )
     streaming: bool = field(
         default=False,
         metadata={
@@ -132,6 +147,8 @@ class DataArguments:
                 f"`shuffle_buffer_size` must be a non-negative integer, got {self.shuffle_buffer_size!r}."
             )
         _choice(self, "tokenizer_kind", TOKENIZER_KINDS)
+        if self.sample_by is not None:
+            _choice(self, "sample_by", SAMPLE_BY)
         if isinstance(self.eval_fraction, bool) or not 0 < self.eval_fraction < 1:
             raise ValueError(f"`eval_fraction` must be in (0, 1), got {self.eval_fraction!r}.")
         if self.streaming and self.max_chars is not None:
@@ -277,6 +294,13 @@ class TrainArguments:
     report_to: list[str] = field(
         default_factory=lambda: ["csv"], metadata={"help": f"Trackers among {REPORTERS}."}
     )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "A wall-clock budget for the training steps of this process (evaluation included): "
+            "stop at the first step boundary past it, then evaluate and save as at max_steps."
+        },
+    )
     stop_on_nan: bool = field(
         default=True, metadata={"help": "Raise on a non-finite loss; if false, skip that update."}
     )
@@ -373,6 +397,8 @@ class TrainArguments:
         for name in ("learning_rate",):
             if not getattr(self, name) > 0:
                 raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
+        if self.max_train_seconds is not None and not self.max_train_seconds > 0:
+            raise ValueError(f"`max_train_seconds` must be > 0, got {self.max_train_seconds!r}.")
         for name in ("weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")

@@ -51,6 +51,9 @@ class DatasetLoadError(RuntimeError):
     """A Hub dataset could not be loaded (offline, unknown name, missing config, ...)."""
 
 
+SAMPLE_BY = ("paragraph", "line", "document")  # rows of a local text file
+
+
 def _builder_for(path: str) -> tuple[str, dict]:
     name = path.lower()
     for ext in _COMPRESSIONS:
@@ -106,6 +109,7 @@ def load_text_dataset(
     text_column: str = "text",
     streaming: bool = False,
     data_files=None,
+    sample_by: str | None = None,
 ) -> Dataset | IterableDataset:
     """Load a text corpus as a dataset with a single "text" column.
 
@@ -127,6 +131,9 @@ def load_text_dataset(
         text_column: the column holding the text; renamed to "text", other columns dropped.
         streaming: return a lazily read `IterableDataset`.
         data_files: data files of a Hub dataset or packaged builder (ignored for local sources).
+        sample_by: for local text files, what one row is: "paragraph" (the default), "line" or
+            "document" (a whole file: a contiguous character stream, as nanoGPT reads Tiny
+            Shakespeare).
 
     Returns:
         A `Dataset`, or an `IterableDataset` if `streaming`, with one string column "text".
@@ -152,6 +159,11 @@ def load_text_dataset(
         if len(builders) > 1:
             raise ValueError(f"{source!r} mixes file types ({sorted(builders)}); load them separately.")
         builder, kwargs = _builder_for(files[0])
+        if sample_by is not None:
+            if sample_by not in SAMPLE_BY:
+                raise ValueError(f"`sample_by` must be one of {list(SAMPLE_BY)}, got {sample_by!r}.")
+            if builder == "text":
+                kwargs = {**kwargs, "sample_by": sample_by}
         logger.info("Loading %d local %s file(s) from %s.", len(files), builder, source)
         dataset = load_dataset(
             builder, data_files={"train": files}, split=split, streaming=streaming, **kwargs

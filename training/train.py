@@ -286,9 +286,20 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
             split=data_args.split,
             text_column=data_args.text_column,
             streaming=streaming,
+            sample_by=data_args.sample_by,
         )
         dataset = _limit(dataset, data_args)
-        splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+        if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
+            held_out = load_text_dataset(
+                data_args.eval_dataset,
+                config_name=data_args.config_name,
+                text_column=data_args.text_column,
+                streaming=streaming,
+                sample_by=data_args.sample_by,
+            )
+            splits = {"train": dataset, "eval": held_out}
+        else:
+            splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
         tokenizer = _load_or_train_tokenizer(data_args, train_args, splits["train"], accelerator)
         packed = {
             name: tokenize_and_pack(
@@ -317,6 +328,12 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
             f"{source}, streamed: {data_args.eval_fraction:.1%} of the documents held out; training "
             f"blocks of {data_args.block_size} tokens (GPT-2 packing) read in a shuffle buffer of "
             f"{data_args.shuffle_buffer_size:,} blocks; {n_eval:,} evaluation blocks."
+        )
+    elif data_args.eval_dataset:
+        description = (
+            f"{source}: {len(dataset)} documents; evaluated on `{data_args.eval_dataset}`; "
+            f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
         )
     else:
         description = (
@@ -645,6 +662,15 @@ def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args:
         raise ValueError(
             f"`document_mask` is an attention mask: it applies to arch='transformer', not {arch!r}."
         )
+
+
+def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> bool:
+    """Whether `budget_s` seconds have passed since `start`, as the main process sees it (every
+    process stops at the same step)."""
+    spent = torch.tensor(float(time.perf_counter() - start >= budget_s), device=accelerator.device)
+    if accelerator.num_processes > 1:
+        spent = accelerator.reduce(spent, reduction="sum") > 0
+    return bool(spent)
 
 
 def fit_ngram(model: HfLmNGramForCausalLM, train_blocks, streaming: bool) -> HfLmNGramForCausalLM:
@@ -1129,6 +1155,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
 
     model.train()
     step, last_loss, evaluation = start_step, float("nan"), None
+    loop_start = time.perf_counter()
+    evaluated_at = None
     recent: list[float] = []
     bar = tqdm(
         total=train_args.max_steps,
@@ -1139,6 +1167,13 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     )
     with logging_redirect_tqdm(), bar:
         while step < train_args.max_steps and not ngram:
+            if train_args.max_train_seconds is not None and budget_spent(
+                loop_start, train_args.max_train_seconds, accelerator
+            ):
+                logger.info(
+                    "Training-time budget of %.0f s reached at step %d.", train_args.max_train_seconds, step
+                )
+                break
             micro_losses = []
             sampling_p = train_args.sampling_probability(step)  # None without scheduled sampling
             extra_inputs = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
@@ -1216,7 +1251,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     "step %d/%d  loss %.4f  lr %.2e", step, train_args.max_steps, mean, row["learning_rate"]
                 )
             if step % train_args.eval_every == 0 or step == train_args.max_steps:
-                evaluation = run_evaluation()
+                evaluation, evaluated_at = run_evaluation(), step
                 row.update(evaluation)
                 logger.info(
                     "step %d  %s",
@@ -1268,11 +1303,15 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     )
                 accelerator.wait_for_everyone()
 
-    if evaluation is None:  # a fitted n-gram model, or a resumed run that had already finished
+    stopped_by_budget = evaluated_at != step and step > start_step
+    if evaluation is None or stopped_by_budget:
+        # a fitted n-gram model, a resumed run that had already finished, or a run stopped by
+        # its time budget after its last evaluation
         evaluation = run_evaluation()
-        if ngram and accelerator.is_main_process:
+        if (ngram or stopped_by_budget) and accelerator.is_main_process:
             csv_log.write(
-                {"step": 0, "epoch": 1, **evaluation, "seconds": round(time.perf_counter() - start_time, 2)}
+                {"step": step, "epoch": 1 if ngram else None, **evaluation}
+                | {"seconds": round(time.perf_counter() - start_time, 2)}
             )
     metrics = {
         "step": step,
