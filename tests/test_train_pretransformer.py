@@ -69,6 +69,16 @@ def test_ngram_is_fitted_not_trained_and_beats_unigram(tmp_path):
     rows = (tmp_path / "tri" / "metrics.csv").read_text().splitlines()
     assert len(rows) == 2 and "eval_loss" in rows[0]
 
+    # the same perplexity tool as for every causal LM (a model without learned positions gets the
+    # default window); the text is from the training split, so it scores better than held-out text
+    from training import evaluate_cli
+    from training.corpora import load_builtin_corpus
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(load_builtin_corpus("synthetic")[:10]))
+    result = evaluate_cli.main(["--model", str(final), "--text_file", str(text)])
+    assert result["max_length"] == 1024 and result["loss"] < trigram["eval_loss"]
+
 
 @pytest.mark.parametrize(
     "arch,extra",

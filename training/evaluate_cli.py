@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 
-from hf_lm.metrics.sliding_window import sliding_window_perplexity
+from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,10 @@ class EvalArguments:
     model: str = field(metadata={"help": "Folder of a causal LM and its tokenizer (save_pretrained)."})
     text_file: str = field(metadata={"help": "UTF-8 text file, scored as one token stream."})
     max_length: int | None = field(
-        default=None, metadata={"help": "Window size; default: the model's max_position_embeddings."}
+        default=None,
+        metadata={
+            "help": "Window size; default: the model's max_position_embeddings (1024 without learned positions)."
+        },
     )
     stride: int | None = field(
         default=None, metadata={"help": "Step between windows (<= max_length); default: max_length // 2."}
@@ -56,7 +59,7 @@ def evaluate_file(args: EvalArguments) -> dict:
     )
     if args.device is not None:
         model = model.to(args.device)
-    max_length = args.max_length or model.config.max_position_embeddings
+    max_length = args.max_length or default_window(model.config)
     stride = args.stride or max(1, max_length // 2)
 
     with open(args.text_file, encoding="utf-8") as f:

@@ -73,6 +73,17 @@ def sliding_windows(num_tokens: int, max_length: int, stride: int) -> list[Windo
     return windows
 
 
+# the window of models without learned positions (n-gram, feed-forward and recurrent LMs): the
+# n-gram and feed-forward models see only their own short window anyway, a recurrence any length
+DEFAULT_WINDOW = 1024
+
+
+def default_window(config) -> int:
+    """The window `sliding_window_perplexity` uses by default: the model's `max_position_embeddings`,
+    or `DEFAULT_WINDOW` for a model that has none."""
+    return getattr(config, "max_position_embeddings", None) or DEFAULT_WINDOW
+
+
 def bits_per_unit(nll_sum: float, count: int | None) -> float | None:
     """Total negative log-likelihood (nats) converted to bits per unit (token, character, word)."""
     if not count:

@@ -19,7 +19,7 @@ import datasets
 import evaluate
 import torch
 
-from hf_lm.metrics.sliding_window import bits_per_unit, sliding_window_perplexity
+from hf_lm.metrics.sliding_window import bits_per_unit, default_window, sliding_window_perplexity
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ Args:
     model_id (str): a local folder loadable by `AutoModelForCausalLM`/`AutoTokenizer`
         (`trust_remote_code=True`).
     tokenizer: the tokenizer for `model` (required with `model`).
-    max_length (int): window size; defaults to the model's `max_position_embeddings`.
+    max_length (int): window size; defaults to the model's `max_position_embeddings` (1024 for
+        models without learned positions: n-gram, feed-forward, recurrent).
     stride (int): step between windows, `1 <= stride <= max_length`; defaults to `max_length // 2`.
     batch_size (int): windows per forward pass (default 1).
     add_start_token (bool): prepend the tokenizer's BOS token so the first token is scored too.
@@ -108,7 +109,7 @@ class Perplexity(evaluate.Metric):
         if tokenizer is None:
             raise ValueError("Pass `tokenizer` with `model`.")
         if max_length is None:
-            max_length = model.config.max_position_embeddings
+            max_length = default_window(model.config)
         if stride is None:
             stride = max(1, max_length // 2)
 
