@@ -556,3 +556,14 @@ def test_masked_lm_loss_gradients_equal_those_of_the_full_logits():
     slow = torch.autograd.grad(reference, params)
     for a, b in zip(fast, slow):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_albert_options_come_from_the_shared_base_with_the_same_checkpoint_names():
+    from hf_lm.models.hflm_configuration_base import HfLmTransformerConfig
+
+    assert {"embedding_size", "num_hidden_groups"} <= set(HfLmTransformerConfig.__dataclass_fields__)
+    config = tiny_bert_config(embedding_size=16, num_hidden_groups=1, num_hidden_layers=3)
+    keys = set(HfLmBertForMaskedLM(config).state_dict())
+    assert {"model.embed_tokens.weight", "model.embed_proj.weight", "model.embed_proj.bias"} <= keys
+    assert {k.split(".")[2] for k in keys if k.startswith("model.layers.")} == {"0"}
+    assert config.to_dict()["embedding_size"] == 16 and config.to_dict()["num_hidden_groups"] == 1

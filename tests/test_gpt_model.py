@@ -453,3 +453,193 @@ def test_document_ids_keep_attention_inside_each_packed_document():
         )
     with pytest.raises(ValueError, match="document_ids"):
         model(packed, document_ids=docs[:, :5])
+
+
+# ---------------------------------------------------------------- ALBERT's options: factorized embeddings, shared blocks
+
+# E < C (tied and untied heads, positions added at width E), shared blocks (one, or two over four
+# layers), and both at once, over several position schemes and attention kinds
+ALBERT_VARIANTS = {
+    "factorized_tied": dict(embedding_size=16),
+    "factorized_untied_sinusoidal": dict(
+        embedding_size=12, tie_word_embeddings=False, position_embedding_type="sinusoidal"
+    ),
+    "shared_one_block": dict(num_hidden_layers=3, num_hidden_groups=1),
+    "shared_two_groups_rope_gqa": dict(
+        num_hidden_layers=4, num_hidden_groups=2, position_embedding_type="rope", num_key_value_heads=2
+    ),
+    "albert_alibi_swiglu": dict(
+        embedding_size=8,
+        num_hidden_layers=3,
+        num_hidden_groups=1,
+        position_embedding_type="alibi",
+        hidden_act="swiglu",
+    ),
+}
+
+
+@pytest.fixture(params=sorted(ALBERT_VARIANTS))
+def albert_config(request):
+    return tiny_gpt_config(**ALBERT_VARIANTS[request.param])
+
+
+def test_factorized_tied_head_maps_hidden_to_embedding_to_vocab():
+    """E < C: a V x E table and an E -> C projection in; C -> E (a learned bias-free Linear) then
+    the tied V x E matrix out, so tying still works and the vocabulary costs V*E, not V*C."""
+    V, C, E, P = 97, 32, 16, 64
+    model = lm(tiny_gpt_config(embedding_size=E))
+    embed = model.model.embed_tokens.weight
+    assert embed.shape == (V, E) and model.lm_head.weight is embed  # tied
+    assert model.model.positions.embeddings.weight.shape == (P, E)  # positions live at width E too
+    assert model.model.embed_proj.weight.shape == (C, E) and model.model.embed_proj.bias is not None
+    assert model.output_projection.weight.shape == (E, C) and model.output_projection.bias is None
+    x = ids()
+    out = model(x, output_hidden_states=True)
+    last = out.hidden_states[-1]  # (B, T, C) after the final norm
+    assert last.shape == (2, 10, C) and out.logits.shape == (2, 10, V)
+    torch.testing.assert_close(out.logits, (last @ model.output_projection.weight.T) @ embed.T)
+    # exactly the parameters factorization saves: V*(C-E) + P*(C-E), minus both projections
+    full = lm(tiny_gpt_config())
+    saved = V * (C - E) + P * (C - E) - (E * C + C) - C * E
+    assert full.num_parameters() - model.num_parameters() == saved
+    # untied: the head reads the C-wide state directly (V x C), the input side stays factorized
+    untied = lm(tiny_gpt_config(embedding_size=E, tie_word_embeddings=False))
+    assert isinstance(untied.output_projection, torch.nn.Identity) and untied.lm_head.weight.shape == (V, C)
+    assert untied.num_parameters() == model.num_parameters() - C * E + V * C
+
+
+def test_shared_blocks_really_share_parameters():
+    L, G = 4, 2
+    shared = lm(tiny_gpt_config(num_hidden_layers=L, num_hidden_groups=G))
+    unshared = lm(tiny_gpt_config(num_hidden_layers=L))
+    assert len(shared.model.layers) == G and shared.model.layer_to_block == [0, 0, 1, 1]
+    per_block = sum(p.numel() for p in unshared.model.layers[0].parameters())
+    # a shared block counts once, in num_parameters and in the state dict
+    assert unshared.num_parameters() - shared.num_parameters() == (L - G) * per_block
+    assert not any(k.startswith(("model.layers.2.", "model.layers.3.")) for k in shared.state_dict())
+    # the forward is the embeddings run through block 0, 0, 1, 1 (then the final norm)
+    x = ids()
+    with torch.no_grad():
+        h = shared.model.embed_tokens(x) + shared.model.positions.embed(torch.arange(10)[None], torch.float32)
+        for block in (0, 0, 1, 1):
+            h = shared.model.layers[block](h, is_causal=True)[0]
+        torch.testing.assert_close(shared.model(x).last_hidden_state, shared.model.norm(h))
+    # one gradient per shared block, accumulated over the layers that run it
+    shared.train()
+    shared(x, labels=x).loss.backward()
+    assert all(p.grad is not None for p in shared.parameters())
+
+
+def test_shared_blocks_keep_one_cache_slot_per_layer():
+    model = lm(tiny_gpt_config(num_hidden_layers=3, num_hidden_groups=1))
+    out = model(ids(t=6), use_cache=True)
+    cache = out.past_key_values
+    assert len(cache.layers) == 3 and cache.get_seq_length() == 6
+    # the same block sees different inputs at each depth, so each layer caches different keys
+    assert not torch.allclose(cache.layers[0].keys, cache.layers[1].keys)
+    assert kv_cache_bytes(model.config, 2, 6, torch.float32) == sum(
+        layer.keys.nbytes + layer.values.nbytes for layer in cache.layers
+    )
+
+
+def test_albert_options_no_causal_leak_and_cache_equals_full_forward(albert_config):
+    model = lm(albert_config)
+    x = ids(t=12)
+    y = x.clone()
+    y[:, 6:] = (y[:, 6:] + 5) % 90 + 3
+    with torch.no_grad():
+        full = model(x, use_cache=False).logits
+        torch.testing.assert_close(model(y).logits[:, :6], full[:, :6], rtol=0, atol=1e-6)
+        out = model(x[:, :5], use_cache=True)
+        steps = [out.logits]
+        for t in range(5, 12, 3):
+            out = model(x[:, t : t + 3], past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sample"])
+def test_albert_options_generate_cached_equals_uncached(albert_config, mode):
+    model = lm(albert_config)
+    x = ids(b=2, t=6)
+    mask = torch.ones_like(x)
+    mask[0, :2] = 0  # left padding
+    kwargs = dict(attention_mask=mask, max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+    kwargs.update(
+        {
+            "greedy": dict(do_sample=False),
+            "beam": dict(do_sample=False, num_beams=3, num_return_sequences=2),
+            "sample": dict(do_sample=True, temperature=0.8, top_k=20),
+        }[mode]
+    )
+    torch.manual_seed(1)
+    a = model.generate(x, use_cache=True, **kwargs)
+    torch.manual_seed(1)
+    b = model.generate(x, use_cache=False, **kwargs)
+    assert a.shape[1] == 6 + 8 and torch.equal(a, b)
+    if mode == "greedy":  # a preallocated cache too
+        assert torch.equal(model.generate(x, cache_implementation="static", **kwargs), a)
+
+
+def test_albert_options_activation_checkpointing_gives_the_same_gradients():
+    model = HfLmGPTForCausalLM(
+        tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
+    ).train()
+    x = ids()
+    model(x, labels=x).loss.backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.activation_checkpointing_enable()
+    model(x, labels=x).loss.backward()
+    for a, p in zip(ref, model.parameters()):
+        torch.testing.assert_close(a, p.grad)
+
+
+def test_albert_options_save_and_load(tmp_path):
+    from safetensors import safe_open
+    from test_gpt_save_load import run_remote, save_with_expectations
+
+    config = tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
+    model = lm(config)
+    model.save_pretrained(tmp_path / "local")
+    loaded, info = HfLmGPTForCausalLM.from_pretrained(tmp_path / "local", output_loading_info=True)
+    assert not any(info.values()), info
+    assert loaded.config.embedding_size == 16 and loaded.config.num_hidden_groups == 1
+    assert loaded.lm_head.weight is loaded.model.embed_tokens.weight
+    x = ids()
+    torch.testing.assert_close(loaded.eval()(x).logits, model(x).logits, rtol=0, atol=0)
+    with safe_open(tmp_path / "local" / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert "lm_head.weight" not in keys and "output_projection.weight" in keys  # the tied matrix once
+    assert {k.split(".")[2] for k in keys if k.startswith("model.layers.")} == {"0"}  # one block stored
+    # and the shipped code alone (no hf_lm) rebuilds it
+    folder, cls_folder = tmp_path / "lm", tmp_path / "cls"
+    save_with_expectations(model, folder, cls_folder)
+    run_remote(folder, cls_folder, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(embedding_size=0), "embedding_size"),
+        (dict(embedding_size=16.0), "embedding_size"),
+        (dict(num_hidden_groups=3), "num_hidden_groups"),
+        (dict(num_hidden_groups=0), "num_hidden_groups"),
+        (dict(position_embedding_type="sinusoidal", embedding_size=15), "embedding_size"),
+    ],
+)
+def test_invalid_albert_options_raise_naming_the_field(overrides, field):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        tiny_gpt_config(**overrides)
+
+
+def test_families_without_albert_options_refuse_them():
+    from hf_lm import HfLmT5Config
+
+    small = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    assert HfLmT5Config(**small).embedding_size is None  # nothing filled in where it means nothing
+    HfLmT5Config(**small, embedding_size=32, num_hidden_groups=2)  # the values that change nothing
+    with pytest.raises(ValueError, match="`embedding_size` is not supported"):
+        HfLmT5Config(**small, embedding_size=16)
+    with pytest.raises(ValueError, match="`num_hidden_groups` is not supported"):
+        HfLmT5Config(**small, num_hidden_groups=1)

@@ -486,7 +486,10 @@ class Attention(nn.Module):
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
         past_key_values=None,
         output_attentions: bool = False,
+        layer_idx: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`layer_idx` overrides the module's cache slot: a block shared by several layers
+        (`num_hidden_groups`) runs at several depths, each with its own keys and values."""
         B, T, _ = hidden_states.shape
         q, k, v = self.qkv_proj(hidden_states).split(self.split_sizes, dim=-1)
         q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
@@ -496,7 +499,9 @@ class Attention(nn.Module):
             cos, sin = position_embeddings
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if past_key_values is not None:
-            k, v = past_key_values.update(k, v, self.layer_idx)  # (B, nkv, S, hs)
+            k, v = past_key_values.update(
+                k, v, self.layer_idx if layer_idx is None else layer_idx
+            )  # (B, nkv, S, hs)
         # output_attentions needs the probabilities, which only the eager path materializes
         impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
         y, weights = ATTENTION_FUNCTIONS[impl](
@@ -544,13 +549,16 @@ class CrossAttention(nn.Module):
         cross_cache=None,
         is_updated: dict | None = None,
         output_attentions: bool = False,
+        layer_idx: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`layer_idx` overrides the module's cache slot (see `Attention.forward`)."""
+        layer_idx = self.layer_idx if layer_idx is None else layer_idx
         B, T, _ = hidden_states.shape
         q = (
             self.q_proj(hidden_states).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
         )  # (B, nh, T, hs)
-        if cross_cache is not None and is_updated is not None and is_updated.get(self.layer_idx):
-            layer = cross_cache.layers[self.layer_idx]
+        if cross_cache is not None and is_updated is not None and is_updated.get(layer_idx):
+            layer = cross_cache.layers[layer_idx]
             k, v = layer.keys, layer.values  # (B, nkv, S, hs), computed at the first step
         else:
             S = encoder_hidden_states.shape[1]
@@ -558,9 +566,9 @@ class CrossAttention(nn.Module):
             k = k.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
             v = v.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)
             if cross_cache is not None:
-                k, v = cross_cache.update(k, v, self.layer_idx)
+                k, v = cross_cache.update(k, v, layer_idx)
                 if is_updated is not None:
-                    is_updated[self.layer_idx] = True
+                    is_updated[layer_idx] = True
         impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
         y, weights = ATTENTION_FUNCTIONS[impl](
             q,
@@ -623,14 +631,17 @@ class TransformerBlock(GradientCheckpointingLayer):
         output_attentions: bool = False,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
+        layer_idx: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """`layer_idx`: the depth this call runs at, when it differs from the block's own (a block
+        shared by several layers, `num_hidden_groups`): it picks the layer's slot of the cache."""
         # an EncoderDecoderCache holds one cache per attention kind
         self_cache = getattr(past_key_values, "self_attention_cache", past_key_values)
         weights = {}
 
         def self_branch(x):
             y, weights["self"] = self.self_attn(
-                x, attention_mask, is_causal, position_embeddings, self_cache, output_attentions
+                x, attention_mask, is_causal, position_embeddings, self_cache, output_attentions, layer_idx
             )
             return y
 
@@ -642,6 +653,7 @@ class TransformerBlock(GradientCheckpointingLayer):
                 getattr(past_key_values, "cross_attention_cache", None),
                 getattr(past_key_values, "is_updated", None),
                 output_attentions,
+                layer_idx,
             )
             return y
 
@@ -650,6 +662,33 @@ class TransformerBlock(GradientCheckpointingLayer):
             x = self._residual(x, self.cross_attn_norm, cross_branch)
         x = self._residual(x, self.mlp_norm, self.mlp)
         return x, weights.get("self"), weights.get("cross")
+
+
+def build_blocks(config, is_causal: bool = True, cross_attention: bool = False) -> nn.ModuleList:
+    """The distinct blocks of a stack: `config.num_hidden_groups` of them (one per layer by default).
+
+    ALBERT's cross-layer sharing (Lan et al., 2020): with fewer groups than layers, consecutive
+    layers run the same block (`layer_to_block`), so the stack's parameters shrink by the
+    factor layers / groups while its depth, and so its compute, stay the same.
+    """
+    return nn.ModuleList(
+        TransformerBlock(config, i, is_causal=is_causal, cross_attention=cross_attention)
+        for i in range(config.num_hidden_groups)
+    )
+
+
+def layer_to_block(config) -> list[int]:
+    """The block each layer runs: layer i runs block `i * groups // layers` (ALBERT's grouping)."""
+    layers, groups = config.num_hidden_layers, config.num_hidden_groups
+    return [i * groups // layers for i in range(layers)]
+
+
+def build_embedding_projection(config) -> nn.Module:
+    """ALBERT's factorized embeddings: the E-wide embeddings projected up to the model width H
+    (V*E + E*H parameters instead of V*H); the identity when E == H."""
+    if config.embedding_size == config.hidden_size:
+        return nn.Identity()
+    return nn.Linear(config.embedding_size, config.hidden_size)  # (B, T, E) -> (B, T, H)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -760,7 +799,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
     def _card_fields(self) -> list[tuple[str, object]]:
         """(name, value) rows of the default card's architecture table; non-Transformer families override it."""
         cfg = self.config
-        return [
+        rows = [
             ("model_type", cfg.model_type),
             ("layers", cfg.num_hidden_layers),
             ("hidden_size", cfg.hidden_size),
@@ -769,8 +808,15 @@ class HfLmPreTrainedModel(PreTrainedModel):
             ("positions", cfg.position_embedding_type),
             ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
             ("vocabulary", cfg.vocab_size),
-            ("parameters", f"{self.num_parameters():,}"),
         ]
+        # ALBERT's options, where a family uses them
+        embedding_size = getattr(cfg, "embedding_size", None)
+        if embedding_size not in (None, cfg.hidden_size):
+            rows.append(("embedding_size (factorized)", embedding_size))
+        groups = getattr(cfg, "num_hidden_groups", None)
+        if groups not in (None, cfg.num_hidden_layers):
+            rows.append(("distinct blocks (shared across layers)", groups))
+        return rows + [("parameters", f"{self.num_parameters():,}")]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -79,7 +79,18 @@ class HfLmTransformerConfig(PreTrainedConfig):
         tie_word_embeddings: share the input embedding and the output projection.
         use_cache: return a KV cache by default.
         pad_token_id, bos_token_id, eos_token_id: special tokens, `None` or ids inside the vocabulary.
+        embedding_size: width E of the token (and absolute position) embeddings; `None` = hidden
+            size. E < H is ALBERT's factorized embedding (Lan et al., 2020): a V x E table and an
+            E -> H projection, V*E + E*H parameters instead of V*H.
+        num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
+            `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
+
+    The last two are implemented by the families that set `supports_albert_options` (GPT, BERT);
+    the others refuse values other than the defaults rather than silently ignoring them.
     """
+
+    # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
+    supports_albert_options = False
 
     vocab_size: int = 50257
     hidden_size: int = 768
@@ -108,6 +119,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
+    embedding_size: int | None = None
+    num_hidden_groups: int | None = None
 
     def __post_init__(self, **kwargs):
         # derived fields first, so they are validated like the rest
@@ -124,6 +137,11 @@ class HfLmTransformerConfig(PreTrainedConfig):
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
+        if self.supports_albert_options:
+            if self.embedding_size is None:
+                self.embedding_size = self.hidden_size
+            if self.num_hidden_groups is None:
+                self.num_hidden_groups = self.num_hidden_layers
         super().__post_init__(**kwargs)
         self.validate_hflm()
 
@@ -147,9 +165,12 @@ class HfLmTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`head_dim` must be even for position_embedding_type='rope', got {self.head_dim}."
             )
-        if self.position_embedding_type == "sinusoidal" and self.hidden_size % 2:
+        self._validate_albert_options()
+        # absolute positions are added to the token embeddings, at width E
+        width_name = "hidden_size" if self.embedding_size in (None, self.hidden_size) else "embedding_size"
+        if self.position_embedding_type == "sinusoidal" and getattr(self, width_name) % 2:
             raise ValueError(
-                f"`hidden_size` must be even for position_embedding_type='sinusoidal', got {self.hidden_size}."
+                f"`{width_name}` must be even for position_embedding_type='sinusoidal', got {getattr(self, width_name)}."
             )
         for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
             _positive_int(name, getattr(self, name))
@@ -179,3 +200,24 @@ class HfLmTransformerConfig(PreTrainedConfig):
             _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
+
+    def _validate_albert_options(self) -> None:
+        if not self.supports_albert_options:
+            # T5 and BART do not implement them: accept only the values that change nothing
+            for name, neutral in (
+                ("embedding_size", self.hidden_size),
+                ("num_hidden_groups", self.num_hidden_layers),
+            ):
+                if getattr(self, name) not in (None, neutral):
+                    raise ValueError(
+                        f"`{name}` is not supported by {self.model_type or type(self).__name__} (only the "
+                        f"hflm_gpt and hflm_bert families implement it): leave it None, got {getattr(self, name)!r}."
+                    )
+            return
+        _positive_int("embedding_size", self.embedding_size)
+        _positive_int("num_hidden_groups", self.num_hidden_groups)
+        if self.num_hidden_groups > self.num_hidden_layers:
+            raise ValueError(
+                f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
+                f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
+            )

@@ -5,7 +5,7 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
-from .hflm_configuration_base import HfLmTransformerConfig, _positive_int, _probability
+from .hflm_configuration_base import HfLmTransformerConfig, _probability
 
 # Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are
 # left to the caller (`HfLmBertConfig.from_preset("roberta", hidden_size=256, ...)`).
@@ -23,15 +23,12 @@ class HfLmBertConfig(HfLmTransformerConfig):
     """A bidirectional Transformer encoder. Defaults are BERT-base; validated at construction.
 
     Besides the shared fields of `HfLmTransformerConfig` (BERT defaults: post-norm LayerNorm with
-    eps 1e-12, exact GELU, learned positions up to 512, dropout 0.1):
+    eps 1e-12, exact GELU, learned positions up to 512, dropout 0.1; ALBERT's `embedding_size`,
+    the width of the token, position and segment embeddings, and `num_hidden_groups`):
 
     Args:
         type_vocab_size: number of segment (token type) embeddings; 2 for BERT's sentence pairs,
             0 for none (RoBERTa).
-        embedding_size: width E of the token, position and segment embeddings; `None` = hidden
-            size. E < H is ALBERT's factorized embedding: V*E + E*H parameters instead of V*H.
-        num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
-            `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
         classifier_dropout: dropout before the classification heads; `None` = `hidden_dropout`.
         sparse_prediction: during training with `labels`, run the masked-LM head only on the
             positions that have a label (about 15%) and return logits for those positions only,
@@ -45,6 +42,7 @@ class HfLmBertConfig(HfLmTransformerConfig):
     """
 
     model_type = "hflm_bert"
+    supports_albert_options = True
 
     # BERT-base
     vocab_size: int = 30522
@@ -57,17 +55,8 @@ class HfLmBertConfig(HfLmTransformerConfig):
     use_cache: bool = False  # an encoder has no incremental decoding
     pad_token_id: int | None = 0
     type_vocab_size: int = 2
-    embedding_size: int | None = None
-    num_hidden_groups: int | None = None
     classifier_dropout: float | None = None
     sparse_prediction: bool = False
-
-    def __post_init__(self, **kwargs):
-        if self.embedding_size is None:
-            self.embedding_size = self.hidden_size
-        if self.num_hidden_groups is None:
-            self.num_hidden_groups = self.num_hidden_layers
-        super().__post_init__(**kwargs)
 
     def validate_hflm(self) -> None:
         super().validate_hflm()
@@ -78,17 +67,6 @@ class HfLmBertConfig(HfLmTransformerConfig):
         ):
             raise ValueError(
                 f"`type_vocab_size` must be a non-negative integer (0 = no segment embeddings), got {self.type_vocab_size!r}."
-            )
-        _positive_int("embedding_size", self.embedding_size)
-        _positive_int("num_hidden_groups", self.num_hidden_groups)
-        if self.num_hidden_groups > self.num_hidden_layers:
-            raise ValueError(
-                f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
-                f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
-            )
-        if self.position_embedding_type == "sinusoidal" and self.embedding_size % 2:
-            raise ValueError(
-                f"`embedding_size` must be even for position_embedding_type='sinusoidal', got {self.embedding_size}."
             )
         if self.classifier_dropout is not None:
             _probability("classifier_dropout", self.classifier_dropout)

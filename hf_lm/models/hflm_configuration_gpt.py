@@ -16,6 +16,12 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     attention_bias=False, mlp_bias=False, tie_word_embeddings=False` with `num_key_value_heads` for
     GQA. See `HfLmTransformerConfig` for the fields.
 
+    ALBERT's options apply too: `embedding_size` E < H gives a V x E token table (positions are
+    added at width E) projected up to H; a tied head then maps H -> E with a bias-free Linear
+    (`output_projection`) before the V x E embedding matrix, so it scores in the embedding space.
+    `num_hidden_groups` < `num_hidden_layers` shares blocks across layers; each layer keeps its own
+    slot of the KV cache, since the same block sees different inputs at different depths.
+
     Example:
         >>> from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
         >>> config = HfLmGPTConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
@@ -23,4 +29,5 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     """
 
     model_type = "hflm_gpt"
+    supports_albert_options = True
     keys_to_ignore_at_inference = ["past_key_values"]

@@ -33,14 +33,16 @@ from .hflm_blocks import (
     NORMS,
     POSITION_ENCODINGS,
     HfLmPreTrainedModel,
-    TransformerBlock,
     build_attention_mask,
+    build_blocks,
+    build_embedding_projection,
     build_norm,
     check_labels,
     check_padding_mask,
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
+    layer_to_block,
     lm_loss,
     real_token_positions,
     sequence_classification_loss,
@@ -90,14 +92,10 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
         # ALBERT: embeddings live in a small space E and are projected up to the model width C
-        self.embed_proj = nn.Linear(E, C) if E != C else nn.Identity()
+        self.embed_proj = build_embedding_projection(config)
         # cross-layer sharing: `num_hidden_groups` distinct blocks, layer i runs block layer_to_block[i]
-        self.layers = nn.ModuleList(
-            TransformerBlock(config, i, is_causal=False) for i in range(config.num_hidden_groups)
-        )
-        self.layer_to_block = [
-            i * config.num_hidden_groups // config.num_hidden_layers for i in range(config.num_hidden_layers)
-        ]
+        self.layers = build_blocks(config, is_causal=False)
+        self.layer_to_block = layer_to_block(config)
         # a post-norm stack already ends in a norm; a pre-norm stack needs one
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         if add_pooling_layer:

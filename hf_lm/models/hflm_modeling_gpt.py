@@ -4,7 +4,10 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 The blocks (attention, positions, norms, feed-forwards) live in `hflm_blocks`; this file only
 composes them, in the shape of GPT-2 (Radford et al., 2019) and its descendants (Llama).
 
-Shape legend: B batch, T new tokens, S past + T, C hidden size, V vocabulary.
+ALBERT's parameter savings (Lan et al., 2020) are config values here too: factorized embeddings
+(`embedding_size` E < C) and cross-layer sharing (`num_hidden_groups` < `num_hidden_layers`).
+
+Shape legend: B batch, T new tokens, S past + T, C hidden size, E embedding size, V vocabulary.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ from transformers.modeling_outputs import (
 from .hflm_blocks import (
     POSITION_ENCODINGS,
     HfLmPreTrainedModel,
-    TransformerBlock,
     VocabProjection,
     build_attention_mask,
+    build_blocks,
+    build_embedding_projection,
     build_norm,
     check_labels,
     check_padding_mask,
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
+    layer_to_block,
     lm_loss,
     sequence_classification_loss,
 )
@@ -43,14 +48,23 @@ class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
 
 
 class HfLmGPTModel(HfLmGPTPreTrainedModel):
-    """Token embeddings -> N causal Transformer blocks -> final norm (pre-norm stacks only)."""
+    """Token embeddings -> N causal Transformer blocks -> final norm (pre-norm stacks only).
+
+    With `embedding_size` E < C the token and absolute position embeddings are E wide and a Linear
+    projects their sum up to C (`embed_proj`); with `num_hidden_groups` G < N, `layers` holds G
+    blocks and layer i runs `layers[layer_to_block[i]]`.
+    """
 
     def __init__(self, config: HfLmGPTConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config)
+        E = config.embedding_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, E)
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E)
+        self.embed_proj = build_embedding_projection(config)  # identity unless E != C
         self.dropout = nn.Dropout(config.hidden_dropout)
-        self.layers = nn.ModuleList(TransformerBlock(config, i) for i in range(config.num_hidden_layers))
+        # `num_hidden_groups` distinct blocks; layer i runs block layer_to_block[i]
+        self.layers = build_blocks(config)
+        self.layer_to_block = layer_to_block(config)
         # a post-norm stack already ends in a norm; a pre-norm stack needs one before the head
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
@@ -79,7 +93,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
             position_ids: (B|1, T) positions; by default past..past+T-1. `generate()` derives them
                 from the attention mask, so left padding does not shift a prompt's positions.
             past_key_values: a transformers `Cache` (a `DynamicCache` is made when `use_cache`).
-            inputs_embeds: (B, T, C) instead of `input_ids`.
+            inputs_embeds: (B, T, E) instead of `input_ids` (E = C unless embeddings are factorized).
             prefix_lengths: (B,) optional prefix-LM mask: the first `prefix_lengths[b]` tokens are
                 visible to every position (bidirectional prefix, causal rest).
             document_ids: (B, S) for blocks packed from several documents: the document index of
@@ -97,7 +111,10 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         if self.gradient_checkpointing and self.training:
             use_cache = False  # recomputed layers would append to the cache a second time
 
-        inputs_embeds = embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size)  # (B, T, C)
+        width_name = "hidden_size" if cfg.embedding_size == cfg.hidden_size else "embedding_size"
+        inputs_embeds = embed_inputs(
+            input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, width_name
+        )  # (B, T, E)
         B, T = inputs_embeds.shape[:2]
 
         if use_cache and past_key_values is None:
@@ -135,8 +152,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
         if pos_embeds is not None:
-            hidden_states = hidden_states + pos_embeds
-        hidden_states = self.dropout(hidden_states)
+            hidden_states = hidden_states + pos_embeds  # (B, T, E)
+        hidden_states = self.dropout(self.embed_proj(hidden_states))  # (B, T, C)
         rotary = self.positions.rotary(position_ids, hidden_states.dtype)
         bias = self.positions.attention_bias(T, kv_len, past_len, hidden_states.device, hidden_states.dtype)
         mask, is_causal = build_attention_mask(
@@ -154,16 +171,17 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
 
         all_hidden_states = () if output_hidden_states else None
         all_attentions = () if output_attentions else None
-        for layer in self.layers:
+        for i, block in enumerate(self.layer_to_block):
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
-            hidden_states, weights, _ = layer(
+            hidden_states, weights, _ = self.layers[block](
                 hidden_states,
                 attention_mask=mask,
                 is_causal=is_causal,
                 position_embeddings=rotary,
                 past_key_values=past_key_values,
                 output_attentions=output_attentions,
+                layer_idx=i,  # a shared block writes layer i's slot of the cache
             )
             if output_attentions:
                 all_attentions += (weights,)
@@ -181,14 +199,25 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
 
 
 class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
-    """The decoder with a language-modeling head (tied to the input embeddings by default)."""
+    """The decoder with a language-modeling head (tied to the input embeddings by default).
+
+    With factorized embeddings (E < C) a tied head maps C -> E -> V: a bias-free Linear
+    (`output_projection`, C -> E, learned, not tied) brings the final state into the embedding
+    space, where the V x E embedding matrix scores every token. An untied head reads the C-wide
+    state directly (`output_projection` is then the identity), as in the RNN family.
+    """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 
     def __init__(self, config: HfLmGPTConfig):
         super().__init__(config)
         self.model = HfLmGPTModel(config)
-        self.lm_head = VocabProjection(config.hidden_size, config.vocab_size, bias=False)
+        factorized_tied = config.tie_word_embeddings and config.embedding_size != config.hidden_size
+        head_width = config.embedding_size if factorized_tied else config.hidden_size
+        self.output_projection = (
+            nn.Linear(config.hidden_size, head_width, bias=False) if factorized_tied else nn.Identity()
+        )
+        self.lm_head = VocabProjection(head_width, config.vocab_size, bias=False)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -243,7 +272,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             hidden_states = hidden_states[:, -logits_to_keep:]
         elif isinstance(logits_to_keep, torch.Tensor):
             hidden_states = hidden_states[:, logits_to_keep]
-        logits = self.lm_head(hidden_states)  # (B, T, V)
+        logits = self.lm_head(self.output_projection(hidden_states))  # (B, T, C) -> (B, T, E) -> (B, T, V)
 
         loss = None
         if labels is not None:
