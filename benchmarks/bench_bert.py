@@ -31,7 +31,11 @@ after warm-up; each metric is the median over rounds:
 2. Inference throughput, positions/s: forward only, `eval()` mode, `torch.no_grad()`, no labels,
    full (B, T, V) logits (what `fill-mask` runs). `sparse_prediction` does nothing in eval mode, so
    this compares `hf_lm` with the reference only.
-3. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
+3. Achieved training FLOP/s: the FLOPs of one step's forward + backward, counted per side with
+   `torch.utils.flop_counter.FlopCounterMode` (`peak_flops.count_train_step_flops`; the AdamW step
+   is not counted), over the median step time. The sparse side does fewer FLOPs (its head runs on
+   the labelled positions only), so its FLOP/s is not a speed comparison; its step time is.
+4. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
    `bench_gpt.py`), for training steps and for one inference forward. Parameter and AdamW state
    bytes are counted exactly from the tensors.
 
@@ -85,6 +89,7 @@ from bench_gpt import (  # noqa: E402
     time_alternating,
     wait_for_idle,
 )
+from peak_flops import count_train_step_flops  # noqa: E402
 
 from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM  # noqa: E402
 from hf_lm.convert import from_transformers  # noqa: E402
@@ -478,6 +483,12 @@ def main(argv=None) -> int:
     n_params = {side: sum(p.numel() for p in m.parameters()) for side, m in models.items()}
     assert len(set(n_params.values())) == 1, n_params
     print(f"{n_params['hf_lm'] / 1e6:.2f}M parameters", flush=True)
+    flops = {side: count_train_step_flops(m, batch) for side, m in models.items()}
+    print(
+        "FLOPs per training step (forward + backward, optimizer not counted): "
+        + ", ".join(f"{side} {flops[side]['total'] / 1e9:.2f} G" for side in SIDES),
+        flush=True,
+    )
 
     results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
@@ -492,11 +503,14 @@ def main(argv=None) -> int:
         samples = time_alternating(steps, args.rounds, args.train_reps, args.warmup)
     contention["train"] = c.result
     raw["train"] = {side: summarize_with_cpu(s, positions) for side, s in samples.items()}
+    for side in SIDES:
+        raw["train"][side]["achieved_gflops"] = flops[side]["total"] / raw["train"][side]["median_s"] / 1e9
     for name, key, unit, higher in (
         (f"train positions/s (B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
         ("train step time", "median_s", "ms", False),
         ("train step: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
         ("train step: kernel (sys) CPU time", "median_sys_s", "ms", False),
+        ("train achieved GFLOP/s (fwd + bwd FLOPs / step time)", "achieved_gflops", "GFLOP/s", True),
         ("train step: minor page faults", "median_minor_faults", "count", False),
     ):
         results[name] = {
@@ -585,6 +599,7 @@ def main(argv=None) -> int:
         },
         "batch": stats,
         "sanity": check,
+        "flops": flops,
         "contention": contention,
         "results": results,
         "raw": raw,

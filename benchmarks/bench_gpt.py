@@ -1,10 +1,15 @@
 #!/usr/bin/env python
-"""CPU benchmark: hf_lm's GPT against transformers' `GPT2LMHeadModel` computing the same function.
+"""CPU benchmark: hf_lm's GPT against transformers' `GPT2LMHeadModel` (or `LlamaForCausalLM`)
+computing the same function.
 
-Both models get the same GPT-2-shaped config (6 layers, hidden 384, 6 heads, context 256, vocab
-8192, dropout 0, LayerNorm eps 1e-5, tied embeddings, SDPA attention). The reference is built
-first and converted with `hf_lm.convert.from_transformers`, so hf_lm runs the same weights. A sanity line prints the largest logit difference; the only expected source of
-difference is GPT-2's `gelu_new` (the tanh formula written out in Python) vs hf_lm's fused
+`--family gpt2` (the default): both models get the same GPT-2-shaped config (6 layers, hidden 384,
+6 heads, context 256, vocab 8192, dropout 0, LayerNorm eps 1e-5, tied embeddings, SDPA attention).
+`--family llama`: the same sizes, Llama-shaped: RoPE (theta 10000), RMSNorm (eps 1e-5), SwiGLU
+feed-forward of width `--intermediate` (default 1024, about 8/3 of 384), grouped-query attention
+with `--kv-heads` key/value heads (default half the heads), no biases, untied lm head.
+The reference is built first and converted with `hf_lm.convert.from_transformers`, so hf_lm runs
+the same weights. A sanity line prints the largest logit difference; for GPT-2 the only expected
+source of difference is its `gelu_new` (the tanh formula written out in Python) vs hf_lm's fused
 `F.gelu(approximate="tanh")`.
 
 Measured, alternating the two models round by round in one process (the first model of a round
@@ -27,6 +32,10 @@ median over rounds:
    for training steps and for one batch-8 generation. Parameter and AdamW state bytes are counted
    exactly from the tensors.
 
+The FLOPs of one training step (forward + backward; the AdamW step is not counted) are counted per
+side with `torch.utils.flop_counter.FlopCounterMode` (`peak_flops.count_train_step_flops`) and give
+the achieved training FLOP/s (`benchmarks/suite.py` divides it by the machine's measured peak: MFU).
+
 The machine's CPU contention during each timed phase (Linux PSI, `/proc/pressure/cpu`) goes into
 the JSON and is printed: with threads == cores, any other busy process stalls OpenMP regions and
 inflates timings (`--wait-idle S` waits up to S seconds per phase for an idle CPU; `--threads 1`
@@ -35,9 +44,11 @@ is far less sensitive on a shared machine).
 Usage:
     HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py               # full run, a few minutes
     HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --quick       # smoke run
+    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --family llama   # Llama-shaped, vs LlamaForCausalLM
     HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --profile     # also write profiler tables
 
-Prints a markdown table and writes JSON to `--output` (default `out/bench_gpt.json`).
+Prints a markdown table and writes JSON to `--output` (default `out/bench_gpt.json`, or
+`out/bench_llama.json` with `--family llama`).
 """
 
 from __future__ import annotations
@@ -62,16 +73,25 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for path in (REPO_ROOT, BENCH_DIR):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from peak_flops import count_train_step_flops  # noqa: E402
 
 from hf_lm import HfLmGPTForCausalLM  # noqa: E402
 from hf_lm.convert import from_transformers  # noqa: E402
 
 SIDES = ("hf_lm", "transformers")
+FAMILIES = ("gpt2", "llama")
+REFERENCE_NAMES = {
+    "gpt2": "transformers.GPT2LMHeadModel, attn_implementation=sdpa, activation gelu_new",
+    "llama": "transformers.LlamaForCausalLM, attn_implementation=sdpa, SwiGLU, RoPE, RMSNorm, GQA",
+}
 
 # --------------------------------------------------------------------------------------------
 # Environment
@@ -167,14 +187,34 @@ def environment(threads: int) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def reference_config(args) -> GPT2Config:
+def reference_config(args) -> GPT2Config | LlamaConfig:
+    if args.family == "llama":
+        return LlamaConfig(
+            vocab_size=args.vocab,
+            hidden_size=args.hidden,
+            num_hidden_layers=args.layers,
+            num_attention_heads=args.heads,
+            num_key_value_heads=args.kv_heads,
+            intermediate_size=args.intermediate,
+            hidden_act="silu",  # SwiGLU
+            max_position_embeddings=args.context,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            mlp_bias=False,
+            attention_dropout=0.0,
+            tie_word_embeddings=False,
+            pad_token_id=None,
+            bos_token_id=None,  # Llama's defaults (1, 2) would be real tokens of this random vocabulary
+            eos_token_id=None,
+        )
     return GPT2Config(
         vocab_size=args.vocab,
         n_positions=args.context,
         n_embd=args.hidden,
         n_layer=args.layers,
         n_head=args.heads,
-        n_inner=4 * args.hidden,
+        n_inner=args.intermediate,
         activation_function="gelu_new",  # GPT-2's own tanh-GELU
         resid_pdrop=0.0,
         embd_pdrop=0.0,
@@ -186,9 +226,10 @@ def reference_config(args) -> GPT2Config:
     )
 
 
-def build_reference(args) -> GPT2LMHeadModel:
+def build_reference(args) -> GPT2LMHeadModel | LlamaForCausalLM:
     torch.manual_seed(args.seed)
-    model = GPT2LMHeadModel._from_config(reference_config(args), attn_implementation="sdpa")
+    cls = LlamaForCausalLM if args.family == "llama" else GPT2LMHeadModel
+    model = cls._from_config(reference_config(args), attn_implementation="sdpa")
     model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
     return model
 
@@ -231,6 +272,11 @@ def sanity(models: dict, args) -> dict:
 # --------------------------------------------------------------------------------------------
 # Workloads
 # --------------------------------------------------------------------------------------------
+
+
+def count_flops(models: dict, ids: torch.Tensor) -> dict:
+    """FLOPs of one training step's forward + backward per side (the optimizer is not counted)."""
+    return {side: count_train_step_flops(m, {"input_ids": ids, "labels": ids}) for side, m in models.items()}
 
 
 def make_train_step(model: torch.nn.Module, ids: torch.Tensor, lr: float = 3e-4):
@@ -377,6 +423,9 @@ def memory_worker(side: str, workload: str, args) -> dict:
 def measure_memory(side: str, workload: str, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--_memory-worker", side, workload]
     cmd += [
+        f"--family={args.family}",
+        f"--intermediate={args.intermediate}",
+        f"--kv-heads={args.kv_heads}",
         f"--layers={args.layers}",
         f"--hidden={args.hidden}",
         f"--heads={args.heads}",
@@ -457,11 +506,21 @@ def profile_models(models: dict, args, out_dir: Path) -> list[str]:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--family", choices=FAMILIES, default="gpt2", help="reference: GPT2LMHeadModel or LlamaForCausalLM"
+    )
     p.add_argument("--batch", type=int, default=8, help="training batch size")
     p.add_argument("--seq", type=int, default=256, help="training sequence length (<= --context)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--hidden", type=int, default=384)
     p.add_argument("--heads", type=int, default=6)
+    p.add_argument(
+        "--intermediate",
+        type=int,
+        default=None,
+        help="feed-forward width (default: 4 * hidden for gpt2; 1024, about 8/3 * 384, for llama)",
+    )
+    p.add_argument("--kv-heads", type=int, default=None, help="llama's key/value heads (default: heads // 2)")
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--prompt-len", type=int, default=16)
@@ -483,12 +542,24 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1 rep, 32 new tokens")
     p.add_argument("--profile", action="store_true", help="also write torch.profiler/cProfile tables")
     p.add_argument("--profile-tokens", type=int, default=64, help="new tokens in the profiled generation")
-    p.add_argument("--output", type=str, default="out/bench_gpt.json")
+    p.add_argument(
+        "--output", type=str, default=None, help="default: out/bench_gpt.json (gpt2) or out/bench_llama.json"
+    )
     p.add_argument("--_memory-worker", nargs=2, metavar=("SIDE", "WORKLOAD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.train_reps, args.warmup = 2, 1, 1
         args.new_tokens, args.memory_steps, args.profile_tokens = 32, 2, 16
+    if args.intermediate is None:
+        args.intermediate = (
+            4 * args.hidden if args.family == "gpt2" else max(1, round(8 * args.hidden / 3 / 64)) * 64
+        )
+    if args.kv_heads is None:
+        args.kv_heads = max(1, args.heads // 2) if args.heads % 2 == 0 else args.heads
+    if args.output is None:
+        args.output = "out/bench_gpt.json" if args.family == "gpt2" else "out/bench_llama.json"
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        p.error("--hidden must be divisible by --heads, and --heads by --kv-heads")
     if args.seq > args.context or args.prompt_len + args.new_tokens > args.context:
         p.error("--seq and --prompt-len + --new-tokens must fit in --context (learned positions)")
     return args
@@ -509,6 +580,8 @@ def fmt(value: float, unit: str) -> str:
         return f"{value / 2**20:.1f}"
     if unit == "ms":
         return f"{value * 1e3:.1f}"
+    if unit == "GFLOP/s":
+        return f"{value:.2f}"
     return f"{value:,.0f}"
 
 
@@ -536,13 +609,19 @@ def main(argv=None) -> int:
         f"greedy 32-token agreement {check['greedy_32_token_agreement']:.0%}; {n_params / 1e6:.2f}M params",
         flush=True,
     )
+    ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
+    flops = count_flops(models, ids)
+    print(
+        "FLOPs per training step (forward + backward, optimizer not counted): "
+        + ", ".join(f"{side} {flops[side]['total'] / 1e9:.2f} G" for side in SIDES),
+        flush=True,
+    )
 
     results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
     contention: dict = {"waited_s": {}}
 
     # 1. training
-    ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
     steps = {side: make_train_step(m, ids) for side, m in models.items()}
     t0 = time.perf_counter()
     contention["waited_s"]["train"] = wait_for_idle(args.wait_idle)
@@ -565,6 +644,11 @@ def main(argv=None) -> int:
         **{side: raw["train"][side]["median_sys_s"] for side in SIDES},
         "unit": "ms",
         "higher_is_better": False,
+    }
+    results["train achieved GFLOP/s (fwd + bwd FLOPs / step time)"] = {
+        **{side: flops[side]["total"] / raw["train"][side]["median_s"] / 1e9 for side in SIDES},
+        "unit": "GFLOP/s",
+        "higher_is_better": True,
     }
     results["train step: minor page faults"] = {
         **{side: raw["train"][side]["median_minor_faults"] for side in SIDES},
@@ -652,11 +736,13 @@ def main(argv=None) -> int:
         "environment": env,
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
         "model": {
+            "family": args.family,
             "params": n_params,
-            "hf_lm_config": build_hflm(args).config.to_dict(),
-            "reference": "transformers.GPT2LMHeadModel, attn_implementation=sdpa, activation gelu_new",
+            "hf_lm_config": models["hf_lm"].config.to_dict(),
+            "reference": REFERENCE_NAMES[args.family],
         },
         "sanity": check,
+        "flops": flops,
         "contention": contention,
         "results": results,
         "raw": raw,

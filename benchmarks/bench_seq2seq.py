@@ -31,6 +31,9 @@ round), after warm-up; each metric is the median over rounds (`bench_gpt.time_al
 
 Every timed sample also records this process's user + system CPU time (getrusage): on a shared
 machine the CPU time a side spends is steadier than its wall time, which includes waiting for a CPU.
+The FLOPs of one training step's forward + backward (the AdamW step is not counted) are counted per
+side with `torch.utils.flop_counter.FlopCounterMode` (`peak_flops.count_train_step_flops`) and give
+the achieved training FLOP/s (`benchmarks/suite.py` turns it into MFU).
 
 3. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
    `bench_gpt.py`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
@@ -92,6 +95,7 @@ from bench_gpt import (  # noqa: E402
     time_alternating,
     wait_for_idle,
 )
+from peak_flops import count_train_step_flops  # noqa: E402
 
 from hf_lm.convert import from_transformers  # noqa: E402
 
@@ -515,9 +519,13 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
 
     models = build_pair(family, args)
     batch = train_batch(args, args.seed)
+    flops = {side: count_train_step_flops(m, batch) for side, m in models.items()}
+    check["flops"] = flops
     steps = {side: make_train_step(m, batch) for side, m in models.items()}
     tokens = args.batch * (args.source_len + args.target_len)
     raw["train"] = timed_phase(steps, args, args.train_reps, tokens, contention, "train")
+    for side in SIDES:
+        raw["train"][side]["achieved_gflops"] = flops[side]["total"] / raw["train"][side]["median_s"] / 1e9
     train_rows = {}
     add_rows(
         train_rows,
@@ -525,6 +533,11 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
         raw["train"],
         "tok/s",
     )
+    train_rows["train achieved GFLOP/s (fwd + bwd FLOPs / step time) [GFLOP/s]"] = {
+        **{side: raw["train"][side]["achieved_gflops"] for side in SIDES},
+        "unit": "GFLOP/s",
+        "higher_is_better": True,
+    }
     results = {**train_rows, **results}
     del steps, models
     gc.collect()
