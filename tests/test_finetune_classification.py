@@ -255,6 +255,80 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# wall-clock budget
+# ---------------------------------------------------------------------------------------------
+
+
+def test_wall_clock_budget_callback_stops_at_step_boundary(monkeypatch):
+    """The callback reads a clock after each optimizer step and stops at the first one past the budget."""
+    from transformers import TrainerControl, TrainerState
+
+    import training.finetune_classification as module
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: now[0])
+    callback = module.WallClockBudgetCallback(10)
+    state, control = TrainerState(), TrainerControl()
+    callback.on_train_begin(None, state, control)
+    for step, elapsed in ((1, 3.0), (2, 9.99)):
+        now[0], state.global_step = 100.0 + elapsed, step
+        assert not callback.on_step_end(None, state, control).should_training_stop
+    assert not callback.reached and callback.stopped_at_step is None
+    now[0], state.global_step = 110.0, 3
+    assert callback.on_step_end(None, state, control).should_training_stop
+    assert callback.reached and callback.stopped_at_step == 3
+    # a new run restarts the clock and forgets the last stop
+    callback.on_train_begin(None, state, TrainerControl())
+    assert not callback.reached and callback.stopped_at_step is None
+    assert not callback.on_step_end(None, state, TrainerControl()).should_training_stop
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, True, "10"])
+def test_wall_clock_budget_rejects_bad_values(tmp_path, seconds):
+    from training.finetune_classification import WallClockBudgetCallback
+
+    with pytest.raises(ValueError, match="`max_train_seconds`"):
+        WallClockBudgetCallback(seconds)
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+        _write_tsv(tmp_path / "train.tsv", [("a", 0), ("b", 1)])
+        with pytest.raises(ValueError, match="`max_train_seconds`"):
+            parse_args(
+                ["--data_dir", str(tmp_path), "--from_scratch", "--max_train_seconds", str(seconds),
+                 "--output_dir", str(tmp_path / "out")]
+            )  # fmt: skip
+
+
+def test_wall_clock_budget_ends_training_then_evaluates_and_tests(tmp_path):
+    """A budget spent by the first step stops a 1,000-step run after that step; validation, test,
+    metrics.json and the model card follow as usual. Without a budget the step count rules."""
+    _toy_sentiment(tmp_path / "train.tsv", 48, seed=0)
+    _toy_sentiment(tmp_path / "dev.tsv", 16, seed=1)
+    _toy_sentiment(tmp_path / "test.tsv", 16, seed=2)
+    common = [
+        "--data_dir", str(tmp_path), "--from_scratch", "--vocab_size", "80", "--hidden_size", "16",
+        "--num_hidden_layers", "1", "--num_attention_heads", "2", "--max_seq_length", "16",
+        "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no",
+        "--disable_tqdm", "true", "--seed", "0",
+    ]  # fmt: skip
+    budgeted = finetune(
+        *parse_args(
+            common
+            + ["--max_steps", "1000", "--max_train_seconds", "1e-9", "--output_dir", str(tmp_path / "b")]
+        )
+    )
+    assert budgeted["train_steps"] == 1 and budgeted["train_budget_reached"] is True
+    assert budgeted["train_epochs"] == pytest.approx(1 / 6)  # 48 examples in batches of 8
+    assert budgeted["test_samples"] == 16 and 0 <= budgeted["test_accuracy"] <= 1
+    assert budgeted["eval_samples"] == 16 and budgeted["num_parameters"] > 0
+    assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == pytest.approx(budgeted)
+    assert "wall-clock budget" in (tmp_path / "b" / "final" / "README.md").read_text()
+
+    unbudgeted = finetune(*parse_args(common + ["--max_steps", "3", "--output_dir", str(tmp_path / "u")]))
+    assert unbudgeted["train_steps"] == 3 and unbudgeted["train_budget_reached"] is False
+    assert unbudgeted["num_parameters"] == budgeted["num_parameters"]
+
+
+# ---------------------------------------------------------------------------------------------
 # SST-2 end to end
 # ---------------------------------------------------------------------------------------------
 

@@ -297,6 +297,51 @@ def test_gradient_accumulation_equals_large_batch(tmp_path, label_smoothing):
 
 
 # ---------------------------------------------------------------------------------------------
+# wall-clock budget
+# ---------------------------------------------------------------------------------------------
+
+
+def test_wall_clock_budget_ends_training_then_tests(tmp_path):
+    """A budget spent by the first step stops a 1,000-step run after that step; validation BLEU,
+    test BLEU (beam and greedy) and the saved folder follow as usual. The joint tokenizer comes
+    from a saved folder (as the translation leaderboard shares one across models)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    texts = _toy_parallel(data, 32, seed=0)
+    _toy_parallel(data, 6, seed=1, stem="val")
+    _toy_parallel(data, 8, seed=2, stem="test")
+    shared = _seq2seq_folder(tmp_path / "shared", texts)
+    output_dir = tmp_path / "run"
+    args = parse_args(
+        [
+            "--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy",
+            "--from_scratch", "--family", "rnn_seq2seq", "--rnn_attention", "luong_general",
+            "--cell_type", "gru", "--tokenizer_name_or_path", str(shared), "--hidden_size", "16",
+            "--num_hidden_layers", "1", "--max_steps", "1000", "--max_train_seconds", "1e-9",
+            "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_strategy", "no",
+            "--generation_max_length", "12", "--generation_num_beams", "2",
+            "--output_dir", str(output_dir), "--disable_tqdm", "true", "--seed", "0",
+        ]
+    )  # fmt: skip
+    assert args[2].max_train_seconds == 1e-9
+    metrics = finetune(*args)
+
+    assert metrics["train_steps"] == 1 and metrics["train_budget_reached"] is True
+    assert metrics["train_epochs"] == pytest.approx(1 / 4)  # 32 pairs in batches of 8
+    for key in ("eval_bleu", "test_bleu", "test_greedy_bleu"):
+        assert 0 <= metrics[key] <= 100, key
+    assert metrics["test_samples"] == 8 and metrics["num_parameters"] > 0
+    saved = json.loads((output_dir / "metrics.json").read_text())
+    assert saved["train_steps"] == 1 and saved["train_budget_reached"] is True
+    assert "wall-clock budget" in (output_dir / "final" / "README.md").read_text()
+    with pytest.raises(ValueError, match="`max_train_seconds`"):
+        parse_args(
+            ["--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy", "--from_scratch",
+             "--max_train_seconds", "0", "--output_dir", str(output_dir)]
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
 # end to end
 # ---------------------------------------------------------------------------------------------
 

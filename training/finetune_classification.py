@@ -36,6 +36,14 @@ Gradient accumulation: `Trainer` passes `num_items_in_batch` to any model whose 
 `**kwargs` and then stops dividing the loss by the accumulation steps; hf_lm's classification
 heads normalize by it (a sum over the examples divided by their count in the whole accumulated
 batch), so accumulation equals one batch of the combined size (tested).
+
+Wall-clock budget: `--max_train_seconds S` stops training at the first optimizer-step boundary
+after S seconds of `trainer.train()` (evaluations during training included), whatever
+`--num_train_epochs`/`--max_steps` say; the final evaluation, test and save then run as usual
+(`WallClockBudgetCallback`). The learning-rate schedule still spans the planned steps, so a
+budgeted run usually wants `--lr_scheduler_type constant_with_warmup` and a generous
+`--num_train_epochs`. `metrics.json` records `train_steps`, `train_epochs` and
+`train_budget_reached`.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from transformers import (
     DataCollatorWithPadding,
     PreTrainedModel,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -226,6 +235,77 @@ class ClassificationTrainingArguments(TrainingArguments):
         default=torch.cuda.is_available(),
         metadata={"help": "Pin batches in memory (useful with a GPU only)."},
     )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
+            "first step boundary past it, then evaluate, test and save as usual."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_budget(self.max_train_seconds)
+
+
+def check_budget(seconds: float | None) -> None:
+    """Raise `ValueError` unless `seconds` (a `max_train_seconds`) is None or a positive number."""
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
+    ):
+        raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
+
+
+class WallClockBudgetCallback(TrainerCallback):
+    """Stop `Trainer` at the first optimizer-step boundary after `max_seconds` of training.
+
+    The clock starts at `on_train_begin` (after the data loader and optimizer are set up) and is
+    read after every optimizer step, so the step in progress always completes and the model is
+    never left half-updated; evaluations run during training count towards the budget. Training
+    then ends as at `max_steps`: the epoch-end hooks run and `Trainer.train` returns.
+
+    Attributes:
+        max_seconds: the budget in seconds.
+        reached: whether the budget stopped the last run (False if it ended by steps/epochs).
+        stopped_at_step: the global step at which it stopped, or None.
+    """
+
+    def __init__(self, max_seconds: float):
+        check_budget(max_seconds)
+        self.max_seconds = float(max_seconds)
+        self.reached = False
+        self.stopped_at_step: int | None = None
+        self._start: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+        self.reached, self.stopped_at_step = False, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._start is None or control.should_training_stop:
+            return control
+        elapsed = time.perf_counter() - self._start
+        if elapsed >= self.max_seconds:
+            control.should_training_stop = True
+            self.reached, self.stopped_at_step = True, state.global_step
+            logger.info(
+                "Wall-clock budget of %.0f s reached after %.1f s at step %d (epoch %.2f): stopping.",
+                self.max_seconds,
+                elapsed,
+                state.global_step,
+                state.epoch or 0.0,
+            )
+        return control
+
+
+def budget_metrics(trainer: Trainer, train_result, budget: WallClockBudgetCallback | None) -> dict:
+    """`train_steps` (optimizer updates done), `train_epochs` (epochs done, fractional) and
+    `train_budget_reached` (whether `max_train_seconds` ended training)."""
+    return {
+        "train_steps": int(train_result.global_step),
+        "train_epochs": float(trainer.state.epoch or 0.0),
+        "train_budget_reached": bool(budget is not None and budget.reached),
+    }
 
 
 ARGUMENT_CLASSES = (
@@ -532,7 +612,13 @@ def _card_hyperparameters(data_args, model_args, args: TrainingArguments, n_trai
         "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
         "max sequence length": data_args.max_seq_length,
         "seed": args.seed,
+        **_budget_entry(args),
     }
+
+
+def _budget_entry(args) -> dict:
+    seconds = getattr(args, "max_train_seconds", None)
+    return {} if seconds is None else {"wall-clock budget": f"{seconds:g} s of training"}
 
 
 def finetune(
@@ -550,7 +636,8 @@ def finetune(
     Returns:
         The metrics also written to `output_dir/metrics.json`: Trainer's `train_*`, `eval_*` on
         the validation split and `test_*` on the test split (`*_accuracy`, `*_f1`, ...), plus
-        `train_samples`, `eval_samples`, `test_samples`.
+        `train_samples`, `eval_samples`, `test_samples`, `num_parameters`, `train_steps`,
+        `train_epochs`, `train_budget_reached` and `seconds` (the whole call).
 
     Raises:
         ValueError: no validation split while `eval_strategy` is not "no", or bad data/labels.
@@ -573,6 +660,9 @@ def finetune(
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, train_texts, id2label)
 
     encoded = tokenize_dataset(raw, tokenizer, data_args, value_to_id)
+    budget = None
+    if getattr(training_args, "max_train_seconds", None) is not None:
+        budget = WallClockBudgetCallback(training_args.max_train_seconds)
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -581,9 +671,15 @@ def finetune(
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=make_compute_metrics(accuracy_metric()),
+        callbacks=[budget] if budget is not None else None,
     )
     train_result = trainer.train()
-    metrics = dict(train_result.metrics, train_samples=len(encoded["train"]))
+    metrics = dict(
+        train_result.metrics,
+        train_samples=len(encoded["train"]),
+        num_parameters=model.num_parameters(),
+        **budget_metrics(trainer, train_result, budget),
+    )
     if "validation" in encoded:
         metrics.update(trainer.evaluate(metric_key_prefix="eval"), eval_samples=len(encoded["validation"]))
     if "test" in encoded:

@@ -49,6 +49,14 @@ Gradient accumulation: `Trainer` passes `num_items_in_batch` (the number of targ
 whole accumulated batch) to models whose `forward` takes `**kwargs`, and then stops dividing the
 loss by the accumulation steps; hf_lm's encoder-decoders return the summed token loss divided
 by it, so accumulation equals one batch of the combined size (tested).
+
+Wall-clock budget: `--max_train_seconds S` stops training at the first optimizer-step boundary
+after S seconds of `trainer.train()` (evaluations during training included), whatever
+`--num_train_epochs`/`--max_steps` say; the final validation, test BLEU and save then run as
+usual (`training.finetune_classification.WallClockBudgetCallback`). The learning-rate schedule
+still spans the planned steps, so a budgeted run usually wants `--lr_scheduler_type
+constant_with_warmup`. `metrics.json` records `train_steps`, `train_epochs` and
+`train_budget_reached`.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalG
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import parse_dataclasses
+from training.finetune_classification import WallClockBudgetCallback, budget_metrics, check_budget
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -307,12 +316,20 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=True,
         metadata={"help": "Also decode the test split greedily, for comparison with beam search."},
     )
+    max_train_seconds: float | None = field(
+        default=None,
+        metadata={
+            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
+            "first step boundary past it, then evaluate, test and save as usual."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
         _positive(self, "generation_num_beams", "generation_max_length")
+        check_budget(self.max_train_seconds)
 
 
 ARGUMENT_CLASSES = (TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)
@@ -746,7 +763,13 @@ def _card_hyperparameters(
         "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
         "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
         "seed": args.seed,
+        **_budget_entry(args),
     }
+
+
+def _budget_entry(args) -> dict:
+    seconds = getattr(args, "max_train_seconds", None)
+    return {} if seconds is None else {"wall-clock budget": f"{seconds:g} s of training"}
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -770,8 +793,9 @@ def finetune(
         the validation split and `test_*` on the test split decoded with
         `generation_num_beams` beams (`*_bleu`, `*_bleu_lowercase`, `*_brevity_penalty`,
         `*_gen_len`, `*_loss`); `test_greedy_*` with greedy decoding (with `test_greedy` and more
-        than one beam); `train_samples`, `eval_samples`, `test_samples`, `seconds` and
-        `bleu_signature` (sacrebleu's).
+        than one beam); `train_samples`, `eval_samples`, `test_samples`, `seconds`,
+        `bleu_signature` (sacrebleu's), `num_parameters`, `train_steps`, `train_epochs` and
+        `train_budget_reached` (whether `max_train_seconds` ended training).
 
     Raises:
         ValueError: no validation split while `eval_strategy` is not "no", or bad data.
@@ -802,6 +826,9 @@ def finetune(
     )
 
     compute_metrics = TranslationMetrics(tokenizer, bleu_metric(), references.get("validation"))
+    budget = None
+    if getattr(training_args, "max_train_seconds", None) is not None:
+        budget = WallClockBudgetCallback(training_args.max_train_seconds)
     trainer = Seq2SeqTrainer(
         model=model,
         args=training_args,
@@ -811,9 +838,15 @@ def finetune(
         # labels padded with -100; decoder inputs from the model's own shift (its start token)
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=compute_metrics,
+        callbacks=[budget] if budget is not None else None,
     )
     train_result = trainer.train()
-    metrics = dict(train_result.metrics, train_samples=len(encoded["train"]))
+    metrics = dict(
+        train_result.metrics,
+        train_samples=len(encoded["train"]),
+        num_parameters=model.num_parameters(),
+        **budget_metrics(trainer, train_result, budget),
+    )
 
     num_beams = training_args.generation_num_beams or 1
     max_length = training_args.generation_max_length

@@ -1,0 +1,623 @@
+#!/usr/bin/env python
+"""SST-2 leaderboard: a BERT-style classifier fine-tuned from scratch against the same architecture
+after masked-LM pretraining on the available text, under the same fine-tuning budget.
+
+    # the full leaderboard (15 min pretraining + 2 x 5 min fine-tuning + evaluation on a CPU)
+    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2
+    # CI's smoke version: a tiny model, 2,000 training phrases, budgets of a few seconds
+    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2 --smoke
+    # also the compute-matched control, with other budgets
+    python benchmarks/leaderboard_sst2.py --entries scratch,mlm,scratch_long \\
+        --pretrain_seconds 1800 --budget_seconds 600
+
+Entries (`--entries`, comma-separated; default `scratch,mlm`):
+
+- `scratch`: fine-tuned from the random initialization (`init/`), i.e. trained from scratch.
+- `mlm`: first pretrained with BERT's masked-LM objective (15% of tokens, 80/10/10) on the SST-2
+  training sentences for `--pretrain_seconds` (`python -m training.train --objective mlm
+  --init_from init/ ...`; the labels are not used), then fine-tuned from its `final/` folder
+  exactly like `scratch`.
+- `scratch_long` (optional control): like `scratch` with the pretraining budget added to its
+  fine-tuning budget, so it gets as much training time as `mlm` in all.
+
+Same architecture by construction: one `HfLmBertForMaskedLM` (the "bert" preset: post-norm,
+exact GELU, learned positions; default 4 layers, width 256, 4 heads, feed-forward 1024, dropout
+0.1) is initialized from the seed and saved to `output_dir/init/`; pretraining starts from it and
+`scratch` fine-tunes it directly. `training.finetune_classification` loads either folder with
+`AutoModelForSequenceClassification` (the encoder's weights; a new pooler and classifier drawn
+from the seed) and trains every parameter. One WordPiece tokenizer ([CLS] sentence [SEP];
+[SEP] also separates the sentences packed into pretraining blocks) is trained once on the
+training sentences and shared (`output_dir/tokenizer/`, reused while its settings match).
+
+Fine-tuning: AdamW, constant learning rate after a linear warmup (a time budget has no known last
+step), batch 32, until `--budget_seconds` of wall-clock training or `--max_epochs`, whichever comes
+first; learning rate 5e-4 from scratch and 1e-4 after pretraining (`--scratch_learning_rate`,
+`--pretrained_learning_rate`): each start gets its usual rate, the budget is the same. Then
+accuracy on the validation split (`dev.tsv`, 6,735 phrases) and on the labelled test split
+(`test.tsv`: the 872 GLUE dev sentences, the usual SST-2 benchmark).
+
+Pretraining text: the distinct sentences of `train.tsv` (SST-2's training phrases, many of them
+sub-phrases of one another; the dev and test sentences are not used), one per line, packed into
+blocks of `--max_seq_length` tokens; 5% of them held out for the masked-LM evaluation.
+
+Reference rows (published, not measured here; from the data README): BERT-base about 93% test
+accuracy (GLUE dev), a bag-of-words model about 80%.
+
+Outputs under `--output_dir` (default `out/leaderboard_sst2`): `results.md`, `results.json`
+(hardware, seed, budgets, command lines, every metric), `accuracy.png` (dev and test accuracy per
+model, published references hatched), `tokenizer/`, `init/`, `pretraining_text.txt` and
+`runs/<entry>/` (`runs/mlm_pretrain/` for the pretraining). Committed full results live in
+`benchmarks/results/leaderboard_sst2/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (REPO_ROOT, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import torch  # noqa: E402
+
+# the helpers both leaderboards share: hardware, tables, the bar chart, --entries, presets
+from leaderboard_translation import (  # noqa: E402
+    bar_chart,
+    command_line,
+    fmt,
+    hardware,
+    markdown_table,
+    millions,
+    parse_entries,
+    resolve,
+    reuse_or_train_tokenizer,
+)
+
+logger = logging.getLogger("leaderboard_sst2")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One leaderboard model: where fine-tuning starts, and whether it gets the pretraining time too."""
+
+    label: str
+    pretrained: bool
+    extra_time: bool = False
+
+
+ENTRIES = {
+    "scratch": Entry("BERT-style, from scratch", pretrained=False),
+    "mlm": Entry("BERT-style, MLM-pretrained on SST-2 text", pretrained=True),
+    "scratch_long": Entry("BERT-style, from scratch, pretraining + fine-tuning time", False, extra_time=True),
+}
+DEFAULT_ENTRIES = "scratch,mlm"
+
+# published SST-2 accuracies on the GLUE dev sentences (this test split), from the data README
+REFERENCES = [
+    ("BERT-base", "BERT-base (Devlin et al., 2019), pretrained on BooksCorpus + Wikipedia", 0.93),
+    ("bag of words", "bag-of-words classifier", 0.80),
+]
+
+PRESETS = {
+    "full": dict(
+        budget_seconds=300.0,
+        pretrain_seconds=900.0,
+        max_epochs=10.0,
+        vocab_size=8000,
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        intermediate_size=1024,
+        dropout=0.1,
+        max_seq_length=128,
+        batch_size=32,
+        pretrain_batch_size=32,
+        warmup_steps=100,
+        pretrain_warmup_steps=200,
+        scratch_learning_rate=5e-4,
+        pretrained_learning_rate=1e-4,
+        pretrain_learning_rate=5e-4,
+        pretrain_eval_every=1000,
+        max_train_samples=None,
+        max_eval_samples=None,
+        max_test_samples=None,
+        logging_steps=50,
+    ),
+    "smoke": dict(
+        budget_seconds=2.0,
+        pretrain_seconds=3.0,
+        max_epochs=10.0,
+        vocab_size=500,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=64,
+        dropout=0.1,
+        max_seq_length=64,
+        batch_size=32,
+        pretrain_batch_size=16,
+        warmup_steps=5,
+        pretrain_warmup_steps=5,
+        scratch_learning_rate=2e-3,
+        pretrained_learning_rate=2e-3,
+        pretrain_learning_rate=2e-3,
+        pretrain_eval_every=1_000_000,
+        max_train_samples=2000,
+        max_eval_samples=200,
+        max_test_samples=200,
+        logging_steps=10,
+    ),
+}
+
+HELP = {
+    "budget_seconds": "Wall-clock fine-tuning budget per entry, in seconds",
+    "pretrain_seconds": "Wall-clock MLM pretraining budget, in seconds",
+    "max_epochs": "Fine-tuning epoch cap (whichever of budget and epochs ends first)",
+    "vocab_size": "WordPiece vocabulary size",
+    "hidden_size": "Model width",
+    "num_layers": "Transformer blocks",
+    "num_heads": "Attention heads",
+    "intermediate_size": "Feed-forward width",
+    "dropout": "Hidden and attention dropout",
+    "max_seq_length": "Longest input (fine-tuning) and pretraining block, in tokens",
+    "batch_size": "Fine-tuning batch size",
+    "pretrain_batch_size": "Pretraining blocks per batch",
+    "warmup_steps": "Fine-tuning linear warmup steps (then constant)",
+    "pretrain_warmup_steps": "Pretraining linear warmup steps (then constant)",
+    "scratch_learning_rate": "Peak fine-tuning learning rate from scratch",
+    "pretrained_learning_rate": "Peak fine-tuning learning rate after pretraining",
+    "pretrain_learning_rate": "Peak MLM pretraining learning rate",
+    "pretrain_eval_every": "Masked-LM evaluation every N pretraining steps (and at the end)",
+    "max_train_samples": "Use the first N training phrases; None = all",
+    "max_eval_samples": "Evaluate on the first N validation phrases; None = all",
+    "max_test_samples": "Test on the first N test sentences; None = all 872",
+    "logging_steps": "Log the fine-tuning loss every N steps",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    full = PRESETS["full"]
+    parser = argparse.ArgumentParser(
+        description="SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
+        "SST-2 training text, same fine-tuning budget; dev and test accuracy.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--data_dir", default="../shared/data/sst2", help="SST-2 folder (train/dev/test .tsv)."
+    )
+    parser.add_argument("--output_dir", default="out/leaderboard_sst2", help="Where results and runs go.")
+    parser.add_argument(
+        "--entries", default=DEFAULT_ENTRIES, help=f"Comma-separated subset of {list(ENTRIES)}."
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="Tiny model, data and budgets (CI; under a minute)."
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="Seed of the initialization, masking and data order."
+    )
+    parser.add_argument(
+        "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
+    )
+    parser.add_argument(
+        "--reuse_pretraining",
+        action="store_true",
+        help="Reuse a finished pretraining in output_dir/runs/mlm_pretrain made with the same settings.",
+    )
+    sized = parser.add_argument_group(
+        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
+    )
+    for key, text in HELP.items():
+        kind = type(full[key]) if full[key] is not None else int
+        sized.add_argument(
+            f"--{key}",
+            type=kind,
+            default=argparse.SUPPRESS,  # absent unless given: `resolve` then takes the preset's value
+            help=f"{text} (full: {full[key]}; smoke: {PRESETS['smoke'][key]}).",
+        )
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# the shared pieces: tokenizer, initialization, pretraining text
+# ---------------------------------------------------------------------------------------------
+
+
+def training_sentences(data_dir: str, max_train_samples: int | None) -> list[str]:
+    """The distinct training sentences of SST-2, stripped, in file order (labels unused)."""
+    from training.finetune_classification import ClassificationDataArguments, load_classification_dataset
+
+    raw = load_classification_dataset(
+        ClassificationDataArguments(data_dir=data_dir, max_train_samples=max_train_samples)
+    )
+    texts = (text.strip() for text in raw["train"]["sentence"])
+    return list(dict.fromkeys(text for text in texts if text))
+
+
+def shared_tokenizer(sentences: list[str], settings: dict, data_dir: str, folder: Path):
+    """Train (or reuse) the WordPiece tokenizer: BERT's specials, [SEP] also as EOS for packing."""
+    from training.finetune_classification import SPECIAL_TOKENS
+    from training.tokenizer import train_tokenizer
+
+    stamp = {
+        "data_dir": str(Path(data_dir).resolve()),
+        "kind": "wordpiece",
+        "vocab_size": settings["vocab_size"],
+        "max_train_samples": settings["max_train_samples"],
+        "max_seq_length": settings["max_seq_length"],
+    }
+
+    def train():
+        tokenizer = train_tokenizer(
+            sentences,
+            kind="wordpiece",
+            vocab_size=settings["vocab_size"],
+            special_tokens={**SPECIAL_TOKENS, "eos_token": "[SEP]"},
+            model_max_length=settings["max_seq_length"],
+            padding_side="right",
+        )
+        if tokenizer("a")["input_ids"][:1] != [tokenizer.cls_token_id]:
+            raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
+        return tokenizer
+
+    return reuse_or_train_tokenizer(folder, stamp, train)
+
+
+def save_initialization(folder: Path, tokenizer, settings: dict, seed: int) -> int:
+    """Save the seed's fresh `HfLmBertForMaskedLM` (and the tokenizer) to `folder`; returns its size."""
+    from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
+
+    config = HfLmBertConfig.from_preset(
+        "bert",
+        vocab_size=len(tokenizer),
+        hidden_size=settings["hidden_size"],
+        num_hidden_layers=settings["num_layers"],
+        num_attention_heads=settings["num_heads"],
+        intermediate_size=settings["intermediate_size"],
+        max_position_embeddings=settings["max_seq_length"],
+        hidden_dropout=settings["dropout"],
+        attention_dropout=settings["dropout"],
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        sparse_prediction=True,  # pretraining runs the MLM head on the masked positions only
+    )
+    torch.manual_seed(seed)
+    model = HfLmBertForMaskedLM(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model.num_parameters()
+
+
+def pretrain_argv(
+    settings: dict, args, text_file: Path, init_dir: Path, tokenizer_dir: Path, run_dir: Path
+) -> list[str]:
+    """The `training.train` arguments of the masked-LM pretraining."""
+    s = settings
+    return [
+        "--objective", "mlm", "--arch", "transformer", "--init_from", str(init_dir),
+        "--tokenizer_name_or_path", str(tokenizer_dir), "--dataset", str(text_file), "--sample_by", "line",
+        "--block_size", str(s["max_seq_length"]), "--eval_fraction", "0.05", "--eval_batches", "20",
+        "--pseudo_perplexity_blocks", "0",
+        "--per_device_batch_size", str(s["pretrain_batch_size"]),
+        "--learning_rate", str(s["pretrain_learning_rate"]), "--lr_scheduler", "constant",
+        "--warmup_steps", str(s["pretrain_warmup_steps"]),
+        "--max_steps", "100000000", "--max_train_seconds", str(s["pretrain_seconds"]),
+        "--eval_every", str(s["pretrain_eval_every"]), "--save_every", "100000000", "--keep_last", "1",
+        "--log_every", str(s["logging_steps"]), "--seed", str(args.seed), "--output_dir", str(run_dir),
+    ]  # fmt: skip
+
+
+def finetune_argv(
+    name: str, settings: dict, args, start_dir: Path, tokenizer_dir: Path, run_dir: Path
+) -> list[str]:
+    """The `training.finetune_classification` arguments of one entry."""
+    entry, s = ENTRIES[name], settings
+    budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
+    lr = s["pretrained_learning_rate"] if entry.pretrained else s["scratch_learning_rate"]
+    argv = [
+        "--data_dir", str(args.data_dir), "--model_name_or_path", str(start_dir),
+        "--tokenizer_name_or_path", str(tokenizer_dir), "--max_seq_length", str(s["max_seq_length"]),
+        "--per_device_train_batch_size", str(s["batch_size"]), "--learning_rate", str(lr),
+        "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s["warmup_steps"]),
+        "--num_train_epochs", str(s["max_epochs"]), "--max_train_seconds", str(budget),
+        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(s["logging_steps"]),
+        "--per_device_eval_batch_size", "128",
+        "--report_to", "none", "--disable_tqdm", "true", "--seed", str(args.seed), "--output_dir", str(run_dir),
+    ]  # fmt: skip
+    for key in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+        if s[key] is not None:
+            argv += [f"--{key}", str(s[key])]
+    return argv
+
+
+def pretrain(argv: list[str], run_dir: Path, stamp: dict, reuse: bool) -> tuple[dict, bool]:
+    """Run (or reuse) the masked-LM pretraining; returns `(final metrics, reused)`."""
+    stamp_file = run_dir / "leaderboard_settings.json"
+    metrics_file = run_dir / "final_metrics.json"
+    if (
+        reuse
+        and stamp_file.is_file()
+        and metrics_file.is_file()
+        and json.loads(stamp_file.read_text()) == stamp
+    ):
+        logger.info("Reusing the pretraining in %s (same settings).", run_dir)
+        return json.loads(metrics_file.read_text()), True
+    from training.train import main as train_main
+
+    metrics = train_main(argv)
+    stamp_file.write_text(json.dumps(stamp, indent=2))
+    return metrics, False
+
+
+def run_entry(name: str, argv: list[str]) -> dict:
+    """Fine-tune and test one entry in this process; returns its row for results.json."""
+    from training.finetune_classification import finetune, parse_args
+
+    entry = ENTRIES[name]
+    start = time.perf_counter()
+    metrics = finetune(*parse_args(argv))
+    return {
+        "name": name,
+        "label": entry.label,
+        "pretrained": entry.pretrained,
+        "num_parameters": metrics["num_parameters"],
+        "train_steps": metrics["train_steps"],
+        "train_epochs": metrics["train_epochs"],
+        "train_seconds": metrics["train_runtime"],
+        "train_budget_reached": metrics["train_budget_reached"],
+        "train_loss": metrics.get("train_loss"),
+        "dev_accuracy": metrics.get("eval_accuracy"),
+        "test_accuracy": metrics.get("test_accuracy"),
+        "test_f1": metrics.get("test_f1"),
+        "dev_samples": metrics.get("eval_samples"),
+        "test_samples": metrics.get("test_samples"),
+        "total_seconds": time.perf_counter() - start,
+        "metrics": metrics,
+    }
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def percent(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"
+
+
+def write_markdown(path: Path, result: dict) -> str:
+    s, pre = result["settings"], result.get("pretraining")
+    header = [
+        "model", "source", "parameters", "pretraining", "fine-tuning steps", "epochs", "fine-tuning time (s)",
+        "dev accuracy (%)", "test accuracy (%)", "test F1 (%)",
+    ]  # fmt: skip
+    rows = []
+    for row in result["entries"]:
+        if "error" in row:
+            rows.append([row["label"], "measured", *["—"] * 5, f"failed: {row['error']}", "—", "—"])
+            continue
+        pretraining = (
+            f"{pre['steps']:,} steps, {pre['seconds']:.0f} s"
+            if row["pretrained"] and pre is not None
+            else "none"
+        )
+        rows.append(
+            [
+                row["label"],
+                "measured",
+                millions(row["num_parameters"]),
+                pretraining,
+                fmt(row["train_steps"]),
+                fmt(row["train_epochs"]),
+                fmt(row["train_seconds"], 0),
+                percent(row["dev_accuracy"]),
+                percent(row["test_accuracy"]),
+                percent(row["test_f1"]),
+            ]
+        )
+    for ref in result["references"]:
+        rows.append(
+            [
+                ref["model"],
+                "published, not measured here",
+                *["—"] * 5,
+                "—",
+                f"≈{percent(ref['accuracy'])}",
+                "—",
+            ]
+        )
+    hw = result["hardware"]
+    text = [
+        f"# SST-2 leaderboard{' (smoke run)' if result['smoke'] else ''}",
+        "",
+        f"A BERT-style encoder ({plural(s['num_layers'], 'layer')}, width {s['hidden_size']}, "
+        f"{plural(s['num_heads'], 'head')}, "
+        f"feed-forward {s['intermediate_size']}; {result['tokenizer']['vocab_size']:,}-token WordPiece) fine-tuned "
+        f"on {result['train_examples']:,} SST-2 training phrases for at most **{s['budget_seconds']:g} s** of "
+        f"wall-clock training or {s['max_epochs']:g} epochs, from scratch or after masked-LM pretraining on the "
+        f"{result['pretraining_sentences']:,} distinct training phrases"
+        + (
+            f" ({pre['steps']:,} steps in {pre['seconds']:.0f} s, budget {s['pretrain_seconds']:g} s; held-out "
+            f"masked-token accuracy {percent(pre.get('eval_mlm_accuracy'))}%)"
+            if pre is not None
+            else ""
+        )
+        + f". Accuracy on the validation split ({result['dev_examples']:,} phrases) and the test split "
+        f"({result['test_examples']:,} GLUE dev sentences).",
+        "",
+        markdown_table(header, rows),
+        "",
+        "Published rows (from the data README): approximate accuracies on the GLUE dev sentences, with far larger "
+        "models and pretraining corpora (BERT-base) or none (bag of words): context, not measured here.",
+        "",
+        f"Hardware: {hw['cpu_model']}, {hw['cores_available']} cores available, {hw['torch_threads']} torch threads"
+        + (f", GPU {hw['gpu']}" if hw["gpu"] else "")
+        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result['seed']}. "
+        f"Started {result['started']}, {result['total_seconds']:.0f} s in all.",
+        "",
+        "## Commands",
+        "",
+        "```",
+        result["command"],
+        *([f"pretraining: {pre['command']}"] if pre is not None else []),
+        *[f"{row['name']}: {row['command']}" for row in result["entries"]],
+        "```",
+        "",
+    ]
+    markdown = "\n".join(text)
+    path.write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the leaderboard; returns what results.json holds."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        names = parse_entries(args.entries, ENTRIES)
+    except ValueError as err:
+        parser.error(str(err))
+    if not Path(args.data_dir).is_dir():
+        parser.error(f"--data_dir {args.data_dir!r} is not a folder (SST-2: ../shared/data/sst2).")
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    settings = resolve(args, PRESETS["smoke" if args.smoke else "full"])
+    for key in ("budget_seconds", "pretrain_seconds"):
+        if not settings[key] > 0:
+            parser.error(f"--{key} must be > 0.")
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start = time.perf_counter()
+    hw = hardware()
+
+    sentences = training_sentences(args.data_dir, settings["max_train_samples"])
+    tokenizer_dir, init_dir = output_dir / "tokenizer", output_dir / "init"
+    tokenizer, reused_tokenizer = shared_tokenizer(sentences, settings, args.data_dir, tokenizer_dir)
+    num_parameters = save_initialization(init_dir, tokenizer, settings, args.seed)
+    logger.info("Initialization: %s parameters (masked LM) saved to %s.", f"{num_parameters:,}", init_dir)
+
+    pretraining = None
+    pretrained_dir = output_dir / "runs" / "mlm_pretrain"
+    if any(ENTRIES[name].pretrained for name in names):
+        text_file = output_dir / "pretraining_text.txt"
+        text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
+        run_argv = pretrain_argv(settings, args, text_file, init_dir, tokenizer_dir, pretrained_dir)
+        command = command_line("training.train", run_argv)
+        logger.info("=== pretraining: %s", command)
+        stamp = {
+            "argv": run_argv,
+            "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text()),
+        }
+        metrics, reused = pretrain(run_argv, pretrained_dir, stamp, args.reuse_pretraining)
+        pretraining = {
+            "command": command,
+            "reused": reused,
+            "steps": metrics["step"],
+            "seconds": metrics["seconds"],
+            "budget_seconds": settings["pretrain_seconds"],
+            "train_loss": metrics.get("train_loss"),
+            "eval_loss": metrics.get("eval_loss"),
+            "eval_mlm_accuracy": metrics.get("eval_mlm_accuracy"),
+            "tokens_seen": metrics.get("tokens_seen"),
+            "metrics": metrics,
+        }
+
+    rows = []
+    for name in names:
+        start_dir = pretrained_dir / "final" if ENTRIES[name].pretrained else init_dir
+        run_argv = finetune_argv(name, settings, args, start_dir, tokenizer_dir, output_dir / "runs" / name)
+        command = command_line("training.finetune_classification", run_argv)
+        logger.info("=== %s: %s", name, command)
+        try:
+            row = run_entry(name, run_argv)
+        except Exception as err:  # one failing entry must not lose the others' results
+            logger.exception("Entry %s failed.", name)
+            row = {
+                "name": name,
+                "label": ENTRIES[name].label,
+                "pretrained": ENTRIES[name].pretrained,
+                "error": repr(err),
+            }
+        row["command"] = command
+        rows.append(row)
+        logger.info("=== %s: test accuracy %s%%", name, percent(row.get("test_accuracy")))
+
+    measured = [row for row in rows if "error" not in row]
+    first = measured[0]["metrics"] if measured else {}
+    result = {
+        "leaderboard": "sst2",
+        "task": "SST-2 binary sentiment (test = GLUE dev sentences)",
+        "smoke": args.smoke,
+        "seed": args.seed,
+        "budget_seconds": settings["budget_seconds"],
+        "pretrain_seconds": settings["pretrain_seconds"],
+        "settings": settings,
+        "started": started,
+        "total_seconds": time.perf_counter() - start,
+        "hardware": hw,
+        "data_dir": str(args.data_dir),
+        "train_examples": first.get("train_samples"),
+        "dev_examples": first.get("eval_samples"),
+        "test_examples": first.get("test_samples"),
+        "pretraining_sentences": len(sentences),
+        "tokenizer": {
+            "path": str(tokenizer_dir),
+            "kind": "wordpiece",
+            "vocab_size": len(tokenizer),
+            "reused": reused_tokenizer,
+        },
+        "initialization": {
+            "path": str(init_dir),
+            "num_parameters_masked_lm": num_parameters,
+            "preset": "bert",
+        },
+        "pretraining": pretraining,
+        "command": shlex.join(
+            ["python", "benchmarks/leaderboard_sst2.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "entries": rows,
+        "references": [
+            {"model": model, "short": short, "accuracy": accuracy, "approximate": True, "published": True}
+            for short, model, accuracy in REFERENCES
+        ],
+    }
+    (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    markdown = write_markdown(output_dir / "results.md", result)
+    bar_chart(
+        output_dir / "accuracy.png",
+        [row["label"] for row in measured],
+        {
+            "dev": [None if row["dev_accuracy"] is None else 100 * row["dev_accuracy"] for row in measured],
+            "test": [
+                None if row["test_accuracy"] is None else 100 * row["test_accuracy"] for row in measured
+            ],
+        },
+        title=f"SST-2 accuracy, {settings['budget_seconds']:g} s fine-tuning budget per model",
+        ylabel="accuracy (%)",
+        references=[(f"{short} (published)", 100 * accuracy) for short, _, accuracy in REFERENCES],
+        reference_name="published (≈, GLUE dev)",
+    )
+    print(markdown)
+    failed = [row["name"] for row in rows if "error" in row]
+    if failed:
+        raise SystemExit(f"Entries failed: {failed}; see the log and {output_dir / 'results.json'}.")
+    return result
+
+
+if __name__ == "__main__":
+    main()

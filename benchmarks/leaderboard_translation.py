@@ -1,0 +1,719 @@
+#!/usr/bin/env python
+"""Translation leaderboard: Multi30k German -> English, every encoder-decoder family from scratch
+under one shared wall-clock training budget, scored by sacrebleu test BLEU (greedy and beam).
+
+    # the full leaderboard (about 6 x (10 min training + decoding) on a CPU; run it on an idle machine)
+    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k
+    # CI's smoke version: tiny models, 1,000 training pairs, a 2-second budget (about a minute)
+    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k --smoke
+    # a subset, another budget, LSTM cells
+    python benchmarks/leaderboard_translation.py --entries rnn_bahdanau,transformer \\
+        --budget_seconds 1200 --cell_type lstm
+
+Entries (`--entries`, comma-separated; default all):
+
+- `rnn`: recurrent encoder-decoder without attention (Sutskever et al., 2014; Cho et al., 2014):
+  the decoder sees the source only through the encoder's final state (the bottleneck).
+- `rnn_bahdanau`: the same with additive attention (Bahdanau et al., 2015).
+- `rnn_luong`: the same with Luong et al.'s (2015) "general" (bilinear) attention and input feeding.
+  The three RNN entries share one cell type, `--cell_type` (default GRU), a bidirectional
+  one-layer encoder and a one-layer decoder (`--family rnn_seq2seq` of
+  `training.finetune_translation`; sizes below).
+- `transformer`: Vaswani et al. (2017): sinusoidal positions, post-norm, ReLU (`--family transformer`).
+- `t5`: T5-style (Raffel et al., 2020): relative position buckets, RMSNorm pre-norm, no biases.
+- `bart`: BART-style (Lewis et al., 2020): learned positions, GELU, post-norm with embedding norm.
+  Only the architecture: every entry starts from random weights, nothing is pretrained.
+
+Protocol: one joint byte-level BPE tokenizer (BART's special tokens; every encoding ends with
+`</s>`) is trained once on both sides of the training pairs and saved under
+`output_dir/tokenizer/` (reused while its settings match, so a later `--entries` run scores on
+the same vocabulary); every entry gets it through `--tokenizer_name_or_path`. No source prefix
+(T5's "translate German to English: " carries no information for a model trained from scratch).
+Each entry is one `training.finetune_translation` run (in this process; its exact command line is
+recorded): AdamW, constant learning rate after a linear warmup (a time budget has no known last
+step for a decay to aim at), batch 64, training until `--budget_seconds` of wall-clock training
+or `--max_epochs` epochs, whichever comes first (`--max_train_seconds`: it stops at a step
+boundary). No validation during or after training (nothing is selected on it); then the 1,000
+test_2016_flickr pairs are decoded with beam search (`--num_beams`, default 5) and greedily and
+scored with sacrebleu (corpus BLEU, 13a tokenization, cased; lowercased also recorded).
+
+Default sizes (`--smoke`: everything tiny): Transformer, T5 and BART 3+3 layers, width 256,
+8 heads, feed-forward 512 (bentrevett's Transformer); RNNs embedding 256, hidden 512, one layer
+each side; dropout 0.1; vocabulary 8,000; learning rate 1e-3 for the RNNs, 5e-4 for the
+Transformers.
+
+Reference rows: bentrevett/pytorch-seq2seq's published test BLEU after 10 epochs (LSTM seq2seq
+13.76, GRU 20.61, Bahdanau attention 28.30, convolutional 34.14, Transformer 3+3 layers 256 wide
+36.52): published, not measured here, with their own BLEU implementation and tokenization, so
+they are indicative only.
+
+Outputs under `--output_dir` (default `out/leaderboard_translation`): `results.md` (the table, the
+setup and the command lines), `results.json` (every metric of every entry, hardware, seed,
+budget, command lines), `bleu.png` (greedy and beam BLEU per model, published references
+hatched), `tokenizer/` and `runs/<entry>/` (each run's `metrics.json`, test predictions and
+`final/` model). Committed full results live in `benchmarks/results/leaderboard_translation/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (REPO_ROOT, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+logger = logging.getLogger("leaderboard_translation")
+
+SOURCE_URL = "https://github.com/bentrevett/pytorch-seq2seq"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One leaderboard model: a `training.finetune_translation` family and its RNN attention."""
+
+    label: str
+    family: str
+    attention: str | None = None  # rnn_seq2seq only
+
+    @property
+    def is_rnn(self) -> bool:
+        return self.family == "rnn_seq2seq"
+
+
+ENTRIES = {
+    "rnn": Entry("RNN seq2seq, no attention", "rnn_seq2seq", "none"),
+    "rnn_bahdanau": Entry("RNN seq2seq + Bahdanau attention", "rnn_seq2seq", "bahdanau"),
+    "rnn_luong": Entry("RNN seq2seq + Luong (general) attention", "rnn_seq2seq", "luong_general"),
+    "transformer": Entry("Transformer (Vaswani et al.)", "transformer"),
+    "t5": Entry("T5-style Transformer", "t5"),
+    "bart": Entry("BART-style Transformer", "bart"),
+}
+
+# bentrevett/pytorch-seq2seq, Multi30k De->En test BLEU after 10 epochs (their README / notebooks)
+# (short name for the chart, description, BLEU)
+REFERENCES = [
+    ("LSTM", "LSTM seq2seq (2 layers, no attention)", 13.76),
+    ("GRU", "GRU seq2seq (no attention, context fed to every step)", 20.61),
+    ("GRU + Bahdanau", "GRU + Bahdanau attention", 28.30),
+    ("ConvS2S", "Convolutional seq2seq", 34.14),
+    ("Transformer", "Transformer (3+3 layers, 256 hidden)", 36.52),
+]
+
+# the full leaderboard and its smoke version; command-line flags override single values
+PRESETS = {
+    "full": dict(
+        budget_seconds=600.0,
+        max_epochs=10.0,
+        vocab_size=8000,
+        hidden_size=256,
+        num_layers=3,
+        num_heads=8,
+        intermediate_size=512,
+        rnn_hidden_size=512,
+        rnn_embedding_size=256,
+        rnn_layers=1,
+        dropout=0.1,
+        batch_size=64,
+        warmup_steps=100,
+        rnn_learning_rate=1e-3,
+        transformer_learning_rate=5e-4,
+        num_beams=5,
+        generation_max_length=64,
+        max_length=128,
+        max_train_samples=None,
+        max_test_samples=None,
+        logging_steps=50,
+    ),
+    "smoke": dict(
+        budget_seconds=2.0,
+        max_epochs=10.0,
+        vocab_size=400,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=64,
+        rnn_hidden_size=32,
+        rnn_embedding_size=32,
+        rnn_layers=1,
+        dropout=0.1,
+        batch_size=32,
+        warmup_steps=5,
+        rnn_learning_rate=3e-3,
+        transformer_learning_rate=3e-3,
+        num_beams=2,
+        generation_max_length=20,
+        max_length=48,
+        max_train_samples=1000,
+        max_test_samples=32,
+        logging_steps=10,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with the SST-2 leaderboard
+# ---------------------------------------------------------------------------------------------
+
+
+def hardware() -> dict:
+    """The machine and software a leaderboard ran on (recorded in results.json)."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {
+        "cpu_model": cpu,
+        "cores_available": cores,
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "loadavg_start": load,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def command_line(module: str, argv: list[str]) -> str:
+    """The shell command that reproduces an in-process run: `python -m module argv...`."""
+    return shlex.join(["python", "-m", module, *argv])
+
+
+def reuse_or_train_tokenizer(folder: Path, settings: dict, train) -> tuple[object, bool]:
+    """The tokenizer saved in `folder` if it was trained with `settings`, else `train()` saved there.
+
+    Returns:
+        `(tokenizer, reused)`.
+    """
+    from transformers import AutoTokenizer
+
+    stamp = folder / "leaderboard_settings.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        logger.info("Reusing the tokenizer in %s (same settings).", folder)
+        return AutoTokenizer.from_pretrained(folder), True
+    tokenizer = train()
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    stamp.write_text(json.dumps(settings, indent=2))
+    logger.info("Trained and saved the shared tokenizer (%d tokens) to %s.", len(tokenizer), folder)
+    return tokenizer, False
+
+
+def fmt(value, digits: int = 2) -> str:
+    """A table cell: numbers with `digits` decimals, None as an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def millions(n: int | None) -> str:
+    return "—" if n is None else f"{n / 1e6:.2f}M"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def bar_chart(
+    path: Path,
+    labels: list[str],
+    series: dict[str, list[float | None]],
+    title: str,
+    ylabel: str,
+    references: list[tuple[str, float]] = (),
+    reference_name: str = "published",
+) -> Path:
+    """Grouped bars, one group per label and one bar per series; `references` as hatched grey bars.
+
+    Missing values (None) leave a gap. Written as a PNG (matplotlib, headless).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(series)
+    width = 0.8 / max(1, len(names))
+    n = len(labels) + len(references)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * n + 2), 4.8))
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))]
+        values = [v if v is not None else 0.0 for v in series[name]]
+        bars = ax.bar(xs, values, width, label=name)
+        for bar, value in zip(bars, series[name]):
+            if value is not None:
+                ax.annotate(
+                    f"{value:.1f}",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+    if references:
+        xs = [len(labels) + j for j in range(len(references))]
+        bars = ax.bar(xs, [v for _, v in references], 0.5, color="lightgrey", hatch="//", edgecolor="grey")
+        bars.set_label(reference_name)
+        for bar, (_, value) in zip(bars, references):
+            ax.annotate(
+                f"{value:.1f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    ax.set_xticks(
+        range(n), list(labels) + [name for name, _ in references], rotation=30, ha="right", fontsize=8
+    )
+    tallest = max(
+        [v for values in series.values() for v in values if v is not None]
+        + [v for _, v in references]
+        + [0.0]
+    )
+    ax.set_ylim(0, 1.12 * tallest if tallest > 0 else 1.0)  # room for the value labels
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    logger.info("Wrote %s", path)
+    return path
+
+
+def parse_entries(value: str | None, known: dict) -> list[str]:
+    """`--entries`: comma-separated names of `known` (all of them when empty), in the order given."""
+    if not value:
+        return list(known)
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"`--entries`: unknown {unknown}; choose from {list(known)} (comma-separated).")
+    return list(dict.fromkeys(names))
+
+
+def resolve(args: argparse.Namespace, preset: dict) -> dict:
+    """The preset's settings with every command-line flag that was given (not None) on top."""
+    return {
+        key: getattr(args, key) if getattr(args, key, None) is not None else value
+        for key, value in preset.items()
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the leaderboard
+# ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    full = PRESETS["full"]
+    parser = argparse.ArgumentParser(
+        description="Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
+        "Transformer, T5-style and BART-style from scratch under one wall-clock budget; sacrebleu test BLEU.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--data_dir",
+        default="../shared/data/multi30k",
+        help="Multi30k folder (train/val/test_2016_flickr .de/.en[.gz]).",
+    )
+    parser.add_argument(
+        "--output_dir", default="out/leaderboard_translation", help="Where results and runs go."
+    )
+    parser.add_argument(
+        "--entries", default=None, help=f"Comma-separated subset of {list(ENTRIES)} (default all)."
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help="Tiny models, data and budget (CI; about a minute)."
+    )
+    parser.add_argument("--seed", type=int, default=0, help="Seed of every run (init and data order).")
+    parser.add_argument("--cell_type", default="gru", help="Recurrent cell of the RNN entries (gru or lstm).")
+    parser.add_argument(
+        "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
+    )
+    sized = parser.add_argument_group(
+        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
+    )
+    help_of = {
+        "budget_seconds": "Wall-clock training budget per entry, in seconds",
+        "max_epochs": "Epoch cap per entry (whichever of budget and epochs ends first)",
+        "vocab_size": "Joint BPE vocabulary size",
+        "hidden_size": "Transformer width",
+        "num_layers": "Transformer encoder (= decoder) layers",
+        "num_heads": "Transformer attention heads",
+        "intermediate_size": "Transformer feed-forward width",
+        "rnn_hidden_size": "RNN state width (the bidirectional encoder splits it in two directions)",
+        "rnn_embedding_size": "RNN token embedding width",
+        "rnn_layers": "RNN encoder (= decoder) layers",
+        "dropout": "Dropout of every entry",
+        "batch_size": "Training pairs per batch",
+        "warmup_steps": "Linear learning-rate warmup steps (then constant)",
+        "rnn_learning_rate": "Peak AdamW learning rate of the RNN entries",
+        "transformer_learning_rate": "Peak AdamW learning rate of the Transformer entries",
+        "num_beams": "Beam size of the beam-search test decoding",
+        "generation_max_length": "Longest generated translation in tokens",
+        "max_length": "Longest source/target in training, in tokens",
+        "max_train_samples": "Use the first N training pairs; None = all",
+        "max_test_samples": "Score the first N test pairs; None = all 1,000",
+        "logging_steps": "Log the training loss every N steps",
+    }
+    for key, text in help_of.items():
+        kind = type(full[key]) if full[key] is not None else int
+        sized.add_argument(
+            f"--{key}",
+            type=kind,
+            default=argparse.SUPPRESS,  # absent unless given: `resolve` then takes the preset's value
+            help=f"{text} (full: {full[key]}; smoke: {PRESETS['smoke'][key]}).",
+        )
+    return parser
+
+
+def entry_argv(
+    name: str, settings: dict, args: argparse.Namespace, tokenizer_dir: Path, run_dir: Path
+) -> list[str]:
+    """The `training.finetune_translation` arguments of one entry."""
+    entry = ENTRIES[name]
+    s = settings
+    argv = [
+        "--data_dir", str(args.data_dir), "--source_lang", "de", "--target_lang", "en",
+        "--validation_split", "", "--source_prefix", "",
+        "--from_scratch", "--family", entry.family, "--tokenizer_name_or_path", str(tokenizer_dir),
+        "--max_source_length", str(s["max_length"]), "--max_target_length", str(s["max_length"]),
+        "--hidden_dropout", str(s["dropout"]),
+    ]  # fmt: skip
+    if entry.is_rnn:
+        argv += [
+            "--rnn_attention", entry.attention, "--cell_type", args.cell_type,
+            "--hidden_size", str(s["rnn_hidden_size"]), "--embedding_size", str(s["rnn_embedding_size"]),
+            "--num_hidden_layers", str(s["rnn_layers"]),
+            "--learning_rate", str(s["rnn_learning_rate"]),
+        ]  # fmt: skip
+    else:
+        argv += [
+            "--hidden_size", str(s["hidden_size"]), "--num_hidden_layers", str(s["num_layers"]),
+            "--num_attention_heads", str(s["num_heads"]), "--intermediate_size", str(s["intermediate_size"]),
+            "--attention_dropout", str(s["dropout"]),
+            "--learning_rate", str(s["transformer_learning_rate"]),
+        ]  # fmt: skip
+    argv += [
+        "--per_device_train_batch_size", str(s["batch_size"]),
+        "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s["warmup_steps"]),
+        "--num_train_epochs", str(s["max_epochs"]), "--max_train_seconds", str(s["budget_seconds"]),
+        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(s["logging_steps"]),
+        "--generation_num_beams", str(s["num_beams"]), "--generation_max_length", str(s["generation_max_length"]),
+        "--report_to", "none", "--disable_tqdm", "true", "--seed", str(args.seed),
+        "--output_dir", str(run_dir),
+    ]  # fmt: skip
+    if s["max_train_samples"] is not None:
+        argv += ["--max_train_samples", str(s["max_train_samples"])]
+    if s["max_test_samples"] is not None:
+        argv += ["--max_test_samples", str(s["max_test_samples"])]
+    return argv
+
+
+def shared_tokenizer(args: argparse.Namespace, settings: dict, folder: Path):
+    """Train (or reuse) the joint byte-level BPE tokenizer on both sides of the training pairs."""
+    from training.finetune_translation import (
+        TranslationDataArguments,
+        ensure_eos,
+        load_translation_dataset,
+        sides,
+    )
+    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
+
+    data_args = TranslationDataArguments(
+        data_dir=str(args.data_dir),
+        validation_split="",
+        test_split="",
+        max_train_samples=settings["max_train_samples"],
+    )
+    stamp = {
+        "data_dir": str(Path(args.data_dir).resolve()),
+        "kind": "byte_bpe",
+        "vocab_size": settings["vocab_size"],
+        "max_train_samples": settings["max_train_samples"],
+        "max_length": settings["max_length"],
+    }
+
+    def train():
+        train_pairs = load_translation_dataset(data_args)["train"]
+        tokenizer = train_tokenizer(
+            sides(train_pairs, "de") + sides(train_pairs, "en"),
+            kind="byte_bpe",
+            vocab_size=settings["vocab_size"],
+            special_tokens=BART_SPECIAL_TOKENS,
+            model_max_length=settings["max_length"],
+            padding_side="right",
+        )
+        ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
+        return tokenizer
+
+    return reuse_or_train_tokenizer(folder, stamp, train)
+
+
+def run_entry(name: str, argv: list[str]) -> dict:
+    """Train and test one entry in this process; returns its row for results.json."""
+    from training.finetune_translation import finetune, parse_args
+
+    entry = ENTRIES[name]
+    start = time.perf_counter()
+    metrics = finetune(*parse_args(argv))
+    return {
+        "name": name,
+        "label": entry.label,
+        "family": entry.family,
+        "attention": entry.attention,
+        "num_parameters": metrics["num_parameters"],
+        "train_steps": metrics["train_steps"],
+        "train_epochs": metrics["train_epochs"],
+        "train_seconds": metrics["train_runtime"],
+        "train_budget_reached": metrics["train_budget_reached"],
+        "train_loss": metrics.get("train_loss"),
+        "test_bleu_greedy": metrics.get("test_greedy_bleu", metrics.get("test_bleu")),
+        "test_bleu_beam": metrics.get("test_bleu"),
+        "test_bleu_greedy_lowercase": metrics.get(
+            "test_greedy_bleu_lowercase", metrics.get("test_bleu_lowercase")
+        ),
+        "test_bleu_beam_lowercase": metrics.get("test_bleu_lowercase"),
+        "test_loss": metrics.get("test_loss"),
+        "decode_seconds_greedy": metrics.get("test_greedy_runtime"),
+        "decode_seconds_beam": metrics.get("test_runtime"),
+        "test_samples": metrics.get("test_samples"),
+        "bleu_signature": metrics.get("bleu_signature"),
+        "total_seconds": time.perf_counter() - start,
+        "metrics": metrics,
+    }
+
+
+def display_label(row: dict, cell_type: str) -> str:
+    return (
+        row["label"].replace("RNN", cell_type.upper()) if row.get("family") == "rnn_seq2seq" else row["label"]
+    )
+
+
+def write_markdown(path: Path, result: dict) -> str:
+    s, cell = result["settings"], result["cell_type"]
+    beams = s["num_beams"]
+    header = [
+        "model", "source", "parameters", "steps", "epochs", "train time (s)", "train loss",
+        "test BLEU greedy", f"test BLEU beam {beams}", "greedy BLEU lowercased",
+    ]  # fmt: skip
+    rows = []
+    for row in result["entries"]:
+        if "error" in row:
+            rows.append(
+                [display_label(row, cell), "measured", *["—"] * 5, f"failed: {row['error']}", "—", "—"]
+            )
+            continue
+        rows.append(
+            [
+                display_label(row, cell),
+                "measured",
+                millions(row["num_parameters"]),
+                fmt(row["train_steps"]),
+                fmt(row["train_epochs"]),
+                fmt(row["train_seconds"], 0),
+                fmt(row["train_loss"], 3),
+                fmt(row["test_bleu_greedy"]),
+                fmt(row["test_bleu_beam"]),
+                fmt(row["test_bleu_greedy_lowercase"]),
+            ]
+        )
+    for ref in result["references"]:
+        rows.append(
+            [
+                f"{ref['model']} (bentrevett)",
+                "published, not measured here",
+                "—",
+                "—",
+                "10",
+                "—",
+                "—",
+                fmt(ref["bleu"]),
+                "—",
+                "—",
+            ]
+        )
+    hw = result["hardware"]
+    text = [
+        f"# Multi30k De→En translation leaderboard{' (smoke run)' if result['smoke'] else ''}",
+        "",
+        f"Every model trained from scratch on {result['train_pairs']:,} training pairs for at most "
+        f"**{s['budget_seconds']:g} s** of wall-clock training or {s['max_epochs']:g} epochs, whichever came "
+        f"first; test BLEU (sacrebleu corpus BLEU, 13a, cased) on {result['test_pairs']:,} test_2016_flickr pairs, "
+        f"greedy and beam {beams}. One joint byte-level BPE tokenizer ({result['tokenizer']['vocab_size']:,} "
+        f"tokens) for all. RNN entries: {cell.upper()} cells.",
+        "",
+        markdown_table(header, rows),
+        "",
+        "Published rows: bentrevett/pytorch-seq2seq's test BLEU after 10 epochs with their own tokenization and "
+        "BLEU implementation (not sacrebleu's) and greedy decoding: indicative, not directly comparable.",
+        "",
+        f"Hardware: {hw['cpu_model']}, {hw['cores_available']} cores available, {hw['torch_threads']} torch threads"
+        + (f", GPU {hw['gpu']}" if hw["gpu"] else "")
+        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result['seed']}. "
+        f"Started {result['started']}, {result['total_seconds']:.0f} s in all.",
+        "",
+        "## Commands",
+        "",
+        "```",
+        result["command"],
+        *[f"{row['name']}: {row['command']}" for row in result["entries"]],
+        "```",
+        "",
+    ]
+    markdown = "\n".join(text)
+    path.write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the leaderboard; returns what results.json holds."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        names = parse_entries(args.entries, ENTRIES)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.cell_type not in ("gru", "lstm", "rnn_tanh", "rnn_relu"):
+        parser.error(f"--cell_type must be gru, lstm, rnn_tanh or rnn_relu, got {args.cell_type!r}.")
+    if not Path(args.data_dir).is_dir():
+        parser.error(f"--data_dir {args.data_dir!r} is not a folder (Multi30k: ../shared/data/multi30k).")
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    settings = resolve(args, PRESETS["smoke" if args.smoke else "full"])
+    if not settings["budget_seconds"] > 0:
+        parser.error("--budget_seconds must be > 0.")
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    start = time.perf_counter()
+    hw = hardware()
+
+    tokenizer_dir = output_dir / "tokenizer"
+    tokenizer, reused = shared_tokenizer(args, settings, tokenizer_dir)
+    rows = []
+    for name in names:
+        run_dir = output_dir / "runs" / name
+        run_argv = entry_argv(name, settings, args, tokenizer_dir, run_dir)
+        command = command_line("training.finetune_translation", run_argv)
+        logger.info("=== %s: %s", name, command)
+        try:
+            row = run_entry(name, run_argv)
+        except Exception as err:  # one failing entry must not lose the others' results
+            logger.exception("Entry %s failed.", name)
+            row = {
+                "name": name,
+                "label": ENTRIES[name].label,
+                "family": ENTRIES[name].family,
+                "error": repr(err),
+            }
+        row["command"] = command
+        rows.append(row)
+        logger.info(
+            "=== %s: BLEU greedy %s, beam %s",
+            name,
+            fmt(row.get("test_bleu_greedy")),
+            fmt(row.get("test_bleu_beam")),
+        )
+
+    measured = [row for row in rows if "error" not in row]
+    result = {
+        "leaderboard": "translation",
+        "task": "Multi30k De->En (test_2016_flickr)",
+        "smoke": args.smoke,
+        "seed": args.seed,
+        "budget_seconds": settings["budget_seconds"],
+        "cell_type": args.cell_type,
+        "settings": settings,
+        "started": started,
+        "total_seconds": time.perf_counter() - start,
+        "hardware": hw,
+        "data_dir": str(args.data_dir),
+        "train_pairs": measured[0]["metrics"]["train_samples"] if measured else None,
+        "test_pairs": measured[0]["test_samples"] if measured else None,
+        "tokenizer": {
+            "path": str(tokenizer_dir),
+            "kind": "byte_bpe",
+            "vocab_size": len(tokenizer),
+            "reused": reused,
+        },
+        "command": shlex.join(
+            ["python", "benchmarks/leaderboard_translation.py", *(sys.argv[1:] if argv is None else argv)]
+        ),
+        "entries": rows,
+        "references": [
+            {
+                "model": model,
+                "short": short,
+                "bleu": bleu,
+                "epochs": 10,
+                "source": SOURCE_URL,
+                "published": True,
+            }
+            for short, model, bleu in REFERENCES
+        ],
+    }
+    (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    markdown = write_markdown(output_dir / "results.md", result)
+    labels = [display_label(row, args.cell_type) for row in measured]
+    bar_chart(
+        output_dir / "bleu.png",
+        labels,
+        {
+            "greedy": [row["test_bleu_greedy"] for row in measured],
+            f"beam {settings['num_beams']}": [row["test_bleu_beam"] for row in measured],
+        },
+        title=f"Multi30k De→En test BLEU, {settings['budget_seconds']:g} s training budget per model",
+        ylabel="sacrebleu BLEU",
+        references=[(f"{short} (published)", bleu) for short, _, bleu in REFERENCES],
+        reference_name="bentrevett, 10 epochs (published)",
+    )
+    print(markdown)
+    failed = [row["name"] for row in rows if "error" in row]
+    if failed:
+        raise SystemExit(f"Entries failed: {failed}; see the log and {output_dir / 'results.json'}.")
+    return result
+
+
+if __name__ == "__main__":
+    main()
