@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo test test-fast lint bench suite clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: $(STAMP)
 	$(VPY) benchmarks/bench_gpt.py
 	$(VPY) benchmarks/bench_bert.py
 	$(VPY) benchmarks/bench_seq2seq.py --threads 1
+
+# every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
+suite: $(STAMP)
+	$(VPY) benchmarks/suite.py --threads 1
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache
