@@ -65,9 +65,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # run as a script: make `training` and `hf_lm` importable
-    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (REPO_ROOT, BENCH_DIR):  # make `training`, `hf_lm` and `bench_common` importable
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench_common import (  # noqa: E402
+    available_cores,
+    comma_list,
+    cpu_model,
+    git_revision,
+    load_average,
+    pyplot,
+    versions,
+)
+from bench_common import markdown_table as render_table  # noqa: E402
 
 logger = logging.getLogger("ablations")
 
@@ -199,7 +212,7 @@ def select_variants(spec: str | None) -> list[Variant]:
     if not spec:
         return list(VARIANTS)
     chosen = {"baseline"}
-    for item in (s.strip() for s in spec.split(",") if s.strip()):
+    for item in comma_list(spec):
         if item in VARIANTS_BY_NAME:
             chosen.add(item)
         elif item in COMPONENTS:
@@ -299,54 +312,19 @@ def prepare_tokenizer(data: Path, folder: Path, block_size: int) -> int:
     return len(tokenizer)
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def git_revision() -> str | None:
-    """The commit the runs used, with "+dirty" when the working tree has changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+dirty" if dirty else "")
-
-
 def hardware(threads: int | None, jobs: int) -> dict:
-    import accelerate
     import torch
-    import transformers
 
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
     return {
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
-        "usable_cores": usable,
+        "usable_cores": available_cores(),
         "torch_threads_per_run": threads if threads is not None else torch.get_num_threads(),
         "concurrent_runs": jobs,
-        "load_average_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "load_average_start": load_average(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
+        **versions("torch", "transformers", "accelerate"),
     }
 
 
@@ -508,33 +486,36 @@ def markdown_table(rows: list[dict], early_step: int) -> str:
     """
     base = next((r for r in rows if r["name"] == "baseline"), None)
     base_loss = base["final_loss"]["mean"] if base else None
-    lines = [
-        f"| variant | component | parameters | step time (ms) | val loss @ step {early_step} "
-        "| final val loss | Δ vs baseline | steps | seeds |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = [
+        "variant", "component", "parameters", "step time (ms)", f"val loss @ step {early_step}",
+        "final val loss", "Δ vs baseline", "steps", "seeds",
+    ]  # fmt: skip
+    body = []
     for r in rows:
         loss = r["final_loss"]["mean"]
         delta = (
             "" if loss is None or base_loss is None or r["name"] == "baseline" else f"{loss - base_loss:+.3f}"
         )
         params = r["parameters"]["mean"]
-        seeds = f"{r['final_loss']['n']}/{len(r['runs'])}"
-        lines.append(
-            f"| {r['name']} | {r['component']} | {'n/a' if params is None else f'{params:,.0f}'} "
-            f"| {_pm(r['step_time_ms'], 1)} | {_pm(r['early_loss'], 3)} | {_pm(r['final_loss'], 3)} "
-            f"| {delta} | {_pm(r['steps'], 0)} | {seeds} |"
+        body.append(
+            [
+                r["name"],
+                r["component"],
+                "n/a" if params is None else f"{params:,.0f}",
+                _pm(r["step_time_ms"], 1),
+                _pm(r["early_loss"], 3),
+                _pm(r["final_loss"], 3),
+                delta,
+                _pm(r["steps"], 0),
+                f"{r['final_loss']['n']}/{len(r['runs'])}",
+            ]
         )
-    return "\n".join(lines)
+    return render_table(header, body, align="llrrrrrrr")
 
 
 def plot_final_losses(rows: list[dict], path: Path, title: str) -> Path:
     """Final validation loss per variant (mean, error bars one std), the baseline as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     shown = [r for r in rows if r["final_loss"]["mean"] is not None]
     components = sorted({r["component"] for r in rows})
     colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(components)}
@@ -668,7 +649,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.output_dir is None:
         args.output_dir = REPO_ROOT / "out" / ("ablations_smoke" if args.smoke else "ablations")
     try:
-        args.seed_list = [int(s) for s in str(args.seeds).split(",") if s.strip()]
+        args.seed_list = [int(s) for s in comma_list(str(args.seeds))]
     except ValueError:
         parser.error(f"--seeds must be a comma list of integers, got {args.seeds!r}")
     if not args.seed_list:
@@ -788,7 +769,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     table = markdown_table(rows, early_step)
-    env["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    env["load_average_end"] = load_average()
     report = {
         "task": "Tiny Shakespeare, character level: GPT-style ablations, one component at a time",
         "command": shlex.join([sys.executable, *sys.argv])

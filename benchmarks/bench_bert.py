@@ -56,8 +56,6 @@ import argparse
 import gc
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -74,17 +72,24 @@ for path in (REPO_ROOT, BENCH_DIR):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from bench_common import markdown_table, measure_peak_rss, run_json_worker  # noqa: E402
+
 # the measurement machinery is the GPT benchmark's: same timing, contention and memory method
 from bench_gpt import (  # noqa: E402
     Contention,
-    _peak_rss_bytes,
-    _reset_peak_rss,
-    _rss_bytes,
-    available_cores,
+    add_machine_options,
+    add_warmup_and_memory_options,
     busy_note,
     environment,
+    environment_line,
+    flops_line,
     fmt,
-    summarize,
+    make_batch_train_step,
+    memory_rows,
+    memory_worker_command,
+    metric_row,
+    optimizer_state_bytes,
+    summarize_with_cpu,
     tensor_bytes,
     time_alternating,
     wait_for_idle,
@@ -198,18 +203,8 @@ def batch_stats(batch: dict) -> dict:
 
 
 def make_train_step(model: torch.nn.Module, batch: dict, lr: float = 1e-4):
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def step():
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    step.optimizer = opt
-    return step
+    """`bench_gpt.make_batch_train_step` on `batch` (AdamW, lr 1e-4 by default)."""
+    return make_batch_train_step(model, batch, lr)
 
 
 def make_forward(model: torch.nn.Module, batch: dict):
@@ -269,23 +264,9 @@ def memory_worker(side: str, workload: str, args) -> dict:
         fn, n = step, args.memory_steps
     else:
         fn, n = make_forward(model, batch), 1
-    gc.collect()
-    base = _rss_bytes()
-    reset_ok = _reset_peak_rss()
-    for _ in range(n):
-        fn()
-    peak = _peak_rss_bytes(reset_ok)
-    result.update(
-        {
-            "baseline_rss_bytes": base,
-            "peak_rss_bytes": peak,
-            "peak_rss_delta_bytes": peak - base,
-            "peak_method": "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)",
-        }
-    )
+    result.update(measure_peak_rss(fn, n))
     if workload == "train":
-        state = step.optimizer.state.values()
-        result["optimizer_state_bytes"] = tensor_bytes(t for s in state for t in s.values())
+        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
     return result
 
 
@@ -297,13 +278,8 @@ WORKER_OPTIONS = (
 
 
 def measure_memory(side: str, workload: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_memory-worker", side, workload]
-    cmd += [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in WORKER_OPTIONS]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory worker {side}/{workload} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = memory_worker_command(__file__, [side, workload], args, WORKER_OPTIONS)
+    return run_json_worker(cmd, f"memory worker {side}/{workload}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -382,18 +358,9 @@ def parse_args(argv=None):
     p.add_argument("--rounds", type=int, default=9, help="alternating rounds per metric")
     p.add_argument("--train-reps", type=int, default=1, help="training steps per round and side")
     p.add_argument("--infer-reps", type=int, default=2, help="inference forwards per round and side")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
-    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    add_warmup_and_memory_options(p)
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed sanity difference")
-    p.add_argument("--threads", type=int, default=available_cores())
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--wait-idle",
-        type=float,
-        default=0.0,
-        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
-    )
+    add_machine_options(p)
     p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1 rep, 1 warm-up")
     p.add_argument("--profile", action="store_true", help="also write torch.profiler tables")
     p.add_argument("--profile-steps", type=int, default=3, help="steps per profiled workload")
@@ -410,29 +377,21 @@ def parse_args(argv=None):
     return args
 
 
-def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
-    """`bench_gpt.summarize` plus the median CPU time (user + sys) per call: on a shared machine
-    the work a side does is steadier than its wall time, which includes waiting for a CPU."""
-    result = summarize(samples, units_per_call)
-    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
-    return result
-
-
 def print_table(results: dict, sides: tuple[str, ...]) -> str:
     cols = [s for s in sides if s != "transformers"]
-    head = "| metric | transformers | " + " | ".join(f"{s} | ratio {s}/transformers" for s in cols) + " |"
-    lines = ["", head, "|---|---:|" + "---:|---:|" * len(cols)]
+    header = ["metric", "transformers", *(cell for s in cols for cell in (s, f"ratio {s}/transformers"))]
+    body = []
     for name, row in results.items():
         better = "higher is better" if row["higher_is_better"] else "lower is better"
-        cells = [fmt(row["transformers"], row["unit"])]
+        cells = [f"{name} [{row['unit']}, {better}]", fmt(row["transformers"], row["unit"])]
         for s in cols:
             if s not in row:
                 cells += ["", ""]
                 continue
             ratio = row.get(f"ratio_{s}")
             cells += [fmt(row[s], row["unit"]), "n/a" if ratio is None else f"{ratio:.3f}"]
-        lines.append(f"| {name} [{row['unit']}, {better}] | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        body.append(cells)
+    return "\n" + markdown_table(header, body, align="l" + "r" * (1 + 2 * len(cols)))
 
 
 def main(argv=None) -> int:
@@ -444,11 +403,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     env = environment(torch.get_num_threads())
-    print(
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})",
-        flush=True,
-    )
+    print(environment_line(env), flush=True)
     for side in SIDES:
         print(f"  {side:13s} = {SIDE_NAMES[side]}")
     batch = mlm_batch(args, args.seed)
@@ -484,11 +439,7 @@ def main(argv=None) -> int:
     assert len(set(n_params.values())) == 1, n_params
     print(f"{n_params['hf_lm'] / 1e6:.2f}M parameters", flush=True)
     flops = {side: count_train_step_flops(m, batch) for side, m in models.items()}
-    print(
-        "FLOPs per training step (forward + backward, optimizer not counted): "
-        + ", ".join(f"{side} {flops[side]['total'] / 1e9:.2f} G" for side in SIDES),
-        flush=True,
-    )
+    print(flops_line(flops), flush=True)
 
     results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
@@ -513,11 +464,7 @@ def main(argv=None) -> int:
         ("train achieved GFLOP/s (fwd + bwd FLOPs / step time)", "achieved_gflops", "GFLOP/s", True),
         ("train step: minor page faults", "median_minor_faults", "count", False),
     ):
-        results[name] = {
-            **{side: raw["train"][side][key] for side in SIDES},
-            "unit": unit,
-            "higher_is_better": higher,
-        }
+        results[name] = metric_row({side: raw["train"][side][key] for side in SIDES}, unit, higher)
     print(f"training timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
     for step in steps.values():
         step.optimizer.state.clear()
@@ -532,21 +479,12 @@ def main(argv=None) -> int:
         samples = time_alternating(fns, args.rounds, args.infer_reps, args.warmup)
     contention["infer"] = c.result
     raw["infer"] = {side: summarize_with_cpu(s, positions) for side, s in samples.items()}
-    results[f"inference positions/s (eval, no_grad, B={args.batch}, T={args.seq})"] = {
-        **{side: raw["infer"][side]["throughput"] for side in INFER_SIDES},
-        "unit": "pos/s",
-        "higher_is_better": True,
-    }
-    results["inference forward time"] = {
-        **{side: raw["infer"][side]["median_s"] for side in INFER_SIDES},
-        "unit": "ms",
-        "higher_is_better": False,
-    }
-    results["inference forward: CPU time (user + sys, all threads)"] = {
-        **{side: raw["infer"][side]["median_cpu_s"] for side in INFER_SIDES},
-        "unit": "ms",
-        "higher_is_better": False,
-    }
+    for name, key, unit, higher in (
+        (f"inference positions/s (eval, no_grad, B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
+        ("inference forward time", "median_s", "ms", False),
+        ("inference forward: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
+    ):
+        results[name] = metric_row({side: raw["infer"][side][key] for side in INFER_SIDES}, unit, higher)
     print(f"inference timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
 
     # 3. memory
@@ -557,21 +495,10 @@ def main(argv=None) -> int:
             "infer": {side: measure_memory(side, "infer", args) for side in INFER_SIDES},
         }
         raw["memory"] = mem
-        results["parameters + AdamW state"] = {
-            **{s: mem["train"][s]["param_bytes"] + mem["train"][s]["optimizer_state_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results[f"train peak RSS above baseline ({args.memory_steps} steps)"] = {
-            **{s: mem["train"][s]["peak_rss_delta_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results["inference peak RSS above baseline"] = {
-            **{s: mem["infer"][s]["peak_rss_delta_bytes"] for s in INFER_SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
+        results.update(memory_rows(mem["train"], SIDES, args.memory_steps))
+        results["inference peak RSS above baseline"] = metric_row(
+            {s: mem["infer"][s]["peak_rss_delta_bytes"] for s in INFER_SIDES}, "MiB", False
+        )
         print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
 
     for row in results.values():

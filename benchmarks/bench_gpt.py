@@ -63,7 +63,6 @@ import platform
 import pstats
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,7 +71,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-import transformers  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -81,6 +79,15 @@ for path in (REPO_ROOT, BENCH_DIR):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from bench_common import (  # noqa: E402
+    available_cores,
+    cpu_model,
+    load_average,
+    markdown_table,
+    measure_peak_rss,
+    run_json_worker,
+    versions,
+)
 from peak_flops import count_train_step_flops  # noqa: E402
 
 from hf_lm import HfLmGPTForCausalLM  # noqa: E402
@@ -96,23 +103,6 @@ REFERENCE_NAMES = {
 # --------------------------------------------------------------------------------------------
 # Environment
 # --------------------------------------------------------------------------------------------
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def cpu_pressure() -> dict | None:
@@ -131,13 +121,6 @@ def cpu_pressure() -> dict | None:
         "avg60": float(fields["avg60"]),
         "total_us": int(fields["total"]),
     }
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return None
 
 
 class Contention:
@@ -168,9 +151,9 @@ def wait_for_idle(max_wait_s: float, threshold: float = 5.0) -> float:
 
 
 def environment(threads: int) -> dict:
+    """Versions, threads, cores, CPU and its load: the `environment` of every A/B benchmark's JSON."""
     return {
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
+        **versions("torch", "transformers"),
         "python": platform.python_version(),
         "threads": threads,
         "cores_available": available_cores(),
@@ -180,6 +163,14 @@ def environment(threads: int) -> dict:
         "loadavg_start": load_average(),
         "cpu_pressure_start": cpu_pressure(),
     }
+
+
+def environment_line(env: dict) -> str:
+    """The line an A/B benchmark prints first: versions, threads and CPU."""
+    return (
+        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
+        f"{env['cpu_model']} ({env['cpu_capability']})"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,6 +285,24 @@ def make_train_step(model: torch.nn.Module, ids: torch.Tensor, lr: float = 3e-4)
     return step
 
 
+def make_batch_train_step(model: torch.nn.Module, batch: dict, lr: float):
+    """bench_bert's and bench_seq2seq's training step on a fixed batch (which holds the labels):
+    forward, backward, AdamW step, `zero_grad`; returns the detached loss. `step.optimizer` is the
+    AdamW, for its state's size."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def step():
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    step.optimizer = opt
+    return step
+
+
 def generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
     out = model.generate(
         prompt,
@@ -352,31 +361,29 @@ def summarize(samples: dict, units_per_call: float) -> dict:
     }
 
 
+def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
+    """`summarize` plus the median CPU time (user + sys) per call: on a shared machine the work a
+    side does is steadier than its wall time, which includes waiting for a CPU."""
+    result = summarize(samples, units_per_call)
+    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
+    return result
+
+
+def metric_row(values: dict, unit: str, higher_is_better: bool) -> dict:
+    """One row of an A/B benchmark's `results`: a value per side, its unit and which way is better."""
+    return {**values, "unit": unit, "higher_is_better": higher_is_better}
+
+
+def flops_line(flops: dict) -> str:
+    """The printed FLOPs of one training step per side (`count_train_step_flops` results)."""
+    return "FLOPs per training step (forward + backward, optimizer not counted): " + ", ".join(
+        f"{side} {counted['total'] / 1e9:.2f} G" for side, counted in flops.items()
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Memory: one fresh subprocess per side and workload
 # --------------------------------------------------------------------------------------------
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_bytes(reset_ok: bool) -> int:
-    if reset_ok:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
 
 
 def tensor_bytes(tensors) -> int:
@@ -386,6 +393,50 @@ def tensor_bytes(tensors) -> int:
             seen.add(t.data_ptr())
             total += t.numel() * t.element_size()
     return total
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of an optimizer's state tensors (AdamW: both moments and the step counts)."""
+    return tensor_bytes(t for state in optimizer.state.values() for t in state.values())
+
+
+def memory_rows(train: dict, sides, steps: int, suffix: str = "") -> dict:
+    """The `results` rows of the training memory workers (`train`: side -> worker result):
+    parameters + AdamW state, and the peak RSS of `steps` training steps above baseline."""
+    return {
+        f"parameters + AdamW state{suffix}": metric_row(
+            {s: train[s]["param_bytes"] + train[s]["optimizer_state_bytes"] for s in sides}, "MiB", False
+        ),
+        f"train peak RSS above baseline ({steps} steps){suffix}": metric_row(
+            {s: train[s]["peak_rss_delta_bytes"] for s in sides}, "MiB", False
+        ),
+    }
+
+
+def memory_worker_command(script: str, workload: list[str], args, options: list[str]) -> list[str]:
+    """The command that reruns `script` as a memory worker for `workload` (`--_memory-worker ...`),
+    passing on the `options` of `args` (the ones it needs to rebuild the same model and inputs)."""
+    cmd = [sys.executable, os.path.abspath(script), "--_memory-worker", *workload]
+    return cmd + [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in options]
+
+
+def add_warmup_and_memory_options(p: argparse.ArgumentParser) -> None:
+    """`--warmup`, `--memory-steps`, `--no-memory`: the same in every A/B benchmark."""
+    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
+    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+
+
+def add_machine_options(p: argparse.ArgumentParser) -> None:
+    """`--threads`, `--seed`, `--wait-idle`: the same in every A/B benchmark."""
+    p.add_argument("--threads", type=int, default=available_cores())
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
+    )
 
 
 def memory_worker(side: str, workload: str, args) -> dict:
@@ -400,50 +451,22 @@ def memory_worker(side: str, workload: str, args) -> dict:
     else:
         prompt = random_ids(8, args.prompt_len, args.vocab, args.seed)
         fn, n = make_generate(model, prompt, args.new_tokens), 1
-    gc.collect()
-    base = _rss_bytes()
-    reset_ok = _reset_peak_rss()
-    for _ in range(n):
-        fn()
-    peak = _peak_rss_bytes(reset_ok)
-    result.update(
-        {
-            "baseline_rss_bytes": base,
-            "peak_rss_bytes": peak,
-            "peak_rss_delta_bytes": peak - base,
-            "peak_method": "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)",
-        }
-    )
+    result.update(measure_peak_rss(fn, n))
     if workload == "train":
-        state = step.optimizer.state.values()
-        result["optimizer_state_bytes"] = tensor_bytes(t for s in state for t in s.values())
+        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
     return result
 
 
+# options a memory worker needs to rebuild the same model and inputs
+WORKER_OPTIONS = (
+    "family intermediate kv_heads layers hidden heads context vocab batch seq prompt_len new_tokens "
+    "threads memory_steps seed"
+).split()
+
+
 def measure_memory(side: str, workload: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_memory-worker", side, workload]
-    cmd += [
-        f"--family={args.family}",
-        f"--intermediate={args.intermediate}",
-        f"--kv-heads={args.kv_heads}",
-        f"--layers={args.layers}",
-        f"--hidden={args.hidden}",
-        f"--heads={args.heads}",
-        f"--context={args.context}",
-        f"--vocab={args.vocab}",
-        f"--batch={args.batch}",
-        f"--seq={args.seq}",
-        f"--prompt-len={args.prompt_len}",
-        f"--new-tokens={args.new_tokens}",
-        f"--threads={args.threads}",
-        f"--memory-steps={args.memory_steps}",
-        f"--seed={args.seed}",
-    ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory worker {side}/{workload} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = memory_worker_command(__file__, [side, workload], args, WORKER_OPTIONS)
+    return run_json_worker(cmd, f"memory worker {side}/{workload}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -528,17 +551,8 @@ def parse_args(argv=None):
     p.add_argument("--gen-batches", type=str, default="1,8", help="comma-separated generation batch sizes")
     p.add_argument("--rounds", type=int, default=7, help="alternating A/B rounds per metric")
     p.add_argument("--train-reps", type=int, default=2, help="training steps per round and side")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
-    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
-    p.add_argument("--threads", type=int, default=available_cores())
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--wait-idle",
-        type=float,
-        default=0.0,
-        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
-    )
+    add_warmup_and_memory_options(p)
+    add_machine_options(p)
     p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1 rep, 32 new tokens")
     p.add_argument("--profile", action="store_true", help="also write torch.profiler/cProfile tables")
     p.add_argument("--profile-tokens", type=int, default=64, help="new tokens in the profiled generation")
@@ -594,11 +608,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     env = environment(torch.get_num_threads())
-    print(
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})",
-        flush=True,
-    )
+    print(environment_line(env), flush=True)
     models = build_pair(args)
     n_params = sum(p.numel() for p in models["hf_lm"].parameters())
     n_params_ref = sum(p.numel() for p in models["transformers"].parameters())
@@ -611,11 +621,7 @@ def main(argv=None) -> int:
     )
     ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
     flops = count_flops(models, ids)
-    print(
-        "FLOPs per training step (forward + backward, optimizer not counted): "
-        + ", ".join(f"{side} {flops[side]['total'] / 1e9:.2f} G" for side in SIDES),
-        flush=True,
-    )
+    print(flops_line(flops), flush=True)
 
     results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
@@ -630,31 +636,20 @@ def main(argv=None) -> int:
     contention["train"] = c.result
     tokens = args.batch * args.seq
     raw["train"] = {side: summarize(s, tokens) for side, s in samples.items()}
-    results[f"train tokens/s (B={args.batch}, T={args.seq})"] = {
-        **{side: raw["train"][side]["throughput"] for side in SIDES},
-        "unit": "tok/s",
-        "higher_is_better": True,
-    }
-    results["train step time"] = {
-        **{side: raw["train"][side]["median_s"] for side in SIDES},
-        "unit": "ms",
-        "higher_is_better": False,
-    }
-    results["train step: kernel (sys) CPU time"] = {
-        **{side: raw["train"][side]["median_sys_s"] for side in SIDES},
-        "unit": "ms",
-        "higher_is_better": False,
-    }
-    results["train achieved GFLOP/s (fwd + bwd FLOPs / step time)"] = {
-        **{side: flops[side]["total"] / raw["train"][side]["median_s"] / 1e9 for side in SIDES},
-        "unit": "GFLOP/s",
-        "higher_is_better": True,
-    }
-    results["train step: minor page faults"] = {
-        **{side: raw["train"][side]["median_minor_faults"] for side in SIDES},
-        "unit": "count",
-        "higher_is_better": False,
-    }
+    train = raw["train"]
+    results[f"train tokens/s (B={args.batch}, T={args.seq})"] = metric_row(
+        {side: train[side]["throughput"] for side in SIDES}, "tok/s", True
+    )
+    results["train step time"] = metric_row({side: train[side]["median_s"] for side in SIDES}, "ms", False)
+    results["train step: kernel (sys) CPU time"] = metric_row(
+        {side: train[side]["median_sys_s"] for side in SIDES}, "ms", False
+    )
+    results["train achieved GFLOP/s (fwd + bwd FLOPs / step time)"] = metric_row(
+        {side: flops[side]["total"] / train[side]["median_s"] / 1e9 for side in SIDES}, "GFLOP/s", True
+    )
+    results["train step: minor page faults"] = metric_row(
+        {side: train[side]["median_minor_faults"] for side in SIDES}, "count", False
+    )
     print(f"training timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
     for step in steps.values():
         step.optimizer.state.clear()
@@ -672,16 +667,12 @@ def main(argv=None) -> int:
             samples = time_alternating(fns, args.rounds, 1, args.warmup)
         contention[key] = c.result
         raw[key] = {side: summarize(s, b * args.new_tokens) for side, s in samples.items()}
-        results[f"generate new tok/s (B={b}, prompt {args.prompt_len}, new {args.new_tokens})"] = {
-            **{side: raw[key][side]["throughput"] for side in SIDES},
-            "unit": "tok/s",
-            "higher_is_better": True,
-        }
-        results[f"generate ms/new token (B={b})"] = {
-            **{side: raw[key][side]["median_s"] / args.new_tokens for side in SIDES},
-            "unit": "ms",
-            "higher_is_better": False,
-        }
+        results[f"generate new tok/s (B={b}, prompt {args.prompt_len}, new {args.new_tokens})"] = metric_row(
+            {side: raw[key][side]["throughput"] for side in SIDES}, "tok/s", True
+        )
+        results[f"generate ms/new token (B={b})"] = metric_row(
+            {side: raw[key][side]["median_s"] / args.new_tokens for side in SIDES}, "ms", False
+        )
         print(f"generation B={b} timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
 
     # 3. memory
@@ -689,41 +680,31 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         mem = {w: {side: measure_memory(side, w, args) for side in SIDES} for w in ("train", "generate")}
         raw["memory"] = mem
-        results["parameters + AdamW state"] = {
-            **{s: mem["train"][s]["param_bytes"] + mem["train"][s]["optimizer_state_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results[f"train peak RSS above baseline ({args.memory_steps} steps)"] = {
-            **{s: mem["train"][s]["peak_rss_delta_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results["generate peak RSS above baseline (B=8)"] = {
-            **{s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
+        results.update(memory_rows(mem["train"], SIDES, args.memory_steps))
+        results["generate peak RSS above baseline (B=8)"] = metric_row(
+            {s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES}, "MiB", False
+        )
         print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
 
     for row in results.values():
         den = row["transformers"]
         row["ratio_hf_lm_over_transformers"] = row["hf_lm"] / den if den else None
 
-    lines = [
-        "",
-        "| metric | hf_lm | transformers | ratio hf_lm/transformers |",
-        "|---|---:|---:|---:|",
-    ]
+    body = []
     for name, row in results.items():
         better = "higher is better" if row["higher_is_better"] else "lower is better"
         ratio = row["ratio_hf_lm_over_transformers"]
         ratio = "n/a" if ratio is None else f"{ratio:.3f}"
-        lines.append(
-            f"| {name} [{row['unit']}] | {fmt(row['hf_lm'], row['unit'])} | "
-            f"{fmt(row['transformers'], row['unit'])} | {ratio} ({better}) |"
+        body.append(
+            [
+                f"{name} [{row['unit']}]",
+                fmt(row["hf_lm"], row["unit"]),
+                fmt(row["transformers"], row["unit"]),
+                f"{ratio} ({better})",
+            ]
         )
-    print("\n".join(lines))
+    header = ["metric", "hf_lm", "transformers", "ratio hf_lm/transformers"]
+    print("\n" + markdown_table(header, body, align="lrrr"))
 
     out_path = Path(args.output)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,8 +33,6 @@ import json
 import logging
 import math
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,9 +45,20 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (REPO_ROOT, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench_common import (  # noqa: E402
+    available_cores,
+    peak_rss_bytes,
+    reset_peak_rss,
+    rss_bytes,
+    run_json_worker,
+)
+from bench_common import markdown_table as render_table  # noqa: E402
 
 from hf_lm import HfLmNGramConfig, HfLmNGramForCausalLM  # noqa: E402
 
@@ -104,28 +113,6 @@ def prepare_markov(num_tokens: int, num_val: int, folder: Path) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_bytes(reset_ok: bool) -> int:
-    if reset_ok:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
-
-
 @torch.no_grad()
 def perplexity(model: HfLmNGramForCausalLM, ids: torch.Tensor, block: int) -> float:
     """exp(mean NLL) of ids[1:], each token with its full n - 1 token context."""
@@ -151,13 +138,13 @@ def worker(corpus: str, order: int, args) -> dict:
     val = torch.from_numpy(np.load(folder / f"{corpus}_val.npy"))
     config = HfLmNGramConfig(vocab_size=meta["vocab_size"], order=order, smoothing=args.smoothing)
 
-    reset_ok = _reset_peak_rss()
-    base = _rss_bytes()
+    reset_ok = reset_peak_rss()
+    base = rss_bytes()
     t0 = time.perf_counter()
     model = HfLmNGramForCausalLM.fit([train], config, chunk_tokens=args.chunk_tokens)
     model._levels()  # the derived smoothing tables belong to fitting, not to the first forward
     fit_s = time.perf_counter() - t0
-    peak = _peak_rss_bytes(reset_ok)
+    peak = peak_rss_bytes(reset_ok)
 
     t0 = time.perf_counter()
     ppl = perplexity(model.eval(), val, args.eval_block)
@@ -183,10 +170,7 @@ def run_worker(corpus: str, order: int, args) -> dict:
     cmd = [sys.executable, __file__, "--worker", corpus, str(order), "--data-dir", args.data_dir]
     cmd += ["--smoothing", args.smoothing, "--chunk-tokens", str(args.chunk_tokens)]
     cmd += ["--threads", str(args.threads), "--eval-block", str(args.eval_block)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(f"worker {corpus} order {order} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json_worker(cmd, f"worker {corpus} order {order}", timeout=900)
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,21 +179,28 @@ def run_worker(corpus: str, order: int, args) -> dict:
 
 
 def markdown_table(rows: list[dict], corpora: dict) -> str:
-    lines = [
-        "| corpus | order | train tokens | distinct n-grams (top order / all) | table MB | fit s | "
-        "Mtokens/s | peak RSS MB | val ppl | floor ppl |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = [
+        "corpus", "order", "train tokens", "distinct n-grams (top order / all)", "table MB", "fit s", "Mtokens/s",
+        "peak RSS MB", "val ppl", "floor ppl",
+    ]  # fmt: skip
+    body = []
     for r in rows:
         meta = corpora[r["corpus"]]
-        floor = f"{meta['floor_ppl']:.2f}" if meta["floor_ppl"] else "-"
-        lines.append(
-            f"| {meta['label']} | {r['order']} | {r['train_tokens']:,} | "
-            f"{r['num_ngrams'][-1]:,} / {sum(r['num_ngrams']):,} | {r['table_bytes'] / 2**20:.1f} | "
-            f"{r['fit_s']:.2f} | {r['train_tokens'] / r['fit_s'] / 1e6:.2f} | "
-            f"{r['peak_rss_delta_bytes'] / 2**20:.0f} | {r['val_ppl']:.3f} | {floor} |"
+        body.append(
+            [
+                meta["label"],
+                str(r["order"]),
+                f"{r['train_tokens']:,}",
+                f"{r['num_ngrams'][-1]:,} / {sum(r['num_ngrams']):,}",
+                f"{r['table_bytes'] / 2**20:.1f}",
+                f"{r['fit_s']:.2f}",
+                f"{r['train_tokens'] / r['fit_s'] / 1e6:.2f}",
+                f"{r['peak_rss_delta_bytes'] / 2**20:.0f}",
+                f"{r['val_ppl']:.3f}",
+                f"{meta['floor_ppl']:.2f}" if meta["floor_ppl"] else "-",
+            ]
         )
-    return "\n".join(lines)
+    return render_table(header, body, align="l" + "r" * 9)
 
 
 def parse_args(argv=None):
@@ -232,7 +223,7 @@ def parse_args(argv=None):
     parser.add_argument("--markov-val-tokens", type=int, default=200_000, help="Markov validation words")
     parser.add_argument("--chunk-tokens", type=int, default=1 << 20, help="tokens counted at once")
     parser.add_argument("--eval-block", type=int, default=8192, help="tokens scored per forward")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads")
+    parser.add_argument("--threads", type=int, default=available_cores(), help="torch threads")
     parser.add_argument("--quick", action="store_true", help="orders 1-3 and 300k Markov words")
     parser.add_argument(
         "--output", type=Path, default=REPO_ROOT / "out" / "bench_ngram.json", help="JSON output"

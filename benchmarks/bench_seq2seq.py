@@ -57,8 +57,6 @@ import copy
 import gc
 import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -80,17 +78,23 @@ for path in (REPO_ROOT, BENCH_DIR):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from bench_common import comma_list, markdown_table, measure_peak_rss, run_json_worker  # noqa: E402
+
 # the measurement machinery is the GPT benchmark's: same timing, contention and memory method
 from bench_gpt import (  # noqa: E402
     Contention,
-    _peak_rss_bytes,
-    _reset_peak_rss,
-    _rss_bytes,
-    available_cores,
+    add_machine_options,
+    add_warmup_and_memory_options,
     busy_note,
     environment,
+    environment_line,
     fmt,
-    summarize,
+    make_batch_train_step,
+    memory_rows,
+    memory_worker_command,
+    metric_row,
+    optimizer_state_bytes,
+    summarize_with_cpu,
     tensor_bytes,
     time_alternating,
     wait_for_idle,
@@ -198,18 +202,8 @@ def train_batch(args, seed: int) -> dict[str, torch.Tensor]:
 
 
 def make_train_step(model: torch.nn.Module, batch: dict, lr: float = 3e-4):
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def step():
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    step.optimizer = opt
-    return step
+    """`bench_gpt.make_batch_train_step` on `batch` (AdamW, lr 3e-4 by default)."""
+    return make_batch_train_step(model, batch, lr)
 
 
 def generate(model: torch.nn.Module, source: torch.Tensor, new_tokens: int, num_beams: int) -> torch.Tensor:
@@ -263,23 +257,6 @@ def sanity(family: str, args) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def trim_heap() -> bool:
-    """Hand the allocator's free memory back to the kernel (glibc `malloc_trim(0)`).
-
-    The hf_lm side is built by converting a reference that is then dropped; without this, the
-    pages the dead reference leaves in the heap stay resident, raise that side's baseline by the
-    size of a model and are reused by its workload, so its peak *above baseline* reads tens of MiB
-    too low (measured: T5 generation 43 vs 110 MiB untrimmed, with equal absolute peaks).
-    """
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        return True
-    except (OSError, AttributeError):  # not glibc
-        return False
-
-
 def memory_worker(family: str, side: str, workload: str, args) -> dict:
     """Runs in a fresh process: peak RSS above the pre-workload RSS for one side and workload."""
     torch.set_num_threads(args.threads)
@@ -291,26 +268,14 @@ def memory_worker(family: str, side: str, workload: str, args) -> dict:
     else:
         source = random_ids(args.gen_batch, args.source_len, args.vocab, args.seed + 3)
         fn, n = make_generate(model, source, args.new_tokens, args.num_beams), 1
-    gc.collect()
-    trimmed = trim_heap()
-    base = _rss_bytes()
-    reset_ok = _reset_peak_rss()
+    # The hf_lm side is built by converting a reference that is then dropped: the trim hands that
+    # dead model's heap pages back first, otherwise they raise the baseline and the workload reuses
+    # them, so its peak above baseline reads tens of MiB too low (measured: T5 generation 43 vs
+    # 110 MiB untrimmed, with equal absolute peaks).
     with torch.no_grad() if workload != "train" else torch.enable_grad():
-        for _ in range(n):
-            fn()
-    peak = _peak_rss_bytes(reset_ok)
-    result.update(
-        {
-            "baseline_rss_bytes": base,
-            "peak_rss_bytes": peak,
-            "peak_rss_delta_bytes": peak - base,
-            "peak_method": "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)",
-            "heap_trimmed": trimmed,
-        }
-    )
+        result.update(measure_peak_rss(fn, n, trim=True))
     if workload == "train":
-        state = step.optimizer.state.values()
-        result["optimizer_state_bytes"] = tensor_bytes(t for s in state for t in s.values())
+        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
     return result
 
 
@@ -322,13 +287,8 @@ WORKER_OPTIONS = (
 
 
 def measure_memory(family: str, side: str, workload: str, args) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_memory-worker", family, side, workload]
-    cmd += [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in WORKER_OPTIONS]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"memory worker {family}/{side}/{workload} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    cmd = memory_worker_command(__file__, [family, side, workload], args, WORKER_OPTIONS)
+    return run_json_worker(cmd, f"memory worker {family}/{side}/{workload}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,18 +376,9 @@ def parse_args(argv=None):
     p.add_argument("--num-beams", type=int, default=4)
     p.add_argument("--rounds", type=int, default=7, help="alternating A/B rounds per metric")
     p.add_argument("--train-reps", type=int, default=2, help="training steps per round and side")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
-    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+    add_warmup_and_memory_options(p)
     p.add_argument("--tolerance", type=float, default=1e-4, help="largest allowed training-loss difference")
-    p.add_argument("--threads", type=int, default=available_cores())
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--wait-idle",
-        type=float,
-        default=0.0,
-        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
-    )
+    add_machine_options(p)
     p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1 rep, 8 new tokens")
     p.add_argument("--profile", action="store_true", help="also write torch.profiler tables")
     p.add_argument("--output", type=str, default="out/bench_seq2seq.json")
@@ -438,7 +389,7 @@ def parse_args(argv=None):
     if args.quick:
         args.rounds, args.train_reps, args.warmup = 2, 1, 1
         args.new_tokens, args.memory_steps = 8, 2
-    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    args.families = comma_list(args.families)
     if not set(args.families) <= set(FAMILIES):
         p.error(f"--families must be among {', '.join(FAMILIES)}")
     if args.hidden % args.heads:
@@ -448,13 +399,6 @@ def parse_args(argv=None):
     if args.vocab <= FIRST_WORD_ID:
         p.error(f"--vocab must exceed {FIRST_WORD_ID}")
     return args
-
-
-def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
-    """`bench_gpt.summarize` plus the median CPU time (user + sys) per call."""
-    result = summarize(samples, units_per_call)
-    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
-    return result
 
 
 def timed_phase(fns: dict, args, reps: int, units: float, contention: dict, key: str) -> dict:
@@ -469,16 +413,10 @@ def timed_phase(fns: dict, args, reps: int, units: float, contention: dict, key:
 
 def add_rows(results: dict, name: str, raw: dict, unit: str) -> None:
     """A throughput row (wall time) and, under it, the same ratio computed from CPU time."""
-    results[f"{name} [{unit}]"] = {
-        **{side: raw[side]["throughput"] for side in SIDES},
-        "unit": unit,
-        "higher_is_better": True,
-    }
-    results[f"{name}: CPU time per call [ms]"] = {
-        **{side: raw[side]["median_cpu_s"] for side in SIDES},
-        "unit": "ms",
-        "higher_is_better": False,
-    }
+    results[f"{name} [{unit}]"] = metric_row({side: raw[side]["throughput"] for side in SIDES}, unit, True)
+    results[f"{name}: CPU time per call [ms]"] = metric_row(
+        {side: raw[side]["median_cpu_s"] for side in SIDES}, "ms", False
+    )
 
 
 def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
@@ -533,11 +471,9 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
         raw["train"],
         "tok/s",
     )
-    train_rows["train achieved GFLOP/s (fwd + bwd FLOPs / step time) [GFLOP/s]"] = {
-        **{side: raw["train"][side]["achieved_gflops"] for side in SIDES},
-        "unit": "GFLOP/s",
-        "higher_is_better": True,
-    }
+    train_rows["train achieved GFLOP/s (fwd + bwd FLOPs / step time) [GFLOP/s]"] = metric_row(
+        {side: raw["train"][side]["achieved_gflops"] for side in SIDES}, "GFLOP/s", True
+    )
     results = {**train_rows, **results}
     del steps, models
     gc.collect()
@@ -546,21 +482,10 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
         t0 = time.perf_counter()
         mem = {w: {s: measure_memory(family, s, w, args) for s in SIDES} for w in ("train", "generate")}
         raw["memory"] = mem
-        results["parameters + AdamW state [MiB]"] = {
-            **{s: mem["train"][s]["param_bytes"] + mem["train"][s]["optimizer_state_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results[f"train peak RSS above baseline ({args.memory_steps} steps) [MiB]"] = {
-            **{s: mem["train"][s]["peak_rss_delta_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
-        results[f"generate peak RSS above baseline (beam {args.num_beams}, B={args.gen_batch}) [MiB]"] = {
-            **{s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES},
-            "unit": "MiB",
-            "higher_is_better": False,
-        }
+        results.update(memory_rows(mem["train"], SIDES, args.memory_steps, suffix=" [MiB]"))
+        results[f"generate peak RSS above baseline (beam {args.num_beams}, B={args.gen_batch}) [MiB]"] = (
+            metric_row({s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES}, "MiB", False)
+        )
         print(
             f"  memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})"
         )
@@ -576,19 +501,19 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
 
 
 def format_table(all_results: dict) -> str:
-    lines = [
-        "",
-        "| family | metric | hf_lm | transformers | ratio (>1: hf_lm better) |",
-        "|---|---|---:|---:|---:|",
+    header = ["family", "metric", "hf_lm", "transformers", "ratio (>1: hf_lm better)"]
+    body = [
+        [
+            family,
+            name,
+            fmt(row["hf_lm"], row["unit"]),
+            fmt(row["transformers"], row["unit"]),
+            "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}",
+        ]
+        for family, results in all_results.items()
+        for name, row in results.items()
     ]
-    for family, results in all_results.items():
-        for name, row in results.items():
-            ratio = "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}"
-            lines.append(
-                f"| {family} | {name} | {fmt(row['hf_lm'], row['unit'])} | "
-                f"{fmt(row['transformers'], row['unit'])} | {ratio} |"
-            )
-    return "\n".join(lines)
+    return "\n" + markdown_table(header, body, align="llrrr")
 
 
 def main(argv=None) -> int:
@@ -600,11 +525,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     env = environment(torch.get_num_threads())
-    print(
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})",
-        flush=True,
-    )
+    print(environment_line(env), flush=True)
     print(
         f"config: d_model {args.hidden}, {args.layers}+{args.layers} layers, {args.heads} heads, "
         f"d_ff {args.intermediate}, vocab {args.vocab}; train B={args.batch} S={args.source_len} "

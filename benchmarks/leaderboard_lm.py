@@ -87,10 +87,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (REPO_ROOT, BENCH_DIR):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
+from bench_common import available_cores, cpu_model, load_average, pyplot, versions  # noqa: E402
+from bench_common import markdown_table as render_table  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 import hf_lm  # noqa: E402,F401  (registers the Auto classes)
@@ -782,29 +786,8 @@ RUNNERS = {"ngram": run_ngram, "budget": run_budget, "reference": run_reference}
 # ----------------------------------------------------------------------------------------------
 
 
-def load_average() -> list[float] | None:
-    try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
-    except OSError:
-        return None
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def hardware(num_threads: int | None) -> dict:
     """CPU, cores, the torch threads a run uses, accelerator and library versions."""
-    import accelerate
-    import datasets
-    import transformers
-
     env = dict(os.environ)
     if num_threads is not None:
         env.update(OMP_NUM_THREADS=str(num_threads))
@@ -815,21 +798,14 @@ def hardware(num_threads: int | None) -> dict:
         capture_output=True,
         text=True,
     )
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
     return {
         "cpu_model": cpu_model(),
-        "cores_available": cores,
+        "cores_available": available_cores(),
         "torch_threads_per_run": int(probe.stdout.strip()) if probe.returncode == 0 else None,
         "device": f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu",
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "accelerate": accelerate.__version__,
-        "datasets": datasets.__version__,
+        **versions("torch", "transformers", "accelerate", "datasets"),
         "loadavg_start": load_average(),
     }
 
@@ -846,40 +822,49 @@ def _params(row: dict) -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     """The leaderboard table: one line per entry, then nanoGPT's published reference row."""
-    lines = [
-        "| model | parameters | steps | tokens seen | train time (s) | val loss (nats/char) | perplexity |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+    header = [
+        "model",
+        "parameters",
+        "steps",
+        "tokens seen",
+        "train time (s)",
+        "val loss (nats/char)",
+        "perplexity",
     ]
+    body = []
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['label']} | failed: {row['error']} | | | | | |")
+            body.append([row["label"], f"failed: {row['error']}", "", "", "", "", ""])
             continue
         time_s = _fmt(row.get("train_seconds"), ".1f")
         if row["kind"] == "ngram":
             time_s += " (fit)"
-        lines.append(
-            f"| {row['label']} | {_params(row)} | {_fmt(row.get('steps'), ',')} | {_fmt(row.get('tokens_seen'), ',')} "
-            f"| {time_s} | {row['val_loss']:.4f} | {row['perplexity']:.2f} |"
-        )
+        body.append(
+            [
+                row["label"], _params(row), _fmt(row.get("steps"), ","), _fmt(row.get("tokens_seen"), ","), time_s,
+                f"{row['val_loss']:.4f}", f"{row['perplexity']:.2f}",
+            ]
+        )  # fmt: skip
     ref = NANOGPT_REFERENCE
-    lines.append(
-        f"| {ref['label']} | ~{ref['parameters'] / 1e6:.2f}M | {ref['steps']:,} | {ref['tokens_seen']:,} "
-        f"| ~{ref['train_seconds']:.0f} | {ref['val_loss']:.2f} | {ref['perplexity']:.2f} |"
-    )
-    return "\n".join(lines)
+    body.append(
+        [
+            ref["label"], f"~{ref['parameters'] / 1e6:.2f}M", f"{ref['steps']:,}", f"{ref['tokens_seen']:,}",
+            f"~{ref['train_seconds']:.0f}", f"{ref['val_loss']:.2f}", f"{ref['perplexity']:.2f}",
+        ]
+    )  # fmt: skip
+    return render_table(header, body, align="lrrrrrr")
 
 
 def ngram_table(row: dict) -> str:
-    lines = [
-        "| order | n-grams | fit time (s) | val loss (nats/char) | perplexity |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for o in row["orders"]:
-        lines.append(
-            f"| {o['order']} | {_fmt(o['ngrams'], ',')} | {_fmt(o['fit_seconds'], '.1f')} "
-            f"| {o['val_loss']:.4f} | {o['perplexity']:.2f} |"
-        )
-    return "\n".join(lines)
+    header = ["order", "n-grams", "fit time (s)", "val loss (nats/char)", "perplexity"]
+    body = [
+        [
+            str(o["order"]), _fmt(o["ngrams"], ","), _fmt(o["fit_seconds"], ".1f"), f"{o['val_loss']:.4f}",
+            f"{o['perplexity']:.2f}",
+        ]
+        for o in row["orders"]
+    ]  # fmt: skip
+    return render_table(header, body, align="rrrrr")
 
 
 def results_markdown(report: dict) -> str:
@@ -922,18 +907,9 @@ def results_markdown(report: dict) -> str:
     return "\n".join(parts)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_val_loss(rows: list[dict], path: Path) -> None:
     """A bar per entry (validation nats/char), the published nanoGPT loss as a dashed line."""
-    plt = _pyplot()
+    plt = pyplot()
     ok = [r for r in rows if "error" not in r]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(ok) + 2), 4.5))
     bars = ax.bar(range(len(ok)), [r["val_loss"] for r in ok], color="tab:blue")
@@ -954,7 +930,7 @@ def plot_val_loss(rows: list[dict], path: Path) -> None:
 
 def plot_curves(rows: list[dict], path: Path) -> None:
     """Validation loss (curve subset) against training seconds for every trained entry; the n-gram flat."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     for row in rows:
         if "error" in row:

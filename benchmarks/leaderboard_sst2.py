@@ -73,18 +73,20 @@ for _path in (REPO_ROOT, BENCH_DIR):
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
-
-# the helpers both leaderboards share: hardware, tables, the bar chart, --entries, presets
-from leaderboard_translation import (  # noqa: E402
+from bench_common import (  # noqa: E402
+    add_preset_options,
     bar_chart,
     command_line,
+    exit_if_failed,
     fmt,
-    hardware,
+    leaderboard_footer,
+    leaderboard_hardware,
     markdown_table,
     millions,
     parse_entries,
     resolve,
     reuse_or_train_tokenizer,
+    training_fields,
 )
 
 logger = logging.getLogger("leaderboard_sst2")
@@ -190,7 +192,6 @@ HELP = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    full = PRESETS["full"]
     parser = argparse.ArgumentParser(
         description="SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
         "SST-2 training text, same fine-tuning budget; dev and test accuracy.",
@@ -217,17 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Reuse a finished pretraining in output_dir/runs/mlm_pretrain made with the same settings.",
     )
-    sized = parser.add_argument_group(
-        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
-    )
-    for key, text in HELP.items():
-        kind = type(full[key]) if full[key] is not None else int
-        sized.add_argument(
-            f"--{key}",
-            type=kind,
-            default=argparse.SUPPRESS,  # absent unless given: `resolve` then takes the preset's value
-            help=f"{text} (full: {full[key]}; smoke: {PRESETS['smoke'][key]}).",
-        )
+    add_preset_options(parser, PRESETS, HELP)
     return parser
 
 
@@ -374,12 +365,7 @@ def run_entry(name: str, argv: list[str]) -> dict:
         "name": name,
         "label": entry.label,
         "pretrained": entry.pretrained,
-        "num_parameters": metrics["num_parameters"],
-        "train_steps": metrics["train_steps"],
-        "train_epochs": metrics["train_epochs"],
-        "train_seconds": metrics["train_runtime"],
-        "train_budget_reached": metrics["train_budget_reached"],
-        "train_loss": metrics.get("train_loss"),
+        **training_fields(metrics),
         "dev_accuracy": metrics.get("eval_accuracy"),
         "test_accuracy": metrics.get("test_accuracy"),
         "test_f1": metrics.get("test_f1"),
@@ -439,7 +425,6 @@ def write_markdown(path: Path, result: dict) -> str:
                 "—",
             ]
         )
-    hw = result["hardware"]
     text = [
         f"# SST-2 leaderboard{' (smoke run)' if result['smoke'] else ''}",
         "",
@@ -463,19 +448,7 @@ def write_markdown(path: Path, result: dict) -> str:
         "Published rows (from the data README): approximate accuracies on the GLUE dev sentences, with far larger "
         "models and pretraining corpora (BERT-base) or none (bag of words): context, not measured here.",
         "",
-        f"Hardware: {hw['cpu_model']}, {hw['cores_available']} cores available, {hw['torch_threads']} torch threads"
-        + (f", GPU {hw['gpu']}" if hw["gpu"] else "")
-        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result['seed']}. "
-        f"Started {result['started']}, {result['total_seconds']:.0f} s in all.",
-        "",
-        "## Commands",
-        "",
-        "```",
-        result["command"],
-        *([f"pretraining: {pre['command']}"] if pre is not None else []),
-        *[f"{row['name']}: {row['command']}" for row in result["entries"]],
-        "```",
-        "",
+        *leaderboard_footer(result, [f"pretraining: {pre['command']}"] if pre is not None else []),
     ]
     markdown = "\n".join(text)
     path.write_text(markdown, encoding="utf-8")
@@ -503,7 +476,7 @@ def main(argv: list[str] | None = None) -> dict:
     output_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     start = time.perf_counter()
-    hw = hardware()
+    hw = leaderboard_hardware()
 
     sentences = training_sentences(args.data_dir, settings["max_train_samples"])
     tokenizer_dir, init_dir = output_dir / "tokenizer", output_dir / "init"
@@ -613,9 +586,7 @@ def main(argv: list[str] | None = None) -> dict:
         reference_name="published (≈, GLUE dev)",
     )
     print(markdown)
-    failed = [row["name"] for row in rows if "error" in row]
-    if failed:
-        raise SystemExit(f"Entries failed: {failed}; see the log and {output_dir / 'results.json'}.")
+    exit_if_failed(rows, output_dir)
     return result
 
 

@@ -61,7 +61,6 @@ import datetime
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -78,7 +77,21 @@ for _path in (REPO_ROOT, BENCH_DIR):
         sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
-import transformers  # noqa: E402
+from bench_common import (  # noqa: E402
+    add_preset_options,
+    bar_chart,
+    command_line,
+    exit_if_failed,
+    fmt,
+    leaderboard_footer,
+    leaderboard_hardware,
+    markdown_table,
+    millions,
+    parse_entries,
+    resolve,
+    reuse_or_train_tokenizer,
+    training_fields,
+)
 
 logger = logging.getLogger("leaderboard_translation")
 
@@ -169,182 +182,11 @@ PRESETS = {
 
 
 # ---------------------------------------------------------------------------------------------
-# helpers shared with the SST-2 leaderboard
-# ---------------------------------------------------------------------------------------------
-
-
-def hardware() -> dict:
-    """The machine and software a leaderboard ran on (recorded in results.json)."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
-    return {
-        "cpu_model": cpu,
-        "cores_available": cores,
-        "torch_threads": torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "loadavg_start": load,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-
-
-def command_line(module: str, argv: list[str]) -> str:
-    """The shell command that reproduces an in-process run: `python -m module argv...`."""
-    return shlex.join(["python", "-m", module, *argv])
-
-
-def reuse_or_train_tokenizer(folder: Path, settings: dict, train) -> tuple[object, bool]:
-    """The tokenizer saved in `folder` if it was trained with `settings`, else `train()` saved there.
-
-    Returns:
-        `(tokenizer, reused)`.
-    """
-    from transformers import AutoTokenizer
-
-    stamp = folder / "leaderboard_settings.json"
-    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
-        logger.info("Reusing the tokenizer in %s (same settings).", folder)
-        return AutoTokenizer.from_pretrained(folder), True
-    tokenizer = train()
-    folder.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(folder)
-    stamp.write_text(json.dumps(settings, indent=2))
-    logger.info("Trained and saved the shared tokenizer (%d tokens) to %s.", len(tokenizer), folder)
-    return tokenizer, False
-
-
-def fmt(value, digits: int = 2) -> str:
-    """A table cell: numbers with `digits` decimals, None as an em dash."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def millions(n: int | None) -> str:
-    return "—" if n is None else f"{n / 1e6:.2f}M"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def bar_chart(
-    path: Path,
-    labels: list[str],
-    series: dict[str, list[float | None]],
-    title: str,
-    ylabel: str,
-    references: list[tuple[str, float]] = (),
-    reference_name: str = "published",
-) -> Path:
-    """Grouped bars, one group per label and one bar per series; `references` as hatched grey bars.
-
-    Missing values (None) leave a gap. Written as a PNG (matplotlib, headless).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = list(series)
-    width = 0.8 / max(1, len(names))
-    n = len(labels) + len(references)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * n + 2), 4.8))
-    for i, name in enumerate(names):
-        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))]
-        values = [v if v is not None else 0.0 for v in series[name]]
-        bars = ax.bar(xs, values, width, label=name)
-        for bar, value in zip(bars, series[name]):
-            if value is not None:
-                ax.annotate(
-                    f"{value:.1f}",
-                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                )
-    if references:
-        xs = [len(labels) + j for j in range(len(references))]
-        bars = ax.bar(xs, [v for _, v in references], 0.5, color="lightgrey", hatch="//", edgecolor="grey")
-        bars.set_label(reference_name)
-        for bar, (_, value) in zip(bars, references):
-            ax.annotate(
-                f"{value:.1f}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-    ax.set_xticks(
-        range(n), list(labels) + [name for name, _ in references], rotation=30, ha="right", fontsize=8
-    )
-    tallest = max(
-        [v for values in series.values() for v in values if v is not None]
-        + [v for _, v in references]
-        + [0.0]
-    )
-    ax.set_ylim(0, 1.12 * tallest if tallest > 0 else 1.0)  # room for the value labels
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    logger.info("Wrote %s", path)
-    return path
-
-
-def parse_entries(value: str | None, known: dict) -> list[str]:
-    """`--entries`: comma-separated names of `known` (all of them when empty), in the order given."""
-    if not value:
-        return list(known)
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in known]
-    if unknown or not names:
-        raise ValueError(f"`--entries`: unknown {unknown}; choose from {list(known)} (comma-separated).")
-    return list(dict.fromkeys(names))
-
-
-def resolve(args: argparse.Namespace, preset: dict) -> dict:
-    """The preset's settings with every command-line flag that was given (not None) on top."""
-    return {
-        key: getattr(args, key) if getattr(args, key, None) is not None else value
-        for key, value in preset.items()
-    }
-
-
-# ---------------------------------------------------------------------------------------------
 # the leaderboard
 # ---------------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
-    full = PRESETS["full"]
     parser = argparse.ArgumentParser(
         description="Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
         "Transformer, T5-style and BART-style from scratch under one wall-clock budget; sacrebleu test BLEU.",
@@ -369,9 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
     )
-    sized = parser.add_argument_group(
-        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
-    )
     help_of = {
         "budget_seconds": "Wall-clock training budget per entry, in seconds",
         "max_epochs": "Epoch cap per entry (whichever of budget and epochs ends first)",
@@ -395,14 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         "max_test_samples": "Score the first N test pairs; None = all 1,000",
         "logging_steps": "Log the training loss every N steps",
     }
-    for key, text in help_of.items():
-        kind = type(full[key]) if full[key] is not None else int
-        sized.add_argument(
-            f"--{key}",
-            type=kind,
-            default=argparse.SUPPRESS,  # absent unless given: `resolve` then takes the preset's value
-            help=f"{text} (full: {full[key]}; smoke: {PRESETS['smoke'][key]}).",
-        )
+    add_preset_options(parser, PRESETS, help_of)
     return parser
 
 
@@ -501,12 +333,7 @@ def run_entry(name: str, argv: list[str]) -> dict:
         "label": entry.label,
         "family": entry.family,
         "attention": entry.attention,
-        "num_parameters": metrics["num_parameters"],
-        "train_steps": metrics["train_steps"],
-        "train_epochs": metrics["train_epochs"],
-        "train_seconds": metrics["train_runtime"],
-        "train_budget_reached": metrics["train_budget_reached"],
-        "train_loss": metrics.get("train_loss"),
+        **training_fields(metrics),
         "test_bleu_greedy": metrics.get("test_greedy_bleu", metrics.get("test_bleu")),
         "test_bleu_beam": metrics.get("test_bleu"),
         "test_bleu_greedy_lowercase": metrics.get(
@@ -572,7 +399,6 @@ def write_markdown(path: Path, result: dict) -> str:
                 "—",
             ]
         )
-    hw = result["hardware"]
     text = [
         f"# Multi30k De→En translation leaderboard{' (smoke run)' if result['smoke'] else ''}",
         "",
@@ -587,18 +413,7 @@ def write_markdown(path: Path, result: dict) -> str:
         "Published rows: bentrevett/pytorch-seq2seq's test BLEU after 10 epochs with their own tokenization and "
         "BLEU implementation (not sacrebleu's) and greedy decoding: indicative, not directly comparable.",
         "",
-        f"Hardware: {hw['cpu_model']}, {hw['cores_available']} cores available, {hw['torch_threads']} torch threads"
-        + (f", GPU {hw['gpu']}" if hw["gpu"] else "")
-        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result['seed']}. "
-        f"Started {result['started']}, {result['total_seconds']:.0f} s in all.",
-        "",
-        "## Commands",
-        "",
-        "```",
-        result["command"],
-        *[f"{row['name']}: {row['command']}" for row in result["entries"]],
-        "```",
-        "",
+        *leaderboard_footer(result),
     ]
     markdown = "\n".join(text)
     path.write_text(markdown, encoding="utf-8")
@@ -627,7 +442,7 @@ def main(argv: list[str] | None = None) -> dict:
     output_dir.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     start = time.perf_counter()
-    hw = hardware()
+    hw = leaderboard_hardware()
 
     tokenizer_dir = output_dir / "tokenizer"
     tokenizer, reused = shared_tokenizer(args, settings, tokenizer_dir)
@@ -709,9 +524,7 @@ def main(argv: list[str] | None = None) -> dict:
         reference_name="bentrevett, 10 epochs (published)",
     )
     print(markdown)
-    failed = [row["name"] for row in rows if "error" in row]
-    if failed:
-        raise SystemExit(f"Entries failed: {failed}; see the log and {output_dir / 'results.json'}.")
+    exit_if_failed(rows, output_dir)
     return result
 
 

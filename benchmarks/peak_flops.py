@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +41,12 @@ from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+BENCH_DIR = Path(__file__).resolve().parent
+if str(BENCH_DIR) not in sys.path:  # bench_common, however this file is loaded
+    sys.path.insert(0, str(BENCH_DIR))
+
+from bench_common import available_cores, comma_list  # noqa: E402
 
 logger = logging.getLogger("peak_flops")
 
@@ -190,11 +195,11 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", type=str, default="1024,2048,4096", help="comma-separated square sizes")
     p.add_argument("--repeats", type=int, default=5, help="timed samples per size (the best counts)")
     p.add_argument("--min-time", type=float, default=0.25, help="seconds per sample, at least")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--threads", type=int, default=available_cores())
     p.add_argument("--output", type=str, default=None, help="also write the JSON here")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    sizes = tuple(int(s) for s in args.sizes.split(",") if s.strip())
+    sizes = tuple(int(s) for s in comma_list(args.sizes))
     result = measure_peak_flops(sizes, args.repeats, args.min_time, args.threads)
     text = json.dumps(result, indent=2)
     if args.output:

@@ -59,6 +59,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
+if str(BENCH_DIR) not in sys.path:  # the benchmarks and bench_common, however this file is loaded
+    sys.path.insert(0, str(BENCH_DIR))
+
+from bench_common import available_cores, comma_list, git_revision, markdown_table  # noqa: E402
 
 logger = logging.getLogger("suite")
 
@@ -276,7 +280,6 @@ def _reason(exc: BaseException) -> str:
 
 def compile_worker(argv: list[str]) -> dict:
     """Eager vs `torch.compile` hf_lm GPT-2-shaped model (bench_gpt's config and inputs), in this process."""
-    sys.path.insert(0, str(BENCH_DIR))
     import bench_gpt
     import torch
     from peak_flops import count_train_step_flops
@@ -374,92 +377,96 @@ def _count(value: float | None) -> str:
 
 
 def summary_table(families: dict) -> str:
-    lines = [
-        "| family | reference (transformers) | params | train throughput ratio | generation / inference "
-        "throughput ratios | train MFU hf_lm | train MFU transformers |",
-        "|---|---|---:|---:|---|---:|---:|",
-    ]
+    header = [
+        "family", "reference (transformers)", "params", "train throughput ratio",
+        "generation / inference throughput ratios", "train MFU hf_lm", "train MFU transformers",
+    ]  # fmt: skip
+    body = []
     for family, rec in families.items():
         ref = REFERENCES[family]
         if rec.get("error"):
-            lines.append(f"| {family} | {ref} | | failed: {rec['error']} | | | |")
+            body.append([family, ref, "", f"failed: {rec['error']}", "", "", ""])
             continue
         gen = "; ".join(f"{g['short']} {_num(g['ratio'])}" for g in rec["generate"])
-        lines.append(
-            f"| {family} | {ref} | {rec['params'] / 1e6:.2f}M | {_num(rec['train']['ratio'])} | {gen} | "
-            f"{_pct(rec['mfu'].get('hf_lm'))} | {_pct(rec['mfu'].get('transformers'))} |"
-        )
-    return "\n".join(lines)
+        body.append(
+            [
+                family, ref, f"{rec['params'] / 1e6:.2f}M", _num(rec["train"]["ratio"]), gen,
+                _pct(rec["mfu"].get("hf_lm")), _pct(rec["mfu"].get("transformers")),
+            ]
+        )  # fmt: skip
+    return markdown_table(header, body, align="llrrlrr")
 
 
 def details_table(families: dict) -> str:
-    lines = [
-        "| family | workload | unit | hf_lm | transformers | ratio hf_lm / transformers |",
-        "|---|---|---|---:|---:|---:|",
-    ]
+    header = ["family", "workload", "unit", "hf_lm", "transformers", "ratio hf_lm / transformers"]
+    body = []
     for family, rec in families.items():
         if rec.get("error"):
-            lines.append(f"| {family} | (all) | | failed: {rec['error']} | | |")
+            body.append([family, "(all)", "", f"failed: {rec['error']}", "", ""])
             continue
         for row in [rec["train"], *rec["generate"]]:
-            lines.append(
-                f"| {family} | {row['name']} | {row['unit']} | {_count(row['hf_lm'])} | "
-                f"{_count(row['transformers'])} | {_num(row['ratio'])} |"
-            )
+            body.append(
+                [
+                    family, row["name"], row["unit"], _count(row["hf_lm"]), _count(row["transformers"]),
+                    _num(row["ratio"]),
+                ]
+            )  # fmt: skip
         if "hf_lm_sparse" in rec["train"]:
-            lines.append(
-                f"| {family} | train, hf_lm with sparse_prediction=True | pos/s | "
-                f"{_count(rec['train']['hf_lm_sparse'])} | {_count(rec['train']['transformers'])} | "
-                f"{_num(rec['train']['ratio_hf_lm_sparse'])} |"
-            )
-        fl = rec["flops_per_step"]
-        lines.append(
-            f"| {family} | training FLOPs per step (fwd + bwd, counted) | GFLOP | {fl['hf_lm'] / 1e9:.3f} | "
-            f"{fl['transformers'] / 1e9:.3f} | {_num(_ratio(fl['hf_lm'], fl['transformers']))} |"
-        )
-        ach = rec["achieved_flops"]
-        lines.append(
-            f"| {family} | train model FLOP/s (reference FLOPs / step time) | GFLOP/s | {ach['hf_lm'] / 1e9:.2f} | "
-            f"{ach['transformers'] / 1e9:.2f} | {_num(_ratio(ach['hf_lm'], ach['transformers']))} |"
-        )
-        lines.append(
-            f"| {family} | train MFU (HFU) | % of peak | {_pct(rec['mfu'].get('hf_lm'))} "
-            f"({_pct(rec['hfu'].get('hf_lm'))}) | {_pct(rec['mfu'].get('transformers'))} "
-            f"({_pct(rec['hfu'].get('transformers'))}) | |"
-        )
-    return "\n".join(lines)
+            train = rec["train"]
+            body.append(
+                [
+                    family, "train, hf_lm with sparse_prediction=True", "pos/s", _count(train["hf_lm_sparse"]),
+                    _count(train["transformers"]), _num(train["ratio_hf_lm_sparse"]),
+                ]
+            )  # fmt: skip
+        fl, ach, mfu, hfu = rec["flops_per_step"], rec["achieved_flops"], rec["mfu"], rec["hfu"]
+        body += [
+            [
+                family, "training FLOPs per step (fwd + bwd, counted)", "GFLOP", f"{fl['hf_lm'] / 1e9:.3f}",
+                f"{fl['transformers'] / 1e9:.3f}", _num(_ratio(fl["hf_lm"], fl["transformers"])),
+            ],
+            [
+                family, "train model FLOP/s (reference FLOPs / step time)", "GFLOP/s", f"{ach['hf_lm'] / 1e9:.2f}",
+                f"{ach['transformers'] / 1e9:.2f}", _num(_ratio(ach["hf_lm"], ach["transformers"])),
+            ],
+            [
+                family, "train MFU (HFU)", "% of peak", f"{_pct(mfu.get('hf_lm'))} ({_pct(hfu.get('hf_lm'))})",
+                f"{_pct(mfu.get('transformers'))} ({_pct(hfu.get('transformers'))})", "",
+            ],
+        ]  # fmt: skip
+    return markdown_table(header, body, align="lllrrr")
 
 
 def compile_table(result: dict | None) -> str:
-    lines = [
-        "| model | workload | eager tok/s | compiled tok/s | speed-up | first call (compilation) | MFU eager / compiled |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    header = [
+        "model", "workload", "eager tok/s", "compiled tok/s", "speed-up", "first call (compilation)",
+        "MFU eager / compiled",
+    ]  # fmt: skip
     name = "hf_lm GPT-2-shaped"
-    if result is None:
-        return "\n".join([*lines, f"| {name} | (all) | not run | | | | |"])
-    if result.get("error"):
-        return "\n".join([*lines, f"| {name} | (all) | failed: {result['error']} | | | | |"])
+    if result is None or result.get("error"):
+        status = "not run" if result is None else f"failed: {result['error']}"
+        return markdown_table(header, [[name, "(all)", status, "", "", "", ""]], align="llrrrrr")
+    body = []
     for phase in ("train", "forward"):
         r = result.get("phases", {}).get(phase)
         label = "training step (fwd + bwd + AdamW)" if phase == "train" else "forward (eval, no_grad)"
-        if r is None:
-            lines.append(f"| {name} | {label} | not run | | | | |")
-        elif r.get("error"):
-            lines.append(f"| {name} | {label} | failed: {r['error']} | | | | |")
+        if r is None or r.get("error"):
+            body.append([name, label, "not run" if r is None else f"failed: {r['error']}", "", "", "", ""])
         else:
             mfu = r.get("mfu", {})
             mfu = f"{_pct(mfu['eager'])} / {_pct(mfu['compiled'])}" if mfu else ""
-            lines.append(
-                f"| {name} | {label} | {_count(r['eager'])} | {_count(r['compiled'])} | {_num(r['speedup'])} | "
-                f"{r['compile_s']:.1f} s | {mfu} |"
-            )
+            body.append(
+                [
+                    name, label, _count(r["eager"]), _count(r["compiled"]), _num(r["speedup"]),
+                    f"{r['compile_s']:.1f} s", mfu,
+                ]
+            )  # fmt: skip
+    table = markdown_table(header, body, align="llrrrrr")
     if "graph_breaks" in result:
-        lines += [
-            "",
-            f"Graph breaks: {result['graph_breaks']}; graphs compiled: {result.get('unique_graphs')}.",
-        ]
-    return "\n".join(lines)
+        table += (
+            f"\n\nGraph breaks: {result['graph_breaks']}; graphs compiled: {result.get('unique_graphs')}."
+        )
+    return table
 
 
 def render_markdown(suite: dict) -> str:
@@ -511,22 +518,6 @@ def render_markdown(suite: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def git_revision() -> str:
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return rev + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -538,9 +529,7 @@ def parse_args(argv=None):
     p.add_argument(
         "--smoke", "--quick", action="store_true", help="tiny models, 2 rounds, no memory: about a minute"
     )
-    p.add_argument(
-        "--threads", type=int, default=len(os.sched_getaffinity(0)), help="torch threads everywhere"
-    )
+    p.add_argument("--threads", type=int, default=available_cores(), help="torch threads everywhere")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the benchmarks' memory subprocesses")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement")
@@ -555,7 +544,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--output_dir", "--output-dir", type=str, default="out/suite")
     args = p.parse_args(argv)
-    args.families = [f.strip() for f in args.families.split(",") if f.strip()]
+    args.families = comma_list(args.families)
     if not args.families or not set(args.families) <= set(FAMILIES):
         p.error(f"--families must be a non-empty subset of {', '.join(FAMILIES)}")
     if args.threads < 1:
@@ -576,7 +565,6 @@ def main(argv=None) -> int:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(BENCH_DIR))
     import torch
     from bench_gpt import environment
 
@@ -585,7 +573,7 @@ def main(argv=None) -> int:
     suite = {
         "mode": "smoke" if args.smoke else "full",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "git": git_revision(),
+        "git": git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
         "environment": environment(torch.get_num_threads()),
         "args": vars(args),
         "runs": {},

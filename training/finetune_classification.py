@@ -215,6 +215,18 @@ class ClassificationModelArguments:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
 
 
+def budget_field():
+    """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
+    `__post_init__` checks it with `check_budget`)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
+            "first step boundary past it, then evaluate, test and save as usual."
+        },
+    )
+
+
 @dataclass
 class ClassificationTrainingArguments(TrainingArguments):
     """`transformers.TrainingArguments`: evaluate and save every epoch, log every 50 steps, no trackers."""
@@ -235,13 +247,7 @@ class ClassificationTrainingArguments(TrainingArguments):
         default=torch.cuda.is_available(),
         metadata={"help": "Pin batches in memory (useful with a GPU only)."},
     )
-    max_train_seconds: float | None = field(
-        default=None,
-        metadata={
-            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
-            "first step boundary past it, then evaluate, test and save as usual."
-        },
-    )
+    max_train_seconds: float | None = budget_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -98,7 +98,12 @@ from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalG
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import parse_dataclasses
-from training.finetune_classification import WallClockBudgetCallback, budget_metrics, check_budget
+from training.finetune_classification import (
+    WallClockBudgetCallback,
+    budget_field,
+    budget_metrics,
+    check_budget,
+)
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -316,13 +321,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=True,
         metadata={"help": "Also decode the test split greedily, for comparison with beam search."},
     )
-    max_train_seconds: float | None = field(
-        default=None,
-        metadata={
-            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
-            "first step boundary past it, then evaluate, test and save as usual."
-        },
-    )
+    max_train_seconds: float | None = budget_field()
 
     def __post_init__(self) -> None:
         super().__post_init__()

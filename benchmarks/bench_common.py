@@ -1,0 +1,447 @@
+"""Helpers the benchmark scripts of this folder share: one version of each.
+
+- The machine and the software a result was measured on: `available_cores`, `cpu_model`,
+  `load_average`, `versions`, `git_revision`.
+- Peak memory of a workload, measured in a fresh process: `rss_bytes`, `reset_peak_rss`,
+  `peak_rss_bytes`, `trim_heap`, `measure_peak_rss`, and `run_json_worker` to start such a process.
+- Command lines: `comma_list`, `parse_entries`, `resolve`, `add_preset_options`, `command_line`.
+- Text and plots: `markdown_table`, `fmt`, `millions`, `pyplot` (matplotlib, headless),
+  `label_bars`, `bar_chart`.
+- What the translation and SST-2 leaderboards share: `leaderboard_hardware`, `leaderboard_footer`,
+  `training_fields`, `exit_if_failed`, `reuse_or_train_tokenizer`.
+
+The A/B method of the model-against-reference benchmarks (alternating rounds, CPU contention,
+summaries, results rows, memory workers, their common options) is `bench_gpt.py`'s;
+`bench_bert.py`, `bench_seq2seq.py` and `suite.py` import it from there.
+
+Scripts import this module as `bench_common`: a script run from this folder has the folder on
+`sys.path`, and every script puts it there too, for when it is loaded another way (tests). Only the
+standard library is imported here at module level (torch, transformers and matplotlib inside the
+helpers that need them), so that light parent processes such as `suite.py` stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import logging
+import os
+import platform
+import resource
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+logger = logging.getLogger("bench_common")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# --------------------------------------------------------------------------------------------
+# The machine and the software
+# --------------------------------------------------------------------------------------------
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; all cores where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo, else `platform.processor()`, else "unknown"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: /proc/loadavg's (two decimals, as `uptime` prints
+    them), else `os.getloadavg()`'s; None where the system has neither."""
+    try:
+        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        pass
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
+def versions(*packages: str) -> dict[str, str]:
+    """`{package: __version__}` for the named packages (imported here), in the order given."""
+    return {name: importlib.import_module(name).__version__ for name in packages}
+
+
+def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str | None = None) -> str | None:
+    """The repository's HEAD commit, with `dirty_mark` appended when tracked files have changes.
+
+    Args:
+        short: the abbreviated hash (`git rev-parse --short HEAD`) instead of the full one.
+        dirty_mark: appended when `git status` lists uncommitted changes to tracked files.
+        missing: what to return where git or the repository cannot be read.
+    """
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return missing
+    return head + (dirty_mark if dirty else "")
+
+
+# --------------------------------------------------------------------------------------------
+# Peak memory, measured in a fresh process
+# --------------------------------------------------------------------------------------------
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (/proc/self/statm)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter (VmHWM) of this process; False where that is refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes(reset_ok: bool) -> int:
+    """The peak RSS since `reset_peak_rss()` (VmHWM) if that worked, else over the process lifetime."""
+    if reset_ok:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+def trim_heap() -> bool:
+    """Hand the allocator's free memory back to the kernel (glibc `malloc_trim(0)`).
+
+    Where a model is built by converting another one that is then dropped, the dead model's pages
+    otherwise stay resident: they raise the baseline by the size of a model and are reused by the
+    workload, so its peak *above baseline* reads too low.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+def measure_peak_rss(fn: Callable[[], object], calls: int, trim: bool = False) -> dict:
+    """The peak RSS of `calls` calls of `fn`, above the RSS this process had just before them.
+
+    Collects garbage (with `trim`, also hands the freed heap back: `trim_heap`), reads the RSS,
+    resets the kernel's peak counter, runs the workload and reads the peak.
+
+    Returns:
+        `baseline_rss_bytes`, `peak_rss_bytes`, `peak_rss_delta_bytes`, `peak_method`, and with
+        `trim`, `heap_trimmed` (whether the trim worked).
+    """
+    gc.collect()
+    trimmed = trim_heap() if trim else None
+    base = rss_bytes()
+    reset_ok = reset_peak_rss()
+    for _ in range(calls):
+        fn()
+    peak = peak_rss_bytes(reset_ok)
+    result = {
+        "baseline_rss_bytes": base,
+        "peak_rss_bytes": peak,
+        "peak_rss_delta_bytes": peak - base,
+        "peak_method": "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)",
+    }
+    if trim:
+        result["heap_trimmed"] = trimmed
+    return result
+
+
+def run_json_worker(cmd: list[str], what: str, timeout: float | None = None) -> dict:
+    """Run a worker process (offline) that prints its result as JSON on its last stdout line.
+
+    Raises:
+        RuntimeError: naming `what`, with the end of the worker's stderr, if it exits non-zero.
+    """
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Command lines
+# --------------------------------------------------------------------------------------------
+
+
+def comma_list(text: str) -> list[str]:
+    """The stripped, non-empty items of a comma-separated list: "a, b,,c" -> ["a", "b", "c"]."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def parse_entries(value: str | None, known: Mapping) -> list[str]:
+    """`--entries`: comma-separated names of `known` (all of them when empty), in the order given."""
+    if not value:
+        return list(known)
+    names = comma_list(value)
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise ValueError(f"`--entries`: unknown {unknown}; choose from {list(known)} (comma-separated).")
+    return list(dict.fromkeys(names))
+
+
+def resolve(args, preset: dict) -> dict:
+    """The preset's settings with every command-line flag that was given (not None) on top."""
+    return {
+        key: getattr(args, key) if getattr(args, key, None) is not None else value
+        for key, value in preset.items()
+    }
+
+
+def add_preset_options(parser: argparse.ArgumentParser, presets: dict, helps: dict[str, str]) -> None:
+    """A `--key` option for every setting in `helps`, typed like the value in `presets["full"]`, in
+    a group of their own; absent from the parsed arguments unless given, so that `resolve` takes
+    the preset's value. The help names both presets' values (`"full"` and `"smoke"`)."""
+    full, smoke = presets["full"], presets["smoke"]
+    group = parser.add_argument_group(
+        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
+    )
+    for key, text in helps.items():
+        group.add_argument(
+            f"--{key}",
+            type=type(full[key]) if full[key] is not None else int,
+            default=argparse.SUPPRESS,
+            help=f"{text} (full: {full[key]}; smoke: {smoke[key]}).",
+        )
+
+
+def command_line(module: str, argv: list[str]) -> str:
+    """The shell command that reproduces an in-process run: `python -m module argv...`."""
+    return shlex.join(["python", "-m", module, *argv])
+
+
+# --------------------------------------------------------------------------------------------
+# Text and plots
+# --------------------------------------------------------------------------------------------
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None) -> str:
+    """A markdown table: the header, the rule, one line per row; every cell is a string.
+
+    Args:
+        align: one letter per column, "l" (rule `---`) or "r" (`---:`); None: every column "l".
+            An empty cell is written `| |`.
+
+    Raises:
+        ValueError: for an `align` or a row whose length is not the header's.
+    """
+    align = "l" * len(header) if align is None else align
+    if len(align) != len(header) or set(align) - {"l", "r"}:
+        raise ValueError(f"`align` needs one of l/r per column ({len(header)}), got {align!r}.")
+
+    def line(cells: Sequence[str]) -> str:
+        if len(cells) != len(header):
+            raise ValueError(f"A table row has {len(cells)} cells, the header {len(header)}: {cells!r}.")
+        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
+
+    rule = "|" + "".join("---:|" if a == "r" else "---|" for a in align)
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def fmt(value, digits: int = 2) -> str:
+    """A table cell: floats with `digits` decimals, ints with thousands separators, None as an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def millions(n: int | None) -> str:
+    """A parameter count in millions ("2.50M"), None as an em dash."""
+    return "—" if n is None else f"{n / 1e6:.2f}M"
+
+
+def pyplot():
+    """matplotlib's pyplot on the headless Agg backend (the benchmarks only write image files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def label_bars(ax, bars, values: list[float | None]) -> None:
+    """Write each value (one decimal) above its bar; None: no label."""
+    for bar, value in zip(bars, values):
+        if value is not None:
+            ax.annotate(
+                f"{value:.1f}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+
+
+def bar_chart(
+    path: Path,
+    labels: list[str],
+    series: dict[str, list[float | None]],
+    title: str,
+    ylabel: str,
+    references: list[tuple[str, float]] = (),
+    reference_name: str = "published",
+) -> Path:
+    """Grouped bars, one group per label and one bar per series; `references` as hatched grey bars.
+
+    Missing values (None) leave a gap. Written as a PNG (matplotlib, headless).
+    """
+    plt = pyplot()
+    names = list(series)
+    width = 0.8 / max(1, len(names))
+    n = len(labels) + len(references)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * n + 2), 4.8))
+    for i, name in enumerate(names):
+        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))]
+        values = [v if v is not None else 0.0 for v in series[name]]
+        bars = ax.bar(xs, values, width, label=name)
+        label_bars(ax, bars, series[name])
+    if references:
+        xs = [len(labels) + j for j in range(len(references))]
+        bars = ax.bar(xs, [v for _, v in references], 0.5, color="lightgrey", hatch="//", edgecolor="grey")
+        bars.set_label(reference_name)
+        label_bars(ax, bars, [value for _, value in references])
+    ax.set_xticks(
+        range(n), list(labels) + [name for name, _ in references], rotation=30, ha="right", fontsize=8
+    )
+    tallest = max(
+        [v for values in series.values() for v in values if v is not None]
+        + [v for _, v in references]
+        + [0.0]
+    )
+    ax.set_ylim(0, 1.12 * tallest if tallest > 0 else 1.0)  # room for the value labels
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    logger.info("Wrote %s", path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# What the translation and SST-2 leaderboards share
+# --------------------------------------------------------------------------------------------
+
+
+def leaderboard_hardware() -> dict:
+    """The machine and software a leaderboard ran on (recorded in results.json)."""
+    import torch
+
+    return {
+        "cpu_model": cpu_model(),
+        "cores_available": available_cores(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "loadavg_start": load_average(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        **versions("torch", "transformers"),
+    }
+
+
+def leaderboard_footer(result: dict, extra_commands: Sequence[str] = ()) -> list[str]:
+    """The last lines of a leaderboard's results.md: the hardware line (`leaderboard_hardware`),
+    seed, start and duration, then the commands: the leaderboard's, `extra_commands`, every entry's."""
+    hw = result["hardware"]
+    return [
+        f"Hardware: {hw['cpu_model']}, {hw['cores_available']} cores available, {hw['torch_threads']} torch threads"
+        + (f", GPU {hw['gpu']}" if hw["gpu"] else "")
+        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result['seed']}. "
+        f"Started {result['started']}, {result['total_seconds']:.0f} s in all.",
+        "",
+        "## Commands",
+        "",
+        "```",
+        result["command"],
+        *extra_commands,
+        *[f"{row['name']}: {row['command']}" for row in result["entries"]],
+        "```",
+        "",
+    ]
+
+
+def training_fields(metrics: dict) -> dict:
+    """The training part of a leaderboard row, from a fine-tuning run's final metrics: size,
+    steps, epochs, seconds, whether the wall-clock budget ended it, and the training loss."""
+    return {
+        "num_parameters": metrics["num_parameters"],
+        "train_steps": metrics["train_steps"],
+        "train_epochs": metrics["train_epochs"],
+        "train_seconds": metrics["train_runtime"],
+        "train_budget_reached": metrics["train_budget_reached"],
+        "train_loss": metrics.get("train_loss"),
+    }
+
+
+def exit_if_failed(rows: list[dict], output_dir: Path) -> None:
+    """End a leaderboard with `SystemExit` naming the entries that failed (their rows hold `error`)."""
+    failed = [row["name"] for row in rows if "error" in row]
+    if failed:
+        raise SystemExit(f"Entries failed: {failed}; see the log and {output_dir / 'results.json'}.")
+
+
+def reuse_or_train_tokenizer(
+    folder: Path, settings: dict, train: Callable[[], object]
+) -> tuple[object, bool]:
+    """The tokenizer saved in `folder` if it was trained with `settings`, else `train()` saved there.
+
+    Returns:
+        `(tokenizer, reused)`.
+    """
+    from transformers import AutoTokenizer
+
+    stamp = folder / "leaderboard_settings.json"
+    if stamp.is_file() and json.loads(stamp.read_text()) == settings:
+        logger.info("Reusing the tokenizer in %s (same settings).", folder)
+        return AutoTokenizer.from_pretrained(folder), True
+    tokenizer = train()
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    stamp.write_text(json.dumps(settings, indent=2))
+    logger.info("Trained and saved the shared tokenizer (%d tokens) to %s.", len(tokenizer), folder)
+    return tokenizer, False
