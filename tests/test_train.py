@@ -477,3 +477,18 @@ def test_eval_dataset_and_whole_file_documents(tmp_path):
     assert math.isfinite(metrics["eval_loss"])
     with pytest.raises(ValueError, match="sample_by"):
         parse_args(_argv(tmp_path / "x", sample_by="sentence"))
+
+
+def test_resume_from_a_checkpoint_written_before_new_config_fields(tmp_path):
+    """A config field added after the checkpoint was written takes its default, not a refusal."""
+    out = tmp_path / "run"
+    _run(out, max_steps=4, save_every=4, report_to=["none"])
+    config_file = out / "checkpoints" / "checkpoint-00000004" / "config.json"
+    saved = json.loads(config_file.read_text())
+    for added in ("embedding_size", "num_hidden_groups"):  # fields newer than some checkpoints
+        saved.pop(added)
+    config_file.write_text(json.dumps(saved))
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    metrics = _run(out, max_steps=6, save_every=4, report_to=["none"], resume="true")
+    assert metrics["step"] == 6

@@ -101,6 +101,17 @@ def _config_dict(model) -> dict | None:
     return json.loads(config.to_json_string(use_diff=False))
 
 
+def _with_current_defaults(saved: dict, config) -> dict:
+    """The saved config as this version of its class reads it: fields added since the checkpoint
+    was written take their defaults (derived as a fresh config derives them), so they are not
+    reported as differences; a saved config the class refuses is compared as it is."""
+    try:
+        upgraded = type(config).from_dict(saved)
+    except (TypeError, ValueError):
+        return saved
+    return json.loads(upgraded.to_json_string(use_diff=False))
+
+
 def config_differences(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     """The config fields that differ, as `{field: (saved value, current value)}`, bookkeeping ignored.
 
@@ -362,7 +373,9 @@ def load_checkpoint(
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE_MARKER} marker).")
     current = _config_dict(model)
     if current is not None and (path / CONFIG_FILE).is_file():
-        saved = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
+        saved = _with_current_defaults(
+            json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")), model.config
+        )
         differences = config_differences(saved, current)
         if differences:
             listed = "; ".join(f"{k}: {old!r} → {new!r}" for k, (old, new) in differences.items())
