@@ -200,3 +200,40 @@ def test_vocab_projection_equals_linear(shape, bias):
     (g_out,) = torch.autograd.grad(out.square().sum(), x)
     (g_ref,) = torch.autograd.grad(ref.square().sum(), x)
     torch.testing.assert_close(g_out, g_ref)
+
+
+def test_init_reaches_every_projection():
+    """The role-specific inits apply in a freshly built model (transformers 5 skips `_init_weights` on
+    parameter-less containers of remote-code models, so a container-level init would silently not run)."""
+    from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmT5Config, HfLmT5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    gpt = HfLmGPTForCausalLM(
+        HfLmGPTConfig(vocab_size=100, hidden_size=256, num_hidden_layers=8, num_attention_heads=4)
+    )
+    block = gpt.model.layers[0]
+    scaled = 0.02 / math.sqrt(2 * 8)  # GPT-2's residual projections
+    assert block.self_attn.o_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
+    assert block.mlp.down_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
+    assert block.self_attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+
+    d, heads, ff = 128, 4, 512
+    t5 = HfLmT5ForConditionalGeneration(
+        HfLmT5Config(
+            vocab_size=300,
+            hidden_size=d,
+            num_hidden_layers=2,
+            num_attention_heads=heads,
+            intermediate_size=ff,
+        )
+    )
+    attn = t5.model.decoder.layers[0].self_attn
+    cross = t5.model.decoder.layers[0].cross_attn
+    head_dim = d // heads
+    assert attn.qkv_proj.weight[:d].std().item() == pytest.approx((d * head_dim) ** -0.5, rel=0.05)
+    assert attn.qkv_proj.weight[d:].std().item() == pytest.approx(d**-0.5, rel=0.05)
+    assert cross.q_proj.weight.std().item() == pytest.approx((d * head_dim) ** -0.5, rel=0.05)
+    assert t5.model.decoder.layers[0].mlp.down_proj.weight.std().item() == pytest.approx(ff**-0.5, rel=0.05)
+    assert t5.model.embed_tokens.weight.std().item() == pytest.approx(1.0, rel=0.05)
+    # T5 decodes from <pad>: its embedding must be trainable, so no frozen padding row
+    assert t5.model.embed_tokens.padding_idx is None

@@ -76,6 +76,7 @@ class MLP(nn.Module):
         super().__init__()
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.up_proj.init_role, self.down_proj.init_role = "ff_in", "ff_out"  # see _init_weights
         self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,6 +91,7 @@ class GatedMLP(nn.Module):
         # rows [0, ff) are the gate, rows [ff, 2ff) the up projection
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.gate_up_proj.init_role, self.down_proj.init_role = "ff_in", "ff_out"  # see _init_weights
         self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -297,6 +299,7 @@ class RelativeBucketPositions(NoPositions):
         self.num_buckets = config.relative_attention_num_buckets
         self.max_distance = config.relative_attention_max_distance
         self.bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+        self.bias.init_role = "relative_bias"
 
     def attention_bias(self, q_len, kv_len, past_len, device, dtype):
         q_pos = torch.arange(past_len, past_len + q_len, device=device)[:, None]  # (T, 1)
@@ -477,6 +480,7 @@ class Attention(nn.Module):
         self.split_sizes = (q_size, kv_size, kv_size)
         self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
+        self.qkv_proj.init_role, self.o_proj.init_role = "qkv", "attn_out"  # see _init_weights
 
     def forward(
         self,
@@ -540,6 +544,7 @@ class CrossAttention(nn.Module):
         # keys and values stacked in one Linear: one GEMM over the encoder states
         self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_size, bias=config.attention_bias)
         self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
+        self.q_proj.init_role, self.kv_proj.init_role, self.o_proj.init_role = "q", "kv", "attn_out"
 
     def forward(
         self,
@@ -722,7 +727,12 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _skip_keys_device_placement = ["past_key_values"]
 
     def _init_weights(self, module):
-        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers)."""
+        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
+
+        Written per leaf module (Linear, Embedding, norm): for remote-code models transformers 5 skips
+        `_init_weights` on modules without parameters of their own (Attention, MLP), so the Linears
+        carry their role (`init_role`, set where they are built) instead.
+        """
         std = self.config.initializer_range
         if isinstance(module, nn.Linear):
             init.normal_(module.weight, mean=0.0, std=std)
@@ -736,12 +746,9 @@ class HfLmPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
-        if isinstance(module, RelativeBucketPositions):
-            init.normal_(module.bias.weight, mean=0.0, std=std)
-        if isinstance(module, (Attention, CrossAttention, MLP, GatedMLP)):
+        if getattr(module, "init_role", None) in ("attn_out", "ff_out"):
             # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
-            proj = module.down_proj if isinstance(module, (MLP, GatedMLP)) else module.o_proj
-            init.normal_(proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
+            init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
 
     def create_masks_for_generate(self, attention_mask=None, **kwargs):
         """Keep generate()'s (B, S) padding mask as it is, also for static caches.

@@ -22,6 +22,7 @@ import math
 import torch
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
+from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
@@ -225,9 +226,9 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
 
     def __init__(self, config: HfLmEncoderDecoderConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(
-            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
-        )
+        # a padding row is frozen at zero; T5 starts decoding from <pad>, so there it must learn
+        frozen_pad = config.pad_token_id if config.pad_token_id != config.decoder_start_token_id else None
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=frozen_pad)
         self.encoder = HfLmSeq2SeqStack(config, self.embed_tokens, is_decoder=False)
         self.decoder = HfLmSeq2SeqStack(config, self.embed_tokens, is_decoder=True)
         self.post_init()
@@ -522,6 +523,36 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
 
 class HfLmT5PreTrainedModel(HfLmSeq2SeqPreTrainedModel):
     config_class = HfLmT5Config
+
+    def _init_weights(self, module):
+        """T5's initialization (Mesh TensorFlow, as transformers' T5 does it), not GPT-2's.
+
+        T5 folds the 1/sqrt(head_dim) attention scale into the query init and rescales the decoder
+        output by hidden_size**-0.5 before the tied head, assuming N(0, 1) embeddings. Under GPT-2's
+        N(0, 0.02) its attention logits and output logits start ~50x too small and training from
+        scratch crawls (a Multi30k run stayed near the unigram loss for hundreds of steps).
+        """
+        super()._init_weights(module)
+        cfg = self.config
+        d, ff, q_size = cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads * cfg.head_dim
+        role = getattr(module, "init_role", None)
+        if isinstance(module, nn.Embedding):
+            std = d**-0.5 if role == "relative_bias" else 1.0
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif role == "qkv":  # rows [0, q_size) are the queries: the attention scale lives in their init
+            init.normal_(module.weight[:q_size], mean=0.0, std=(d * cfg.head_dim) ** -0.5)
+            init.normal_(module.weight[q_size:], mean=0.0, std=d**-0.5)
+        elif role in ("q", "kv", "attn_out", "ff_in", "ff_out"):
+            std = {
+                "q": (d * cfg.head_dim) ** -0.5,
+                "kv": d**-0.5,
+                "attn_out": q_size**-0.5,
+                "ff_in": d**-0.5,
+                "ff_out": ff**-0.5,
+            }[role]
+            init.normal_(module.weight, mean=0.0, std=std)
 
 
 class HfLmT5Model(HfLmT5PreTrainedModel, _Seq2SeqModel):
