@@ -936,6 +936,22 @@ def check_labels(labels: torch.Tensor, expected_shape, vocab_size: int, ignore_i
         )
 
 
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from targets (every encoder-decoder family): the start token, then the targets
+    moved one step right.
+
+    Args:
+        labels: (B, T) target ids, -100 where ignored.
+
+    Returns:
+        (B, T) decoder input ids, -100 replaced by the pad id (the decoder never reads them as
+        targets, and an embedding lookup of -100 would fail).
+    """
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
 def lm_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,

@@ -30,23 +30,16 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from .hflm_blocks import HfLmPreTrainedModel, check_labels, check_padding_mask, embed_inputs, lm_loss
+from .hflm_blocks import (
+    HfLmPreTrainedModel,
+    check_labels,
+    check_padding_mask,
+    embed_inputs,
+    lm_loss,
+    shift_tokens_right,
+)
 from .hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
 from .hflm_rnn_blocks import RecurrentCache, StackedRNN
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from targets: the start token, then the targets moved one step right.
-
-    Args:
-        labels: (B, T) target ids, -100 where ignored.
-
-    Returns:
-        (B, T) decoder input ids with -100 replaced by the pad id (an embedding lookup of -100 would fail).
-    """
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 @dataclass

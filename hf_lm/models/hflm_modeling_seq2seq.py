@@ -47,23 +47,9 @@ from .hflm_blocks import (
     lm_loss,
     real_token_positions,
     sequence_classification_loss,
+    shift_tokens_right,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from targets: start token, then the targets moved one step right.
-
-    Args:
-        labels: (B, T) target ids, -100 where ignored.
-
-    Returns:
-        (B, T) decoder input ids, -100 replaced by the pad id (the decoder never reads them as
-        targets, and an embedding lookup of -100 would fail).
-    """
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
 class HfLmSeq2SeqStack(nn.Module):
