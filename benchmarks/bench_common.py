@@ -351,10 +351,11 @@ def bar_chart(
         + [v for _, v in references]
         + [0.0]
     )
-    ax.set_ylim(0, 1.12 * tallest if tallest > 0 else 1.0)  # room for the value labels
+    # room above the tallest bar for its value label and a one-row legend that covers no bar
+    ax.set_ylim(0, 1.25 * tallest if tallest > 0 else 1.0)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", ncol=len(names) + bool(references))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -263,7 +263,7 @@ def test_wall_clock_budget_callback_stops_at_step_boundary(monkeypatch):
     """The callback reads a clock after each optimizer step and stops at the first one past the budget."""
     from transformers import TrainerControl, TrainerState
 
-    import training.finetune_classification as module
+    import training.trainer_common as module
 
     now = [100.0]
     monkeypatch.setattr(module.time, "perf_counter", lambda: now[0])
@@ -285,7 +285,7 @@ def test_wall_clock_budget_callback_stops_at_step_boundary(monkeypatch):
 
 @pytest.mark.parametrize("seconds", [0, -1.0, True, "10"])
 def test_wall_clock_budget_rejects_bad_values(tmp_path, seconds):
-    from training.finetune_classification import WallClockBudgetCallback
+    from training.trainer_common import WallClockBudgetCallback
 
     with pytest.raises(ValueError, match="`max_train_seconds`"):
         WallClockBudgetCallback(seconds)

@@ -457,3 +457,5 @@ def test_bad_inputs_give_clear_errors():
         model(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 7]]))
     with pytest.raises(ValueError, match="never fitted"):
         HfLmNGramForCausalLM(config)(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="input_ids"):
+        model.generate(inputs_embeds=torch.zeros(1, 2, 4), max_new_tokens=2)

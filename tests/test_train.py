@@ -19,7 +19,13 @@ from safetensors.torch import load_file
 from hf_lm import HfLmGPTForCausalLM
 from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
 from training.checkpoint import latest_checkpoint, list_checkpoints
-from training.train import GlobalBatchSampler, TrainingDivergedError, seed_process_rngs, train
+from training.train import (
+    GlobalBatchSampler,
+    TrainingDivergedError,
+    projected_steps,
+    seed_process_rngs,
+    train,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -454,6 +460,16 @@ def test_time_budget_stops_then_evaluates_and_saves(tmp_path):
     assert int(rows[-1]["step"]) == metrics["step"] and float(rows[-1]["eval_loss"]) == pytest.approx(
         metrics["eval_loss"]
     )
+
+
+def test_projected_steps_give_the_budgeted_bar_its_total():
+    """With a time budget the progress bar's total is the step the budget will allow at the pace so
+    far, capped by `max_steps` and never below the steps already done."""
+    assert projected_steps(0, 0, 10_000, 0.0, 60.0) == 10_000  # no pace yet
+    assert projected_steps(0, 10, 10_000, 5.0, 60.0) == 120  # 2 steps/s for 60 s
+    assert projected_steps(100, 110, 10_000, 5.0, 60.0) == 220  # resumed at step 100
+    assert projected_steps(0, 10, 50, 5.0, 60.0) == 50  # max_steps first
+    assert projected_steps(0, 10, 10_000, 80.0, 60.0) == 10  # past the budget: the steps done
 
 
 def test_eval_dataset_and_whole_file_documents(tmp_path):

@@ -40,16 +40,15 @@ batch), so accumulation equals one batch of the combined size (tested).
 Wall-clock budget: `--max_train_seconds S` stops training at the first optimizer-step boundary
 after S seconds of `trainer.train()` (evaluations during training included), whatever
 `--num_train_epochs`/`--max_steps` say; the final evaluation, test and save then run as usual
-(`WallClockBudgetCallback`). The learning-rate schedule still spans the planned steps, so a
-budgeted run usually wants `--lr_scheduler_type constant_with_warmup` and a generous
-`--num_train_epochs`. `metrics.json` records `train_steps`, `train_epochs` and
+(`training.trainer_common.WallClockBudgetCallback`). The learning-rate schedule still spans the
+planned steps, so a budgeted run usually wants `--lr_scheduler_type constant_with_warmup` and a
+generous `--num_train_epochs`. `metrics.json` records `train_steps`, `train_epochs` and
 `train_budget_reached`.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 import sys
@@ -68,7 +67,6 @@ from transformers import (
     DataCollatorWithPadding,
     PreTrainedModel,
     Trainer,
-    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -78,6 +76,16 @@ from hf_lm import BERT_PRESETS, HfLmBertConfig, HfLmBertForSequenceClassificatio
 from hf_lm.cards import write_model_card
 from training.args import parse_dataclasses
 from training.tokenizer import train_tokenizer
+from training.trainer_common import (
+    WallClockBudgetCallback,
+    budget_field,
+    budget_metrics,
+    card_hyperparameters,
+    check_budget,
+    optional_positive,
+    save_run_summary,
+    script_main,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,13 +107,6 @@ SST2_LABEL_NAMES = ("negative", "positive")
 # file stems of each split in `--data_dir`, and the `datasets` builder of each extension
 SPLIT_STEMS = {"train": ("train",), "validation": ("validation", "dev", "valid", "val"), "test": ("test",)}
 BUILDERS = {".tsv": "csv", ".csv": "csv", ".jsonl": "json", ".json": "json"}
-
-
-def _positive(obj, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
 
 @dataclass
@@ -146,7 +147,7 @@ class ClassificationDataArguments:
     max_test_samples: int | None = field(default=None, metadata={"help": "Keep the first N test examples."})
 
     def __post_init__(self) -> None:
-        _positive(self, "max_seq_length", "max_train_samples", "max_eval_samples", "max_test_samples")
+        optional_positive(self, "max_seq_length", "max_train_samples", "max_eval_samples", "max_test_samples")
         if self.data_dir is None and self.train_file is None:
             raise ValueError("Pass `data_dir` (a folder with train/dev/test files) or `train_file`.")
         if self.data_dir is not None and not os.path.isdir(self.data_dir):
@@ -206,25 +207,13 @@ class ClassificationModelArguments:
             raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
         if self.preset not in BERT_PRESETS:
             raise ValueError(f"`preset` must be one of {sorted(BERT_PRESETS)}, got {self.preset!r}.")
-        _positive(
+        optional_positive(
             self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"
         )
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
-
-
-def budget_field():
-    """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
-    `__post_init__` checks it with `check_budget`)."""
-    return field(
-        default=None,
-        metadata={
-            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
-            "first step boundary past it, then evaluate, test and save as usual."
-        },
-    )
 
 
 @dataclass
@@ -252,66 +241,6 @@ class ClassificationTrainingArguments(TrainingArguments):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_budget(self.max_train_seconds)
-
-
-def check_budget(seconds: float | None) -> None:
-    """Raise `ValueError` unless `seconds` (a `max_train_seconds`) is None or a positive number."""
-    if seconds is not None and (
-        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
-    ):
-        raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
-
-
-class WallClockBudgetCallback(TrainerCallback):
-    """Stop `Trainer` at the first optimizer-step boundary after `max_seconds` of training.
-
-    The clock starts at `on_train_begin` (after the data loader and optimizer are set up) and is
-    read after every optimizer step, so the step in progress always completes and the model is
-    never left half-updated; evaluations run during training count towards the budget. Training
-    then ends as at `max_steps`: the epoch-end hooks run and `Trainer.train` returns.
-
-    Attributes:
-        max_seconds: the budget in seconds.
-        reached: whether the budget stopped the last run (False if it ended by steps/epochs).
-        stopped_at_step: the global step at which it stopped, or None.
-    """
-
-    def __init__(self, max_seconds: float):
-        check_budget(max_seconds)
-        self.max_seconds = float(max_seconds)
-        self.reached = False
-        self.stopped_at_step: int | None = None
-        self._start: float | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-        self.reached, self.stopped_at_step = False, None
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self._start is None or control.should_training_stop:
-            return control
-        elapsed = time.perf_counter() - self._start
-        if elapsed >= self.max_seconds:
-            control.should_training_stop = True
-            self.reached, self.stopped_at_step = True, state.global_step
-            logger.info(
-                "Wall-clock budget of %.0f s reached after %.1f s at step %d (epoch %.2f): stopping.",
-                self.max_seconds,
-                elapsed,
-                state.global_step,
-                state.epoch or 0.0,
-            )
-        return control
-
-
-def budget_metrics(trainer: Trainer, train_result, budget: WallClockBudgetCallback | None) -> dict:
-    """`train_steps` (optimizer updates done), `train_epochs` (epochs done, fractional) and
-    `train_budget_reached` (whether `max_train_seconds` ended training)."""
-    return {
-        "train_steps": int(train_result.global_step),
-        "train_epochs": float(trainer.state.epoch or 0.0),
-        "train_budget_reached": bool(budget is not None and budget.reached),
-    }
 
 
 ARGUMENT_CLASSES = (
@@ -601,30 +530,15 @@ def make_compute_metrics(metric: evaluate.EvaluationModule):
 # ---------------------------------------------------------------------------------------------
 
 
-def _plain(value) -> str:
-    """An enum's value ("linear"), anything else as a string."""
-    return str(getattr(value, "value", value))
-
-
 def _card_hyperparameters(data_args, model_args, args: TrainingArguments, n_train: int) -> dict:
-    return {
-        "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
-        "training examples": n_train,
-        "length": f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
-        "batch size per device": args.per_device_train_batch_size,
-        "gradient accumulation steps": args.gradient_accumulation_steps,
-        "learning rate": args.learning_rate,
-        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
-        "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
-        "max sequence length": data_args.max_seq_length,
-        "seed": args.seed,
-        **_budget_entry(args),
-    }
-
-
-def _budget_entry(args) -> dict:
-    seconds = getattr(args, "max_train_seconds", None)
-    return {} if seconds is None else {"wall-clock budget": f"{seconds:g} s of training"}
+    return card_hyperparameters(
+        args,
+        head={
+            "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
+            "training examples": n_train,
+        },
+        tail={"max sequence length": data_args.max_seq_length},
+    )
 
 
 def finetune(
@@ -736,22 +650,13 @@ def finetune(
             dataset_name=dataset_name,
             extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
         )
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        trainer.save_state()  # trainer_state.json: the logged loss, grad norm and eval history
-        logger.info(
-            "Saved the model, tokenizer and card to %s; metrics in %s", final, output_dir / "metrics.json"
-        )
+        save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and fine-tune."""
-    data_args, model_args, training_args = parse_args(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
-    )
-    return finetune(data_args, model_args, training_args)
+    return script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":

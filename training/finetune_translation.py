@@ -53,7 +53,7 @@ by it, so accumulation equals one batch of the combined size (tested).
 Wall-clock budget: `--max_train_seconds S` stops training at the first optimizer-step boundary
 after S seconds of `trainer.train()` (evaluations during training included), whatever
 `--num_train_epochs`/`--max_steps` say; the final validation, test BLEU and save then run as
-usual (`training.finetune_classification.WallClockBudgetCallback`). The learning-rate schedule
+usual (`training.trainer_common.WallClockBudgetCallback`). The learning-rate schedule
 still spans the planned steps, so a budgeted run usually wants `--lr_scheduler_type
 constant_with_warmup`. `metrics.json` records `train_steps`, `train_epochs` and
 `train_budget_reached`.
@@ -62,7 +62,6 @@ constant_with_warmup`. `metrics.json` records `train_steps`, `train_epochs` and
 from __future__ import annotations
 
 import gzip
-import json
 import logging
 import os
 import sys
@@ -98,13 +97,17 @@ from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalG
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import parse_dataclasses
-from training.finetune_classification import (
+from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
+from training.trainer_common import (
     WallClockBudgetCallback,
     budget_field,
     budget_metrics,
+    card_hyperparameters,
     check_budget,
+    optional_positive,
+    save_run_summary,
+    script_main,
 )
-from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -131,13 +134,6 @@ FAMILIES = {
 T5_MODEL_TYPES = ("hflm_t5", "t5", "mt5", "umt5")
 
 SPLITS = ("train", "validation", "test")
-
-
-def _positive(obj, *names: str) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
 
 @dataclass
@@ -181,7 +177,7 @@ class TranslationDataArguments:
     max_test_samples: int | None = field(default=None, metadata={"help": "Keep the first N test pairs."})
 
     def __post_init__(self) -> None:
-        _positive(
+        optional_positive(
             self,
             "max_source_length",
             "max_target_length",
@@ -268,7 +264,7 @@ class TranslationModelArguments:
             raise ValueError(
                 f"`tokenizer_kind` must be one of {list(TOKENIZER_KINDS)}, got {self.tokenizer_kind!r}."
             )
-        _positive(
+        optional_positive(
             self,
             "vocab_size",
             "hidden_size",
@@ -327,7 +323,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         super().__post_init__()
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
-        _positive(self, "generation_num_beams", "generation_max_length")
+        optional_positive(self, "generation_num_beams", "generation_max_length")
         check_budget(self.max_train_seconds)
 
 
@@ -737,38 +733,26 @@ class TranslationMetrics:
 # ---------------------------------------------------------------------------------------------
 
 
-def _plain(value) -> str:
-    """An enum's value ("linear"), anything else as a string."""
-    return str(getattr(value, "value", value))
-
-
 def _card_hyperparameters(
     data_args, model_args, args: Seq2SeqTrainingArguments, n_train: int, prefix: str
 ) -> dict:
-    return {
-        "start": f"from scratch ({model_args.family})"
-        if model_args.from_scratch
-        else model_args.model_name_or_path,
-        "language pair": f"{data_args.source_lang} → {data_args.target_lang}",
-        "source prefix": repr(prefix),
-        "training pairs": n_train,
-        "length": f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
-        "batch size per device": args.per_device_train_batch_size,
-        "gradient accumulation steps": args.gradient_accumulation_steps,
-        "learning rate": args.learning_rate,
-        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
-        "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
-        "label smoothing": args.label_smoothing_factor,
-        "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
-        "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
-        "seed": args.seed,
-        **_budget_entry(args),
-    }
-
-
-def _budget_entry(args) -> dict:
-    seconds = getattr(args, "max_train_seconds", None)
-    return {} if seconds is None else {"wall-clock budget": f"{seconds:g} s of training"}
+    start = (
+        f"from scratch ({model_args.family})" if model_args.from_scratch else model_args.model_name_or_path
+    )
+    return card_hyperparameters(
+        args,
+        head={
+            "start": start,
+            "language pair": f"{data_args.source_lang} → {data_args.target_lang}",
+            "source prefix": repr(prefix),
+            "training pairs": n_train,
+        },
+        tail={
+            "label smoothing": args.label_smoothing_factor,
+            "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
+            "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
+        },
+    )
 
 
 def _write_lines(path: Path, lines: list[str]) -> None:
@@ -802,7 +786,7 @@ def finetune(
     start = time.perf_counter()
     output_dir = Path(training_args.output_dir)
     raw = load_translation_dataset(data_args)
-    if "validation" not in raw and _plain(training_args.eval_strategy) != "no":
+    if "validation" not in raw and training_args.eval_strategy != "no":
         raise ValueError(
             "Evaluation during training needs a validation split (see `validation_split`); "
             "pass one, or `--eval_strategy no`."
@@ -935,22 +919,13 @@ def finetune(
                 ),
             },
         )
-        (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        trainer.save_state()  # trainer_state.json: the logged loss, grad norm and eval history
-        logger.info(
-            "Saved the model, tokenizer and card to %s; metrics in %s", final, output_dir / "metrics.json"
-        )
+        save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and train."""
-    data_args, model_args, training_args = parse_args(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
-    )
-    return finetune(data_args, model_args, training_args)
+    return script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":

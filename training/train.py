@@ -673,6 +673,15 @@ def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> boo
     return bool(spent)
 
 
+def projected_steps(start_step: int, step: int, max_steps: int, elapsed: float, budget_s: float) -> int:
+    """The step at which a run with a wall-clock budget will stop, at the pace so far (evaluations
+    included): `max_steps` if that comes first. The progress bar's total, so its ETA is the budget's."""
+    done = step - start_step
+    if done <= 0 or elapsed <= 0:
+        return max_steps
+    return max(step, min(max_steps, start_step + int(done * budget_s / elapsed)))
+
+
 def fit_ngram(model: HfLmNGramForCausalLM, train_blocks, streaming: bool) -> HfLmNGramForCausalLM:
     """Count the n-grams of the training blocks in one streaming pass (`HfLmNGramForCausalLM.fit`).
 
@@ -1226,6 +1235,14 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 update += 1
                 if update == updates_per_epoch:
                     epoch, update = epoch + 1, 0
+            if train_args.max_train_seconds is not None:
+                bar.total = projected_steps(
+                    start_step,
+                    step,
+                    train_args.max_steps,
+                    time.perf_counter() - loop_start,
+                    train_args.max_train_seconds,
+                )
             bar.update(1)
 
             # fractional epochs where an epoch's length is known; completed epochs when streaming

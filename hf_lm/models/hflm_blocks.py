@@ -952,6 +952,31 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+class FixedWindowGeneration:
+    """Generation for models that read a fixed window of the last tokens and nothing else (the
+    n-gram model, Bengio's feed-forward LM): there is no cache, and each step feeds only the window,
+    which is the whole context of the next prediction, so a step costs the same at any length.
+
+    Mix in before `GenerationMixin`; the model names its window in `generation_window()`.
+    """
+
+    def generation_window(self) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # nothing to cache: rescoring the window is exact and cheap
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, inputs_embeds=None, **kwargs):
+        if inputs_embeds is not None:
+            raise ValueError(f"{type(self).__name__} generates from `input_ids` only, not `inputs_embeds`.")
+        window = self.generation_window()
+        inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
+        if attention_mask is not None:
+            inputs["attention_mask"] = attention_mask[:, -window:]
+        return inputs
+
+
 def lm_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,

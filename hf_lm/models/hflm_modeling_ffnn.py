@@ -26,7 +26,14 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
-from .hflm_blocks import HfLmPreTrainedModel, check_labels, check_padding_mask, embed_inputs, lm_loss
+from .hflm_blocks import (
+    FixedWindowGeneration,
+    HfLmPreTrainedModel,
+    check_labels,
+    check_padding_mask,
+    embed_inputs,
+    lm_loss,
+)
 from .hflm_configuration_ffnn import HfLmFFNNConfig
 
 
@@ -134,7 +141,7 @@ class HfLmFFNNModel(HfLmFFNNPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-class HfLmFFNNForCausalLM(HfLmFFNNPreTrainedModel, GenerationMixin):
+class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, GenerationMixin):
     """Bengio et al.'s LM: logits = b + W x + U tanh(d + H x) at every position.
 
     With `tie_word_embeddings` the output matrix is the embedding matrix C, so the tanh layer is
@@ -216,20 +223,8 @@ class HfLmFFNNForCausalLM(HfLmFFNNPreTrainedModel, GenerationMixin):
         )
         return out if return_dict else out.to_tuple()
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # no cache: each step feeds the last `context_size` tokens (exact for this model)
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, inputs_embeds=None, **kwargs):
-        """Feed only the last `context_size` tokens: the whole context of the next prediction, so a
-        generation step costs the same at any length."""
-        if inputs_embeds is not None:
-            raise ValueError("The feed-forward LM generates from `input_ids` only, not `inputs_embeds`.")
-        window = self.config.context_size
-        inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
-        if attention_mask is not None:
-            inputs["attention_mask"] = attention_mask[:, -window:]
-        return inputs
+    def generation_window(self) -> int:
+        return self.config.context_size
 
 
 __all__ = ["HfLmFFNNPreTrainedModel", "HfLmFFNNModel", "HfLmFFNNForCausalLM", "NoDirectConnection"]

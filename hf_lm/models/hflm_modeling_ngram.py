@@ -30,7 +30,14 @@ from transformers import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.utils import logging
 
-from .hflm_blocks import HfLmPreTrainedModel, check_input_ids, check_labels, check_padding_mask, lm_loss
+from .hflm_blocks import (
+    FixedWindowGeneration,
+    HfLmPreTrainedModel,
+    check_input_ids,
+    check_labels,
+    check_padding_mask,
+    lm_loss,
+)
 from .hflm_configuration_ngram import HfLmNGramConfig
 
 logger = logging.get_logger(__name__)
@@ -355,7 +362,7 @@ class HfLmNGramPreTrainedModel(HfLmPreTrainedModel):
         ]
 
 
-class HfLmNGramForCausalLM(HfLmNGramPreTrainedModel, GenerationMixin):
+class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, GenerationMixin):
     """An n-gram LM whose `logits` are next-token log-probabilities; fitted by counting, not trained.
 
     Fitting:
@@ -635,20 +642,8 @@ class HfLmNGramForCausalLM(HfLmNGramPreTrainedModel, GenerationMixin):
 
     # ------------------------------------------------------------------ generation
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # nothing to cache: every step rescores the last order - 1 tokens
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, inputs_embeds=None, **kwargs):
-        """Feed only the last `order - 1` tokens (at least one): that is the whole context, so a step
-        costs the same at any length."""
-        if inputs_embeds is not None:
-            raise ValueError("An n-gram model generates from `input_ids` only (it has no embeddings).")
-        window = max(self.config.order - 1, 1)
-        inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
-        if attention_mask is not None:
-            inputs["attention_mask"] = attention_mask[:, -window:]
-        return inputs
+    def generation_window(self) -> int:
+        return max(self.config.order - 1, 1)  # the whole context of an order-n model (a unigram: one token)
 
 
 __all__ = [

@@ -1,0 +1,141 @@
+"""What the `Trainer`-based scripts (`finetune_classification`, `finetune_translation`) share:
+the wall-clock budget (`--max_train_seconds`), the model card's training hyperparameters, the
+run summary written next to the model, and the command-line entry point."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import field
+from pathlib import Path
+
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+def optional_positive(obj, *names: str) -> None:
+    """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+def budget_field():
+    """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
+    `__post_init__` checks it with `check_budget`)."""
+    return field(
+        default=None,
+        metadata={
+            "help": "A wall-clock budget for training (evaluations during training included): stop at the "
+            "first step boundary past it, then evaluate, test and save as usual."
+        },
+    )
+
+
+def check_budget(seconds: float | None) -> None:
+    """Raise `ValueError` unless `seconds` (a `max_train_seconds`) is None or a positive number."""
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
+    ):
+        raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
+
+
+class WallClockBudgetCallback(TrainerCallback):
+    """Stop `Trainer` at the first optimizer-step boundary after `max_seconds` of training.
+
+    The clock starts at `on_train_begin` (after the data loader and optimizer are set up) and is
+    read after every optimizer step, so the step in progress always completes and the model is
+    never left half-updated; evaluations run during training count towards the budget. Training
+    then ends as at `max_steps`: the epoch-end hooks run and `Trainer.train` returns.
+
+    Attributes:
+        max_seconds: the budget in seconds.
+        reached: whether the budget stopped the last run (False if it ended by steps/epochs).
+        stopped_at_step: the global step at which it stopped, or None.
+    """
+
+    def __init__(self, max_seconds: float):
+        check_budget(max_seconds)
+        self.max_seconds = float(max_seconds)
+        self.reached = False
+        self.stopped_at_step: int | None = None
+        self._start: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+        self.reached, self.stopped_at_step = False, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._start is None or control.should_training_stop:
+            return control
+        elapsed = time.perf_counter() - self._start
+        if elapsed >= self.max_seconds:
+            control.should_training_stop = True
+            self.reached, self.stopped_at_step = True, state.global_step
+            logger.info(
+                "Wall-clock budget of %.0f s reached after %.1f s at step %d (epoch %.2f): stopping.",
+                self.max_seconds,
+                elapsed,
+                state.global_step,
+                state.epoch or 0.0,
+            )
+        return control
+
+
+def budget_metrics(trainer: Trainer, train_result, budget: WallClockBudgetCallback | None) -> dict:
+    """`train_steps` (optimizer updates done), `train_epochs` (epochs done, fractional) and
+    `train_budget_reached` (whether `max_train_seconds` ended training)."""
+    return {
+        "train_steps": int(train_result.global_step),
+        "train_epochs": float(trainer.state.epoch or 0.0),
+        "train_budget_reached": bool(budget is not None and budget.reached),
+    }
+
+
+def _plain(value) -> str:
+    """An enum's value ("linear"), anything else as a string."""
+    return str(getattr(value, "value", value))
+
+
+def card_hyperparameters(args: TrainingArguments, head: dict, tail: dict) -> dict:
+    """The model card's hyperparameter table: the script's own `head` rows (the start, the data),
+    then the optimization every Trainer run shares, the script's `tail` rows, the seed and the
+    wall-clock budget if one was set."""
+    seconds = getattr(args, "max_train_seconds", None)
+    return {
+        **head,
+        "length": f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epochs",
+        "batch size per device": args.per_device_train_batch_size,
+        "gradient accumulation steps": args.gradient_accumulation_steps,
+        "learning rate": args.learning_rate,
+        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
+        "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
+        **tail,
+        "seed": args.seed,
+        **({} if seconds is None else {"wall-clock budget": f"{seconds:g} s of training"}),
+    }
+
+
+def save_run_summary(trainer: Trainer, output_dir: Path, metrics: dict, final: Path) -> None:
+    """`metrics.json` and `trainer_state.json` (the logged loss, grad norm and evaluation history)
+    in the run folder, next to the saved `final/` model."""
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    trainer.save_state()
+    logger.info(
+        "Saved the model, tokenizer and card to %s; metrics in %s", final, output_dir / "metrics.json"
+    )
+
+
+def script_main(parse_args: Callable, finetune: Callable, argv: list[str] | None) -> dict[str, float]:
+    """A Trainer script's entry point: parse the arguments (flags or one .json/.yaml file), log at
+    INFO on the main process only, and run."""
+    data_args, model_args, training_args = parse_args(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
+    )
+    return finetune(data_args, model_args, training_args)
