@@ -48,7 +48,8 @@ def _positive(obj, *names: str) -> None:
             raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
 
-def _optional_positive(obj, *names: str) -> None:
+def optional_positive(obj, *names: str) -> None:
+    """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
     for name in names:
         if getattr(obj, name) is not None:
             _positive(obj, name)
@@ -135,7 +136,7 @@ class DataArguments:
 
     def __post_init__(self) -> None:
         _positive(self, "vocab_size", "block_size")
-        _optional_positive(
+        optional_positive(
             self, "max_documents", "max_chars", "num_proc", "tokenizer_train_documents", "max_eval_blocks"
         )
         if (
@@ -231,7 +232,7 @@ class ModelArguments:
             raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
         if self.arch == "ffnn" and self.ngram_order < 2:
             raise ValueError("`ngram_order` must be >= 2 for arch='ffnn' (it sees ngram_order - 1 tokens).")
-        _optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
+        optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
@@ -365,7 +366,7 @@ class TrainArguments:
             "log_every",
             "save_every",
         )
-        _optional_positive(self, "eval_batches", "keep_last")
+        optional_positive(self, "eval_batches", "keep_last")
         _choice(self, "lr_scheduler", LR_SCHEDULERS)
         _choice(self, "mixed_precision", MIXED_PRECISIONS)
         _choice(self, "objective", OBJECTIVES)

@@ -74,7 +74,7 @@ from transformers import (
 import hf_lm
 from hf_lm import BERT_PRESETS, HfLmBertConfig, HfLmBertForSequenceClassification
 from hf_lm.cards import write_model_card
-from training.args import parse_dataclasses
+from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import train_tokenizer
 from training.trainer_common import (
     WallClockBudgetCallback,
@@ -82,7 +82,6 @@ from training.trainer_common import (
     budget_metrics,
     card_hyperparameters,
     check_budget,
-    optional_positive,
     save_run_summary,
     script_main,
 )

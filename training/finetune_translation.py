@@ -96,7 +96,7 @@ from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES, HfLmRNN
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
-from training.args import parse_dataclasses
+from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 from training.trainer_common import (
     WallClockBudgetCallback,
@@ -104,7 +104,6 @@ from training.trainer_common import (
     budget_metrics,
     card_hyperparameters,
     check_budget,
-    optional_positive,
     save_run_summary,
     script_main,
 )

@@ -16,14 +16,6 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 logger = logging.getLogger(__name__)
 
 
-def optional_positive(obj, *names: str) -> None:
-    """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-
-
 def budget_field():
     """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
     `__post_init__` checks it with `check_budget`)."""
