@@ -777,7 +777,8 @@ def evaluate(
         idx = mine[start : start + batch_size]
         batch = {k: v[idx].to(accelerator.device) for k, v in blocks.items()}  # (B, T)
         loss = model(**batch, labels=batch["input_ids"]).loss
-        total += torch.stack([loss.double() * len(idx), torch.tensor(float(len(idx)), dtype=torch.float64)])
+        total[0] += loss.double() * len(idx)  # stays on the device: no host sync per batch
+        total[1] += len(idx)
     total = accelerator.reduce(total, reduction="sum")
     model.train()
     mean = (total[0] / total[1]).item() if total[1] > 0 else float("nan")
