@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast lint bench suite clean
+.PHONY: venv demo test test-fast lint bench suite gpu-check clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench: $(STAMP)
 # every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
 suite: $(STAMP)
 	$(VPY) benchmarks/suite.py --threads 1
+
+# every part of hf_lm on the CUDA device present, as a pass/fail table (says so and exits 0 without one)
+gpu-check: $(STAMP)
+	$(VPY) -m training.gpu_check
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

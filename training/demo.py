@@ -43,6 +43,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, 
 from hf_lm.metrics.sliding_window import sliding_window_perplexity
 from training.args import DataArguments, ModelArguments, TrainArguments
 from training.corpora import SyntheticCorpus
+from training.evaluate_cli import resolve_device
 from training.train import train
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class DemoArguments:
     num_samples: int = field(default=3, metadata={"help": "Samples printed at the end."})
     max_new_tokens: int = field(default=30, metadata={"help": "Tokens sampled after the prompt."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (1.0: the model's law)."})
+    mixed_precision: str = field(
+        default="no", metadata={"help": "Training autocast: no, bf16 (CPU or GPU) or fp16 (GPU)."}
+    )
 
     def __post_init__(self) -> None:
         if self.model_size not in MODEL_SIZES:
@@ -118,6 +122,7 @@ def build_arguments(args: DemoArguments) -> tuple[DataArguments, ModelArguments,
         learning_rate=args.learning_rate,
         warmup_steps=min(args.warmup_steps, args.max_steps),
         seed=args.seed,
+        mixed_precision=args.mixed_precision,
         eval_every=args.eval_every,
         eval_batches=20,
         log_every=args.log_every,
@@ -134,6 +139,7 @@ def evaluate_bits_per_word(final_dir: Path, args: DemoArguments) -> dict:
     text = " ".join(corpus.generate(args.eval_words, seed=args.eval_seed))
     tokenizer = AutoTokenizer.from_pretrained(final_dir)
     model = AutoModelForCausalLM.from_pretrained(final_dir, trust_remote_code=True, dtype=torch.float32)
+    model.to(resolve_device("auto"))  # the GPU the model trained on, if there is one
     ids = [tokenizer.eos_token_id] + tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]
     result = sliding_window_perplexity(
         model,

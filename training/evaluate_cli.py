@@ -40,8 +40,23 @@ class EvalArguments:
     add_start_token: bool = field(
         default=False, metadata={"help": "Prepend the BOS token so the first token is scored."}
     )
-    device: str | None = field(default=None, metadata={"help": "Device, e.g. cpu or cuda; default: cpu."})
+    device: str = field(
+        default="auto",
+        metadata={"help": "Device: auto (the GPU if there is one, else the CPU), cpu, cuda, cuda:1..."},
+    )
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16 or float16."})
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` is the first GPU when CUDA is available, else the CPU; other names are torch's."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as err:
+        raise ValueError(
+            f"`device` must be auto or a torch device name (cpu, cuda, cuda:1), got {name!r}."
+        ) from err
 
 
 def evaluate_file(args: EvalArguments) -> dict:
@@ -57,8 +72,8 @@ def evaluate_file(args: EvalArguments) -> dict:
     model = AutoModelForCausalLM.from_pretrained(
         args.model, trust_remote_code=True, dtype=getattr(torch, args.dtype)
     )
-    if args.device is not None:
-        model = model.to(args.device)
+    device = resolve_device(args.device)
+    model = model.to(device)
     max_length = args.max_length or default_window(model.config)
     stride = args.stride or max(1, max_length // 2)
 
@@ -76,7 +91,7 @@ def evaluate_file(args: EvalArguments) -> dict:
         torch.tensor(ids, dtype=torch.long),
         max_length=max_length,
         stride=stride,
-        device=args.device,
+        device=device,
         batch_size=args.batch_size,
         num_characters=len(text),
         num_words=len(text.split()),

@@ -140,8 +140,9 @@ def sliding_window_perplexity(
 
     was_training = model.training
     model.eval()
-    nll_sum = 0.0
-    n_tokens = 0
+    # window k scores its tokens [first_target, end): counted on the host, summed on the device
+    n_tokens = sum(w.end - w.first_target for w in windows)
+    nll = torch.zeros((), dtype=torch.float64, device=device)  # no host sync until the end
     try:
         # windows of equal length batch together; only the last one can be shorter
         groups: dict[int, list[Window]] = {}
@@ -159,10 +160,10 @@ def sliding_window_perplexity(
                 target_pos = torch.arange(1, length, device=token_lp.device)  # (L-1,)
                 offsets = torch.tensor([w.first_target - w.begin for w in chunk], device=token_lp.device)
                 scored = target_pos.unsqueeze(0) >= offsets.unsqueeze(1)  # (B, L-1)
-                nll_sum -= token_lp[scored].double().sum().item()
-                n_tokens += int(scored.sum().item())
+                nll -= token_lp[scored].double().sum()
     finally:
         model.train(was_training)
+    nll_sum = nll.item()
 
     loss = nll_sum / n_tokens if n_tokens else float("nan")
     logger.debug("scored %d tokens in %d windows: loss %.4f", n_tokens, len(windows), loss)

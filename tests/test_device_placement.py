@@ -1,0 +1,209 @@
+"""Device placement, checked on a CPU: everything runs with the model on a simulated accelerator.
+
+A GPU rejects a CPU tensor next to a CUDA tensor; a CPU-only CI never sees the difference. Here the
+model lives on `tests/simulated_device.py`'s device (real CPU data that reports another device and
+follows CUDA's mixing rules), the data starts on the CPU, and every path of the training loop,
+every model family, the pipelines and the tools must still run. The same cases run on a real GPU
+with `make gpu-check` (`training.gpu_check`), which this suite shares its case lists with.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_gpt_config
+from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simulated_device, to_cpu
+
+import training.train as train_module
+from hf_lm import HfLmGPTForCausalLM
+from training.gpu_check import (
+    FINETUNE_CASES,
+    LOOP_CASES,
+    NOT_RESUMED,
+    PIPELINE_CASES,
+    check_loop_metrics,
+    loop_argv,
+    run_demo,
+    run_evaluate_cli,
+    run_finetune_case,
+    run_pipeline_case,
+)
+
+# ----------------------------------------------------------------------------------------------
+# The simulated device follows CUDA's rules
+# ----------------------------------------------------------------------------------------------
+
+
+def test_mixing_a_cpu_tensor_with_a_device_tensor_raises_like_cuda():
+    with simulated_device() as sim:
+        x = torch.ones(3, device=sim.device)
+        assert isinstance(x, DeviceTensor) and x.device == DEVICE
+        for mixed in (
+            lambda: torch.stack([x, torch.ones(3)]),
+            lambda: x + torch.ones(3),
+            lambda: torch.stack([x.sum(), torch.tensor(1.0)]),  # 0-dim CPU tensors too, outside pointwise ops
+            lambda: torch.nn.functional.embedding(torch.tensor([0, 1]), x.reshape(3, 1)),
+        ):
+            with pytest.raises(RuntimeError, match="same device"):
+                mixed()
+        with pytest.raises(TypeError, match="numpy"):
+            x.numpy()
+
+
+def test_what_cuda_allows_is_allowed_and_exact():
+    a = torch.randn(4, 3)
+    with simulated_device() as sim:
+        x = a.to(sim.device)
+        assert torch.equal(to_cpu(x * torch.tensor(2.0)), a * 2)  # a 0-dim CPU tensor is a scalar
+        assert torch.equal(to_cpu(x[torch.tensor([2, 0])]), a[[2, 0]])  # CPU indices
+        assert x.sum().item() == pytest.approx(a.sum().item())  # host reads work
+        assert x.tolist() == a.tolist()
+        assert torch.equal(x.cpu(), a) and type(x.cpu()) is torch.Tensor
+        assert sim.ops > 0
+
+
+def test_model_to_device_keeps_parameter_identity_and_logits():
+    model = HfLmGPTForCausalLM(tiny_gpt_config()).eval()
+    ids = torch.randint(3, 97, (2, 7))
+    with torch.no_grad():
+        expected = model(ids).logits
+    params = list(model.parameters())
+    with simulated_device() as sim:
+        model.to(sim.device)
+        assert model.device == DEVICE and all(a is b for a, b in zip(params, model.parameters()))
+        logits = model(ids.to(model.device)).logits
+        torch.testing.assert_close(to_cpu(logits), expected, atol=1e-5, rtol=1e-5)
+        with pytest.raises(RuntimeError, match="same device"):
+            model(ids)  # a batch left on the CPU
+
+
+# ----------------------------------------------------------------------------------------------
+# The training loop
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(LOOP_CASES))
+def test_training_loop_runs_with_the_model_on_the_accelerator(case, tmp_path):
+    """Every architecture, objective and data path of `training.train`, trained, evaluated,
+    checkpointed and resumed with the model on the simulated accelerator."""
+    with simulated_accelerator() as sim:
+        metrics = train_module.main(loop_argv(case, tmp_path / "run"))
+        check_loop_metrics(metrics, case, resumed=False)
+        ops = sim.ops
+        assert ops > 100, "the run did not use the simulated device"
+        if case not in NOT_RESUMED and case in ("gpt", "gru_tbptt", "bart_denoising"):
+            check_loop_metrics(train_module.main(loop_argv(case, tmp_path / "run", resume=True)), case, True)
+
+
+def test_the_loop_test_catches_a_cpu_tensor_in_the_evaluation(tmp_path, monkeypatch):
+    """The regression this suite was written for: evaluation aggregated a CUDA loss with a CPU
+    tensor (`torch.tensor(float(len(idx)))`), which crashed every GPU run at its first evaluation."""
+
+    @torch.no_grad()
+    def evaluate_as_before(model, blocks, accelerator, batch_size, max_batches=None):
+        model.eval()
+        n = train_module.eval_block_count(len(blocks["input_ids"]), batch_size, 1, max_batches)
+        total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
+        for start in range(0, n, batch_size):
+            idx = torch.arange(start, min(start + batch_size, n))
+            batch = {k: v[idx].to(accelerator.device) for k, v in blocks.items()}
+            loss = model(**batch, labels=batch["input_ids"]).loss
+            total += torch.stack(
+                [loss.double() * len(idx), torch.tensor(float(len(idx)), dtype=torch.float64)]
+            )
+        model.train()
+        mean = (total[0] / total[1]).item()
+        return mean, math.exp(mean)
+
+    monkeypatch.setattr(train_module, "evaluate", evaluate_as_before)
+    train_module.main(loop_argv("gpt", tmp_path / "cpu"))  # on a CPU alone the bug is invisible
+    with simulated_accelerator(), pytest.raises(RuntimeError, match="same device"):
+        train_module.main(loop_argv("gpt", tmp_path / "sim"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Pipelines
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINE_CASES))
+def test_pipelines_run_on_the_accelerator_and_agree_with_the_cpu(name, tmp_path):
+    with simulated_device() as sim:
+        run_pipeline_case(name, tmp_path, sim.device)
+        assert sim.ops > 10
+
+
+# ----------------------------------------------------------------------------------------------
+# The tools: Trainer fine-tuning scripts, the perplexity CLI, the demo
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trainer_on_the_accelerator(monkeypatch):
+    """`Trainer` places the model and batches on the simulated device (as on a GPU machine)."""
+    from transformers import TrainingArguments
+
+    setup = TrainingArguments.device
+    monkeypatch.setattr(TrainingArguments, "device", property(lambda self: (setup.fget(self), DEVICE)[1]))
+    with simulated_accelerator() as sim:
+        yield sim
+
+
+@pytest.mark.parametrize("case", FINETUNE_CASES)
+def test_finetuning_scripts_train_and_evaluate_on_the_accelerator(case, tmp_path, trainer_on_the_accelerator):
+    # torch's fused AdamW (the Trainer's default) knows real devices only
+    run_finetune_case(case, tmp_path, extra=("--optim", "adamw_torch"))
+    assert trainer_on_the_accelerator.ops > 100
+
+
+def test_evaluate_cli_and_demo_on_the_accelerator(tmp_path, monkeypatch):
+    import training.demo
+
+    with simulated_accelerator() as sim:
+        run_evaluate_cli(tmp_path, "meta", "no")
+        monkeypatch.setattr(training.demo, "resolve_device", lambda name: sim.device)
+        ops = sim.ops
+        run_demo(tmp_path, "no")
+        assert sim.ops > ops
+
+
+# ----------------------------------------------------------------------------------------------
+# `make gpu-check` itself
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gpu_check_without_cuda_says_so_and_exits_0(capsys, monkeypatch):
+    from training import gpu_check
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main([]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
+
+
+def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
+    from training import gpu_check
+
+    assert gpu_check.main(["--list", "--device", "cpu"]) == 0
+    listed = capsys.readouterr().out.split()
+    assert {name.split("/")[0] for name in listed} == set(gpu_check.GROUPS) - {"families"} | (
+        {"families"} if any(n.startswith("families/") for n in listed) else set()
+    )
+    for case in [*LOOP_CASES, *PIPELINE_CASES, *gpu_check.LEADERBOARDS]:
+        assert any(name.endswith("/" + case) for name in listed), case
+    status = gpu_check.main(
+        [
+            "--device",
+            "cpu",
+            "--only",
+            "gpt,bert_fill_mask",
+            "--precisions",
+            "no,bf16",
+            "--workdir",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert out.count("| pass |") == 4 and "4 passed, 0 failed" in out

@@ -1,0 +1,700 @@
+"""`make gpu-check`: every part of hf_lm on the CUDA device present, as one pass/fail table.
+
+    make gpu-check                                          # the whole sweep on cuda:0
+    python -m training.gpu_check --only loop,pipelines --precisions bf16
+    python -m training.gpu_check --list                     # the checks, without running them
+
+Without a CUDA device it says so and exits 0 (there is nothing to check); `--device cpu` runs the
+same sweep on the CPU instead (slow; the tests run its cases on a simulated accelerator,
+`tests/test_device_placement.py`).
+
+The sweep, each case at tiny size, in fp32, bf16 and fp16 autocast (`--precisions`):
+
+- `loop`: `training.train` for every architecture and objective (GPT, BERT masked LM, T5 span
+  corruption, BART denoising, n-gram, feed-forward, LSTM, GRU with truncated BPTT, RNN
+  encoder-decoder, scheduled sampling), streaming, document masking, gradient accumulation and a
+  wall-clock budget; then a resume of the same run two steps further (fp16: the GradScaler's state
+  is in the checkpoint and restored). With two or more GPUs, a 2-process DDP run (`torchrun`).
+- `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`): forward with labels,
+  backward, and `generate()` where the family generates, next to the same model on the CPU.
+- `pipelines`: every pipeline the README lists, with `device=0`, against the CPU pipeline's output.
+- `tools`: `evaluate_cli --device cuda`, the demo, the fine-tuning scripts (classification, and
+  translation for every family) with `--bf16`/`--fp16`.
+- `leaderboards`: the LM, translation and SST-2 leaderboards and the ablation runner, `--smoke`.
+
+The exit status is 1 when a check fails. The table goes to stdout (and `--output` as JSON);
+each failure's traceback to the log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PRECISIONS = ("no", "bf16", "fp16")
+GROUPS = ("loop", "families", "pipelines", "tools", "leaderboards")
+
+# ----------------------------------------------------------------------------------------------
+# The training loop: every architecture, objective and data path at tiny size
+# ----------------------------------------------------------------------------------------------
+
+# a 1-layer, 32-wide model on 200 synthetic documents: each run takes seconds on any device
+LOOP_BASE_ARGS = (
+    "--dataset synthetic --max_documents 200 --vocab_size 300 --block_size 32 --hidden_size 32 "
+    "--num_hidden_layers 1 --num_attention_heads 2 --per_device_batch_size 4 --warmup_steps 1 "
+    "--max_steps 4 --eval_every 2 --save_every 2 --eval_batches 2 --report_to none"
+).split()
+
+# name -> the flags that select the path; every `--arch` and `--objective` appears
+LOOP_CASES: dict[str, tuple[str, ...]] = {
+    "gpt": (),
+    "bert_mlm": ("--objective", "mlm", "--tokenizer_kind", "wordpiece", "--pseudo_perplexity_blocks", "2"),
+    "t5_span_corruption": ("--objective", "span_corruption"),
+    "bart_denoising": ("--objective", "bart_denoising"),
+    "ngram": ("--arch", "ngram"),
+    "ffnn": ("--arch", "ffnn"),
+    "lstm": ("--arch", "rnn", "--cell_type", "lstm"),
+    "gru_tbptt": ("--arch", "rnn", "--cell_type", "gru", "--tbptt"),
+    "rnn_seq2seq": ("--arch", "rnn_seq2seq", "--objective", "span_corruption"),
+    "rnn_scheduled_sampling": (
+        "--arch",
+        "rnn_seq2seq",
+        "--objective",
+        "bart_denoising",
+        "--scheduled_sampling",
+        "linear",
+        "--scheduled_sampling_c",
+        "0.2",
+    ),  # fmt: skip
+    "streaming": ("--streaming", "--shuffle_buffer_size", "16"),
+    "document_mask": ("--document_mask",),
+    "accumulation": ("--gradient_accumulation_steps", "2"),
+    "budget": ("--max_train_seconds", "0.5", "--max_steps", "1000"),
+}
+# runs that cannot be resumed two steps further: an n-gram model is fitted once, a budget has no end step
+NOT_RESUMED = ("ngram", "budget")
+
+
+def loop_argv(
+    case: str, output_dir: str | os.PathLike, precision: str = "no", resume: bool = False
+) -> list[str]:
+    """The `training.train` flags of one loop case (resumed: two steps further, from its checkpoint)."""
+    argv = [
+        *LOOP_BASE_ARGS,
+        *LOOP_CASES[case],
+        "--mixed_precision",
+        precision,
+        "--output_dir",
+        str(output_dir),
+    ]
+    if resume:
+        argv += ["--resume", "true", "--max_steps", "6"]
+    return argv
+
+
+def check_loop_metrics(metrics: dict, case: str, resumed: bool) -> str:
+    """Raise unless a loop run ended where it should with finite metrics; a one-line summary."""
+    expected = 6 if resumed else 4
+    if case == "ngram":
+        expected = 0  # fitted by counting: no gradient steps
+    elif case == "budget":
+        expected = None
+    if expected is not None and metrics["step"] != expected:
+        raise AssertionError(f"stopped at step {metrics['step']}, expected {expected}")
+    if not math.isfinite(metrics["eval_loss"]):
+        raise AssertionError(f"eval_loss {metrics['eval_loss']}")
+    return f"step {metrics['step']}, eval_loss {metrics['eval_loss']:.4f}"
+
+
+def fresh_accelerate_state() -> None:
+    """Forget accelerate's process-wide state, so the next `Accelerator` may use another precision."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def run_loop_case(case: str, workdir: Path, precision: str) -> str:
+    """Train one loop case, then resume it two steps further; fp16 must checkpoint its loss scale."""
+    from training import train
+
+    output_dir = workdir / f"loop_{case}_{precision}"
+    shutil.rmtree(output_dir, ignore_errors=True)
+    fresh_accelerate_state()
+    details = [check_loop_metrics(train.main(loop_argv(case, output_dir, precision)), case, resumed=False)]
+    if case not in NOT_RESUMED:
+        if precision == "fp16":
+            scalers = list((output_dir / "checkpoints").glob("*/scaler.pt"))
+            if not scalers:
+                raise AssertionError("fp16 run saved no scaler.pt: the loss scale would be lost on resume")
+        fresh_accelerate_state()
+        resumed = train.main(loop_argv(case, output_dir, precision, resume=True))
+        details.append("resumed: " + check_loop_metrics(resumed, case, resumed=True))
+    return "; ".join(details)
+
+
+def run_ddp(workdir: Path, precision: str) -> str:
+    """Two processes of the loop (`torchrun`), one GPU each."""
+    output_dir = workdir / f"ddp_{precision}"
+    shutil.rmtree(output_dir, ignore_errors=True)
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+        "-m", "training.train", *loop_argv("gpt", output_dir, precision),
+    ]  # fmt: skip
+    _run(command, workdir / f"ddp_{precision}.log")
+    metrics = json.loads((output_dir / "final_metrics.json").read_text())
+    if metrics["world_size"] != 2:
+        raise AssertionError(f"world_size {metrics['world_size']}")
+    return check_loop_metrics(metrics, "gpt", resumed=False) + ", 2 processes"
+
+
+# ----------------------------------------------------------------------------------------------
+# Pipelines: each task the README lists, on a tiny saved folder, against the same pipeline on the CPU
+# ----------------------------------------------------------------------------------------------
+
+PIPELINE_CORPUS = [
+    "The cat sat on the mat near the door.",
+    "Alice lives in Paris and Bob lives in London.",
+    "A dog ran in the park with a red ball.",
+    "The treasure is hidden in the golden harbor.",
+    "Ships wait in the harbor at night.",
+] * 4
+
+
+@dataclass(frozen=True)
+class PipelineCase:
+    """A pipeline task on a tiny model: `build(folder)` saves the model and tokenizer there."""
+
+    task: str
+    build: Callable[[Path], None]
+    inputs: object
+    kwargs: dict = field(default_factory=dict)
+
+
+def _save(folder: Path, model, tokenizer) -> None:
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def _gpt_folder(folder: Path, head: str = "lm") -> None:
+    from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTModel
+    from training.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, padding_side="left")
+    config = HfLmGPTConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=64, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    _save(folder, (HfLmGPTForCausalLM if head == "lm" else HfLmGPTModel)(config), tok)
+
+
+def _bert_folder(folder: Path, head: str) -> None:
+    import hf_lm
+    from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+
+    tok = train_tokenizer(
+        PIPELINE_CORPUS, kind="wordpiece", vocab_size=200, special_tokens=BERT_SPECIAL_TOKENS
+    )
+    config = hf_lm.HfLmBertConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        max_position_embeddings=128, pad_token_id=tok.pad_token_id, num_labels=5 if head == "token" else 2,
+    )  # fmt: skip
+    model_class = {
+        "mlm": hf_lm.HfLmBertForMaskedLM,
+        "sequence": hf_lm.HfLmBertForSequenceClassification,
+        "token": hf_lm.HfLmBertForTokenClassification,
+        "qa": hf_lm.HfLmBertForQuestionAnswering,
+    }[head]
+    _save(folder, model_class(config), tok)
+
+
+def _seq2seq_folder(folder: Path, family: str) -> None:
+    import hf_lm
+    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+
+    specials = T5_SPECIAL_TOKENS if family == "t5" else BART_SPECIAL_TOKENS
+    tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, special_tokens=specials)
+    ids = dict(
+        vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+        decoder_start_token_id=tok.pad_token_id if family == "t5" else tok.eos_token_id,
+    )  # fmt: skip
+    if family == "rnn_seq2seq":
+        config = hf_lm.HfLmRNNSeq2SeqConfig(hidden_size=32, embedding_size=32, cell_type="gru", **ids)
+        model = hf_lm.HfLmRNNSeq2SeqForConditionalGeneration(config)
+    else:
+        config_class = hf_lm.HfLmT5Config if family == "t5" else hf_lm.HfLmBartConfig
+        sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+        config = config_class(**sizes, max_position_embeddings=128, **ids)
+        model = (
+            hf_lm.HfLmT5ForConditionalGeneration if family == "t5" else hf_lm.HfLmBartForConditionalGeneration
+        )(config)
+    _save(folder, model, tok)
+
+
+GREEDY = dict(max_new_tokens=6, do_sample=False)
+PIPELINE_CASES: dict[str, PipelineCase] = {
+    "gpt_text_generation": PipelineCase(
+        "text-generation", _gpt_folder, ["The cat", "Alice lives in"], GREEDY
+    ),
+    "gpt_feature_extraction": PipelineCase(
+        "feature-extraction", lambda f: _gpt_folder(f, "base"), "The cat sat.", {"return_tensors": True}
+    ),
+    "bert_fill_mask": PipelineCase(
+        "fill-mask", lambda f: _bert_folder(f, "mlm"), "The cat sat on the [MASK].", {"top_k": 3}
+    ),
+    "bert_text_classification": PipelineCase(
+        "text-classification",
+        lambda f: _bert_folder(f, "sequence"),
+        ["A dog ran.", "The cat sat on the mat."],
+    ),
+    "bert_token_classification": PipelineCase(
+        "token-classification", lambda f: _bert_folder(f, "token"), "Alice lives in Paris."
+    ),
+    "bert_question_answering": PipelineCase(
+        "hflm-question-answering",
+        lambda f: _bert_folder(f, "qa"),
+        {"question": "Where is the treasure?", "context": "The treasure is hidden in the golden harbor."},
+    ),
+    "t5_text2text": PipelineCase(
+        "hflm-text2text-generation",
+        lambda f: _seq2seq_folder(f, "t5"),
+        ["The cat sat.", "A dog ran."],
+        GREEDY,
+    ),
+    "t5_translation": PipelineCase(
+        "hflm-translation_en_to_de",
+        lambda f: _seq2seq_folder(f, "t5"),
+        "The cat sat.",
+        {**GREEDY, "num_beams": 2},
+    ),
+    "bart_summarization": PipelineCase(
+        "hflm-summarization",
+        lambda f: _seq2seq_folder(f, "bart"),
+        "Ships wait in the harbor at night.",
+        GREEDY,
+    ),
+    "rnn_seq2seq_text2text": PipelineCase(
+        "hflm-text2text-generation", lambda f: _seq2seq_folder(f, "rnn_seq2seq"), "The cat sat.", GREEDY
+    ),
+}
+
+
+def _plain(output):
+    """A pipeline's output with tensors as nested lists, for comparison."""
+    if isinstance(output, torch.Tensor):
+        return output.detach().cpu().float().tolist()
+    if isinstance(output, dict):
+        return {k: _plain(v) for k, v in output.items()}
+    if isinstance(output, (list, tuple)):
+        return [_plain(v) for v in output]
+    return output
+
+
+def _close(a, b, tol: float = 1e-3) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y, tol) for x, y in zip(a, b))
+    return a == b
+
+
+def run_pipeline_case(
+    name: str, workdir: Path, device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> str:
+    """Run one pipeline on `device` and on the CPU (fp32); the outputs must agree (fp32) or exist (half)."""
+    from transformers import pipeline
+
+    import hf_lm  # noqa: F401  (registers hf_lm's pipeline tasks)
+
+    case = PIPELINE_CASES[name]
+    folder = workdir / f"pipeline_{name}"
+    if not (folder / "config.json").is_file():
+        case.build(folder)
+    expected = _plain(pipeline(case.task, model=str(folder), device="cpu")(case.inputs, **case.kwargs))
+    pipe = pipeline(case.task, model=str(folder), device=device, dtype=dtype)
+    if pipe.model.device.type != torch.device(device).type:
+        raise AssertionError(f"the pipeline's model is on {pipe.model.device}, not {device}")
+    got = _plain(pipe(case.inputs, **case.kwargs))
+    if dtype == torch.float32 and not _close(got, expected):
+        raise AssertionError(
+            f"output on {device} {str(got)[:120]} differs from the CPU's {str(expected)[:120]}"
+        )
+    if dtype != torch.float32 and type(got) is not type(expected):
+        raise AssertionError(f"output of type {type(got).__name__}, expected {type(expected).__name__}")
+    return f"{case.task}: {str(got)[:60]}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Tools: the fine-tuning scripts (Trainer), the perplexity CLI and the demo
+# ----------------------------------------------------------------------------------------------
+
+_WORDS = (
+    "dog cat man woman child ball tree house water street red blue green big small runs jumps sits".split()
+)
+_SENTIMENT = {"good": 1, "great": 1, "fine": 1, "bad": 0, "awful": 0, "dull": 0}
+FINETUNE_CASES = (
+    "classification",
+    "translation_transformer",
+    "translation_t5",
+    "translation_bart",
+    "translation_rnn",
+)
+
+
+def write_toy_data(folder: Path) -> None:
+    """A sentiment task (`{train,dev,test}.tsv`) and a copy "translation" task (`{train,val,test}.{xx,yy}`)."""
+    import random
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(0)
+    for stem, n in (("train", 48), ("dev", 16), ("test", 16)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            word = rng.choice(sorted(_SENTIMENT))
+            rows.append(" ".join([*rng.choices(_WORDS, k=rng.randint(2, 6)), word]) + f"\t{_SENTIMENT[word]}")
+        (folder / f"{stem}.tsv").write_text("\n".join(rows) + "\n")
+    for stem, n in (("train", 32), ("val", 6), ("test", 8)):
+        lines = "\n".join(" ".join(rng.choices(_WORDS, k=rng.randint(3, 8))) for _ in range(n)) + "\n"
+        (folder / f"{stem}.xx").write_text(lines)
+        (folder / f"{stem}.yy").write_text(lines)
+
+
+def finetune_argv(case: str, data: Path, output_dir: Path, precision: str = "no") -> list[str]:
+    """Tiny from-scratch flags of `training.finetune_classification` or `training.finetune_translation`."""
+    common = [
+        "--from_scratch", "--hidden_size", "16", "--num_hidden_layers", "1", "--max_steps", "3",
+        "--per_device_train_batch_size", "8", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0",
+        "--output_dir", str(output_dir), "--data_dir", str(data), "--report_to", "none",
+    ]  # fmt: skip
+    common += {"no": [], "bf16": ["--bf16", "true"], "fp16": ["--fp16", "true"]}[precision]
+    if case == "classification":
+        return common + [
+            "--vocab_size", "80", "--num_attention_heads", "2", "--max_seq_length", "16", "--eval_strategy", "epoch",
+        ]  # fmt: skip
+    family = case.removeprefix("translation_")
+    family_flags = (
+        ["--family", "rnn_seq2seq", "--cell_type", "gru"] if family == "rnn" else ["--family", family]
+    )
+    return common + [
+        "--source_lang", "xx", "--target_lang", "yy", *family_flags, "--vocab_size", "300",
+        "--eval_strategy", "steps", "--eval_steps", "2", "--generation_max_length", "12",
+        "--generation_num_beams", "2",
+    ]  # fmt: skip
+
+
+def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tuple[str, ...] = ()) -> str:
+    """Fine-tune (from scratch, 3 steps) and evaluate with the Trainer script of `case`."""
+    from training import finetune_classification, finetune_translation
+
+    data = workdir / "toy_data"
+    if not (data / "train.tsv").is_file():
+        write_toy_data(data)
+    script = finetune_classification if case == "classification" else finetune_translation
+    fresh_accelerate_state()
+    argv = finetune_argv(case, data, workdir / f"finetune_{case}_{precision}", precision) + list(extra)
+    metrics = script.finetune(*script.parse_args(argv))
+    if metrics["train_steps"] != 3:
+        raise AssertionError(f"trained {metrics['train_steps']} steps, expected 3")
+    key = "test_accuracy" if case == "classification" else "test_bleu"
+    if not 0 <= metrics[key] <= (1 if case == "classification" else 100):
+        raise AssertionError(f"{key} = {metrics[key]}")
+    return f"{key} {metrics[key]:.3f}"
+
+
+def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
+    """`training.evaluate_cli` on a model trained by the loop (trained first if needed)."""
+    from training import evaluate_cli, train
+
+    model = workdir / "loop_gpt_no" / "final"
+    if not (model / "config.json").is_file():
+        fresh_accelerate_state()
+        train.main(loop_argv("gpt", model.parent))
+    text = workdir / "eval.txt"
+    text.write_text(" ".join(PIPELINE_CORPUS))
+    dtype = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}[precision]
+    argv = [
+        "--model",
+        str(model),
+        "--text_file",
+        str(text),
+        "--device",
+        device,
+        "--dtype",
+        dtype,
+        "--batch_size",
+        "2",
+    ]
+    result = evaluate_cli.main(argv)
+    if not math.isfinite(result["perplexity"]) or result["n_tokens"] < 1:
+        raise AssertionError(f"perplexity {result['perplexity']} over {result['n_tokens']} tokens")
+    return f"perplexity {result['perplexity']:.2f} over {result['n_tokens']} tokens"
+
+
+def run_demo(workdir: Path, precision: str) -> str:
+    """`make demo` at tiny size: train, bits per word against the floor, samples."""
+    from training import demo
+
+    argv = [
+        "--output_dir", str(workdir / f"demo_{precision}"), "--model_size", "tiny", "--max_steps", "20",
+        "--max_documents", "200", "--vocab_size", "300", "--eval_every", "10", "--eval_words", "500",
+        "--num_samples", "1", "--mixed_precision", precision,
+    ]  # fmt: skip
+    fresh_accelerate_state()
+    result = demo.run_demo(argv)
+    bits = result["metrics"]["bits_per_word"]
+    if not math.isfinite(bits) or not result["samples"][0]:
+        raise AssertionError(f"bits per word {bits}, sample {result['samples']!r}")
+    return f"{bits:.3f} bits/word; sample {result['samples'][0][:40]!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Leaderboards and the ablation runner, at smoke size, each in a process of its own
+# ----------------------------------------------------------------------------------------------
+
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+LEADERBOARDS = {
+    "leaderboard_lm": [
+        "benchmarks/leaderboard_lm.py",
+        "--smoke",
+        "--data_file",
+        "{data}/tinyshakespeare/input.txt",
+    ],
+    "leaderboard_translation": [
+        "benchmarks/leaderboard_translation.py",
+        "--smoke",
+        "--data_dir",
+        "{data}/multi30k",
+    ],
+    "leaderboard_sst2": ["benchmarks/leaderboard_sst2.py", "--smoke", "--data_dir", "{data}/sst2"],
+    "ablations": ["benchmarks/ablations.py", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+}
+
+
+def run_leaderboard(name: str, workdir: Path, data_dir: Path = SHARED_DATA) -> str:
+    """One leaderboard's smoke run (fp32: the leaderboards set their own precision)."""
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"{data_dir} (the shared data) is missing")
+    output_dir = workdir / name
+    command = [
+        sys.executable,
+        *(a.format(data=data_dir) for a in LEADERBOARDS[name]),
+        "--output_dir",
+        str(output_dir),
+    ]
+    _run(command, workdir / f"{name}.log")
+    written = sorted(p.name for p in output_dir.iterdir()) if output_dir.is_dir() else []
+    if not any(p.endswith(".md") for p in written):
+        raise AssertionError(f"no markdown table in {output_dir}: {written}")
+    return f"wrote {', '.join(written[:4])}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One entry of the sweep: `run(workdir, device, precision)` raises on failure, else returns a summary."""
+
+    group: str
+    name: str
+    run: Callable[[Path, str, str], str]
+    precisions: tuple[str, ...] = PRECISIONS
+
+
+@dataclass
+class Result:
+    group: str
+    name: str
+    precision: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+    error: str = field(default="", repr=False)
+
+
+def checks(device: str) -> list[Check]:
+    """Every check of the sweep on `device` ("cuda" or "cpu")."""
+    out = [
+        Check(
+            "loop",
+            case,
+            lambda workdir, device, precision, case=case: run_loop_case(case, workdir, precision),
+        )
+        for case in LOOP_CASES
+    ]
+    half = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    out += [
+        Check(
+            "pipelines",
+            name,
+            lambda workdir, device, precision, name=name: run_pipeline_case(
+                name, workdir, device, half[precision]
+            ),
+        )
+        for name in PIPELINE_CASES
+    ]
+    out += [
+        Check(
+            "tools",
+            f"finetune_{case}",
+            lambda workdir, device, precision, case=case: run_finetune_case(case, workdir, precision),
+        )
+        for case in FINETUNE_CASES
+    ]
+    out += [
+        Check("tools", "evaluate_cli", run_evaluate_cli),
+        Check("tools", "demo", lambda workdir, device, precision: run_demo(workdir, precision)),
+    ]
+    out += [
+        Check(
+            "leaderboards",
+            name,
+            lambda workdir, device, precision, name=name: run_leaderboard(name, workdir),
+            ("no",),
+        )
+        for name in LEADERBOARDS
+    ]
+    if device == "cuda" and torch.cuda.device_count() >= 2:
+        out.append(
+            Check("loop", "ddp_2_processes", lambda workdir, device, precision: run_ddp(workdir, precision))
+        )
+    return out
+
+
+def _run(command: list[str], log: Path) -> None:
+    """Run a command from the repository root; its output goes to `log`; raise with its tail if it fails."""
+    with open(log, "w") as f:
+        done = subprocess.run(command, cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-15:]
+        raise RuntimeError(f"exit status {done.returncode}: " + " | ".join(tail))
+
+
+def run_checks(
+    selected: list[Check], device: str, precisions: tuple[str, ...], workdir: Path
+) -> Iterator[Result]:
+    """Run each check in each precision it supports; a failure is recorded, and the sweep goes on."""
+    for check in selected:
+        for precision in precisions:
+            if precision not in check.precisions or (precision == "fp16" and device != "cuda"):
+                continue  # fp16 autocast needs CUDA: the loop refuses it on a CPU
+            start = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    detail = check.run(workdir, device, precision)
+                result = Result(check.group, check.name, precision, True, time.perf_counter() - start, detail)
+            except Exception as err:  # noqa: BLE001  (a failed check is a row of the table)
+                result = Result(
+                    check.group,
+                    check.name,
+                    precision,
+                    False,
+                    time.perf_counter() - start,
+                    f"{type(err).__name__}: {err}".splitlines()[0][:200],
+                    traceback.format_exc(),
+                )
+                logger.error("FAILED %s/%s (%s):\n%s", check.group, check.name, precision, result.error)
+            logger.info(
+                "%s %s/%s (%s) %.1f s: %s",
+                "pass" if result.ok else "FAIL",
+                result.group,
+                result.name,
+                precision,
+                result.seconds,
+                result.detail,
+            )
+            yield result
+
+
+def table(results: list[Result], device_name: str) -> str:
+    """The markdown pass/fail table."""
+    lines = [
+        f"# gpu-check on {device_name}",
+        "",
+        "| group | check | precision | result | seconds | detail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        detail = r.detail.replace("|", "\\|")
+        lines.append(
+            f"| {r.group} | {r.name} | {r.precision} | {'pass' if r.ok else '**FAIL**'} | {r.seconds:.1f} | {detail} |"
+        )
+    failed = sum(not r.ok for r in results)
+    lines += ["", f"{len(results) - failed} passed, {failed} failed."]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="Where to run the sweep.")
+    parser.add_argument("--only", default=None, help=f"Comma list of groups {list(GROUPS)} or check names.")
+    parser.add_argument(
+        "--precisions", default=",".join(PRECISIONS), help="Comma list among no (fp32), bf16, fp16."
+    )
+    parser.add_argument("--workdir", default=None, help="Where runs write (default: a temporary folder).")
+    parser.add_argument("--output", default=None, help="Also write the results here as JSON.")
+    parser.add_argument("--list", action="store_true", help="List the checks and exit.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep; returns the exit status (0: all passed, or no CUDA device to check)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    precisions = tuple(p for p in args.precisions.split(",") if p)
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ValueError(f"`--precisions` entries must be among {list(PRECISIONS)}, got {p!r}.")
+    selected = checks(args.device)
+    if args.only:
+        wanted = set(args.only.split(","))
+        selected = [c for c in selected if c.group in wanted or c.name in wanted]
+        if not selected:
+            raise ValueError(f"`--only {args.only}` selects no check; see --list.")
+    if args.list:
+        sys.stdout.write("\n".join(f"{c.group}/{c.name}" for c in selected) + "\n")
+        return 0
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.stdout.write(
+            "gpu-check: no CUDA device on this machine, so there is nothing to check (exit 0). "
+            "Run it on a GPU machine; `--device cpu` runs the same sweep on the CPU.\n"
+        )
+        return 0
+    device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        results = list(run_checks(selected, args.device, precisions, workdir))
+    report = table(results, f"{device_name} (torch {torch.__version__})")
+    sys.stdout.write(report + "\n")
+    if args.output:
+        Path(args.output).write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
