@@ -145,6 +145,27 @@ def _check_mask(mask: torch.Tensor | None, batch: int, length: int) -> torch.Ten
     return mask
 
 
+def _cpu_autocast_inputs(x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    """The fused kernels' input and initial state in the autocast dtype under CPU autocast (else unchanged).
+
+    Why: CPU autocast has no rule for `lstm`/`gru`/`rnn_*` (they fall through), and torch's CPU LSTM
+    picks its kernel from the input's dtype. An fp32 input always selects oneDNN, and oneDNN's
+    `mkldnn_rnn_layer` is on CPU autocast's lower-precision list, so it is cast to bf16 (or fp16)
+    whether or not this CPU has oneDNN kernels for that dtype; where it has not (for bf16, x86 without
+    AVX-512, as in many desktops and laptops; for fp16, x86 without AVX512-FP16) the forward fails with
+    "could not create a primitive descriptor for the LSTM forward propagation primitive". Given an
+    input already in the autocast dtype, torch checks the CPU itself: oneDNN where it supports that
+    dtype, ATen's native kernels elsewhere. The weights stay fp32 parameters (autocast casts them
+    inside, so their gradients are fp32). Every cell type is treated alike: all run in the autocast dtype.
+    CUDA is left alone: autocast's own `_cudnn_rnn` wrapper casts the input, states and weights
+    (re-flattened) for cuDNN.
+    """
+    if x.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+        return x, state
+    dtype = torch.get_autocast_dtype("cpu")
+    return x.to(dtype), tuple(s.to(dtype) for s in state)
+
+
 # ----------------------------------------------------------------------------------------------
 # One layer, one direction
 # ----------------------------------------------------------------------------------------------
@@ -363,6 +384,7 @@ class StackedRNN(nn.Module):
             params += [layer.weight_ih, layer.weight_hh]
             if self.bias:
                 params += [layer.bias_ih, layer.bias_hh]
+        x, state = _cpu_autocast_inputs(x, state)
         hx = state if self.cell.num_states == 2 else state[0]  # torch.lstm takes (h0, c0), the others h0
         # one level at a time (num_layers=1, dropout=0) so the inter-layer dropout is this module's own,
         # the same in both implementations; `train` only decides whether cuDNN keeps what backward needs
