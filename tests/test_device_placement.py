@@ -18,6 +18,7 @@ from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simula
 
 import training.train as train_module
 from hf_lm import HfLmGPTForCausalLM
+from hf_lm.testing import FAMILY_CASES
 from training.gpu_check import (
     FINETUNE_CASES,
     LOOP_CASES,
@@ -27,6 +28,7 @@ from training.gpu_check import (
     loop_argv,
     run_demo,
     run_evaluate_cli,
+    run_family_case,
     run_finetune_case,
     run_pipeline_case,
 )
@@ -187,10 +189,9 @@ def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
 
     assert gpu_check.main(["--list", "--device", "cpu"]) == 0
     listed = capsys.readouterr().out.split()
-    assert {name.split("/")[0] for name in listed} == set(gpu_check.GROUPS) - {"families"} | (
-        {"families"} if any(n.startswith("families/") for n in listed) else set()
-    )
-    for case in [*LOOP_CASES, *PIPELINE_CASES, *gpu_check.LEADERBOARDS]:
+    assert {name.split("/")[0] for name in listed} == set(gpu_check.GROUPS)
+    families = [case.name for case in FAMILY_CASES]
+    for case in [*LOOP_CASES, *PIPELINE_CASES, *gpu_check.LEADERBOARDS, *families]:
         assert any(name.endswith("/" + case) for name in listed), case
     status = gpu_check.main(
         [
@@ -206,4 +207,17 @@ def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
     )
     out = capsys.readouterr().out
     assert status == 0, out
-    assert out.count("| pass |") == 4 and "4 passed, 0 failed" in out
+    assert out.count("| pass |") == 6 and "6 passed, 0 failed" in out
+
+
+# ----------------------------------------------------------------------------------------------
+# Every model class
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+def test_every_family_runs_on_the_accelerator_like_on_the_cpu(case):
+    """Forward with labels, backward and greedy `generate()` on the device equal the CPU's."""
+    with simulated_device() as sim:
+        run_family_case(case.name, sim.device)
+        assert sim.ops > 10

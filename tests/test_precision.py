@@ -1,6 +1,6 @@
 """bf16 on CPU for every family: autocast forward, backward and generation, bf16 weights, the training loop.
 
-Every check runs over `families.FAMILY_CASES` (one tiny case per registered model class).
+Every check runs over `hf_lm.testing.FAMILY_CASES` (one tiny case per registered model class).
 
 The LSTM once crashed under CPU autocast ("could not create a primitive descriptor for the LSTM forward
 propagation primitive") on CPUs without oneDNN bf16 kernels, e.g. AVX2-only x86, and ran on those with
@@ -19,10 +19,10 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from conftest import REPO_ROOT
-from families import FAMILY_CASES
 
 import hf_lm
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS, StackedRNN
+from hf_lm.testing import FAMILY_CASES
 from training.args import parse_args
 from training.train import train
 
@@ -69,7 +69,7 @@ def _gradients(model) -> dict[str, torch.Tensor | None]:
 
 
 def test_family_table_covers_the_registry():
-    """A model class added to hf_lm's registry without a case in tests/families.py fails here."""
+    """A model class added to hf_lm's registry without a case in hf_lm/testing.py fails here."""
     registered = {model for _, models in hf_lm._REGISTRY for _, model in models}
     covered = [case.model_class for case in FAMILY_CASES]
     assert set(covered) == registered, (

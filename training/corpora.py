@@ -13,6 +13,7 @@ word on average, which makes it a test bed with a known floor for the loss.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -288,6 +289,12 @@ class SyntheticCorpus(MarkovSource):
         return [" ".join(sentences[i : i + n]) for i in range(0, len(sentences), n)]
 
 
+@functools.cache
+def _synthetic_documents() -> tuple[str, ...]:
+    # seconds of sampling, and the same text every time: drawn once per process
+    return tuple(SyntheticCorpus(seed=0).generate(1_000_000, seed=0))
+
+
 def load_builtin_corpus(name: str) -> list[str]:
     """The documents of a built-in corpus, deterministic and offline.
 
@@ -302,7 +309,7 @@ def load_builtin_corpus(name: str) -> list[str]:
         ValueError: for another name, listing the allowed names.
     """
     if name == "synthetic":
-        return SyntheticCorpus(seed=0).generate(1_000_000, seed=0)
+        return list(_synthetic_documents())  # a copy: callers may edit their list
     if name == "stdlib_docstrings":
         return stdlib_docstrings()
     raise ValueError(f"Unknown built-in corpus {name!r}; allowed names: {list(BUILTIN_CORPORA)}.")

@@ -168,6 +168,73 @@ def run_ddp(workdir: Path, precision: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# Families: every model class, forward with labels, backward and generate, against the CPU
+# ----------------------------------------------------------------------------------------------
+
+HALF = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _main_output(out) -> torch.Tensor:
+    """The tensor a head is for: logits, prediction logits, start logits or the last hidden state."""
+    for key in ("logits", "prediction_logits", "start_logits", "last_hidden_state"):
+        if out.get(key) is not None:
+            return out[key]
+    raise AssertionError(f"no main output among {list(out.keys())}")
+
+
+def run_family_case(name: str, device: torch.device | str, precision: str = "no") -> str:
+    """One model class on `device` (in `precision` autocast) next to the same weights on the CPU in fp32.
+
+    fp32 must match the CPU (loss, main output, greedy tokens); bf16/fp16 must stay within 5% of
+    its loss (measured: under 3%) with finite gradients.
+    """
+    from hf_lm.testing import FAMILY_CASES
+
+    case = next(c for c in FAMILY_CASES if c.name == name)
+    reference = case.make_model(seed=0)
+    batch = case.make_batch()
+    with torch.no_grad():
+        expected = reference(**batch)
+    model = case.make_model(seed=0).to(device)
+    autocast = contextlib.nullcontext()
+    if precision != "no":
+        autocast = torch.autocast(torch.device(device).type, HALF[precision])
+    with autocast:
+        out = model(**{k: v.to(device) for k, v in batch.items()})
+    loss = out.get("loss")
+    if loss is not None:
+        if not torch.isfinite(loss).item():
+            raise AssertionError(f"loss {loss.item()}")
+        tolerance = 1e-4 if precision == "no" else 0.05
+        if not math.isclose(loss.item(), expected.loss.item(), rel_tol=tolerance, abs_tol=tolerance):
+            raise AssertionError(f"loss {loss.item():.5f} on {device}, {expected.loss.item():.5f} on the CPU")
+        if loss.requires_grad:  # the n-gram model is counted, not trained
+            loss.backward()
+        bad = [
+            n for n, p in model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()
+        ]
+        if bad:
+            raise AssertionError(f"non-finite gradients in {bad[:3]}")
+    if precision == "no":
+        torch.testing.assert_close(
+            _main_output(out).detach().cpu(), _main_output(expected), atol=1e-4, rtol=1e-4
+        )
+    detail = f"loss {loss.item():.4f}" if loss is not None else f"output {tuple(_main_output(out).shape)}"
+    if case.generates:
+        greedy = dict(max_new_tokens=3, do_sample=False)
+        with autocast:
+            tokens = model.generate(**{k: v.to(device) for k, v in case.prompt(batch).items()}, **greedy)
+        if precision == "no":
+            expected_tokens = reference.generate(**case.prompt(batch), **greedy)
+            if not torch.equal(tokens.cpu(), expected_tokens):
+                raise AssertionError(
+                    f"greedy tokens {tokens.tolist()} != the CPU's {expected_tokens.tolist()}"
+                )
+        detail += f", generated {tuple(tokens.shape)}"
+    return detail
+
+
+# ----------------------------------------------------------------------------------------------
 # Pipelines: each task the README lists, on a tiny saved folder, against the same pipeline on the CPU
 # ----------------------------------------------------------------------------------------------
 
@@ -546,13 +613,22 @@ def checks(device: str) -> list[Check]:
         )
         for case in LOOP_CASES
     ]
-    half = {"no": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    from hf_lm.testing import FAMILY_CASES
+
+    out += [
+        Check(
+            "families",
+            c.name,
+            lambda workdir, device, precision, name=c.name: run_family_case(name, device, precision),
+        )
+        for c in FAMILY_CASES
+    ]
     out += [
         Check(
             "pipelines",
             name,
             lambda workdir, device, precision, name=name: run_pipeline_case(
-                name, workdir, device, half[precision]
+                name, workdir, device, HALF[precision]
             ),
         )
         for name in PIPELINE_CASES
@@ -651,7 +727,9 @@ def table(results: list[Result], device_name: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="Where to run the sweep.")
-    parser.add_argument("--only", default=None, help=f"Comma list of groups {list(GROUPS)} or check names.")
+    parser.add_argument(
+        "--only", default=None, help=f"Comma list of groups {list(GROUPS)}, check names or group/name."
+    )
     parser.add_argument(
         "--precisions", default=",".join(PRECISIONS), help="Comma list among no (fp32), bf16, fp16."
     )
@@ -672,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = checks(args.device)
     if args.only:
         wanted = set(args.only.split(","))
-        selected = [c for c in selected if c.group in wanted or c.name in wanted]
+        selected = [c for c in selected if wanted & {c.group, c.name, f"{c.group}/{c.name}"}]
         if not selected:
             raise ValueError(f"`--only {args.only}` selects no check; see --list.")
     if args.list:

@@ -1,4 +1,5 @@
-"""Every hf_lm model class as a tiny, ready-to-run test case, for suites that must cover all families.
+"""Every hf_lm model class as a tiny, ready-to-run test case, for suites that must cover all families
+(the test suite, and `make gpu-check` on a GPU machine).
 
 `FAMILY_CASES` has one `FamilyCase` per model class registered in `hf_lm._REGISTRY` (the test
 `test_precision.py::test_family_table_covers_the_registry` fails when a class is added without one).
@@ -6,7 +7,7 @@ A case builds a tiny model (vocab 64, width 16-32, 1-2 layers, no dropout) and a
 head, labels included, so a suite needs no per-family code:
 
     import pytest
-    from families import FAMILY_CASES
+    from hf_lm.testing import FAMILY_CASES
 
     @pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
     def test_something(case):
