@@ -191,6 +191,53 @@ def test_push_dry_run(run, tmp_path):
     assert "Would upload" not in result.stdout
 
 
+def test_push_uploads_an_allowlist_and_refuses_escaping_symlinks(run, tmp_path, monkeypatch):
+    """Secrets, training state, logs and checkpoints in the folder stay behind, and say so."""
+    folder = tmp_path / "final"
+    shutil.copytree(run[0] / "final", folder)
+    secrets = tmp_path / "secret_token"
+    secrets.write_text("hf_xxx")
+    for name in ("credentials.json", "id_rsa", "rng.pt", "train.log", "optimizer.pt", "pytorch_model.bin"):
+        (folder / name).write_text("do not upload")
+    (folder / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    (folder / "checkpoints" / "checkpoint-1" / "optimizer.pt").write_text("do not upload")
+    (folder / "notes.py").write_text("import os")  # not model code: not hflm_*.py, not in auto_map
+    result = _push("--folder", str(folder), "--repo_id", "someone/tiny-run", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0] for line in result.stdout.splitlines()[1:]}
+    assert listed == SHIPPED
+    left_out = result.stderr.split("allowlist):", 1)[1]
+    for name in ("credentials.json", "id_rsa", "rng.pt", "train.log", "checkpoints/", "notes.py"):
+        assert name in left_out
+
+    # what push() sends: exactly the allowlisted files, through one commit
+    from training import push as push_module
+
+    sent = {}
+
+    class FakeApi:
+        def create_repo(self, *args, **kwargs):
+            pass
+
+        def create_commit(self, repo_id, operations, **kwargs):
+            sent.update({op.path_in_repo: op for op in operations})
+            return type("Commit", (), {"commit_url": "https://hub/commit"})()
+
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    assert push_module.push(folder, "someone/tiny-run") == "https://hub/commit"
+    assert set(sent) == SHIPPED
+
+    # a symlink named like an allowed file but pointing outside the folder is refused, by name
+    (folder / "vocab.txt").symlink_to(secrets)
+    (folder / "plot.png").symlink_to("/etc/passwd")
+    result = _push("--folder", str(folder), "--repo_id", "someone/tiny-run", "--dry-run")
+    assert result.returncode == 1 and "symbolic links" in result.stderr
+    assert "vocab.txt" in result.stderr and "plot.png" in result.stderr
+    assert "Would upload" not in result.stdout
+
+
 def test_check_folder_names_every_problem(run, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(run[0] / "final", broken)

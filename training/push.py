@@ -13,19 +13,45 @@ trust_remote_code=True)` and `AutoTokenizer.from_pretrained(repo_id)` need on a 
 hf_lm, and a model card: `config.json` with an `auto_map`, the `.py` files its `auto_map` names, the
 weights (`model.safetensors` or a sharded index), `README.md`, `tokenizer_config.json` and
 `tokenizer.json`.
+
+What is uploaded is an allowlist, never "the folder": the weights (safetensors only), the config and
+generation config, the tokenizer's files, the model card, plots (`*.png`) and the model code (the
+`hflm_*.py` files and any module the `auto_map` names), top-level files only. Everything else that
+sits in the folder (credentials, keys, optimizer states, RNG states, logs, checkpoints) stays behind
+and is listed as left out. A symbolic link that points outside the folder is refused: it would upload
+whatever it points to.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 from pathlib import Path
 
-# hidden files (editor backups, `.cache/`, `.git/`) are never uploaded
-IGNORE_PATTERNS = [".*", "*/.*"]
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 REQUIRED = ("README.md", "tokenizer_config.json", "tokenizer.json")
+# what may be uploaded: file-name patterns of the top level (fnmatch); the model code is added per folder
+ALLOWED_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "model-[0-9]*-of-[0-9]*.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "README.md",
+    "*.png",
+    "hflm_*.py",
+)
 
 
 class NotHubReadyError(ValueError):
@@ -42,13 +68,47 @@ def _auto_map_modules(auto_map: dict) -> set[str]:
     return modules
 
 
+def _escapes(path: Path, folder: Path) -> bool:
+    """Whether `path` is a symbolic link (or under one) whose target lies outside `folder`."""
+    return not path.resolve().is_relative_to(folder.resolve())
+
+
+def select_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """Split the folder's files into those the allowlist uploads and those it leaves out.
+
+    Returns:
+        `(uploaded, left_out)`, each sorted. `left_out` holds every other file and folder entry,
+        at any depth (a `checkpoints/` folder is one entry).
+
+    Raises:
+        NotHubReadyError: an allowed name is a symbolic link pointing outside the folder.
+    """
+    allowed = set(ALLOWED_PATTERNS)
+    config = folder / "config.json"
+    if config.is_file() and not _escapes(config, folder):
+        try:
+            allowed |= _auto_map_modules(json.loads(config.read_text(encoding="utf-8")).get("auto_map") or {})
+        except json.JSONDecodeError:
+            pass  # check_folder reports the broken config
+    uploaded, left_out, escaping = [], [], []
+    for path in sorted(folder.iterdir()):
+        if not any(fnmatch.fnmatchcase(path.name, pattern) for pattern in allowed) or not path.is_file():
+            left_out.append(path)
+        elif _escapes(path, folder):
+            escaping.append(path)
+        else:
+            uploaded.append(path)
+    if escaping:
+        raise NotHubReadyError(
+            "Refusing to upload symbolic links that point outside the folder (their targets would be uploaded):\n"
+            + "\n".join(f"  - {p.name} -> {p.resolve()}" for p in escaping)
+        )
+    return uploaded, left_out
+
+
 def upload_files(folder: Path) -> list[Path]:
-    """The files `upload_folder` would send: every non-hidden file under `folder`, sorted."""
-    return sorted(
-        path
-        for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
+    """The files a push sends: the allowlisted top-level files of `folder`, sorted."""
+    return select_files(Path(folder))[0]
 
 
 def check_folder(folder) -> list[Path]:
@@ -97,17 +157,20 @@ def _size(n: int) -> str:
 
 def push(folder, repo_id: str, *, private: bool = False, commit_message: str | None = None) -> str:
     """Create `repo_id` on the Hub if needed and upload the checked `folder`; returns the commit URL."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi
 
     check_folder(folder)
     api = HfApi()
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
-    commit = api.upload_folder(
+    # one operation per allowlisted file: nothing else in the folder can reach the Hub
+    operations = [
+        CommitOperationAdd(path_in_repo=path.name, path_or_fileobj=str(path)) for path in upload_files(folder)
+    ]
+    commit = api.create_commit(
         repo_id=repo_id,
         repo_type="model",
-        folder_path=str(folder),
+        operations=operations,
         commit_message=commit_message or "Upload hf_lm model",
-        ignore_patterns=IGNORE_PATTERNS,
     )
     return commit.commit_url
 
@@ -127,9 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(args.folder)
     try:
         files = check_folder(folder)
+        left_out = select_files(folder)[1]
     except NotHubReadyError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if left_out:
+        print(
+            f"Left out (not on the upload allowlist): {', '.join(p.name + ('/' if p.is_dir() else '') for p in left_out)}",
+            file=sys.stderr,
+        )
     if args.dry_run:
         sizes = [path.stat().st_size for path in files]
         print(f"Would upload {len(files)} files ({_size(sum(sizes))}) to {args.repo_id}:")
