@@ -150,6 +150,8 @@ def build_norm(config) -> nn.Module:
 #   embed(position_ids)        -> vector added to the token embeddings (learned, sinusoidal)
 #   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE)
 #   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi)
+# `past_len` (tokens already cached) may be a 0-dim tensor (a static cache's, see `cache_lengths`):
+# it only enters tensor arithmetic.
 # Nothing is stored in buffers: tables are a few small ops per forward, and this way nothing
 # is lost when transformers materializes a model from the meta device.
 # ----------------------------------------------------------------------------------------------
@@ -171,7 +173,9 @@ class NoPositions(nn.Module):
     def rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
         return None
 
-    def attention_bias(self, q_len: int, kv_len: int, past_len: int, device, dtype) -> torch.Tensor | None:
+    def attention_bias(
+        self, q_len: int, kv_len: int, past_len: int | torch.Tensor, device, dtype
+    ) -> torch.Tensor | None:
         return None
 
 
@@ -256,7 +260,7 @@ class ALiBiPositions(NoPositions):
 
     def attention_bias(self, q_len, kv_len, past_len, device, dtype):
         slopes = alibi_slopes(self.num_heads).to(device)  # (nh,)
-        q_pos = torch.arange(past_len, past_len + q_len, device=device)  # absolute index of each query
+        q_pos = torch.arange(q_len, device=device) + past_len  # absolute index of each query
         k_pos = torch.arange(kv_len, device=device)
         distance = q_pos[:, None] - k_pos[None, :]  # (T, S)
         # causal: future keys are masked anyway; bidirectional: the penalty is symmetric
@@ -302,7 +306,7 @@ class RelativeBucketPositions(NoPositions):
         self.bias.init_role = "relative_bias"
 
     def attention_bias(self, q_len, kv_len, past_len, device, dtype):
-        q_pos = torch.arange(past_len, past_len + q_len, device=device)[:, None]  # (T, 1)
+        q_pos = (torch.arange(q_len, device=device) + past_len)[:, None]  # (T, 1)
         k_pos = torch.arange(kv_len, device=device)[None, :]  # (1, S)
         buckets = relative_position_bucket(
             k_pos - q_pos, not self.causal, self.num_buckets, self.max_distance
@@ -345,21 +349,23 @@ def build_attention_mask(
     causal: bool = True,
     prefix_lengths: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
-    past_len: int | None = None,
+    past_len: int | torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, bool]:
     """Combine padding, causality, an optional fully visible prefix and an optional score bias.
 
     Args:
-        attention_mask: (B, S) with 1 for real tokens and 0 for padding, or None when nothing is
-            padded (callers drop all-ones masks so the fast paths apply).
+        attention_mask: (B, S) with 1 for real tokens and 0 for padding (a static cache's empty
+            slots included, see `keys_padding_mask`), or None when nothing is padded (callers drop
+            all-ones masks so the fast paths apply).
         q_len: T, the number of new queries, at key positions past_len .. past_len + T - 1.
         kv_len: S, the number of keys attention sees: past + T for a dynamic cache, the cache's
             full size for a static one (whose empty slots lie after the queries: causality hides them).
         causal: queries may not look at later keys.
         prefix_lengths: (B,) prefix-LM mask: keys before `prefix_lengths[b]` are visible to every query.
         bias: (1|B, nh, T, S) additive score bias (ALiBi).
-        past_len: tokens already in the cache; defaults to `kv_len - q_len`.
+        past_len: tokens already in the cache; defaults to `kv_len - q_len`. A 0-dim tensor for a
+            static cache (see `cache_lengths`): the mask is then always built, no host read.
         document_ids: (B, S) index of the document each token belongs to, for blocks packed from
             several documents: a query sees only keys of its own document.
 
@@ -377,13 +383,14 @@ def build_attention_mask(
         and not padded
         and prefix_lengths is None
         and document_ids is None
+        and not torch.is_tensor(past_len)  # a static cache: its empty slots must be masked
         and past_len + q_len == kv_len
     ):
         if not causal or q_len == 1:
             return None, False  # every query sees every key
         if q_len == kv_len:
             return None, True  # plain causal: SDPA's is_causal is exact
-    q_idx = torch.arange(past_len, past_len + q_len, device=device)[:, None]  # (T, 1) absolute positions
+    q_idx = (torch.arange(q_len, device=device) + past_len)[:, None]  # (T, 1) key index of each query
     k_idx = torch.arange(kv_len, device=device)[None, :]  # (1, S)
     allowed = (k_idx <= q_idx) if causal else torch.ones(q_len, kv_len, dtype=torch.bool, device=device)
     allowed = allowed[None, None]  # (1, 1, T, S)
@@ -395,7 +402,7 @@ def build_attention_mask(
         allowed = allowed & attention_mask.to(device=device, dtype=torch.bool)[:, None, None, :]
     if document_ids is not None:
         docs = document_ids.to(device)
-        same_doc = docs[:, past_len : past_len + q_len, None] == docs[:, None, :]  # (B, T, S)
+        same_doc = docs[:, q_idx[:, 0], None] == docs[:, None, :]  # (B, T, S)
         allowed = allowed & same_doc[:, None]  # (B, 1, T, S)
     # a query with nothing to attend to (a padding query of a left-padded causal row, a fully
     # padded sequence) sees itself: no empty softmax row, so no NaN, and SDPA and eager agree
@@ -750,13 +757,21 @@ class HfLmPreTrainedModel(PreTrainedModel):
             # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
             init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
 
-    def create_masks_for_generate(self, attention_mask=None, **kwargs):
-        """Keep generate()'s (B, S) padding mask as it is, also for static caches.
+    def create_masks_for_generate(
+        self, attention_mask=None, past_key_values=None, inputs_embeds=None, **kwargs
+    ):
+        """Keep generate()'s (B, S) padding mask 2D; widen it to a static cache's full length.
 
-        transformers would turn it into a 4D mask with its own masking utilities; hf_lm models
-        build their masks themselves (padding, causality, prefix, ALiBi bias) in one place.
+        transformers calls this for compileable (static) caches only, and would turn the mask into a
+        4D one with its own masking utilities; hf_lm models build their masks themselves (padding,
+        causality, prefix, ALiBi bias) in one place. Widened (empty slots = padding), the mask has
+        the same shape at every decoding step, so a compiled step is not recompiled as it grows.
         """
-        return attention_mask
+        if attention_mask is None or attention_mask.dim() != 2 or past_key_values is None:
+            return attention_mask
+        _, kv_len = cache_lengths(past_key_values, inputs_embeds.shape[1])
+        width = attention_mask.shape[-1]
+        return F.pad(attention_mask, (0, kv_len - width)) if kv_len > width else attention_mask
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """Save as transformers does, with every Auto class of this family in `config.json`'s `auto_map`.
@@ -889,6 +904,76 @@ def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, length: 
     return attention_mask
 
 
+def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]:
+    """Where T new tokens sit among the keys attention sees, for any transformers `Cache` (or None).
+
+    Returns:
+        `(past_len, kv_len)`. `past_len`: tokens already cached. An int, except for a filled
+        `StaticCache`, which counts in a 0-dim tensor on its device so that a compiled decoding
+        step neither reads the device nor recompiles as it grows: use it in tensor arithmetic only
+        (`torch.arange(T) + past_len`), never in Python branches or slices, and before the layers
+        run (it is the cache's own counter, which their `update` increments in place). `kv_len`
+        (an int): the keys attention sees, past + T for a dynamic cache and the preallocated length
+        for a static one, whose still empty slots follow the new tokens and must be masked.
+    """
+    if past_key_values is None:
+        return 0, q_len
+    # an EncoderDecoderCache answers for its self-attention cache
+    past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
+    # a full static cache would fail inside its own update with an index error; a static count is
+    # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T)
+    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len:
+        raise ValueError(
+            f"The static cache holds {kv_len} tokens: {int(past_len)} cached and {q_len} new ones do not fit. "
+            "Give it a larger `max_cache_len`."
+        )
+    return past_len, kv_len
+
+
+def widen_to_keys(
+    x: torch.Tensor | None,
+    name: str,
+    batch: int,
+    past_len: int | torch.Tensor,
+    q_len: int,
+    kv_len: int,
+    fill: int = 0,
+) -> torch.Tensor | None:
+    """Check a per-token (B, past + T) tensor (padding mask, document ids) and widen it to the
+    (B, kv_len) keys attention sees, `fill` in a static cache's empty slots.
+
+    A tensor already kv_len wide is taken as it is: with a static cache `generate()` passes its
+    padding mask that way (`HfLmPreTrainedModel.create_masks_for_generate`), so a compiled
+    decoding step sees the same shapes at every step.
+    """
+    if x is None:
+        return None
+    width = x.shape[-1]
+    wrong = x.dim() != 2 or x.shape[0] != batch or width > kv_len
+    if not wrong and width != kv_len and not torch.compiler.is_compiling():
+        wrong = width != int(past_len) + q_len  # a static cache's count: read only outside compiled graphs
+    if wrong:
+        expected = f"({batch}, {int(past_len) + q_len})"
+        if kv_len != int(past_len) + q_len:
+            expected += f" or, with this static cache, ({batch}, {kv_len})"
+        raise ValueError(
+            f"`{name}` must have shape (batch, past + seq_len) = {expected}, got {tuple(x.shape)}."
+        )
+    return F.pad(x, (0, kv_len - width), value=fill) if width < kv_len else x
+
+
+def keys_padding_mask(
+    attention_mask: torch.Tensor | None, batch: int, past_len: int | torch.Tensor, q_len: int, kv_len: int
+) -> torch.Tensor | None:
+    """A cached stack's padding mask: `attention_mask` (B, past + T) checked and widened to the
+    (B, kv_len) keys attention sees (see `widen_to_keys`), or None when nothing is padded (the
+    value check is skipped inside a compiled graph)."""
+    mask = widen_to_keys(attention_mask, "attention_mask", batch, past_len, q_len, kv_len)
+    if mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())):
+        return None
+    return mask
+
+
 def check_position_ids(position_ids: torch.Tensor, batch: int, length: int) -> None:
     if position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
         raise ValueError(
@@ -897,16 +982,24 @@ def check_position_ids(position_ids: torch.Tensor, batch: int, length: int) -> N
 
 
 def real_token_positions(
-    attention_mask: torch.Tensor | None, past_len: int, length: int, device: torch.device
+    attention_mask: torch.Tensor | None, past_len: int | torch.Tensor, q_len: int, device: torch.device
 ) -> torch.Tensor:
-    """(1|B, T) positions of the tokens past_len..length-1 of a (B, length) sequence: each real
+    """(1|B, T) positions of the T new tokens, which follow `past_len` cached ones: each real
     token's index among the real tokens, so a left-padded sequence gets the positions it has
-    alone (with right padding this is 0..T-1); padding keeps its index (it is never attended to)."""
-    index = torch.arange(length, device=device)
+    alone (with right padding this is 0..T-1); padding keeps its index (it is never attended to).
+
+    Args:
+        attention_mask: (B, W) padding mask of the cached and new tokens (W = past + T, or a
+            static cache's full length, its empty slots 0), or None.
+        past_len: an int, or a static cache's 0-dim count tensor (see `cache_lengths`).
+    """
+    new = torch.arange(q_len, device=device) + past_len  # (T,) key index of each new token
     if attention_mask is None:
-        return index[None, past_len:]  # (1, T)
+        return new[None]  # (1, T)
     mask = attention_mask.to(device).long()
-    return torch.where(mask.bool(), mask.cumsum(-1) - 1, index)[:, past_len:]  # (B, T)
+    index = torch.arange(mask.shape[-1], device=device)
+    positions = torch.where(mask.bool(), mask.cumsum(-1) - 1, index)  # (B, W)
+    return positions.index_select(1, new)  # (B, T); an index, not a slice: `past_len` may be a tensor
 
 
 def check_positions_in_range(positions: nn.Module, position_ids: torch.Tensor, advice: str) -> None:

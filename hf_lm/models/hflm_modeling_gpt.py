@@ -13,7 +13,6 @@ Shape legend: B batch, T new tokens, S past + T, C hidden size, E embedding size
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, GenerationMixin
 from transformers.modeling_outputs import (
@@ -30,14 +29,17 @@ from .hflm_blocks import (
     build_blocks,
     build_embedding_projection,
     build_norm,
+    cache_lengths,
     check_labels,
-    check_padding_mask,
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
+    keys_padding_mask,
     layer_to_block,
     lm_loss,
+    real_token_positions,
     sequence_classification_loss,
+    widen_to_keys,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
 
@@ -45,6 +47,9 @@ from .hflm_configuration_gpt import HfLmGPTConfig
 class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
     config_class = HfLmGPTConfig
     config: HfLmGPTConfig
+    # a decoding step with a StaticCache traces as one graph (tests/test_static_cache.py): no
+    # host-side check runs under torch.compile, and the cache length stays a device tensor
+    _can_compile_fullgraph = True
 
 
 class HfLmGPTModel(HfLmGPTPreTrainedModel):
@@ -89,7 +94,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
 
         Args:
             input_ids: (B, T) token ids in [0, vocab_size).
-            attention_mask: (B, S) 1 for tokens to attend to, 0 for padding (S = past + T).
+            attention_mask: (B, S) 1 for tokens to attend to, 0 for padding (S = past + T; with a
+                static cache also its full length, the empty slots 0, as `generate()` passes it).
             position_ids: (B|1, T) positions; by default past..past+T-1. `generate()` derives them
                 from the attention mask, so left padding does not shift a prompt's positions.
             past_key_values: a transformers `Cache` (a `DynamicCache` is made when `use_cache`).
@@ -119,28 +125,15 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
 
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=cfg)
-        past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
-        S = past_len + T
-        # keys attention will see: S for a dynamic cache, the preallocated length for a static one
-        kv_len = past_key_values.get_mask_sizes(T, 0)[0] if past_key_values is not None else S
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys attention sees
+        past_len, kv_len = cache_lengths(past_key_values, T)
 
-        attention_mask = check_padding_mask(attention_mask, B, S)  # None when nothing is padded
-
-        if document_ids is not None:
-            if tuple(document_ids.shape) != (B, S):
-                raise ValueError(
-                    f"`document_ids` must have shape (batch, past + seq_len) = ({B}, {S}), got {tuple(document_ids.shape)}."
-                )
-            if kv_len > S:
-                document_ids = F.pad(document_ids, (0, kv_len - S), value=-1)  # empty static-cache slots
-        if attention_mask is not None and kv_len > S:
-            attention_mask = F.pad(attention_mask, (0, kv_len - S))  # a static cache's empty slots
+        # both (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
+        attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len)
+        document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
         if position_ids is None:
-            if attention_mask is None:
-                position_ids = torch.arange(past_len, S, device=inputs_embeds.device)[None]  # (1, T)
-            else:
-                # count only real tokens, so a left-padded prompt gets the positions it has alone
-                position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past_len:S]  # (B, T)
+            # count only real tokens, so a left-padded prompt gets the positions it has alone
+            position_ids = real_token_positions(attention_mask, past_len, T, inputs_embeds.device)  # (1|B, T)
         else:
             check_position_ids(position_ids, B, T)
         check_positions_in_range(

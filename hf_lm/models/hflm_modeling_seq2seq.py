@@ -39,11 +39,12 @@ from .hflm_blocks import (
     VocabProjection,
     build_attention_mask,
     build_norm,
+    cache_lengths,
     check_labels,
-    check_padding_mask,
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
+    keys_padding_mask,
     lm_loss,
     real_token_positions,
     sequence_classification_loss,
@@ -103,7 +104,8 @@ class HfLmSeq2SeqStack(nn.Module):
 
         Args:
             input_ids: (B, T) token ids (source ids for the encoder, decoder inputs for the decoder).
-            attention_mask: (B, P + T) 1 for tokens, 0 for padding.
+            attention_mask: (B, P + T) 1 for tokens, 0 for padding (or, with a static cache, its
+                full length: the empty slots 0).
             position_ids: (B|1, T); by default each real token's index among the real tokens.
             encoder_hidden_states: (B, S, C) the encoder output (decoder only).
             encoder_attention_mask: (B, S) the source padding mask (decoder only).
@@ -130,12 +132,13 @@ class HfLmSeq2SeqStack(nn.Module):
                 past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
         else:
             past_key_values = None
-        past_len = past_key_values.self_attention_cache.get_seq_length() if past_key_values is not None else 0
-        S = past_len + T
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
+        past_len, kv_len = cache_lengths(past_key_values, T)
 
-        attention_mask = check_padding_mask(attention_mask, B, S)  # None when nothing is padded
+        # (B, kv_len), a static cache's empty slots padding; None when nothing is padded
+        attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len)
         if position_ids is None:
-            position_ids = real_token_positions(attention_mask, past_len, S, device)  # (1|B, T)
+            position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
         else:
             check_position_ids(position_ids, B, T)
         check_positions_in_range(
@@ -150,9 +153,16 @@ class HfLmSeq2SeqStack(nn.Module):
             hidden_states = hidden_states + pos_embeds
         hidden_states = self.dropout(self.embed_norm(hidden_states))
         rotary = self.positions.rotary(position_ids, hidden_states.dtype)
-        bias = self.positions.attention_bias(T, S, past_len, device, hidden_states.dtype)
+        bias = self.positions.attention_bias(T, kv_len, past_len, device, hidden_states.dtype)
         mask, is_causal = build_attention_mask(
-            attention_mask, T, S, device, hidden_states.dtype, self.is_decoder, bias=bias, past_len=past_len
+            attention_mask,
+            T,
+            kv_len,
+            device,
+            hidden_states.dtype,
+            self.is_decoder,
+            bias=bias,
+            past_len=past_len,
         )
         cross_mask = None
         if (
@@ -205,6 +215,9 @@ class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
     config_class = HfLmEncoderDecoderConfig
     config: HfLmEncoderDecoderConfig
     _skip_keys_device_placement = ["past_key_values"]
+    # a decoding step with an EncoderDecoderCache of StaticCaches traces as one graph
+    # (tests/test_static_cache.py): no host-side check runs under torch.compile
+    _can_compile_fullgraph = True
 
 
 class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
