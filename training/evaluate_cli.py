@@ -45,6 +45,12 @@ class EvalArguments:
         metadata={"help": "Device: auto (the GPU if there is one, else the CPU), cpu, cuda, cuda:1..."},
     )
     dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16 or float16."})
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
+        },
+    )
 
 
 def resolve_device(name: str) -> torch.device:
@@ -68,9 +74,9 @@ def evaluate_file(args: EvalArguments) -> dict:
     Returns:
         `sliding_window_perplexity`'s result plus the settings used and the text's counts.
     """
-    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
-        args.model, trust_remote_code=True, dtype=getattr(torch, args.dtype)
+        args.model, trust_remote_code=args.trust_remote_code, dtype=getattr(torch, args.dtype)
     )
     device = resolve_device(args.device)
     model = model.to(device)

@@ -184,6 +184,12 @@ class ClassificationModelArguments:
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Re-initialize a pretrained classifier whose label count differs."}
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
+        },
+    )
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a WordPiece tokenizer and a fresh HfLmBert model."}
     )
@@ -446,7 +452,7 @@ def build_tokenizer_and_model(
     if model_args.from_scratch:
         if model_args.tokenizer_name_or_path:
             tokenizer = AutoTokenizer.from_pretrained(
-                model_args.tokenizer_name_or_path, trust_remote_code=True
+                model_args.tokenizer_name_or_path, trust_remote_code=model_args.trust_remote_code
             )
         else:
             tokenizer = train_tokenizer(
@@ -488,7 +494,7 @@ def build_tokenizer_and_model(
 
     path = model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name_or_path or path, trust_remote_code=True
+        model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
     )
     model = AutoModelForSequenceClassification.from_pretrained(
         path,
@@ -496,7 +502,7 @@ def build_tokenizer_and_model(
         id2label=id2label,
         label2id=label2id,
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
-        trust_remote_code=True,
+        trust_remote_code=model_args.trust_remote_code,
     )
     if tokenizer.cls_token_id is not None and not _starts_with_cls(tokenizer):
         logger.warning(

@@ -217,6 +217,12 @@ class TranslationModelArguments:
         default=None,
         metadata={"help": "The tokenizer folder; default model_name_or_path (from scratch: train one)."},
     )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
+        },
+    )
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a joint tokenizer on both languages and a fresh model."}
     )
@@ -564,7 +570,7 @@ def build_tokenizer_and_model(
         config_class, preset, model_class, special_tokens = FAMILIES[model_args.family]
         if model_args.tokenizer_name_or_path:
             tokenizer = AutoTokenizer.from_pretrained(
-                model_args.tokenizer_name_or_path, trust_remote_code=True
+                model_args.tokenizer_name_or_path, trust_remote_code=model_args.trust_remote_code
             )
         else:
             # one vocabulary for both languages: names, numbers and cognates share tokens, and
@@ -632,9 +638,9 @@ def build_tokenizer_and_model(
     else:
         path = model_args.model_name_or_path
         tokenizer = AutoTokenizer.from_pretrained(
-            model_args.tokenizer_name_or_path or path, trust_remote_code=True
+            model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
         )
-        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
         if not getattr(model.config, "is_encoder_decoder", False):
             raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
         ensure_eos(tokenizer)

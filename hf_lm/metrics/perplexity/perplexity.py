@@ -45,8 +45,9 @@ Args:
     predictions (list of str): the texts to score; each text is its own token stream unless
         `concatenate=True`, which joins them with `separator` into one stream.
     model: an in-memory causal LM (preferred), or
-    model_id (str): a local folder loadable by `AutoModelForCausalLM`/`AutoTokenizer`
-        (`trust_remote_code=True`).
+    model_id (str): a local folder loadable by `AutoModelForCausalLM`/`AutoTokenizer`.
+    trust_remote_code (bool): run model code shipped in the `model_id` folder (default False, as in
+        transformers; hf_lm's own model types load with the installed hf_lm without it).
     tokenizer: the tokenizer for `model` (required with `model`).
     max_length (int): window size; defaults to the model's `max_position_embeddings` (1024 for
         models without learned positions: n-gram, feed-forward, recurrent).
@@ -95,17 +96,18 @@ class Perplexity(evaluate.Metric):
         separator: str = "\n\n",
         num_characters: int | None = None,
         num_words: int | None = None,
+        trust_remote_code: bool = False,
     ) -> dict:
         if model is None:
             if model_id is None:
                 raise ValueError("Pass `model` (and `tokenizer`) or `model_id`.")
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
-            model = AutoModelForCausalLM.from_pretrained(model_id, trust_remote_code=True)
+            model = AutoModelForCausalLM.from_pretrained(model_id, trust_remote_code=trust_remote_code)
             if device is not None:
                 model = model.to(device)
             if tokenizer is None:
-                tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=True)
+                tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=trust_remote_code)
         if tokenizer is None:
             raise ValueError("Pass `tokenizer` with `model`.")
         if max_length is None:
