@@ -36,6 +36,24 @@ MASKING_KINDS = ("token", "whole_word", "span")
 ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
 CAUSAL_ARCHS = ("transformer", "ngram", "ffnn", "rnn")  # the archs objective "clm" can train
 SCHEDULED_SAMPLING = ("none", *SCHEDULES)
+# how training batches are drawn: shuffled packed blocks, or nanoGPT's windows at random offsets
+SAMPLINGS = ("blocks", "random_windows")
+TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# how the held-out text is chosen when no eval_dataset is given
+EVAL_SPLITS = ("random", "tail")
+# the evaluation metrics of each objective (the keys of its evaluation), for metric_for_best_model
+EVAL_METRICS = {
+    "clm": (
+        "eval_loss",
+        "eval_perplexity",
+        "eval_bits_per_token",
+        "eval_bits_per_character",
+        "eval_bits_per_word",
+    ),
+    "mlm": ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity"),
+    "span_corruption": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
+    "bart_denoising": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
+}
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
@@ -125,9 +143,24 @@ class DataArguments:
         default="byte_bpe", metadata={"help": f"Kind of tokenizer to train: {TOKENIZER_KINDS}."}
     )
     vocab_size: int = field(default=2000, metadata={"help": "Vocabulary size of the trained tokenizer."})
+    tokenizer_min_frequency: int = field(
+        default=2,
+        metadata={
+            "help": "Fewest occurrences of a merge, word or character to enter the trained vocabulary "
+            "(1 keeps every character of a char tokenizer, as nanoGPT's vocabulary does)."
+        },
+    )
     block_size: int = field(default=128, metadata={"help": "Tokens per training block (the context length)."})
     eval_fraction: float = field(
         default=0.05, metadata={"help": "Share of documents held out for evaluation."}
+    )
+    eval_split: str = field(
+        default="random",
+        metadata={
+            "help": "How `eval_fraction` is held out: 'random', a seeded random share of the documents; "
+            "'tail', the last eval_fraction of the corpus's characters, the document it falls in cut there "
+            "(nanoGPT's shakespeare_char split: the first 90%% trains, the last 10%% validates)."
+        },
     )
     document_mask: bool = field(
         default=False, metadata={"help": "Restart position ids at each document inside a block."}
@@ -135,7 +168,7 @@ class DataArguments:
     num_proc: int | None = field(default=None, metadata={"help": "Processes of the tokenize/pack maps."})
 
     def __post_init__(self) -> None:
-        _positive(self, "vocab_size", "block_size")
+        _positive(self, "vocab_size", "block_size", "tokenizer_min_frequency")
         optional_positive(
             self, "max_documents", "max_chars", "num_proc", "tokenizer_train_documents", "max_eval_blocks"
         )
@@ -154,6 +187,15 @@ class DataArguments:
             raise ValueError(f"`eval_fraction` must be in (0, 1), got {self.eval_fraction!r}.")
         if self.streaming and self.max_chars is not None:
             raise ValueError("`max_chars` is not supported with `streaming`; use `max_documents`.")
+        _choice(self, "eval_split", EVAL_SPLITS)
+        if self.eval_split == "tail" and self.streaming:
+            raise ValueError(
+                "`eval_split`='tail' needs the corpus's length before training: not with `streaming`."
+            )
+        if self.eval_split == "tail" and self.eval_dataset:
+            raise ValueError(
+                "`eval_split`='tail' holds out the end of `dataset`; with `eval_dataset` nothing is held out."
+            )
         if not self.dataset:
             raise ValueError("`dataset` must be a non-empty string.")
 
@@ -269,6 +311,12 @@ class TrainArguments:
     adam_beta2: float = field(default=0.95, metadata={"help": "AdamW beta2."})
     warmup_steps: int = field(default=100, metadata={"help": "Linear warmup updates before the schedule."})
     lr_scheduler: str = field(default="cosine", metadata={"help": f"Schedule after warmup: {LR_SCHEDULERS}."})
+    min_lr_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "cosine: the last learning rate as a share of the peak (nanoGPT decays to min_lr = lr / 10: 0.1)."
+        },
+    )
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient-norm clip; 0 disables clipping."})
     mixed_precision: str = field(
         default="no",
@@ -284,6 +332,57 @@ class TrainArguments:
     log_every: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
     save_every: int = field(default=500, metadata={"help": "Save a resumable checkpoint every N updates."})
     keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (all if unset)."})
+    load_best_model_at_end: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the weights of the best evaluation (by metric_for_best_model) in output_dir/best/ and "
+            "make them final/: nanoGPT's 'save only when validation improves'. The best so far survives "
+            "checkpoint pruning and resume."
+        },
+    )
+    metric_for_best_model: str = field(
+        default="eval_loss",
+        metadata={
+            "help": "The evaluation metric that picks the best model (the 'eval_' prefix may be left out): "
+            "one of the objective's metrics, e.g. eval_loss, eval_bits_per_character, eval_mlm_accuracy."
+        },
+    )
+    greater_is_better: bool | None = field(
+        default=None,
+        metadata={"help": "Whether a higher metric_for_best_model is better (default: only for accuracies)."},
+    )
+    sampling: str = field(
+        default="blocks",
+        metadata={
+            "help": f"How training batches are drawn, one of {list(SAMPLINGS)}. blocks: the packed blocks in a "
+            "seeded permutation per epoch. random_windows (objective clm): nanoGPT's get_batch, windows of "
+            "block_size + 1 tokens at uniformly random offsets of the training token stream, inputs the first "
+            "block_size tokens and targets the last block_size; the offsets of each update are a pure "
+            "function of (seed, step), so a resumed run draws the same windows."
+        },
+    )
+    torch_compile: bool = field(
+        default=False,
+        metadata={
+            "help": "torch.compile the model for training (and a compiled copy of the plain model for the "
+            "causal-LM evaluation); checkpoints and final/ hold the plain model's weights."
+        },
+    )
+    torch_compile_backend: str = field(
+        default="inductor",
+        metadata={"help": "torch.compile's backend (inductor; aot_eager or eager compile fast, run slower)."},
+    )
+    torch_compile_mode: str | None = field(
+        default=None,
+        metadata={"help": "torch.compile's mode: default, reduce-overhead, max-autotune (unset: default)."},
+    )
+    tf32: bool = field(
+        default=True,
+        metadata={
+            "help": "On a CUDA GPU, run float32 matrix products in TF32 (torch.backends.cuda.matmul.allow_tf32, "
+            "as nanoGPT does); no effect on CPU."
+        },
+    )
     resume: str = field(
         default="false",
         metadata={
@@ -372,6 +471,26 @@ class TrainArguments:
         _choice(self, "objective", OBJECTIVES)
         _choice(self, "masking", MASKING_KINDS)
         _choice(self, "scheduled_sampling", SCHEDULED_SAMPLING)
+        _choice(self, "sampling", SAMPLINGS)
+        if self.sampling == "random_windows" and self.objective != "clm":
+            raise ValueError(
+                f"`sampling`='random_windows' draws next-token windows for objective 'clm', not {self.objective!r}."
+            )
+        if self.sampling == "random_windows" and (self.tbptt or self.scheduled_sampling != "none"):
+            raise ValueError(
+                "`sampling`='random_windows' draws unrelated windows with their own targets: `tbptt` (a state "
+                "carried across consecutive blocks) and `scheduled_sampling` (which needs labels) read blocks; "
+                "use sampling='blocks'."
+            )
+        if not self.metric_for_best_model.startswith("eval_"):
+            self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
+        _choice(self, "metric_for_best_model", EVAL_METRICS[self.objective])
+        if self.greater_is_better is None:
+            self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
+        if self.torch_compile_mode is not None:
+            _choice(self, "torch_compile_mode", TORCH_COMPILE_MODES)
+        if not self.torch_compile_backend:
+            raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
             self.sampling_probability(0)  # the schedule validates its constants
         if not 0 < self.mlm_probability < 1:
@@ -400,6 +519,12 @@ class TrainArguments:
                 raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
         if self.max_train_seconds is not None and not self.max_train_seconds > 0:
             raise ValueError(f"`max_train_seconds` must be > 0, got {self.max_train_seconds!r}.")
+        if not 0 <= self.min_lr_rate < 1:
+            raise ValueError(f"`min_lr_rate` must be in [0, 1), got {self.min_lr_rate!r}.")
+        if self.min_lr_rate > 0 and self.lr_scheduler != "cosine":
+            raise ValueError(
+                f"`min_lr_rate` sets the end of the cosine schedule; lr_scheduler={self.lr_scheduler!r} has none."
+            )
         for name in ("weight_decay", "max_grad_norm"):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")

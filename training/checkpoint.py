@@ -322,12 +322,42 @@ def save_checkpoint(
     if keep_last is not None:
         for old_step, path in list_checkpoints(root)[:-keep_last]:
             logger.info("pruning checkpoint of step %d", old_step)
-            # rename first (atomic), then delete: a kill during the slow, file-by-file rmtree must
-            # not leave a half-deleted folder under a checkpoint's name
-            trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
-            os.replace(path, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+            _remove(path)
     return final
+
+
+def _remove(path: Path) -> None:
+    # rename first (atomic), then delete: a kill during the slow, file-by-file rmtree must not
+    # leave a half-deleted folder under a checkpoint's name
+    trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_checkpoints_except(root: str | os.PathLike, keep_steps) -> list[int]:
+    """Delete the complete checkpoints under `root` whose step is not in `keep_steps`.
+
+    For folders of checkpoints that must outlive `keep_last`'s count, such as the best models a
+    run keeps (`training.train.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
+
+    Returns:
+        The steps removed, oldest first.
+    """
+    keep = set(keep_steps)
+    removed = []
+    for step, path in list_checkpoints(root):
+        if step not in keep:
+            _remove(path)
+            removed.append(step)
+    return removed
+
+
+def checkpoint_state(directory: str | os.PathLike) -> dict:
+    """The `state.json` of a complete checkpoint: `step`, `data_state`, `extra`, `num_rng_states`.
+
+    Reads no tensor, so it is cheap enough to inspect every kept checkpoint.
+    """
+    return json.loads((Path(directory) / STATE_FILE).read_text(encoding="utf-8"))
 
 
 def load_checkpoint(

@@ -16,6 +16,15 @@ What the loop guarantees:
   contiguous part. So the union of all ranks' micro-batches of an update is the same set of
   blocks whatever the split between processes and accumulation, and 2 processes x b blocks
   follow the same trajectory as 1 process x 2b (up to float rounding).
+- **Random windows** (`sampling="random_windows"`, objective clm, in-memory data): nanoGPT's
+  `get_batch` instead of the blocks. Update u reads G windows of `block_size + 1` tokens at uniformly
+  random offsets of the training token stream (the packed blocks end to end), drawn from a generator
+  seeded by (seed, u) (`RandomWindows`) and cut into micro-steps and ranks as the blocks are: the
+  same windows for any number of processes, and a pure function of the step, so a resumed run draws
+  what the uninterrupted one would. Each row has `block_size` targets (`x = data[i : i + T]`,
+  `y = data[i + 1 : i + 1 + T]`); the evaluation stays on the fixed held-out blocks. With
+  `document_mask` the windows get their document and position ids as packed blocks do.
+  Refused with streaming, tbptt, scheduled sampling and the other objectives.
 - **Streaming in bounded memory** (`streaming=True`): the training blocks are read, tokenized
   and packed while training, in the order of the stream passed through a seeded shuffle buffer
   (`training.data.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
@@ -44,10 +53,22 @@ What the loop guarantees:
   good one.
 - **Evaluation** reports the held-out loss, perplexity and bits per token, character and word
   (`eval_text_units`: the characters and words the scored tokens spell).
+- **The best model** (`load_best_model_at_end`): each evaluation better by `metric_for_best_model`
+  writes the weights atomically to `best/checkpoint-N/` (`BestModel`); the best so far is recorded
+  in every checkpoint, so it survives resume, and a best folder is deleted only when neither the
+  current best nor a kept checkpoint records it, so `keep_last` never loses it. `final/` then
+  holds the best weights; `final_metrics.json` has their metrics at the top level and under
+  "best", the last evaluation under "last"; the card names the step.
+- **Speed on a GPU**: `torch_compile` compiles the prepared model for the training forward and the
+  plain model for the causal-LM evaluation; checkpoints and `final/` are saved from the plain
+  module (no `_orig_mod.` prefixes). AdamW is fused when every parameter is on a CUDA GPU
+  (`optimizer_kwargs`), and `tf32` lets float32 matmuls use TF32 there (`configure_tf32`); both
+  are logged and named in the card, and neither applies on a CPU.
 - **Precision**: bf16 autocast runs on CPU and GPU; fp16 needs a CUDA GPU (on CPU accelerate
   would silently train in fp32, so the run refuses it).
 
-Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `metrics.csv`,
+Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `best/checkpoint-N/` (with
+`load_best_model_at_end`), `metrics.csv`,
 `tensorboard` logs (if requested), `loss.png`, `final_metrics.json`, and `final/`, a folder ready to
 push to the Hub as it is (`python -m training.push`): `model.safetensors`, `config.json` with
 `auto_map`, the model code, `generation_config.json`, the tokenizer files, `loss.png` and a model card
@@ -73,7 +94,8 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import gather_object, set_seed
-from datasets import IterableDataset
+from datasets import Dataset, DatasetDict, IterableDataset
+from safetensors.torch import load_model
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers import (
@@ -97,6 +119,7 @@ from hf_lm import (
 )
 from hf_lm.cards import write_model_card
 from hf_lm.metrics.sliding_window import bits_per_unit
+from hf_lm.models.hflm_blocks import lm_loss
 from hf_lm.models.hflm_configuration_ffnn import HfLmFFNNConfig
 from hf_lm.models.hflm_configuration_ngram import HfLmNGramConfig
 from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
@@ -116,7 +139,17 @@ from training.args import (
     TrainArguments,
     parse_args,
 )
-from training.checkpoint import get_rng_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoint import (
+    MODEL_FILE,
+    checkpoint_name,
+    checkpoint_state,
+    get_rng_state,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    remove_checkpoints_except,
+    save_checkpoint,
+)
 from training.collators_mlm import DataCollatorForMaskedLM
 from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
 from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
@@ -228,6 +261,36 @@ class BlockStream:
         return buffered_shuffle(rows, self.shuffle_buffer_size, np.random.default_rng([self.seed, epoch]))
 
 
+def tail_split(dataset: Dataset, eval_fraction: float) -> DatasetDict:
+    """Hold out the last `eval_fraction` of the corpus's characters: nanoGPT's shakespeare_char split.
+
+    The documents are read in order as one text of n characters; the first `int(n * (1 -
+    eval_fraction))` train and the rest validate, the document holding the cut split there (its head
+    trains, its tail validates). One document (`sample_by="document"`) gives nanoGPT's
+    `data[:int(n * 0.9)]` / `data[int(n * 0.9):]` exactly.
+
+    Raises:
+        ValueError: one side would hold no character.
+    """
+    texts = [t or "" for t in dataset["text"]]
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)  # (D,) character offset of each document's end
+    total = int(ends[-1]) if len(ends) else 0
+    cut = int(total * (1 - eval_fraction))
+    if not 0 < cut < total:
+        raise ValueError(
+            f"`eval_split`='tail' with eval_fraction={eval_fraction} leaves an empty side of a corpus of "
+            f"{total} characters."
+        )
+    d = int(np.searchsorted(ends, cut, side="right"))  # the document holding character `cut`
+    start = cut - (int(ends[d - 1]) if d else 0)  # the cut's offset within document d
+    train = texts[:d] + ([texts[d][:start]] if start else [])
+    held_out = [texts[d][start:], *texts[d + 1 :]]
+    return DatasetDict(
+        {"train": Dataset.from_dict({"text": train}), "eval": Dataset.from_dict({"text": held_out})}
+    )
+
+
 def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Accelerator):
     """The tokenizer: given, reloaded from the run folder, or trained on the first training documents.
 
@@ -259,6 +322,7 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         vocab_size=data_args.vocab_size,
         model_max_length=data_args.block_size,
         special_tokens=OBJECTIVE_SPECIAL_TOKENS.get(train_args.objective),
+        min_frequency=data_args.tokenizer_min_frequency,
     )
     if train_args.objective == "span_corruption":
         # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
@@ -298,6 +362,8 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
                 sample_by=data_args.sample_by,
             )
             splits = {"train": dataset, "eval": held_out}
+        elif data_args.eval_split == "tail":
+            splits = tail_split(dataset, data_args.eval_fraction)
         else:
             splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
         tokenizer = _load_or_train_tokenizer(data_args, train_args, splits["train"], accelerator)
@@ -333,6 +399,12 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
         description = (
             f"{source}: {len(dataset)} documents; evaluated on `{data_args.eval_dataset}`; "
             f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    elif data_args.eval_split == "tail":
+        description = (
+            f"{source}: {len(dataset)} documents; the last {data_args.eval_fraction:.1%} of the characters "
+            f"held out; {len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
             f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
         )
     else:
@@ -466,6 +538,92 @@ class StreamingGlobalBatches:
                     "or smaller batches."
                 )
             epoch, update = epoch + 1, 0
+
+
+WINDOW_SEED_TAG = 0x77696E64  # "wind": keeps the window seeds apart from every other (seed, step) stream
+
+
+def window_offsets(seed: int, step: int, count: int, num_tokens: int, block_size: int) -> np.ndarray:
+    """The start offsets of update `step`'s `count` random windows: a pure function of its arguments.
+
+    Uniform in [0, num_tokens - block_size), as nanoGPT's `torch.randint(len(data) - block_size, ...)`,
+    so a window's `block_size + 1` tokens (inputs and the next-token targets) lie in the stream.
+
+    Returns:
+        (count,) int64 offsets.
+    """
+    rng = np.random.default_rng([WINDOW_SEED_TAG, seed, step])
+    return rng.integers(0, num_tokens - block_size, size=count, dtype=np.int64)
+
+
+def window_document_columns(input_ids: torch.Tensor, eos_token_id: int) -> dict[str, torch.Tensor]:
+    """`document_ids` and `position_ids` of windows (B, T), as `tokenize_and_pack` gives its blocks.
+
+    A token after an EOS starts a document (packing appends EOS to every document), and so does a
+    window's first token: the window is the model's whole context. A window that is a packed block
+    gets that block's columns.
+    """
+    starts = torch.zeros_like(input_ids, dtype=torch.bool)  # (B, T)
+    starts[:, 1:] = input_ids[:, :-1] == eos_token_id
+    starts[:, 0] = True
+    arange = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # (B, T)
+    last_start = torch.where(starts, arange, 0).cummax(dim=1).values  # (B, T)
+    return {"document_ids": starts.long().cumsum(dim=1) - 1, "position_ids": arange - last_start}
+
+
+class RandomWindows:
+    """This rank's micro-batches of nanoGPT windows: `block_size + 1` tokens at random offsets.
+
+    Update `step` draws G = b * world * accum offsets into the training token stream (the packed
+    blocks end to end) with `window_offsets(seed, step, ...)`; micro-step m takes offsets
+    [m * b * world, (m + 1) * b * world) and rank r the r-th b of those, as `GlobalBatchSampler`
+    cuts its order. So an update's windows are the same set for any split between processes and
+    accumulation, and a pure function of (seed, step): a resumed run draws the windows an
+    uninterrupted run would, whatever happened to the global RNG. Each row is nanoGPT's
+    `x = data[i : i + T]`, `y = data[i + 1 : i + 1 + T]`: "input_ids" (b, T) and "targets" (b, T),
+    T targets per row where a packed block has T - 1 (the window's first token is context only).
+    Infinite; starts at `set_position(step)`.
+    """
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        block_size: int,
+        per_device: int,
+        world: int,
+        rank: int,
+        accum: int,
+        seed: int,
+        eos_token_id: int | None = None,
+    ) -> None:
+        if len(tokens) <= block_size:
+            raise ValueError(
+                f"The training split has {len(tokens)} tokens: too few for one window of block_size + 1 = "
+                f"{block_size + 1}; use more data or a smaller block_size."
+            )
+        self.tokens, self.block_size = tokens, block_size  # (N,) int64
+        self.per_device, self.world, self.rank, self.accum, self.seed = per_device, world, rank, accum, seed
+        self.eos_token_id = eos_token_id  # set: also give document_ids and position_ids (document_mask)
+        self.global_batch = per_device * world * accum
+        self.step = 0
+
+    def set_position(self, step: int) -> None:
+        """Start the next iteration at update `step` (the updates already done)."""
+        self.step = step
+
+    def __iter__(self):
+        b, chunk, span = self.per_device, self.per_device * self.world, torch.arange(self.block_size + 1)
+        step = self.step
+        while True:
+            offsets = window_offsets(self.seed, step, self.global_batch, len(self.tokens), self.block_size)
+            for m in range(self.accum):
+                mine = torch.from_numpy(offsets[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b])
+                windows = self.tokens[mine[:, None] + span]  # (b, T + 1)
+                batch = {"input_ids": windows[:, :-1], "targets": windows[:, 1:]}  # (b, T) each
+                if self.eos_token_id is not None:
+                    batch.update(window_document_columns(batch["input_ids"], self.eos_token_id))
+                yield batch
+            step += 1
 
 
 def seed_process_rngs(seed: int, rank: int) -> int:
@@ -662,6 +820,13 @@ def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args:
         raise ValueError(
             f"`document_mask` is an attention mask: it applies to arch='transformer', not {arch!r}."
         )
+    if train_args.sampling == "random_windows" and (arch == "ngram" or data_args.streaming):
+        raise ValueError(
+            "`sampling`='random_windows' reads windows at random offsets of the whole training token stream, "
+            "held in memory, for gradient training: not with --streaming (use sampling='blocks', which "
+            f"shuffles the stream in a buffer) nor arch 'ngram' (fitted by counting); got arch={arch!r}, "
+            f"streaming={data_args.streaming}."
+        )
 
 
 def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> bool:
@@ -735,24 +900,83 @@ def restore_carried_states(
     return carried
 
 
+def optimizer_kwargs(devices) -> dict:
+    """AdamW's implementation for parameters on `devices` (an iterable of `torch.device`).
+
+    The fused kernel (one launch updates every parameter; nanoGPT's `configure_optimizers`) when
+    every parameter is on a CUDA GPU; otherwise torch's default (foreach on CPU).
+    """
+    types = {torch.device(d).type for d in devices}
+    return {"fused": True} if types == {"cuda"} else {}
+
+
 def build_optimizer(model, train_args: TrainArguments):
     """AdamW decaying the 2-D matrices only; biases and norm gains stay undecayed (nanoGPT).
 
-    Embedding matrices are 2-D and are decayed, as in nanoGPT's `configure_optimizers`.
+    Embedding matrices are 2-D and are decayed, as in nanoGPT's `configure_optimizers`. Fused
+    (`optimizer_kwargs`) when the model is on a CUDA GPU: build it on its device first. The cosine
+    schedule ends at `min_lr_rate` times the peak rate (nanoGPT's min_lr; 0 by default).
     """
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": train_args.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+    kwargs = optimizer_kwargs(p.device for p in params)
+    logger.info("AdamW: %s.", "fused (CUDA)" if kwargs.get("fused") else "torch's default implementation")
     optimizer = torch.optim.AdamW(
-        groups, lr=train_args.learning_rate, betas=(train_args.adam_beta1, train_args.adam_beta2)
+        groups, lr=train_args.learning_rate, betas=(train_args.adam_beta1, train_args.adam_beta2), **kwargs
     )
     name = {"constant": "constant_with_warmup"}.get(train_args.lr_scheduler, train_args.lr_scheduler)
+    specific = None
+    if name == "cosine" and train_args.min_lr_rate > 0:
+        name, specific = "cosine_with_min_lr", {"min_lr_rate": train_args.min_lr_rate}
     scheduler = get_scheduler(
-        name, optimizer, num_warmup_steps=train_args.warmup_steps, num_training_steps=train_args.max_steps
+        name,
+        optimizer,
+        num_warmup_steps=train_args.warmup_steps,
+        num_training_steps=train_args.max_steps,
+        scheduler_specific_kwargs=specific,
     )
     return optimizer, scheduler
+
+
+def configure_tf32(enabled: bool, device: torch.device) -> bool:
+    """Let float32 matrix products (and cuDNN convolutions) run in TF32 on a CUDA device.
+
+    TF32 keeps fp32's range with a 10-bit mantissa: on Ampere and later GPUs fp32 matmuls run on
+    tensor cores, several times faster (nanoGPT sets the same flags). A process-wide setting of
+    torch; nothing changes on a CPU. Returns whether TF32 is on.
+    """
+    if not (enabled and torch.device(device).type == "cuda"):
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True  # = torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
+def compile_model(model: torch.nn.Module, train_args: TrainArguments) -> torch.nn.Module:
+    """`torch.compile(model)` with the run's backend and mode; the compiled module shares `model`'s
+    parameters (its state_dict names carry an `_orig_mod.` prefix: save `model`, never it)."""
+    kwargs = {"backend": train_args.torch_compile_backend}
+    if train_args.torch_compile_mode is not None:
+        kwargs["mode"] = train_args.torch_compile_mode
+    return torch.compile(model, **kwargs)
+
+
+def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):
+    """The model's outputs on a micro-batch, `loss` its token mean.
+
+    A batch of random windows (`RandomWindows`) carries "targets" (B, T), the next token of every
+    input position: the loss is scored against them without a shift (`lm_loss`, the model's own
+    fp32 cross-entropy). Other batches carry `labels` and the model computes its loss.
+    """
+    targets = batch.get("targets")
+    if targets is None:
+        return model(**batch, **extra_inputs)
+    outputs = model(**{k: v for k, v in batch.items() if k != "targets"}, **extra_inputs)
+    outputs.loss = lm_loss(outputs.logits, targets, shift=False)
+    return outputs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -893,6 +1117,93 @@ def _hparams(*args_objects) -> dict:
     return out
 
 
+class BestModel:
+    """The best evaluation so far by `metric_for_best_model`, its weights kept under `root`.
+
+    `root` is `output_dir/best`. Every better evaluation (strictly: a tie keeps the earlier one,
+    as nanoGPT's `<`) writes the plain model's weights and config atomically to
+    `root/checkpoint-{step}` with `save_checkpoint` (no optimizer, no RNG; its `state.json` extra is
+    the record). The record `{"step", "metric", "value", "greater_is_better", "metrics"}` rides in
+    every training checkpoint (`extra["best"]`), so a resumed run starts from the best of its own
+    past, not from a best the interrupted run wrote after the checkpoint it resumes from (that
+    future is replayed, and its evaluations decide again).
+
+    `prune` keeps the best folders still needed: the current best, and the best recorded by each
+    kept training checkpoint (any of them may be resumed). It runs after every new best, after
+    every checkpoint save (whose `keep_last` may drop a checkpoint and with it the need of an old
+    best) and at resume. So pruning checkpoints never loses the weights of a best that a run, the
+    current one or a resumed one, may still hand to `final/`. Only the main process writes.
+    """
+
+    def __init__(
+        self, root: Path, checkpoint_dir: Path, metric: str, greater_is_better: bool, is_main_process: bool
+    ) -> None:
+        self.root, self.checkpoint_dir = root, checkpoint_dir
+        self.metric, self.greater_is_better, self.is_main_process = metric, greater_is_better, is_main_process
+        self.record: dict | None = None
+
+    def improves(self, value: float | None) -> bool:
+        """Whether `value` of the metric beats the best so far (a non-finite or missing value never does)."""
+        if value is None or not math.isfinite(value):
+            return False
+        if self.record is None:
+            return True
+        best = self.record["value"]
+        return value > best if self.greater_is_better else value < best
+
+    def update(self, step: int, evaluation: dict, model: torch.nn.Module) -> bool:
+        """Record `evaluation` of the weights of `model` at `step` if it is the best so far; returns whether."""
+        value = evaluation.get(self.metric)
+        if not self.improves(value):
+            return False
+        self.record = {
+            "step": step,
+            "metric": self.metric,
+            "value": value,
+            "greater_is_better": self.greater_is_better,
+            "metrics": dict(evaluation),
+        }
+        if self.is_main_process:
+            save_checkpoint(self.root, model=model, step=step, save_rng=False, extra=self.record)
+            self.prune()
+        logger.info("New best model at step %d: %s %.4f (saved to %s).", step, self.metric, value, self.path)
+        return True
+
+    def restore(self, record: dict | None) -> None:
+        """Continue from the best recorded in the resumed checkpoint (None: none yet), then prune."""
+        if record is not None and (record["metric"], record["greater_is_better"]) != (
+            self.metric,
+            self.greater_is_better,
+        ):
+            logger.warning(
+                "The checkpoint's best model was picked by %s (greater_is_better=%s), this run picks by %s "
+                "(greater_is_better=%s): the best is chosen afresh from the resumed step on.",
+                record["metric"],
+                record["greater_is_better"],
+                self.metric,
+                self.greater_is_better,
+            )
+            record = None
+        self.record = record
+        if self.is_main_process:
+            self.prune()
+
+    def prune(self) -> None:
+        """Delete the best folders that neither the current best nor any kept checkpoint records."""
+        keep = {self.record["step"]} if self.record is not None else set()
+        for _, path in list_checkpoints(self.checkpoint_dir):
+            recorded = (checkpoint_state(path).get("extra") or {}).get("best")
+            if recorded is not None:
+                keep.add(recorded["step"])
+        for step in remove_checkpoints_except(self.root, keep):
+            logger.info("Removed the best model of step %d: no checkpoint records it any more.", step)
+
+    @property
+    def path(self) -> Path | None:
+        """The folder of the best weights (None before the first evaluation)."""
+        return None if self.record is None else self.root / checkpoint_name(self.record["step"])
+
+
 def card_metrics(evaluation: dict, step: int, tokens_seen: int, objective: str) -> dict[str, object]:
     """The evaluation table of the model card."""
     if objective in SEQ2SEQ_OBJECTIVES:
@@ -917,10 +1228,28 @@ def card_metrics(evaluation: dict, step: int, tokens_seen: int, objective: str) 
     return {**rows, "training steps": step, "training tokens seen": tokens_seen}
 
 
+def best_card_rows(best: BestModel | None, step: int, last: dict) -> dict[str, object]:
+    """The card's rows on which weights final/ holds: the best evaluation's (and the last one's
+    metric beside it), or none when the last weights are kept."""
+    if best is None or best.record is None:
+        return {}
+    return {
+        "weights kept": f"the best evaluation by {best.metric}, at step {best.record['step']} of {step}",
+        f"last evaluation (step {step}): {best.metric}": last.get(best.metric),
+    }
+
+
 def card_hyperparameters(
-    data_args: DataArguments, train_args: TrainArguments, world_size: int, global_batch: int
+    data_args: DataArguments,
+    train_args: TrainArguments,
+    world_size: int,
+    global_batch: int,
+    runtime: dict[str, bool] | None = None,
 ) -> dict[str, object]:
-    """The training settings a reader needs to reproduce the run, for the model card's table."""
+    """The training settings a reader needs to reproduce the run, for the model card's table.
+
+    `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
+    """
     return {
         "training steps (optimizer updates)": train_args.max_steps,
         "per-device batch size (blocks)": train_args.per_device_batch_size,
@@ -931,12 +1260,24 @@ def card_hyperparameters(
         "tokens per update": global_batch * data_args.block_size,
         "optimizer": f"AdamW (betas {train_args.adam_beta1}, {train_args.adam_beta2})",
         "peak learning rate": train_args.learning_rate,
-        "learning-rate schedule": train_args.lr_scheduler,
+        "learning-rate schedule": train_args.lr_scheduler
+        + (f" to {train_args.min_lr_rate:g} x peak" if train_args.min_lr_rate else ""),
         "warmup steps": train_args.warmup_steps,
         "weight decay (matrices only)": train_args.weight_decay,
         "gradient clipping (max norm)": train_args.max_grad_norm or "off",
         "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
         "seed": train_args.seed,
+        "data sampling": (
+            f"random windows of {data_args.block_size} + 1 tokens (nanoGPT's get_batch)"
+            if train_args.sampling == "random_windows"
+            else "packed blocks, shuffled each epoch"
+        ),
+        "torch.compile": (
+            f"{train_args.torch_compile_backend}, mode {train_args.torch_compile_mode or 'default'}"
+            if train_args.torch_compile
+            else "off"
+        ),
+        **{name: "on" if value else "off" for name, value in (runtime or {}).items()},
         "objective": (
             f"masked LM ({train_args.mlm_probability:.0%} of tokens, {train_args.masking} masking, 80/10/10 rule, "
             "a fresh mask per batch)"
@@ -993,6 +1334,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     logger.info("Process %d of %d on %s (%s).", rank, world, accelerator.device, accelerator.distributed_type)
     set_seed(train_args.seed)  # the same split, tokenizer and initial weights on every process
     start_time = time.perf_counter()
+    tf32 = configure_tf32(train_args.tf32, accelerator.device)
+    logger.info("TF32 matmuls: %s.", "on" if tf32 else f"off ({accelerator.device.type})")
 
     tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
     model = build_model(model_args, data_args, tokenizer, train_args.objective)
@@ -1007,6 +1350,9 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         model = fit_ngram(model, train_blocks, streaming).to(accelerator.device)
         optimizer = scheduler = None
     else:
+        # on its device before the optimizer is built, which picks its implementation for it (fused
+        # on a GPU); `prepare` would move it there anyway
+        model = model.to(accelerator.device)
         optimizer, scheduler = build_optimizer(model, train_args)
     # the characters and words the causal loss scores (bits per character/word); other objectives
     # report their own metrics, so their eval blocks are not decoded
@@ -1032,6 +1378,17 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
     if train_args.resume == "true" and checkpoint is None:
         raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
+    best = (
+        BestModel(
+            output_dir / "best",
+            checkpoint_dir,
+            train_args.metric_for_best_model,
+            train_args.greater_is_better,
+            accelerator.is_main_process,
+        )
+        if train_args.load_best_model_at_end and not ngram
+        else None
+    )
     if checkpoint is not None:
         state = load_checkpoint(
             checkpoint,
@@ -1055,6 +1412,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             ("global_batch_size", data_state["global_batch_size"], global_batch),
             ("seed", data_state["seed"], train_args.seed),
             ("streaming", data_state.get("streaming", False), streaming),
+            ("sampling", data_state.get("sampling", "blocks"), train_args.sampling),
             (
                 "shuffle_buffer_size",
                 data_state.get("shuffle_buffer_size"),
@@ -1064,10 +1422,14 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             if saved != now:
                 raise ValueError(
                     f"Cannot resume {checkpoint} exactly: it was trained with {key}={saved}, this run has {now}. "
-                    "Keep per_device_batch_size * processes * gradient_accumulation_steps, seed, streaming and "
-                    "shuffle_buffer_size, or start a new run (a fresh output_dir, or resume=false)."
+                    "Keep per_device_batch_size * processes * gradient_accumulation_steps, seed, streaming, "
+                    "sampling and shuffle_buffer_size, or start a new run (a fresh output_dir, or resume=false)."
                 )
         logger.info("Resumed from %s: step %d, epoch %d, update %d.", checkpoint, start_step, epoch, update)
+    if best is not None:
+        # the best of the resumed run's own past (none for a fresh run); drops best folders the
+        # interrupted run wrote after its checkpoint
+        best.restore((state["extra"] or {}).get("best") if checkpoint is not None else None)
 
     if streaming:
         stream = StreamingGlobalBatches(
@@ -1079,6 +1441,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         )
         stream.set_position(epoch, update)
         data, updates_per_epoch = iter(stream), None  # an epoch's length is known only once read
+    elif train_args.sampling == "random_windows":
+        tokens = train_blocks["input_ids"].reshape(-1)  # (N,) the packed training stream
+        windows = RandomWindows(
+            tokens,
+            data_args.block_size,
+            train_args.per_device_batch_size,
+            world,
+            rank,
+            train_args.gradient_accumulation_steps,
+            train_args.seed,
+            eos_token_id=tokenizer.eos_token_id if data_args.document_mask else None,
+        )
+        windows.set_position(start_step)
+        # no epochs: the "epoch" column counts passes of as many window tokens as the stream holds
+        data, updates_per_epoch = iter(windows), max(1, len(tokens) // (global_batch * data_args.block_size))
     else:
         sampler = GlobalBatchSampler(
             len(train_blocks["input_ids"]),
@@ -1102,6 +1479,19 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     # prepared scheduler would step `num_processes` times per update
     if not ngram:
         model, optimizer = accelerator.prepare(model, optimizer)
+    # the plain module (no DDP, no compile wrapper) for evaluation, checkpoints and final/; the
+    # compiled module only runs the training forward. (`accelerator.unwrap_model` of a compiled
+    # DDP model would re-point the compiled module at the plain one, dropping DDP's gradient sync.)
+    raw_model = accelerator.unwrap_model(model)
+    compiled = train_args.torch_compile and not ngram
+    if compiled:
+        logger.info(
+            "torch.compile: backend %s, mode %s (the first steps compile).",
+            train_args.torch_compile_backend,
+            train_args.torch_compile_mode or "default",
+        )
+    forward_model = compile_model(model, train_args) if compiled else model
+    eval_model = compile_model(raw_model, train_args) if compiled else raw_model
     if trackers:
         accelerator.init_trackers("tensorboard", config=_hparams(data_args, model_args, train_args))
     csv_log = CsvLog(
@@ -1155,7 +1545,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 train_args.pseudo_perplexity_blocks,
             )
         loss, perplexity = evaluate(
-            accelerator.unwrap_model(model),
+            eval_model,  # compiled with --torch_compile: (b, T) batches, a smaller last one
             eval_blocks,
             accelerator,
             train_args.per_device_batch_size,
@@ -1196,13 +1586,13 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     batch = mlm_inputs(batch, collator, mask_seed(train_args.seed, step, micro, rank))
                 elif seq2seq:
                     batch = seq2seq_inputs(batch, collator, mask_seed(train_args.seed, step, micro, rank))
-                else:
+                elif "targets" not in batch:  # random windows carry their own targets
                     batch = {**batch, "labels": batch["input_ids"]}
                 batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
                 if tbptt:  # continue each lane from the state its previous block left
                     extra_inputs.update(past_key_values=carried[micro], use_cache=True)
                 with accelerator.accumulate(model):
-                    outputs = model(**batch, **extra_inputs)
+                    outputs = forward_loss(forward_model, batch, extra_inputs)
                     loss = outputs.loss  # token mean of this micro-batch
                     accelerator.backward(loss)  # divided by gradient_accumulation_steps
                 if tbptt:
@@ -1270,6 +1660,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 )
             if step % train_args.eval_every == 0 or step == train_args.max_steps:
                 evaluation, evaluated_at = run_evaluation(), step
+                if best is not None:
+                    best.update(step, evaluation, raw_model)
                 row.update(evaluation)
                 logger.info(
                     "step %d  %s",
@@ -1313,12 +1705,16 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                             "seed": train_args.seed,
                             "streaming": streaming,
                             "shuffle_buffer_size": data_args.shuffle_buffer_size if streaming else None,
+                            "sampling": train_args.sampling,
                         },
-                        extra={"loss": last_loss, "world_size": world},
+                        extra={"loss": last_loss, "world_size": world}
+                        | ({"best": best.record} if best is not None else {}),
                         keep_last=train_args.keep_last,
                         rng_states=rng_states,
                         tensors=carried_tensors,
                     )
+                    if best is not None:
+                        best.prune()  # keep_last may have dropped the last need of an old best
                 accelerator.wait_for_everyone()
 
     stopped_by_budget = evaluated_at != step and step > start_step
@@ -1326,6 +1722,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         # a fitted n-gram model, a resumed run that had already finished, or a run stopped by
         # its time budget after its last evaluation
         evaluation = run_evaluation()
+        if best is not None:
+            best.update(step, evaluation, raw_model)
         if (ngram or stopped_by_budget) and accelerator.is_main_process:
             csv_log.write(
                 {"step": step, "epoch": 1 if ngram else None, **evaluation}
@@ -1340,11 +1738,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         "tokens_seen": step * tokens_per_update,
         "seconds": round(time.perf_counter() - start_time, 2),
     }
-    eval_loss, eval_ppl = evaluation["eval_loss"], evaluation["eval_perplexity"]
+    # final/ holds the last weights, or with load_best_model_at_end those of the best evaluation
+    final_eval, final_step = evaluation, step
+    if best is not None and best.record is not None:
+        final_eval, final_step = best.record["metrics"], best.record["step"]
+        metrics.update(final_eval)  # the top-level metrics describe final/
+        metrics["best"] = {"step": final_step, "metric": best.metric, **final_eval}
+        metrics["last"] = {"step": step, **evaluation}
+    eval_loss, eval_ppl = final_eval["eval_loss"], final_eval["eval_perplexity"]
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         final = output_dir / "final"
         unwrapped = accelerator.unwrap_model(model)
+        if final_step != step:
+            load_model(unwrapped, str(best.path / MODEL_FILE), device=str(accelerator.device))
+            logger.info("final/ holds the best model, of step %d (%s).", final_step, best.path)
         unwrapped.save_pretrained(final)
         tokenizer.save_pretrained(final)
         curves = csv_log.curves()
@@ -1358,21 +1766,32 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             final,
             dataset=description,
             tokenizer=tokenizer,
-            metrics=card_metrics(evaluation, step, metrics["tokens_seen"], train_args.objective),
-            hyperparameters=card_hyperparameters(data_args, train_args, world, global_batch),
+            metrics=card_metrics(final_eval, final_step, final_step * tokens_per_update, train_args.objective)
+            | best_card_rows(best, step, evaluation),
+            hyperparameters=card_hyperparameters(
+                data_args,
+                train_args,
+                world,
+                global_batch,
+                runtime={
+                    "fused AdamW": bool(optimizer_kwargs(p.device for p in raw_model.parameters()))
+                    and not ngram,
+                    "TF32 matmuls": tf32,
+                },
+            ),
             training_time_s=metrics["seconds"],
             eval_results=(
                 {
                     "loss": eval_loss,
-                    "accuracy": evaluation["eval_mlm_accuracy"],
+                    "accuracy": final_eval["eval_mlm_accuracy"],
                     **(
-                        {"pseudo-perplexity": evaluation["eval_pseudo_perplexity"]}
-                        if evaluation["eval_pseudo_perplexity"] is not None
+                        {"pseudo-perplexity": final_eval["eval_pseudo_perplexity"]}
+                        if final_eval["eval_pseudo_perplexity"] is not None
                         else {}
                     ),
                 }
                 if mlm
-                else {"loss": eval_loss, "accuracy": evaluation["eval_token_accuracy"]}
+                else {"loss": eval_loss, "accuracy": final_eval["eval_token_accuracy"]}
                 if seq2seq
                 else {"perplexity": eval_ppl, "loss": eval_loss}
             ),
