@@ -221,12 +221,20 @@ def simulated_device():
     """
     import safetensors.torch as st
 
-    # safetensors takes meta tensors for storage-less placeholders and would not see that tied
-    # weights share memory: show it the CPU data, as it sees a GPU tensor's storage
-    find_shared, is_complete = st._find_shared_tensors, st._is_complete
+    # safetensors takes meta tensors for storage-less placeholders: it would not see that tied
+    # weights share memory, nor load onto them; show it the CPU data, as it sees a GPU's
+    find_shared, is_complete, load_file = st._find_shared_tensors, st._is_complete, st.load_file
+
+    def load_to_device(filename, device="cpu", **kwargs):
+        # safetensors reads onto real devices only: read on the CPU, then move as a GPU load would
+        if not _is_device_request(device):
+            return load_file(filename, device=device, **kwargs)
+        return {k: v.to(DEVICE) for k, v in load_file(filename, device="cpu", **kwargs).items()}
+
     with (
         mock.patch.object(st, "_find_shared_tensors", lambda sd: find_shared(to_cpu(sd))),
         mock.patch.object(st, "_is_complete", lambda t: is_complete(to_cpu(t))),
+        mock.patch.object(st, "load_file", load_to_device),
         _Functions(),
         _Dispatch() as dispatch,
     ):

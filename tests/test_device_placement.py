@@ -20,6 +20,7 @@ import training.train as train_module
 from hf_lm import HfLmGPTForCausalLM
 from hf_lm.testing import FAMILY_CASES
 from training.gpu_check import (
+    COMPILED,
     FINETUNE_CASES,
     LOOP_CASES,
     NOT_RESUMED,
@@ -86,7 +87,7 @@ def test_model_to_device_keeps_parameter_identity_and_logits():
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", sorted(LOOP_CASES))
+@pytest.mark.parametrize("case", sorted(set(LOOP_CASES) - set(COMPILED)))
 def test_training_loop_runs_with_the_model_on_the_accelerator(case, tmp_path):
     """Every architecture, objective and data path of `training.train`, trained, evaluated,
     checkpointed and resumed with the model on the simulated accelerator."""

@@ -89,7 +89,11 @@ LOOP_CASES: dict[str, tuple[str, ...]] = {
     "document_mask": ("--document_mask",),
     "accumulation": ("--gradient_accumulation_steps", "2"),
     "budget": ("--max_train_seconds", "0.5", "--max_steps", "1000"),
+    "random_windows_best": ("--sampling", "random_windows", "--load_best_model_at_end"),
+    "torch_compile": ("--torch_compile",),
 }
+# torch.compile traces real devices only: the simulated accelerator of the tests cannot run it
+COMPILED = ("torch_compile",)
 # runs that cannot be resumed two steps further: an n-gram model is fitted once, a budget has no end step
 NOT_RESUMED = ("ngram", "budget")
 
