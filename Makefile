@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast lint bench suite clean
+.PHONY: venv demo test test-fast lint bench suite bench-gpu clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(STAMP)
 # every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
 suite: $(STAMP)
 	$(VPY) benchmarks/suite.py --threads 1
+
+# on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
+# BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops
+bench-gpu: $(STAMP)
+	$(VPY) benchmarks/bench_gpu.py --output_dir out/bench_gpu
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache
