@@ -70,7 +70,9 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
     result = json.loads((tmp_path / "bench_gpu.json").read_text())
     rows = {row["id"]: row for row in result["rows"]}
     assert list(rows) == EXPECTED_ROWS  # a missing (or extra) row fails here
-    assert result["smoke"] is True and result["accelerator"] == {"device": "cpu"}
+    assert (
+        result["smoke"] is True and result["finished"] is True and result["accelerator"] == {"device": "cpu"}
+    )
     assert (
         result["compile_backend"] == "eager" and "say nothing about compiled speed" in result["compile_note"]
     )
