@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: venv demo test test-fast lint bench suite gpu-check clean
+.PHONY: venv demo test test-fast lint bench suite gpu-check bench-gpu clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,11 @@ suite: $(STAMP)
 # every part of hf_lm on the CUDA device present, as a pass/fail table (says so and exits 0 without one)
 gpu-check: $(STAMP)
 	$(VPY) -m training.gpu_check
+
+# on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
+# BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops
+bench-gpu: $(STAMP)
+	$(VPY) benchmarks/bench_gpu.py --output_dir out/bench_gpu
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

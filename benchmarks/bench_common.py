@@ -2,6 +2,9 @@
 
 - The machine and the software a result was measured on: `available_cores`, `cpu_model`,
   `load_average`, `versions`, `git_revision`.
+- The device a benchmark runs on: `resolve_device` (auto/cuda/cpu), `device_synchronizer` (wait for
+  queued GPU work before reading a clock), `accelerator_info` (GPU name, memory, CUDA version), and
+  `alternating_rounds`, the A/B timing loop with that wait (`bench_gpu.py`).
 - Peak memory of a workload, measured in a fresh process: `rss_bytes`, `reset_peak_rss`,
   `peak_rss_bytes`, `trim_heap`, `measure_peak_rss`, and `run_json_worker` to start such a process.
 - Command lines: `comma_list`, `parse_entries`, `resolve`, `add_preset_options`, `command_line`.
@@ -32,6 +35,7 @@ import platform
 import resource
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -106,6 +110,103 @@ def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str |
     except (OSError, subprocess.CalledProcessError):
         return missing
     return head + (dirty_mark if dirty else "")
+
+
+# --------------------------------------------------------------------------------------------
+# The device: GPU or CPU
+# --------------------------------------------------------------------------------------------
+
+DEVICE_CHOICES = ("auto", "cuda", "cpu")
+
+
+def resolve_device(name: str) -> str:
+    """ "auto" -> "cuda" when a CUDA GPU is visible, else "cpu"; "cuda" and "cpu" are returned as given.
+
+    Raises:
+        ValueError: for another name, or "cuda" where torch sees no CUDA GPU.
+    """
+    import torch
+
+    if name not in DEVICE_CHOICES:
+        raise ValueError(f"`device` must be one of {DEVICE_CHOICES}, got {name!r}.")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "`device` is 'cuda' but torch sees no CUDA GPU (torch.cuda.is_available() is False)."
+        )
+    return name
+
+
+def device_synchronizer(device) -> Callable[[], None]:
+    """A no-argument function that waits until the work queued on `device` is done.
+
+    GPU kernels run asynchronously: a clock read right after a call measures the launches, not the
+    work. Timers call this before each clock read. On a CPU it does nothing.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def accelerator_info(device) -> dict:
+    """What a GPU result was measured on: the GPU's name, compute capability, memory and count, the
+    CUDA and cuDNN versions torch was built with; `{"device": "cpu"}` on a CPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {"device": device.type}
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return {
+        "device": f"cuda:{index}",
+        "gpu_name": props.name,
+        "gpu_count": torch.cuda.device_count(),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "gpu_memory_bytes": props.total_memory,
+        "multiprocessors": props.multi_processor_count,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+    }
+
+
+def alternating_rounds(
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int,
+    reps: int,
+    warmup: int,
+    synchronize: Callable[[], None] = lambda: None,
+) -> dict[str, list[float]]:
+    """Wall seconds per call of each function, one sample per round, the order reversed every round.
+
+    `warmup` calls of each function first (untimed). A sample is `reps` back-to-back calls between
+    two clock reads, each read preceded by `synchronize()` (`device_synchronizer`): queued GPU work is
+    waited for once per sample, not after every call, so the GPU is kept busy as in training.
+
+    Returns:
+        `{name: [seconds per call, one per round]}`.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    synchronize()
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            gc.collect()
+            synchronize()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fns[name]()
+            synchronize()
+            samples[name].append((time.perf_counter() - t0) / reps)
+    return samples
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,11 +6,14 @@ achieves, counting only the model's matrix multiplications, divided by the hardw
 has no datasheet number that a PyTorch matmul reaches (turbo, AVX frequency offsets, the BLAS and
 the thread count all move it), so the peak here is measured:
 
-- `measure_peak_flops`: the best FLOP/s of square fp32 `torch.mm` (2 n^3 FLOPs each) over a few
-  sizes (default 1024, 2048, 4096), with the benchmarks' thread count. Each size is warmed up, then
-  the number of back-to-back multiplications per sample is calibrated so that a sample lasts at
-  least `--min-time` seconds; the best of `--repeats` samples counts (the best, not the median: the
-  peak is what the machine *can* do, and a shared machine only ever makes a sample slower).
+- `measure_peak_flops`: the best FLOP/s of square `torch.mm` (2 n^3 FLOPs each) over a few sizes
+  (default 1024, 2048, 4096), on a device (`--device`: the CPU with the benchmarks' thread count,
+  or a GPU) in a dtype (`--dtype`: fp32 on a CPU; bf16 for a GPU's tensor cores, the peak that a
+  bf16-autocast training step's MFU is measured against). Each size is warmed up, then the number
+  of back-to-back multiplications per sample is calibrated so that a sample lasts at least
+  `--min-time` seconds; the best of `--repeats` samples counts (the best, not the median: the peak
+  is what the machine *can* do, and a shared machine only ever makes a sample slower). On a GPU the
+  clock is read only after the queued multiplications are done (`torch.cuda.synchronize`).
 - `count_train_step_flops`: the FLOPs of one forward (with `labels`) + backward, counted by
   `torch.utils.flop_counter.FlopCounterMode` (matmuls, convolutions and attention; elementwise
   work such as norms, activations, softmax and the optimizer is not counted, as in MFU's definition).
@@ -27,6 +30,7 @@ the thread count all move it), so the peak here is measured:
 Usage:
     python benchmarks/peak_flops.py                       # all cores, sizes 1024,2048,4096
     python benchmarks/peak_flops.py --threads 1 --sizes 1024,2048 --output out/peak.json
+    python benchmarks/peak_flops.py --device cuda --dtype bfloat16 --sizes 4096,8192   # a GPU's bf16 peak
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 if str(BENCH_DIR) not in sys.path:  # bench_common, however this file is loaded
     sys.path.insert(0, str(BENCH_DIR))
 
-from bench_common import available_cores, comma_list  # noqa: E402
+from bench_common import available_cores, comma_list, device_synchronizer  # noqa: E402
 
 logger = logging.getLogger("peak_flops")
 
@@ -138,10 +142,17 @@ def analytic_decoder_train_flops(
     return 6 * matmul_params * batch * seq + attention * num_layers * hidden_size * batch * seq * seq
 
 
-def _time_mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, iters: int) -> float:
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _time_mm(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, iters: int, synchronize=lambda: None
+) -> float:
+    synchronize()
     t0 = time.perf_counter()
     for _ in range(iters):
         torch.mm(a, b, out=out)
+    synchronize()  # a GPU queues the multiplications: wait for them before reading the clock
     return time.perf_counter() - t0
 
 
@@ -152,27 +163,38 @@ def measure_peak_flops(
     threads: int | None = None,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
+    device: str | torch.device = "cpu",
 ) -> dict:
-    """Best FLOP/s of square `torch.mm` over `sizes` (see the module docstring).
+    """Best FLOP/s of square `torch.mm` over `sizes` on `device` in `dtype` (see the module docstring).
+
+    Args:
+        threads: torch's CPU thread count for the measurement (None: leave it as it is).
+        dtype: the dtype of both operands and the output (bf16 for a GPU's tensor-core peak).
+        device: where the matrices live ("cpu", "cuda", "cuda:1", ...).
 
     Returns:
         `{"peak_flops": float, "best_size": int, "by_size": {n: {"flops": best FLOP/s, "iters":
-        multiplications per sample, "samples_s": [...]}}, "threads", "dtype", ...}`.
+        multiplications per sample, "samples_s": [...]}}, "threads", "dtype", "device", ...}`.
+
+    Raises:
+        ValueError: for an empty `sizes`, a size below 1 or `repeats` below 1.
     """
     if threads is not None:
         torch.set_num_threads(threads)
     if not sizes or min(sizes) < 1 or repeats < 1:
         raise ValueError("sizes must be positive and repeats >= 1")
-    g = torch.Generator().manual_seed(seed)
+    device = torch.device(device)
+    synchronize = device_synchronizer(device)
+    g = torch.Generator().manual_seed(seed)  # on the CPU: the same operands on every device
     by_size = {}
     for n in sizes:
-        a = torch.randn(n, n, generator=g, dtype=dtype)
-        b = torch.randn(n, n, generator=g, dtype=dtype)
-        out = torch.empty(n, n, dtype=dtype)
-        once = _time_mm(a, b, out, 1)  # warm-up (and a first estimate of one multiplication)
-        once = min(once, _time_mm(a, b, out, 1))
+        a = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        b = torch.randn(n, n, generator=g).to(device=device, dtype=dtype)
+        out = torch.empty(n, n, dtype=dtype, device=device)
+        once = _time_mm(a, b, out, 1, synchronize)  # warm-up (and a first estimate of one multiplication)
+        once = min(once, _time_mm(a, b, out, 1, synchronize))
         iters = max(1, int(min_time / max(once, 1e-9)))
-        samples = [_time_mm(a, b, out, iters) / iters for _ in range(repeats)]
+        samples = [_time_mm(a, b, out, iters, synchronize) / iters for _ in range(repeats)]
         flop = 2 * n**3
         by_size[n] = {"flops": flop / min(samples), "iters": iters, "samples_s": samples}
         logger.info("n=%d: %.1f GFLOP/s (best of %d x %d mm)", n, by_size[n]["flops"] / 1e9, repeats, iters)
@@ -183,10 +205,12 @@ def measure_peak_flops(
         "by_size": by_size,
         "threads": torch.get_num_threads(),
         "dtype": str(dtype).replace("torch.", ""),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "repeats": repeats,
         "min_time_s": min_time,
-        "method": "square torch.mm(out=...), 2 n^3 FLOPs; calibrated iterations per sample; best sample per "
-        "size, best size",
+        "method": "square torch.mm(out=...), 2 n^3 FLOPs; calibrated iterations per sample (device "
+        "synchronized before each clock read); best sample per size, best size",
     }
 
 
@@ -196,11 +220,15 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed samples per size (the best counts)")
     p.add_argument("--min-time", type=float, default=0.25, help="seconds per sample, at least")
     p.add_argument("--threads", type=int, default=available_cores())
+    p.add_argument("--device", type=str, default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="operand dtype")
     p.add_argument("--output", type=str, default=None, help="also write the JSON here")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     sizes = tuple(int(s) for s in comma_list(args.sizes))
-    result = measure_peak_flops(sizes, args.repeats, args.min_time, args.threads)
+    result = measure_peak_flops(
+        sizes, args.repeats, args.min_time, args.threads, DTYPES[args.dtype], device=args.device
+    )
     text = json.dumps(result, indent=2)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

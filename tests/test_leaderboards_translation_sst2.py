@@ -41,7 +41,11 @@ def test_flags_override_the_preset():
     settings = translation.resolve(args, translation.PRESETS["smoke"])
     assert settings["budget_seconds"] == 7.0 and settings["num_beams"] == 3
     assert settings["hidden_size"] == translation.PRESETS["smoke"]["hidden_size"]
-    assert translation.PRESETS["full"].keys() == translation.PRESETS["smoke"].keys()
+    assert (
+        translation.PRESETS["full"].keys()
+        == translation.PRESETS["smoke"].keys()
+        == translation.PRESETS["gpu"].keys()
+    )
     assert sst2.PRESETS["full"].keys() == sst2.PRESETS["smoke"].keys() == sst2.HELP.keys()
     for parser in (translation.build_parser(), sst2.build_parser()):
         assert "--budget_seconds" in parser.format_help()  # renders: no unescaped % in a help string
@@ -74,6 +78,27 @@ def test_translation_entry_arguments_parse(tmp_path):
         "bahdanau",
         "luong_general",
     }
+    assert not training_args.use_cpu and not training_args.bf16  # auto: Trainer's own device choice
+
+
+def test_translation_device_and_gpu_preset(tmp_path, monkeypatch):
+    """`--device cpu` reaches Trainer as `use_cpu`; the gpu preset's batch and mixed precision reach
+    the run; asking for CUDA without a GPU is refused."""
+    from training.finetune_translation import parse_args
+
+    args = translation.build_parser().parse_args(
+        ["--device", "cpu", "--preset", "gpu", "--mixed_precision", "bf16"]
+    )
+    settings = translation.resolve(args, translation.PRESETS[args.preset])
+    argv = translation.entry_argv("transformer", settings, args, tmp_path / "tok", tmp_path / "run")
+    _, _, training_args = parse_args(argv)
+    assert training_args.use_cpu and training_args.bf16 and training_args.per_device_train_batch_size == 128
+    assert training_args.max_train_seconds == 600
+    monkeypatch.setattr(translation.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit):
+        translation.main(["--device", "cuda", "--data_dir", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        translation.main(["--smoke", "--preset", "gpu", "--data_dir", str(tmp_path)])
 
 
 def test_sst2_entry_arguments_parse(tmp_path):
@@ -188,6 +213,42 @@ def test_translation_failed_entry_is_reported_and_the_rest_kept(tmp_path, monkey
     )
     assert "failed: RuntimeError('boom')" in rows[1] and len(rows) == 3 + len(translation.REFERENCES)
     assert (out / "bleu.png").read_bytes()[:8] == PNG_MAGIC
+    device = translation.resolve_device("auto")  # the default: the GPU when there is one
+    assert saved["device"] == device and saved["preset"] == ("gpu" if device == "cuda" else "full")
+
+
+def test_translation_rows_show_the_published_figure_and_the_target(tmp_path, monkeypatch):
+    """Each measured row carries the published BLEU it is held against (LSTM 13.76, Bahdanau 28.30,
+    Transformer 36.52) and the Transformer the issue's target of 37, met or not, greedy / beam."""
+    bleu = {"rnn": (10.0, 11.0), "rnn_bahdanau": (20.0, 21.0), "transformer": (36.9, 37.5)}
+
+    def run_entry(name, argv):
+        entry = translation.ENTRIES[name]
+        greedy, beam = bleu[name]
+        return _fake_row(
+            name, label=entry.label, family=entry.family, attention=entry.attention, test_bleu_greedy=greedy,
+            test_bleu_beam=beam, test_bleu_greedy_lowercase=greedy, test_samples=10,
+        )  # fmt: skip
+
+    monkeypatch.setattr(translation, "shared_tokenizer", lambda *a: (_FakeTokenizer(), False))
+    monkeypatch.setattr(translation, "run_entry", run_entry)
+    result = translation.main(
+        [
+            "--data_dir",
+            str(tmp_path),
+            "--output_dir",
+            str(tmp_path),
+            "--entries",
+            "rnn,rnn_bahdanau,transformer",
+        ]
+    )
+    assert [row["published_bleu"] for row in result["entries"]] == [13.76, 28.30, 36.52]
+    assert (
+        result["entries"][2]["target_met_greedy"] is False and result["entries"][2]["target_met_beam"] is True
+    )
+    rows = _table_rows((tmp_path / "results.md").read_text())
+    assert rows[0].endswith("| 13.76 | — |") and rows[1].endswith("| 28.30 | — |")
+    assert rows[2].endswith("| 36.52 | ≥ 37: no / yes |")
 
 
 def test_sst2_tables_without_training(tmp_path, monkeypatch):
@@ -256,6 +317,7 @@ def test_translation_smoke_run(tmp_path):
 
     saved = json.loads((output_dir / "results.json").read_text())
     assert saved["smoke"] is True and saved["seed"] == 0 and saved["budget_seconds"] == 2.0
+    assert saved["preset"] == "smoke" and saved["device"] in ("cpu", "cuda")
     assert saved["hardware"]["cores_available"] >= 1 and saved["hardware"]["torch"]
     assert saved["cell_type"] == "gru" and saved["tokenizer"]["reused"] is False
     assert [row["name"] for row in saved["entries"]] == list(translation.ENTRIES)
