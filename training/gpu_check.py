@@ -129,28 +129,18 @@ def check_loop_metrics(metrics: dict, case: str, resumed: bool) -> str:
     return f"step {metrics['step']}, eval_loss {metrics['eval_loss']:.4f}"
 
 
-def fresh_accelerate_state() -> None:
-    """Forget accelerate's process-wide state, so the next `Accelerator` may use another precision."""
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()
-
-
 def run_loop_case(case: str, workdir: Path, precision: str) -> str:
     """Train one loop case, then resume it two steps further; fp16 must checkpoint its loss scale."""
     from training import train
 
     output_dir = workdir / f"loop_{case}_{precision}"
     shutil.rmtree(output_dir, ignore_errors=True)
-    fresh_accelerate_state()
     details = [check_loop_metrics(train.main(loop_argv(case, output_dir, precision)), case, resumed=False)]
     if case not in NOT_RESUMED:
         if precision == "fp16":
             scalers = list((output_dir / "checkpoints").glob("*/scaler.pt"))
             if not scalers:
                 raise AssertionError("fp16 run saved no scaler.pt: the loss scale would be lost on resume")
-        fresh_accelerate_state()
         resumed = train.main(loop_argv(case, output_dir, precision, resume=True))
         details.append("resumed: " + check_loop_metrics(resumed, case, resumed=True))
     return "; ".join(details)
@@ -483,7 +473,6 @@ def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tu
     if not (data / "train.tsv").is_file():
         write_toy_data(data)
     script = finetune_classification if case == "classification" else finetune_translation
-    fresh_accelerate_state()
     argv = finetune_argv(case, data, workdir / f"finetune_{case}_{precision}", precision) + list(extra)
     metrics = script.finetune(*script.parse_args(argv))
     if metrics["train_steps"] != 3:
@@ -500,7 +489,6 @@ def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
 
     model = workdir / "loop_gpt_no" / "final"
     if not (model / "config.json").is_file():
-        fresh_accelerate_state()
         train.main(loop_argv("gpt", model.parent))
     text = workdir / "eval.txt"
     text.write_text(" ".join(PIPELINE_CORPUS))
@@ -532,7 +520,6 @@ def run_demo(workdir: Path, precision: str) -> str:
         "--max_documents", "200", "--vocab_size", "300", "--eval_every", "10", "--eval_words", "500",
         "--num_samples", "1", "--mixed_precision", precision,
     ]  # fmt: skip
-    fresh_accelerate_state()
     result = demo.run_demo(argv)
     bits = result["metrics"]["bits_per_word"]
     if not math.isfinite(bits) or not result["samples"][0]:

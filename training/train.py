@@ -93,6 +93,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import gather_object, set_seed
 from datasets import Dataset, DatasetDict, IterableDataset
 from safetensors.torch import load_model
@@ -829,6 +830,17 @@ def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args:
         )
 
 
+def forget_previous_run_settings() -> None:
+    """Let this run choose its own precision and accumulation in a process that already trained.
+
+    accelerate keeps them process-wide: a second `train()` with another `mixed_precision` (a
+    notebook, the GPU sweep, the tests) would fail with "AcceleratorState has already been
+    initialized". The distributed state (`PartialState`: process group, rank, device) is kept.
+    """
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+
+
 def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> bool:
     """Whether `budget_s` seconds have passed since `start`, as the main process sees it (every
     process stops at the same step)."""
@@ -1320,6 +1332,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = output_dir / "checkpoints"
     trackers = _trackers(train_args)
+    forget_previous_run_settings()
     accelerator = Accelerator(
         # without `cpu=True` accelerate ignores torchrun's WORLD_SIZE on a machine with no GPU and
         # every process trains alone; with it, they join one gloo process group (MULTI_CPU)
