@@ -121,6 +121,14 @@ def test_parse_args_files_match_flags(tmp_path):
     (tmp_path / "a.yaml").write_text(yaml)
     assert parse_args([str(tmp_path / "a.json")]) == from_flags
     assert parse_args([str(tmp_path / "a.yaml")]) == from_flags
+    # a file then flags: the flags override the file's values, the rest stays the file's
+    for name in ("a.json", "a.yaml"):
+        data, model, args = parse_args([str(tmp_path / name), "--learning_rate", "0.5", "--report_to", "none"])
+        assert args.learning_rate == 0.5 and args.report_to == ["none"]
+        assert model.overrides() == {"norm_type": "rmsnorm"} and data.streaming is True
+        assert (data, model) == from_flags[:2] and args.resume == "auto"
+    with pytest.raises(ValueError, match="first argument"):
+        parse_args(["run.txt", "--learning_rate", "0.5"])
     data, model, args = from_flags
     assert (
         isinstance(data, DataArguments)

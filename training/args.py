@@ -16,6 +16,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+import yaml
 from transformers import HfArgumentParser
 
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
@@ -552,27 +553,47 @@ class TrainArguments:
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
 
 
+def _file_as_flags(path: str) -> list[str]:
+    """A .json/.yaml argument file as the command-line flags that say the same (None values left out)."""
+    with open(path, encoding="utf-8") as f:
+        values = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+    if not isinstance(values, dict):
+        raise ValueError(f"{path} must hold a mapping of argument names to values.")
+    flags = []
+    for key, value in values.items():
+        if value is None or value == []:
+            continue
+        if isinstance(value, dict):  # config_overrides: its JSON string form
+            value = json.dumps(value)
+        items = value if isinstance(value, list) else [value]
+        flags += [f"--{key}", *(str(v).lower() if isinstance(v, bool) else str(v) for v in items)]
+    return flags
+
+
 def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
-    """Parse `classes` (dataclasses) from command-line flags, or from a single `.json`/`.yaml`/`.yml`
-    file holding the same keys. Shared by every CLI of the project.
+    """Parse `classes` (dataclasses) from command-line flags, or from a `.json`/`.yaml`/`.yml` file
+    holding the same keys, optionally followed by flags that override the file's values
+    (`run.yaml --learning_rate 3e-4 --output_dir out/other`). Shared by every CLI of the project.
 
     Args:
         classes: the argument dataclasses, in order.
         argv: the arguments (without the program name); `sys.argv[1:]` if None.
 
     Raises:
-        ValueError: an invalid value (naming the field), unknown keys in a file, or a single
-            argument that is not a .json/.yaml file.
+        ValueError: an invalid value (naming the field), unknown keys in a file, or a first
+            argument that is neither a flag nor a .json/.yaml file.
     """
     parser = HfArgumentParser(classes)
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 1 and not argv[0].startswith("-"):
+    if argv and not argv[0].startswith("-"):
         path = os.path.abspath(argv[0])
-        if path.endswith(".json"):
-            return tuple(parser.parse_json_file(path))
-        if path.endswith((".yaml", ".yml")):
-            return tuple(parser.parse_yaml_file(path))
-        raise ValueError(f"A single argument must be a .json or .yaml file, got {argv[0]!r}.")
+        if not path.endswith((".json", ".yaml", ".yml")):
+            raise ValueError(f"The first argument must be a flag or a .json/.yaml file, got {argv[0]!r}.")
+        if len(argv) == 1:
+            parse = parser.parse_json_file if path.endswith(".json") else parser.parse_yaml_file
+            return tuple(parse(path))
+        # the file's values as flags, then the given flags: argparse keeps the last value of a flag
+        argv = _file_as_flags(path) + list(argv[1:])
     return tuple(parser.parse_args_into_dataclasses(args=argv))
 
 
