@@ -123,7 +123,9 @@ def test_parse_args_files_match_flags(tmp_path):
     assert parse_args([str(tmp_path / "a.yaml")]) == from_flags
     # a file then flags: the flags override the file's values, the rest stays the file's
     for name in ("a.json", "a.yaml"):
-        data, model, args = parse_args([str(tmp_path / name), "--learning_rate", "0.5", "--report_to", "none"])
+        data, model, args = parse_args(
+            [str(tmp_path / name), "--learning_rate", "0.5", "--report_to", "none"]
+        )
         assert args.learning_rate == 0.5 and args.report_to == ["none"]
         assert model.overrides() == {"norm_type": "rmsnorm"} and data.streaming is True
         assert (data, model) == from_flags[:2] and args.resume == "auto"
@@ -516,3 +518,34 @@ def test_resume_from_a_checkpoint_written_before_new_config_fields(tmp_path):
     GradientState._reset_state()
     metrics = _run(out, max_steps=6, save_every=4, report_to=["none"], resume="true")
     assert metrics["step"] == 6
+
+
+def test_misspelled_config_overrides_are_refused_with_a_did_you_mean(tmp_path):
+    """transformers' configs keep unknown keywords as attributes: a typo used to train the default and
+    be saved in config.json. It now fails before any data is read, naming the key and the field meant."""
+    typos = '{"num_hiden_layers": 1, "postion_embedding_type": "rope"}'
+    with pytest.raises(ValueError) as info:
+        _run(tmp_path / "typo", max_steps=1, config_overrides=typos)
+    message = str(info.value)
+    assert "'num_hiden_layers' (did you mean 'num_hidden_layers'" in message
+    assert "'postion_embedding_type' (did you mean 'position_embedding_type'" in message
+    assert not (tmp_path / "typo" / "tokenizer").exists()  # refused before the tokenizer was trained
+    for arch, objective, key in (
+        ("rnn", "clm", "cel_type"),
+        ("transformer", "span_corruption", "decoder_layer"),
+    ):
+        with pytest.raises(ValueError, match=f"'{key}'"):
+            _run(
+                tmp_path / arch,
+                max_steps=1,
+                arch=arch,
+                objective=objective,
+                config_overrides=f'{{"{key}": 1}}',
+            )
+    with pytest.raises(ValueError, match="init_from"):
+        _run(
+            tmp_path / "init",
+            max_steps=1,
+            init_from=str(tmp_path),
+            config_overrides='{"norm_type": "rmsnorm"}',
+        )

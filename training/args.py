@@ -11,13 +11,16 @@ fails before any data is loaded, whatever way the arguments came in.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
 import json
 import os
 import sys
 from dataclasses import dataclass, field
 
 import yaml
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, PreTrainedConfig
 
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
@@ -289,9 +292,42 @@ class ModelArguments:
             if not isinstance(overrides, dict):
                 raise ValueError(f"`config_overrides` must be a JSON object, got {self.config_overrides!r}.")
 
-    def overrides(self) -> dict:
-        """`config_overrides` as a dict (empty when unset)."""
-        return json.loads(self.config_overrides) if self.config_overrides else {}
+    def overrides(self, config_class: type | None = None) -> dict:
+        """`config_overrides` as a dict (empty when unset).
+
+        Args:
+            config_class: the config the overrides go to; each key must be one of its fields (or
+                an alias in its `attribute_map`), else a `ValueError` names the key and the nearest
+                fields. transformers' configs keep any unknown keyword as an attribute, so a typo
+                ("num_hiden_layers") would otherwise train the default and be saved in config.json.
+        """
+        overrides = json.loads(self.config_overrides) if self.config_overrides else {}
+        if config_class is not None:
+            check_config_keys(config_class, overrides)
+        return overrides
+
+
+def config_fields(config_class: type) -> set[str]:
+    """The keyword arguments a config class knows: its own and its base class's fields, and aliases."""
+    known = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
+    known |= set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
+    if dataclasses.is_dataclass(PreTrainedConfig):
+        known |= {f.name for f in dataclasses.fields(PreTrainedConfig)}
+    return {name for name in known if not name.startswith("_")}
+
+
+def check_config_keys(config_class: type, overrides: dict) -> None:
+    """Raise `ValueError` for keys of `overrides` that `config_class` does not know, with a did-you-mean."""
+    known = config_fields(config_class)
+    unknown = [key for key in overrides if key not in known]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.6)
+            hints.append(f"{key!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
+        raise ValueError(
+            f"`config_overrides` has keys that {config_class.__name__} does not know: {', '.join(hints)}."
+        )
 
 
 @dataclass

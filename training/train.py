@@ -711,7 +711,7 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer,
             if objective == "span_corruption"
             else tokenizer.eos_token_id,
         )
-        return model_cls(config_cls(**{**sizes, **model_args.overrides()}))
+        return model_cls(config_cls(**{**sizes, **model_args.overrides(config_cls)}))
     kwargs = dict(
         vocab_size=len(tokenizer),
         hidden_size=model_args.hidden_size,
@@ -733,9 +733,9 @@ def build_model(model_args: ModelArguments, data_args: DataArguments, tokenizer,
     )
     if objective == "mlm":
         kwargs.update(sparse_prediction=True, bos_token_id=None)
-        kwargs.update(model_args.overrides())
+        kwargs.update(model_args.overrides(HfLmBertConfig))
         return HfLmBertForMaskedLM(HfLmBertConfig(**kwargs))
-    kwargs.update(model_args.overrides())
+    kwargs.update(model_args.overrides(HfLmGPTConfig))
     return HfLmGPTForCausalLM(HfLmGPTConfig(**kwargs))
 
 
@@ -790,12 +790,35 @@ def build_pretransformer_model(
             if objective == "span_corruption"
             else tokenizer.eos_token_id,
         )
-    return model_cls(config_cls(**{"vocab_size": vocab, **specials, **kwargs, **model_args.overrides()}))
+    return model_cls(
+        config_cls(**{"vocab_size": vocab, **specials, **kwargs, **model_args.overrides(config_cls)})
+    )
+
+
+def config_class_for(model_args: ModelArguments, objective: str) -> type:
+    """The config class `build_model` makes for this architecture and objective."""
+    if model_args.arch != "transformer":
+        return {
+            "ngram": HfLmNGramConfig,
+            "ffnn": HfLmFFNNConfig,
+            "rnn": HfLmRNNConfig,
+            "rnn_seq2seq": HfLmRNNSeq2SeqConfig,
+        }[model_args.arch]
+    if objective in SEQ2SEQ_FAMILIES:
+        return SEQ2SEQ_FAMILIES[objective][0]
+    return HfLmBertConfig if objective == "mlm" else HfLmGPTConfig
 
 
 def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> None:
-    """Refuse combinations of architecture, objective and loop options that cannot work together."""
+    """Refuse combinations of architecture, objective and loop options that cannot work together,
+    and config overrides the model would not know (before any data is read)."""
     arch, objective = model_args.arch, train_args.objective
+    if model_args.init_from and model_args.config_overrides:
+        raise ValueError(
+            "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
+            f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
+        )
+    model_args.overrides(config_class_for(model_args, objective))  # unknown keys fail here, by name
     if objective == "clm" and arch not in CAUSAL_ARCHS:
         raise ValueError(
             f"arch={arch!r} is not a causal LM: objective 'clm' trains one of {list(CAUSAL_ARCHS)}. "
