@@ -20,7 +20,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import Cache, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -842,27 +842,60 @@ class HfLmPreTrainedModel(PreTrainedModel):
 
 
 # ----------------------------------------------------------------------------------------------
-# Input checks and losses shared by the heads
+# Input checks and losses shared by the heads.
+#
+# Bad input fails here, with a ValueError naming the argument, not as a torch error deep inside
+# `forward` (or, worse, as silently wrong numbers). Types, shapes and dtypes are checked always:
+# they are static inside a compiled graph. Values are checked outside compiled graphs only (they
+# are read on the host, which would break the graph), and the value checks of one call are read
+# together: each host read of a GPU tensor (`bool(t)`, `.item()`, `.tolist()`) waits for the
+# device to finish all the work queued before it.
 # ----------------------------------------------------------------------------------------------
 
 
-def check_input_ids(input_ids: torch.Tensor, vocab_size: int) -> None:
-    """Fail with a message a user can act on, not an index error deep inside the embedding."""
+def is_integer_dtype(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def _require_tensor(x, name: str, what: str) -> None:
+    if not torch.is_tensor(x):
+        raise ValueError(f"`{name}` must be a tensor of {what}, got {type(x).__name__}.")
+
+
+def _require_integer(x: torch.Tensor, name: str, what: str) -> None:
+    if not is_integer_dtype(x.dtype):
+        raise ValueError(f"`{name}` must hold integer {what}, got dtype {x.dtype}.")
+
+
+def host_read(*flags: torch.Tensor) -> list[bool]:
+    """Several 0-dim bool checks read on the host at once: one device sync instead of one per check."""
+    device = flags[0].device
+    return torch.stack([flag.reshape(()).to(device) for flag in flags]).tolist()
+
+
+def _min_max(x: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor, in one host read."""
+    lo, hi = torch.stack(torch.aminmax(x)).tolist()
+    return lo, hi
+
+
+def check_input_ids(input_ids, vocab_size: int, name: str = "input_ids", values: bool = True) -> None:
+    """A (B, T) tensor of token ids in [0, vocab_size): a message a user can act on, not an index
+    error deep inside the embedding. `values=False` skips the host read of the values, for ids that
+    are checked again where they are embedded."""
+    _require_tensor(input_ids, name, "token ids")
     if input_ids.dim() != 2:
-        raise ValueError(
-            f"`input_ids` must be a (batch, seq_len) tensor, got shape {tuple(input_ids.shape)}."
-        )
+        raise ValueError(f"`{name}` must be a (batch, seq_len) tensor, got shape {tuple(input_ids.shape)}.")
     if input_ids.numel() == 0:
-        raise ValueError(f"`input_ids` is empty (shape {tuple(input_ids.shape)}): pass at least one token.")
-    if input_ids.dtype.is_floating_point:
-        raise ValueError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
-    if torch.compiler.is_compiling():
-        return  # value checks read tensors on the host, which would break a compiled graph
-    lo, hi = int(input_ids.min()), int(input_ids.max())
+        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}): pass at least one token.")
+    _require_integer(input_ids, name, "token ids")
+    if not values or torch.compiler.is_compiling():
+        return
+    lo, hi = _min_max(input_ids)
     if lo < 0 or hi >= vocab_size:
         bad = lo if lo < 0 else hi
         raise ValueError(
-            f"`input_ids` contains token id {bad}, outside the vocabulary [0, {vocab_size}). "
+            f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}). "
             "Was the input made with a different tokenizer than this model's?"
         )
 
@@ -873,35 +906,88 @@ def embed_inputs(
     embed_tokens: nn.Embedding,
     vocab_size: int,
     width_name: str = "hidden_size",
+    names: tuple[str, str] = ("input_ids", "inputs_embeds"),
 ) -> torch.Tensor:
-    """The (B, T, width) input embeddings: looked up from checked `input_ids`, or `inputs_embeds` checked."""
+    """The (B, T, width) input embeddings: looked up from checked `input_ids`, or `inputs_embeds` checked.
+
+    `names`: the two arguments as the caller's user passed them (a decoder's are
+    `decoder_input_ids` and `decoder_inputs_embeds`), for the error messages.
+    """
+    ids_name, embeds_name = names
     if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        raise ValueError(f"Pass exactly one of `{ids_name}` or `{embeds_name}`.")
     if input_ids is not None:
-        check_input_ids(input_ids, vocab_size)
+        check_input_ids(input_ids, vocab_size, ids_name)
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            input_ids = input_ids.long()  # the lookup takes int64 or int32 indices (uint8 ids are fine ids)
         return embed_tokens(input_ids)  # (B, T, width)
     width = embed_tokens.embedding_dim
+    _require_tensor(inputs_embeds, embeds_name, "embeddings")
     if inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != width:
         raise ValueError(
-            f"`inputs_embeds` must be a non-empty (batch, seq_len, {width_name}={width}) tensor, "
+            f"`{embeds_name}` must be a non-empty (batch, seq_len, {width_name}={width}) tensor, "
             f"got {tuple(inputs_embeds.shape)}."
+        )
+    if not inputs_embeds.is_floating_point():
+        raise ValueError(
+            f"`{embeds_name}` must hold floating-point vectors, got dtype {inputs_embeds.dtype}."
         )
     return inputs_embeds
 
 
-def check_padding_mask(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
-    """Check a (B, S) padding mask's shape; return None when nothing is padded, so attention can
-    take its unmasked fast path (the value check is skipped inside a compiled graph)."""
+def _padding_mask_is_full(mask: torch.Tensor, name: str, require_token: bool = False) -> bool:
+    """Whether a padding mask is all ones (nothing padded), after checking, in one host read, that it
+    holds only 1 (token) and 0 (padding), and with `require_token` a token in every row. A mask
+    holding 2 or 0.5 would otherwise pass as "attend" everywhere it is not 0. Inside a compiled
+    graph nothing is read and the answer is False (the mask is applied as it is)."""
+    if torch.compiler.is_compiling():
+        return False
+    ones = mask == 1
+    binary = ones | (mask == 0)
+    flags = [ones.all(), binary.all()]
+    if require_token:
+        flags.append(ones.any(dim=-1).all())
+    full, is_binary, *has_tokens = host_read(*flags)
+    if not is_binary:
+        raise ValueError(
+            f"`{name}` must hold 1 for tokens and 0 for padding, got the value {mask[~binary][0].item()}."
+        )
+    if has_tokens and not has_tokens[0]:
+        row = int((~ones.any(dim=-1)).nonzero()[0, 0])
+        raise ValueError(f"`{name}` row {row} has no real token: every source needs at least one.")
+    return full
+
+
+def check_padding_mask(
+    attention_mask: torch.Tensor | None,
+    batch: int,
+    length: int,
+    name: str = "attention_mask",
+    require_token: bool = False,
+) -> torch.Tensor | None:
+    """Check a (B, S) padding mask (its shape, and that it holds only 1 and 0); return None when nothing
+    is padded, so attention can take its unmasked fast path (the value check and the fast path are
+    skipped inside a compiled graph). `require_token`: every row must hold a token (a source the
+    decoder attends to)."""
     if attention_mask is None:
         return None
+    _require_tensor(attention_mask, name, "1 (token) and 0 (padding) values")
     if tuple(attention_mask.shape) != (batch, length):
         raise ValueError(
-            f"`attention_mask` must have shape (batch, past + seq_len) = ({batch}, {length}), "
-            f"got {tuple(attention_mask.shape)}."
+            f"`{name}` must have shape (batch, seq_len) = ({batch}, {length}), got {tuple(attention_mask.shape)}."
         )
-    if not torch.compiler.is_compiling() and bool(attention_mask.all()):
-        return None
-    return attention_mask
+    return None if _padding_mask_is_full(attention_mask, name, require_token) else attention_mask
+
+
+def check_cache_type(past_key_values, cache_class: type, what: str) -> None:
+    """`past_key_values` is None or a cache of the model's kind (not a legacy tuple, not a stray value)."""
+    if past_key_values is not None and not isinstance(past_key_values, cache_class):
+        hint = (
+            " (tuple caches were removed in transformers 5)"
+            if isinstance(past_key_values, (tuple, list))
+            else ""
+        )
+        raise ValueError(f"`past_key_values` must be {what}, got {type(past_key_values).__name__}{hint}.")
 
 
 def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]:
@@ -918,6 +1004,12 @@ def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]
     """
     if past_key_values is None:
         return 0, q_len
+    check_cache_type(
+        past_key_values,
+        Cache,
+        "a transformers `Cache` (a `DynamicCache`, `StaticCache` or `EncoderDecoderCache`, such as an "
+        "earlier call with `use_cache=True` returned)",
+    )
     # an EncoderDecoderCache answers for its self-attention cache
     past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
     # a full static cache would fail inside its own update with an index error; a static count is
@@ -948,6 +1040,7 @@ def widen_to_keys(
     """
     if x is None:
         return None
+    _require_tensor(x, name, "one value per token")
     width = x.shape[-1]
     wrong = x.dim() != 2 or x.shape[0] != batch or width > kv_len
     if not wrong and width != kv_len and not torch.compiler.is_compiling():
@@ -963,21 +1056,48 @@ def widen_to_keys(
 
 
 def keys_padding_mask(
-    attention_mask: torch.Tensor | None, batch: int, past_len: int | torch.Tensor, q_len: int, kv_len: int
+    attention_mask: torch.Tensor | None,
+    batch: int,
+    past_len: int | torch.Tensor,
+    q_len: int,
+    kv_len: int,
+    name: str = "attention_mask",
 ) -> torch.Tensor | None:
-    """A cached stack's padding mask: `attention_mask` (B, past + T) checked and widened to the
-    (B, kv_len) keys attention sees (see `widen_to_keys`), or None when nothing is padded (the
-    value check is skipped inside a compiled graph)."""
-    mask = widen_to_keys(attention_mask, "attention_mask", batch, past_len, q_len, kv_len)
-    if mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.all())):
+    """A cached stack's padding mask: `attention_mask` (B, past + T) checked (shape, 0/1 values) and
+    widened to the (B, kv_len) keys attention sees (see `widen_to_keys`), or None when nothing is
+    padded (the value check is skipped inside a compiled graph)."""
+    mask = widen_to_keys(attention_mask, name, batch, past_len, q_len, kv_len)
+    if mask is None or _padding_mask_is_full(attention_mask, name):
         return None
     return mask
 
 
-def check_position_ids(position_ids: torch.Tensor, batch: int, length: int) -> None:
-    if position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
+def check_position_ids(
+    position_ids,
+    batch: int,
+    length: int,
+    max_positions: int | None = None,
+    name: str = "position_ids",
+    values: bool = True,
+) -> None:
+    """User-given (B|1, T) positions: integers, non-negative and, for a learned table of
+    `max_positions` vectors, below it (one host read, skipped in compiled graphs or with
+    `values=False`, for a model that ignores the values)."""
+    _require_tensor(position_ids, name, "positions")
+    if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
         raise ValueError(
-            f"`position_ids` must have shape ({batch}, {length}) or (1, {length}), got {tuple(position_ids.shape)}."
+            f"`{name}` must have shape ({batch}, {length}) or (1, {length}), got {tuple(position_ids.shape)}."
+        )
+    _require_integer(position_ids, name, "positions")
+    if not values or torch.compiler.is_compiling():
+        return
+    lo, hi = _min_max(position_ids)
+    if lo < 0:
+        raise ValueError(f"`{name}` must hold non-negative positions, got {lo}.")
+    if max_positions is not None and hi >= max_positions:
+        raise ValueError(
+            f"`{name}` holds position {hi}, beyond this model's learned positions: "
+            f"max_position_embeddings={max_positions} allows 0 to {max_positions - 1}."
         )
 
 
@@ -1002,31 +1122,149 @@ def real_token_positions(
     return positions.index_select(1, new)  # (B, T); an index, not a slice: `past_len` may be a tensor
 
 
-def check_positions_in_range(positions: nn.Module, position_ids: torch.Tensor, advice: str) -> None:
-    """A clear error, not an index error inside the embedding, for positions beyond a learned table."""
+def check_positions_in_range(
+    positions: nn.Module, position_ids: torch.Tensor, advice: str, past_len: int | torch.Tensor = 0
+) -> None:
+    """A clear error, not an index error inside the embedding, when the positions a model made
+    itself (`real_token_positions`) run beyond its learned table: the input is too long.
+
+    They never exceed `past_len + T - 1`, so with an int `past_len` that fits nothing is read.
+    """
     max_positions = positions.max_positions
     if torch.compiler.is_compiling() or max_positions is None:
         return
-    if int(position_ids.max()) >= max_positions:
+    if isinstance(past_len, int) and past_len + position_ids.shape[-1] <= max_positions:
+        return
+    top = int(position_ids.max())
+    if top >= max_positions:
         raise ValueError(
-            f"Position {int(position_ids.max())} is out of range: this model's learned positions allow "
+            f"Position {top} is out of range: this model's learned positions allow "
             f"sequences of at most max_position_embeddings={max_positions} tokens. {advice}"
         )
 
 
-def check_labels(labels: torch.Tensor, expected_shape, vocab_size: int, ignore_index: int = -100) -> None:
-    if tuple(labels.shape) != tuple(expected_shape):
+def check_prefix_lengths(prefix_lengths, batch: int) -> None:
+    """(B,) non-negative token counts of a prefix-LM mask (one host read, skipped in compiled graphs)."""
+    if prefix_lengths is None:
+        return
+    _require_tensor(prefix_lengths, "prefix_lengths", "token counts")
+    if tuple(prefix_lengths.shape) != (batch,):
+        raise ValueError(
+            f"`prefix_lengths` must have shape (batch,) = ({batch},), got {tuple(prefix_lengths.shape)}."
+        )
+    _require_integer(prefix_lengths, "prefix_lengths", "token counts")
+    if not torch.compiler.is_compiling() and int(prefix_lengths.min()) < 0:
+        raise ValueError(
+            f"`prefix_lengths` must be non-negative token counts, got {prefix_lengths.tolist()}."
+        )
+
+
+def check_encoder_states(states, batch: int, width: int) -> None:
+    """The encoder output a decoder attends to: (B, S, width), with the decoder's batch B."""
+    if not torch.is_tensor(states) or states.dim() != 3 or states.shape[1] == 0 or states.shape[2] != width:
+        got = tuple(states.shape) if torch.is_tensor(states) else type(states).__name__
+        raise ValueError(
+            f"`encoder_outputs` must hold the encoder's (batch, source_len, {width}) last_hidden_state, got {got}."
+        )
+    if states.shape[0] != batch:
+        raise ValueError(
+            f"The decoder inputs (`decoder_input_ids`, or the `labels` they are made from) have batch size {batch}, "
+            f"but the encoder output (of `input_ids`, or the `encoder_outputs` given) has {states.shape[0]}: "
+            "pass one target row per source row."
+        )
+
+
+def logits_positions(logits_to_keep, length: int) -> slice | torch.Tensor:
+    """The sequence index of the positions that get logits (`hidden_states[:, index]`): the last
+    `logits_to_keep` (0 = all; `generate()` passes 1, so the prompt's (B, T, V) logits are never
+    built), or those of a 1-D tensor of positions."""
+    if torch.is_tensor(logits_to_keep):
+        if logits_to_keep.dim() != 1 or not is_integer_dtype(logits_to_keep.dtype):
+            raise ValueError(
+                "`logits_to_keep` as a tensor must be a 1-D tensor of integer positions, got a "
+                f"{logits_to_keep.dtype} tensor of shape {tuple(logits_to_keep.shape)}."
+            )
+        if logits_to_keep.numel() and not torch.compiler.is_compiling():
+            lo, hi = _min_max(logits_to_keep)
+            if lo < -length or hi >= length:
+                raise ValueError(
+                    f"`logits_to_keep` holds position {lo if lo < -length else hi}, outside the input's "
+                    f"{length} positions."
+                )
+        return logits_to_keep
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+        raise ValueError(
+            "`logits_to_keep` must be a non-negative int (score the last that many positions, 0 = all) or a "
+            f"1-D tensor of positions, got {logits_to_keep!r}."
+        )
+    return slice(-logits_to_keep, None) if logits_to_keep else slice(None)
+
+
+def num_items_error(num_items_in_batch) -> ValueError:
+    value = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+    return ValueError(
+        f"`num_items_in_batch` must be a finite positive count of the target items the summed loss is divided "
+        f"by, got {value!r}. (An accumulated batch whose labels are all -100 has nothing to learn from: "
+        "skip it rather than divide by 0.)"
+    )
+
+
+def num_items_flag(num_items_in_batch) -> torch.Tensor | None:
+    """Check `num_items_in_batch` (the count `Trainer`, or a gradient-accumulation loop, divides a
+    summed loss by; 0 would make the loss 0/0 = nan): a Python number now; for a tensor, its shape and
+    dtype now and its value as a returned 0-dim bool flag, for the caller to read with its own value
+    checks in one host read (raise `num_items_error` when it is False)."""
+    n = num_items_in_batch
+    if n is None:
+        return None
+    if torch.is_tensor(n):
+        if n.numel() != 1 or n.dtype == torch.bool or n.dtype.is_complex:
+            raise ValueError(
+                "`num_items_in_batch` must be a number or a one-element tensor, got a "
+                f"{n.dtype} tensor of shape {tuple(n.shape)}."
+            )
+        n = n.reshape(())
+        return torch.isfinite(n) & (n > 0)
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not (math.isfinite(n) and n > 0):
+        raise num_items_error(n)
+    return None
+
+
+def check_labels(
+    labels,
+    expected_shape,
+    num_classes: int,
+    ignore_index: int = -100,
+    num_items_in_batch=None,
+    what: str = "token ids",
+) -> None:
+    """Token-level `labels`: the expected shape (None: any non-empty (batch, length)), integer ids in
+    [0, num_classes) or `ignore_index`; `num_items_in_batch` is checked in the same host read."""
+    _require_tensor(labels, "labels", what)
+    if expected_shape is None:
+        if labels.dim() != 2:
+            raise ValueError(
+                f"`labels` must be a (batch, target_len) tensor, got shape {tuple(labels.shape)}."
+            )
+    elif tuple(labels.shape) != tuple(expected_shape):
         raise ValueError(
             f"`labels` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
         )
+    if labels.numel() == 0:
+        raise ValueError(f"`labels` is empty (shape {tuple(labels.shape)}).")
+    _require_integer(labels, "labels", what)
+    count_ok = num_items_flag(num_items_in_batch)
     if torch.compiler.is_compiling():
         return
-    valid = (labels == ignore_index) | ((labels >= 0) & (labels < vocab_size))
-    if not bool(valid.all()):
-        bad = int(labels[~valid][0])
+    valid = (labels == ignore_index) | ((labels >= 0) & (labels < num_classes))
+    flags = host_read(valid.all(), *([] if count_ok is None else [count_ok]))
+    if not flags[0]:
         raise ValueError(
-            f"`labels` contains {bad}: labels must be token ids in [0, {vocab_size}) or {ignore_index} (ignored)."
+            f"`labels` contains {int(labels[~valid][0])}: labels must be {what} in [0, {num_classes}) "
+            f"or {ignore_index} (ignored)."
         )
+    if not all(flags):
+        raise num_items_error(num_items_in_batch)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -1084,17 +1322,19 @@ def lm_loss(
         labels: (B, T); with `shift` position t is scored against label t+1 (causal LMs).
         num_items_in_batch: the number of target tokens in the whole accumulated batch; when given
             the loss is a sum divided by it, so gradient accumulation equals one large batch.
+
+    The labels (and `num_items_in_batch`) are those `check_labels` accepted.
     """
     if shift:
         # shift the (small) labels rather than the (large) logits: no copy of the (B, T, V) tensor
         labels = F.pad(labels, (0, 1), value=ignore_index)[:, 1:]
     logits = logits.reshape(-1, logits.shape[-1]).float()
-    labels = labels.reshape(-1).to(logits.device)
+    labels = labels.reshape(-1).to(device=logits.device, dtype=torch.long)  # int32 ids are ids too
     if num_items_in_batch is None:
         return F.cross_entropy(logits, labels, ignore_index=ignore_index)
     total = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
     if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(total.device)
+        num_items_in_batch = num_items_in_batch.to(total.device).reshape(())  # a (1,) count: a 0-dim loss
     return total / num_items_in_batch
 
 
@@ -1113,9 +1353,12 @@ def sequence_classification_loss(
     def reduce(loss: torch.Tensor) -> torch.Tensor:
         if num_items_in_batch is None:
             return loss
-        n = num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch) else num_items_in_batch
-        return loss / n
+        n = num_items_in_batch
+        return loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
 
+    _require_tensor(labels, "labels", "class ids or targets")
+    count_ok = num_items_flag(num_items_in_batch)
+    flags = [] if count_ok is None else [count_ok]  # value checks, read on the host together
     num_labels = logits.shape[-1]
     if config.problem_type is None:
         if num_labels == 1:
@@ -1125,6 +1368,28 @@ def sequence_classification_loss(
         else:
             config.problem_type = "multi_label_classification"
     labels = labels.to(logits.device)
+    B = logits.shape[0]
+    if config.problem_type == "single_label_classification":
+        if labels.dim() != 1 or labels.shape[0] != B:
+            raise ValueError(f"`labels` must have shape ({B},) of class ids, got {tuple(labels.shape)}.")
+        _require_integer(labels, "labels", "class ids")
+        flags.insert(0, ((labels >= 0) & (labels < num_labels)).all())
+    elif labels.dtype.is_complex:
+        raise ValueError(f"`labels` must hold real targets, got dtype {labels.dtype}.")
+    elif config.problem_type == "regression" and num_labels == 1:
+        if labels.numel() != B:
+            raise ValueError(
+                f"`labels` must hold one target per example ({B}), got shape {tuple(labels.shape)}."
+            )
+    elif tuple(labels.shape) != tuple(logits.shape):
+        kind = "regression" if config.problem_type == "regression" else "multi-label"
+        raise ValueError(f"{kind} `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}.")
+    if flags and not torch.compiler.is_compiling():
+        ok = host_read(*flags)
+        if not ok[0] and config.problem_type == "single_label_classification":
+            raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
+        if not all(ok):
+            raise num_items_error(num_items_in_batch)
     if config.problem_type == "regression":
         return reduce(
             F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1), reduction=reduction)
@@ -1132,15 +1397,5 @@ def sequence_classification_loss(
             else F.mse_loss(logits.float(), labels.float(), reduction=reduction)
         )
     if config.problem_type == "single_label_classification":
-        if labels.dim() != 1 or labels.shape[0] != logits.shape[0]:
-            raise ValueError(
-                f"`labels` must have shape ({logits.shape[0]},) of class ids, got {tuple(labels.shape)}."
-            )
-        if bool(((labels < 0) | (labels >= num_labels)).any()):
-            raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
-        return reduce(F.cross_entropy(logits.float(), labels, reduction=reduction))
-    if tuple(labels.shape) != tuple(logits.shape):
-        raise ValueError(
-            f"multi-label `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}."
-        )
+        return reduce(F.cross_entropy(logits.float(), labels.long(), reduction=reduction))
     return reduce(F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction))

@@ -5,6 +5,8 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
+import math
+
 from transformers import PreTrainedConfig
 
 from .hflm_blocks import FEED_FORWARDS, NORM_POSITIONS, NORMS, POSITION_ENCODINGS
@@ -20,14 +22,40 @@ def _positive_int(name: str, value) -> None:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
 
 
+def _number(
+    name: str, value, low: float = -math.inf, high: float = math.inf, *, low_open=False, high_open=False
+) -> None:
+    """A finite real number in [low, high] (`low_open`/`high_open` exclude the bound).
+
+    nan and inf are refused whatever the interval: a non-finite init scale, RoPE base or pseudo-count
+    is accepted by every comparison with nan, or by an open bound with inf, and only surfaces later as
+    non-finite weights or logits.
+    """
+    finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    above = finite and (value > low if low_open else value >= low)
+    if above and (value < high if high_open else value <= high):
+        return
+    if (low, high, low_open) == (0, math.inf, True):
+        what = "a finite positive number"
+    elif (low, high) == (0, math.inf):
+        what = "a finite non-negative number"
+    elif (low, high) == (-math.inf, math.inf):
+        what = "a finite number"
+    else:
+        what = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    raise ValueError(f"`{name}` must be {what}, got {value!r}.")
+
+
+def _positive(name: str, value) -> None:
+    _number(name, value, 0, low_open=True)
+
+
+def _non_negative(name: str, value) -> None:
+    _number(name, value, 0)
+
+
 def _probability(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
-
-
-def _number(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number, got {value!r}.")
+    _number(name, value, 0, 1, high_open=True)
 
 
 def _bool(name: str, value) -> None:
@@ -178,22 +206,11 @@ class HfLmTransformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`relative_attention_num_buckets` must be at least 4, got {self.relative_attention_num_buckets}."
             )
-        if self.attention_scale is not None and (
-            isinstance(self.attention_scale, bool)
-            or not isinstance(self.attention_scale, (int, float))
-            or self.attention_scale <= 0
-        ):
-            raise ValueError(
-                f"`attention_scale` must be None or a positive number, got {self.attention_scale!r}."
-            )
-        if not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
-            raise ValueError(f"`rope_theta` must be a positive number, got {self.rope_theta!r}.")
-        if not isinstance(self.norm_eps, (int, float)) or not 0 < self.norm_eps < 1:
-            raise ValueError(f"`norm_eps` must be a number in (0, 1), got {self.norm_eps!r}.")
-        if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
-            raise ValueError(
-                f"`initializer_range` must be a non-negative number, got {self.initializer_range!r}."
-            )
+        if self.attention_scale is not None:  # None: 1/sqrt(head_dim)
+            _positive("attention_scale", self.attention_scale)
+        _positive("rope_theta", self.rope_theta)
+        _number("norm_eps", self.norm_eps, 0, 1, low_open=True, high_open=True)
+        _non_negative("initializer_range", self.initializer_range)
         _probability("hidden_dropout", self.hidden_dropout)
         _probability("attention_dropout", self.attention_dropout)
         for name in ("attention_bias", "mlp_bias", "tie_word_embeddings", "use_cache"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _bool, _positive_int, _probability, _token_ids
+from .hflm_configuration_base import _bool, _non_negative, _positive_int, _probability, _token_ids
 
 
 class HfLmFFNNConfig(PreTrainedConfig):
@@ -64,14 +64,7 @@ class HfLmFFNNConfig(PreTrainedConfig):
         for name in ("direct_connections", "tie_word_embeddings"):
             _bool(name, getattr(self, name))
         _probability("hidden_dropout", self.hidden_dropout)
-        if (
-            isinstance(self.initializer_range, bool)
-            or not isinstance(self.initializer_range, (int, float))
-            or self.initializer_range < 0
-        ):
-            raise ValueError(
-                f"`initializer_range` must be a non-negative number, got {self.initializer_range!r}."
-            )
+        _non_negative("initializer_range", self.initializer_range)
         if self.use_cache is not False:
             raise ValueError(
                 "`use_cache` must be False: the feed-forward LM keeps no cache (each generation step "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _choice, _positive_int, _token_ids
+from .hflm_configuration_base import _choice, _positive, _positive_int, _token_ids
 
 # The smoothing methods `HfLmNGramForCausalLM` implements (the formulas are in its modeling file),
 # with the number of discounts each needs per order when given explicitly.
@@ -69,8 +69,7 @@ class HfLmNGramConfig(PreTrainedConfig):
         if self.order > MAX_ORDER:
             raise ValueError(f"`order` must be between 1 and {MAX_ORDER}, got {self.order!r}.")
         _choice("smoothing", self.smoothing, SMOOTHINGS)
-        if isinstance(self.add_k, bool) or not isinstance(self.add_k, (int, float)) or not self.add_k > 0:
-            raise ValueError(f"`add_k` must be a positive number (1 = Laplace), got {self.add_k!r}.")
+        _positive("add_k", self.add_k)  # 1 = Laplace
         self._validate_discounts()
         if self.num_ngrams is not None:
             if not isinstance(self.num_ngrams, (list, tuple)) or len(self.num_ngrams) != self.order:
@@ -104,7 +103,7 @@ class HfLmNGramConfig(PreTrainedConfig):
         for n, entry in enumerate(self.discounts, start=1):
             values = list(entry) if isinstance(entry, (list, tuple)) else [entry]
             if len(values) != per_order or any(
-                isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= k
+                isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d <= k  # refuses nan, inf
                 for k, d in enumerate(values, start=1)
             ):
                 expected = (

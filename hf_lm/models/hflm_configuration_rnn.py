@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _bool, _choice, _number, _positive_int, _token_ids
+from .hflm_configuration_base import (
+    _bool,
+    _choice,
+    _non_negative,
+    _number,
+    _positive_int,
+    _probability,
+    _token_ids,
+)
 from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
 
 
@@ -78,12 +86,8 @@ class HfLmRNNConfig(PreTrainedConfig):
             _positive_int(name, getattr(self, name))
         _choice("cell_type", self.cell_type, RNN_CELLS)
         _choice("rnn_implementation", self.rnn_implementation, RNN_IMPLEMENTATIONS)
-        _number("hidden_dropout", self.hidden_dropout)
-        if not 0.0 <= self.hidden_dropout < 1.0:
-            raise ValueError(f"`hidden_dropout` must be a number in [0, 1), got {self.hidden_dropout!r}.")
-        _number("initializer_range", self.initializer_range)
-        if self.initializer_range < 0:
-            raise ValueError(f"`initializer_range` must be non-negative, got {self.initializer_range!r}.")
+        _probability("hidden_dropout", self.hidden_dropout)
+        _non_negative("initializer_range", self.initializer_range)
         _number("forget_bias", self.forget_bias)
         for name in ("tie_word_embeddings", "use_cache"):
             _bool(name, getattr(self, name))

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _bool, _choice, _positive_int, _token_ids
+from .hflm_configuration_base import (
+    _bool,
+    _choice,
+    _non_negative,
+    _positive_int,
+    _probability,
+    _token_ids,
+)
 from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
 
 # attention kinds, documented in `HfLmRNNSeq2SeqConfig`; the modeling file maps each to its module
@@ -127,12 +134,8 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
                 "attentional vector, and without attention the decoder already has its own state. "
                 f"Choose attention from {sorted(set(ATTENTION_TYPES) - {'none'})} or set input_feeding=False."
             )
-        p = self.hidden_dropout
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-            raise ValueError(f"`hidden_dropout` must be a number in [0, 1), got {p!r}.")
-        r = self.initializer_range
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or r < 0:
-            raise ValueError(f"`initializer_range` must be a non-negative number, got {r!r}.")
+        _probability("hidden_dropout", self.hidden_dropout)
+        _non_negative("initializer_range", self.initializer_range)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
 

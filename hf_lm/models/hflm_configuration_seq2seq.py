@@ -6,7 +6,7 @@ Both families share one implementation (`hflm_modeling_seq2seq`) and differ only
 
 from __future__ import annotations
 
-from .hflm_configuration_base import HfLmTransformerConfig, _bool, _positive_int, _token_ids
+from .hflm_configuration_base import HfLmTransformerConfig, _bool, _positive_int, _probability, _token_ids
 
 
 class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
@@ -47,10 +47,8 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
         for name in ("scale_embedding", "embedding_norm", "scale_decoder_output"):
             _bool(name, getattr(self, name))
         _token_ids("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
-        if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
-            raise ValueError(
-                f"`classifier_dropout` must be None or in [0, 1), got {self.classifier_dropout!r}."
-            )
+        if self.classifier_dropout is not None:  # None: hidden_dropout
+            _probability("classifier_dropout", self.classifier_dropout)
 
     @classmethod
     def from_preset(cls, name: str, **kwargs):

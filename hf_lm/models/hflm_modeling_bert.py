@@ -42,8 +42,12 @@ from .hflm_blocks import (
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
+    host_read,
+    is_integer_dtype,
     layer_to_block,
     lm_loss,
+    num_items_error,
+    num_items_flag,
     real_token_positions,
     sequence_classification_loss,
 )
@@ -155,13 +159,13 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         attention_mask = check_padding_mask(attention_mask, B, T)  # None when nothing is padded
         if position_ids is None:
             position_ids = real_token_positions(attention_mask, 0, T, device)  # (1|B, T)
+            check_positions_in_range(
+                self.positions,
+                position_ids,
+                "Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
+            )
         else:
-            check_position_ids(position_ids, B, T)
-        check_positions_in_range(
-            self.positions,
-            position_ids,
-            "Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
-        )
+            check_position_ids(position_ids, B, T, self.positions.max_positions)
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
@@ -171,9 +175,16 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
             # no segment embeddings (RoBERTa): segment ids a BERT-style tokenizer sends mean nothing here
             token_type_ids = None
         if token_type_ids is not None:
-            if tuple(token_type_ids.shape) != (B, T):
+            if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
+                got = (
+                    tuple(token_type_ids.shape)
+                    if torch.is_tensor(token_type_ids)
+                    else type(token_type_ids).__name__
+                )
+                raise ValueError(f"`token_type_ids` must be a ({B}, {T}) tensor like the input, got {got}.")
+            if not is_integer_dtype(token_type_ids.dtype):
                 raise ValueError(
-                    f"`token_type_ids` must have shape ({B}, {T}) like the input, got {tuple(token_type_ids.shape)}."
+                    f"`token_type_ids` must hold integer segment ids, got dtype {token_type_ids.dtype}."
                 )
             if eager and bool(((token_type_ids < 0) | (token_type_ids >= cfg.type_vocab_size)).any()):
                 raise ValueError(
@@ -254,11 +265,11 @@ def _masked_lm(
     """
     if labels is None:
         return None, head(hidden_states)  # (B, T, V)
-    check_labels(labels, hidden_states.shape[:2], vocab_size)
+    n_items = kwargs.get("num_items_in_batch")
+    check_labels(labels, hidden_states.shape[:2], vocab_size, num_items_in_batch=n_items)
     labels = labels.to(hidden_states.device)
     selected = labels != -100  # (B, T)
     targets = labels[selected][None]  # (1, N)
-    n_items = kwargs.get("num_items_in_batch")
     if sparse:
         logits = head(hidden_states[selected])  # (N, V)
         return lm_loss(logits[None], targets, shift=False, num_items_in_batch=n_items), logits
@@ -382,12 +393,20 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
         sentence_logits = self.sentence_head(outputs.pooler_output)  # (B, 2)
         if next_sentence_label is not None:
             B = sentence_logits.shape[0]
-            if tuple(next_sentence_label.shape) not in ((B,), (B, 1)) or bool(
-                ((next_sentence_label < 0) | (next_sentence_label > 1)).any()
+            if (
+                not torch.is_tensor(next_sentence_label)
+                or tuple(next_sentence_label.shape) not in ((B,), (B, 1))
+                or not is_integer_dtype(next_sentence_label.dtype)
+                or bool(((next_sentence_label < 0) | (next_sentence_label > 1)).any())
             ):
+                got = (
+                    f"a {next_sentence_label.dtype} tensor of shape {tuple(next_sentence_label.shape)} with values "
+                    f"{next_sentence_label.unique().tolist()}"
+                    if torch.is_tensor(next_sentence_label)
+                    else type(next_sentence_label).__name__
+                )
                 raise ValueError(
-                    f"`next_sentence_label` must be ({B},) labels in {{0, 1}}, got shape "
-                    f"{tuple(next_sentence_label.shape)} with values {next_sentence_label.unique().tolist()}."
+                    f"`next_sentence_label` must be ({B},) integer labels in {{0, 1}}, got {got}."
                 )
             nsp = F.cross_entropy(
                 sentence_logits.float(), next_sentence_label.view(-1).to(sentence_logits.device)
@@ -496,8 +515,11 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            check_labels(labels, logits.shape[:2], self.num_labels)
-            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            n_items = kwargs.get("num_items_in_batch")
+            check_labels(
+                labels, logits.shape[:2], self.num_labels, num_items_in_batch=n_items, what="class ids"
+            )
+            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
         out = TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -551,9 +573,12 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         if start_positions is not None:
             B, T = start_logits.shape
             for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
-                if positions.numel() != B:
+                if not torch.is_tensor(positions) or positions.numel() != B:
+                    got = tuple(positions.shape) if torch.is_tensor(positions) else type(positions).__name__
+                    raise ValueError(f"`{name}` must hold one position per example ({B}), got {got}.")
+                if not is_integer_dtype(positions.dtype):
                     raise ValueError(
-                        f"`{name}` must hold one position per example ({B}), got shape {tuple(positions.shape)}."
+                        f"`{name}` must hold integer token positions, got dtype {positions.dtype}."
                     )
             # out-of-range positions (the answer was truncated away) become T and are ignored
             start = start_positions.view(-1).to(start_logits.device).clamp(0, T)
@@ -600,10 +625,11 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         index of the right choice."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
         source = input_ids if input_ids is not None else inputs_embeds
-        if source is None or source.dim() != (3 if input_ids is not None else 4):
+        if not torch.is_tensor(source) or source.dim() != (3 if input_ids is not None else 4):
             raise ValueError(
                 "Multiple choice takes `input_ids` of shape (batch, num_choices, seq_len) (or `inputs_embeds` "
-                f"(batch, num_choices, seq_len, embedding_size)), got {None if source is None else tuple(source.shape)}."
+                f"(batch, num_choices, seq_len, embedding_size)), got "
+                f"{tuple(source.shape) if torch.is_tensor(source) else type(source).__name__}."
             )
         B, nc = source.shape[:2]
 
@@ -631,16 +657,26 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(B, nc)  # (B, nc)
         loss = None
         if labels is not None:
-            if labels.numel() != B or bool(((labels < 0) | (labels >= nc)).any()):
+            n = kwargs.get("num_items_in_batch")  # Trainer's count of labels in the accumulated batch
+            count_ok = num_items_flag(n)
+            if not torch.is_tensor(labels) or labels.numel() != B or not is_integer_dtype(labels.dtype):
+                raise ValueError(
+                    f"`labels` must be ({B},) integer choice indices in [0, {nc}), got {labels!r}."
+                )
+            ok = host_read(((labels >= 0) & (labels < nc)).all(), *([] if count_ok is None else [count_ok]))
+            if not ok[0]:
                 raise ValueError(
                     f"`labels` must be ({B},) choice indices in [0, {nc}), got {labels.tolist()}."
                 )
-            n = kwargs.get("num_items_in_batch")  # Trainer's count of labels in the accumulated batch
+            if not all(ok):
+                raise num_items_error(n)
             loss = F.cross_entropy(
-                logits.float(), labels.view(-1).to(logits.device), reduction="mean" if n is None else "sum"
+                logits.float(),
+                labels.view(-1).to(logits.device).long(),
+                reduction="mean" if n is None else "sum",
             )
             if n is not None:
-                loss = loss / (n.to(loss.device) if torch.is_tensor(n) else n)
+                loss = loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
         out = MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -33,6 +33,7 @@ from .hflm_blocks import (
     check_padding_mask,
     embed_inputs,
     lm_loss,
+    logits_positions,
 )
 from .hflm_configuration_ffnn import HfLmFFNNConfig
 
@@ -205,16 +206,15 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
             return_dict=True,
         )
         x, hidden = outputs.hidden_states  # (B, T, n * m), (B, T, h)
-        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-            x, hidden = x[:, -logits_to_keep:], hidden[:, -logits_to_keep:]
-        elif isinstance(logits_to_keep, torch.Tensor):
-            x, hidden = x[:, logits_to_keep], hidden[:, logits_to_keep]
+        keep = logits_positions(logits_to_keep, x.shape[1])
+        x, hidden = x[:, keep], hidden[:, keep]
         logits = self.lm_head(self.output_projection(hidden)) + self.direct(x)  # (B, T, V)
 
         loss = None
         if labels is not None:
-            check_labels(labels, logits.shape[:2], self.config.vocab_size)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            n_items = kwargs.get("num_items_in_batch")
+            check_labels(labels, logits.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
+            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
         want_hidden = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )

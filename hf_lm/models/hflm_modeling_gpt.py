@@ -33,10 +33,12 @@ from .hflm_blocks import (
     check_labels,
     check_position_ids,
     check_positions_in_range,
+    check_prefix_lengths,
     embed_inputs,
     keys_padding_mask,
     layer_to_block,
     lm_loss,
+    logits_positions,
     real_token_positions,
     sequence_classification_loss,
     widen_to_keys,
@@ -131,16 +133,18 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel):
         # both (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
         attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len)
         document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
+        check_prefix_lengths(prefix_lengths, B)
         if position_ids is None:
             # count only real tokens, so a left-padded prompt gets the positions it has alone
             position_ids = real_token_positions(attention_mask, past_len, T, inputs_embeds.device)  # (1|B, T)
+            check_positions_in_range(
+                self.positions,
+                position_ids,
+                "The cache counts too: truncate the input or use a shorter generation.",
+                past_len,
+            )
         else:
-            check_position_ids(position_ids, B, T)
-        check_positions_in_range(
-            self.positions,
-            position_ids,
-            "The cache counts too: truncate the input or use a shorter generation.",
-        )
+            check_position_ids(position_ids, B, T, self.positions.max_positions)
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
@@ -261,16 +265,14 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             document_ids=document_ids,
         )
         hidden_states = outputs.last_hidden_state
-        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        elif isinstance(logits_to_keep, torch.Tensor):
-            hidden_states = hidden_states[:, logits_to_keep]
+        hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.lm_head(self.output_projection(hidden_states))  # (B, T, C) -> (B, T, E) -> (B, T, V)
 
         loss = None
         if labels is not None:
-            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            n_items = kwargs.get("num_items_in_batch")
+            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
+            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
 
         out = CausalLMOutputWithPast(
             loss=loss,

@@ -37,6 +37,7 @@ from .hflm_blocks import (
     check_labels,
     check_padding_mask,
     lm_loss,
+    logits_positions,
 )
 from .hflm_configuration_ngram import HfLmNGramConfig
 
@@ -620,12 +621,9 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
             attention_mask = attention_mask.to(input_ids.device)
         context_ids, available = self._context_ids(input_ids, attention_mask, levels)
 
-        if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-            keep = torch.arange(max(T - logits_to_keep, 0), T, device=input_ids.device)
-        elif isinstance(logits_to_keep, torch.Tensor):
-            keep = logits_to_keep.to(input_ids.device)
-        else:
-            keep = torch.arange(T, device=input_ids.device)
+        keep = torch.arange(T, device=input_ids.device)[
+            logits_positions(logits_to_keep, T)
+        ]  # (Tk,) positions
         Tk = len(keep)
         context_ids = [c[:, keep].reshape(-1) for c in context_ids]  # each (N,) with N = B * Tk
         probs = self._probabilities(context_ids, available[:, keep].reshape(-1), levels)  # (N, V)
@@ -633,10 +631,11 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
 
         loss = None
         if labels is not None:
-            check_labels(labels, (B, T), self.config.vocab_size)
+            n_items = kwargs.get("num_items_in_batch")
+            check_labels(labels, (B, T), self.config.vocab_size, num_items_in_batch=n_items)
             if Tk != T:
                 raise ValueError("`labels` need the logits of every position: leave `logits_to_keep` at 0.")
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
         out = CausalLMOutput(loss=loss, logits=logits)
         return out if return_dict else out.to_tuple()
 

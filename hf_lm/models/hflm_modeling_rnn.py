@@ -17,7 +17,16 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from .hflm_blocks import HfLmPreTrainedModel, check_labels, check_position_ids, embed_inputs, lm_loss
+from .hflm_blocks import (
+    HfLmPreTrainedModel,
+    check_cache_type,
+    check_labels,
+    check_padding_mask,
+    check_position_ids,
+    embed_inputs,
+    lm_loss,
+    logits_positions,
+)
 from .hflm_configuration_rnn import HfLmRNNConfig
 from .hflm_rnn_blocks import RecurrentCache, RecurrentLayer, StackedRNN
 
@@ -105,25 +114,31 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
             input_ids, inputs_embeds, self.embed_tokens, self.config.vocab_size, "embedding_size"
         )
         B, T = inputs_embeds.shape[:2]
-        if past_key_values is not None and not isinstance(past_key_values, RecurrentCache):
-            raise ValueError(
-                f"`past_key_values` must be the `RecurrentCache` this model returned, got {type(past_key_values).__name__}."
-            )
+        check_cache_type(past_key_values, RecurrentCache, "the `RecurrentCache` this model returned")
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
         if attention_mask is not None:
             # generate() passes the mask of past + new tokens; the recurrence only needs the new ones
             if (
-                attention_mask.dim() != 2
+                not torch.is_tensor(attention_mask)
+                or attention_mask.dim() != 2
                 or attention_mask.shape[0] != B
                 or attention_mask.shape[1] not in (T, past_len + T)
             ):
+                got = (
+                    tuple(attention_mask.shape)
+                    if torch.is_tensor(attention_mask)
+                    else type(attention_mask).__name__
+                )
                 raise ValueError(
                     f"`attention_mask` must have shape (batch, past + seq_len) = ({B}, {past_len + T}) or "
-                    f"(batch, seq_len) = ({B}, {T}), got {tuple(attention_mask.shape)}."
+                    f"(batch, seq_len) = ({B}, {T}), got {got}."
                 )
-            attention_mask = attention_mask[:, -T:].to(inputs_embeds.device).bool()
+            attention_mask = check_padding_mask(attention_mask[:, -T:], B, T)  # None when nothing is padded
+            if attention_mask is not None:
+                attention_mask = attention_mask.to(inputs_embeds.device).bool()
         if position_ids is not None:
-            check_position_ids(position_ids, B, T)  # accepted for generate(); a recurrence needs no positions
+            # accepted for generate(); a recurrence needs no positions, so their values are not read
+            check_position_ids(position_ids, B, T, values=False)
         state = None
         if past_key_values is not None and past_key_values.state is not None:
             if past_key_values.batch_size != B:
@@ -297,16 +312,14 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
                 outputs.past_key_values,
                 outputs.hidden_states,
             )
-            if isinstance(logits_to_keep, int) and logits_to_keep > 0:
-                hidden_states = hidden_states[:, -logits_to_keep:]
-            elif isinstance(logits_to_keep, torch.Tensor):
-                hidden_states = hidden_states[:, logits_to_keep]
+            hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
             logits = self._logits(hidden_states)  # (B, T, V)
 
         loss = None
         if labels is not None:
-            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            n_items = kwargs.get("num_items_in_batch")
+            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
+            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
 
         out = CausalLMOutputWithPast(
             loss=loss, logits=logits, past_key_values=cache, hidden_states=all_hidden_states

@@ -32,6 +32,9 @@ from transformers.utils import ModelOutput
 
 from .hflm_blocks import (
     HfLmPreTrainedModel,
+    check_cache_type,
+    check_encoder_states,
+    check_input_ids,
     check_labels,
     check_padding_mask,
     embed_inputs,
@@ -184,14 +187,8 @@ ATTENTIONS = {
 
 def _real_token_mask(attention_mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
     """The (B, S) bool source mask, None when nothing is padded; every source needs a real token."""
-    mask = check_padding_mask(attention_mask, batch, length)
-    if mask is None:
-        return None
-    mask = mask.bool()
-    if not torch.compiler.is_compiling() and not bool(mask.any(dim=-1).all()):
-        empty = int((~mask.any(dim=-1)).nonzero()[0])
-        raise ValueError(f"`attention_mask` row {empty} has no real token: every source needs at least one.")
-    return mask
+    mask = check_padding_mask(attention_mask, batch, length, require_token=True)
+    return None if mask is None else mask.bool()
 
 
 class HfLmRNNSeq2SeqEncoder(nn.Module):
@@ -288,13 +285,19 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
     def initial_state(self, encoder_outputs: HfLmRNNSeq2SeqEncoderOutput) -> tuple[torch.Tensor, ...]:
         """((L, B, H), ...) decoder state: `tanh(W h_enc + b)` per state tensor, reshaped to the layers."""
         finals = (encoder_outputs.final_hidden_state, encoder_outputs.final_cell_state)
+        B, H = encoder_outputs.last_hidden_state.shape[0], self.config.hidden_size
         state = []
         for bridge, final in zip(self.bridge, finals):
             if final is None:
                 raise ValueError(
                     "`encoder_outputs` lacks the encoder's final states: pass the output of this model's encoder."
                 )
-            B = final.shape[0]
+            if not torch.is_tensor(final) or tuple(final.shape) != (B, H):
+                got = tuple(final.shape) if torch.is_tensor(final) else type(final).__name__
+                raise ValueError(
+                    f"`encoder_outputs` must hold the encoder's ({B}, {H}) final states, got {got}: pass the "
+                    "output of this model's encoder."
+                )
             state.append(
                 torch.tanh(bridge(final)).view(B, self.config.decoder_layers, -1).transpose(0, 1).contiguous()
             )
@@ -336,20 +339,21 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         cfg = self.config
         if encoder_outputs is None:
             raise ValueError("The decoder needs `encoder_outputs` (run the encoder first).")
-        embeds = embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, "embedding_size")
+        embeds = embed_inputs(
+            input_ids,
+            inputs_embeds,
+            self.embed_tokens,
+            cfg.vocab_size,
+            "embedding_size",
+            names=("decoder_input_ids", "decoder_inputs_embeds"),
+        )
         B, T = embeds.shape[:2]
         values = encoder_outputs.last_hidden_state  # (B, S, H)
-        if values.shape[0] != B:
-            raise ValueError(
-                f"The decoder inputs have batch size {B} but the encoder outputs {values.shape[0]}: pass the same batch."
-            )
+        check_encoder_states(values, B, cfg.hidden_size)
         src_mask = _real_token_mask(encoder_attention_mask, B, values.shape[1])  # (B, S) or None
 
         cache = past_key_values
-        if cache is not None and not isinstance(cache, RecurrentCache):
-            raise ValueError(
-                f"`past_key_values` must be the RecurrentCache this model returned, got {type(cache).__name__}."
-            )
+        check_cache_type(cache, RecurrentCache, "the `RecurrentCache` this model returned")
         if cache is not None and cache.is_initialized:
             state = self.rnn.check_state(cache.state, B)
             feed, keys = cache.extras["input_feed"], cache.extras["memory_keys"]
@@ -362,15 +366,21 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         step_mask = None
         if attention_mask is not None:
             if (
-                attention_mask.dim() != 2
+                not torch.is_tensor(attention_mask)
+                or attention_mask.dim() != 2
                 or attention_mask.shape[0] != B
                 or attention_mask.shape[1] not in (T, past + T)
             ):
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), "
-                    f"got {tuple(attention_mask.shape)}."
+                got = (
+                    tuple(attention_mask.shape)
+                    if torch.is_tensor(attention_mask)
+                    else type(attention_mask).__name__
                 )
-            step_mask = check_padding_mask(attention_mask[:, -T:], B, T)  # None when nothing is padded
+                raise ValueError(
+                    f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), got {got}."
+                )
+            # None when nothing is padded
+            step_mask = check_padding_mask(attention_mask[:, -T:], B, T, "decoder_attention_mask")
 
         sampling = scheduled_sampling_probability > 0.0 and next_token_logits is not None
         x = self.dropout(embeds)  # (B, T, E)
@@ -735,10 +745,15 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
         p = _check_sampling_probability(scheduled_sampling_probability)
-        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
-            if labels.dim() != 2:
-                raise ValueError(f"`labels` must be a (batch, target_len) tensor, got {tuple(labels.shape)}.")
-            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        n_items = kwargs.get("num_items_in_batch")
+        if labels is not None:
+            if input_ids is not None and encoder_outputs is None:
+                # an empty or malformed source is reported first (its values are read by the encoder)
+                check_input_ids(input_ids, self.config.vocab_size, values=False)
+            # checked before they become decoder inputs, so that a bad label is reported as a label
+            check_labels(labels, None, self.config.vocab_size, num_items_in_batch=n_items)
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         sampling = p > 0.0 and self.training and labels is not None
         outputs = self.model.encode_and_decode(
             input_ids=input_ids,
@@ -759,8 +774,11 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         logits = self.lm_head(self.output_projection(hidden))  # (B, T, V)
         loss = None
         if labels is not None:
-            check_labels(labels, logits.shape[:2], self.config.vocab_size)
-            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder inputs, got {tuple(labels.shape)}."
+                )
+            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
         out = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

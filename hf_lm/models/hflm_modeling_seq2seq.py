@@ -40,12 +40,16 @@ from .hflm_blocks import (
     build_attention_mask,
     build_norm,
     cache_lengths,
+    check_encoder_states,
+    check_input_ids,
     check_labels,
+    check_padding_mask,
     check_position_ids,
     check_positions_in_range,
     embed_inputs,
     keys_padding_mask,
     lm_loss,
+    logits_positions,
     real_token_positions,
     sequence_classification_loss,
     shift_tokens_right,
@@ -117,17 +121,26 @@ class HfLmSeq2SeqStack(nn.Module):
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         return_dict = cfg.return_dict if return_dict is None else return_dict
+        # the user passed the decoder's arguments to the model under their `decoder_` names
+        prefix = "decoder_" if self.is_decoder else ""
         scale = self.embed_scale if input_ids is not None else 1.0  # given embeddings are used as they are
         inputs_embeds = (
-            embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size) * scale
+            embed_inputs(
+                input_ids,
+                inputs_embeds,
+                self.embed_tokens,
+                cfg.vocab_size,
+                names=(f"{prefix}input_ids", f"{prefix}inputs_embeds"),
+            )
+            * scale
         )  # (B, T, C)
         B, T = inputs_embeds.shape[:2]
         device = inputs_embeds.device
-        eager = not torch.compiler.is_compiling()
 
         if self.is_decoder:
             if encoder_hidden_states is None:
                 raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder first).")
+            check_encoder_states(encoder_hidden_states, B, cfg.hidden_size)
             if use_cache and past_key_values is None:
                 past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
         else:
@@ -136,16 +149,17 @@ class HfLmSeq2SeqStack(nn.Module):
         past_len, kv_len = cache_lengths(past_key_values, T)
 
         # (B, kv_len), a static cache's empty slots padding; None when nothing is padded
-        attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len)
+        attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len, f"{prefix}attention_mask")
         if position_ids is None:
             position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
+            check_positions_in_range(
+                self.positions,
+                position_ids,
+                f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
+                past_len,
+            )
         else:
-            check_position_ids(position_ids, B, T)
-        check_positions_in_range(
-            self.positions,
-            position_ids,
-            f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
-        )
+            check_position_ids(position_ids, B, T, self.positions.max_positions, f"{prefix}position_ids")
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
@@ -165,12 +179,11 @@ class HfLmSeq2SeqStack(nn.Module):
             past_len=past_len,
         )
         cross_mask = None
-        if (
-            self.is_decoder
-            and encoder_attention_mask is not None
-            and not (eager and bool(encoder_attention_mask.all()))
-        ):
-            cross_mask = encoder_attention_mask.to(device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)
+        if self.is_decoder:
+            # the source's padding mask, which the model received as `attention_mask`; None when nothing is padded
+            source_mask = check_padding_mask(encoder_attention_mask, B, encoder_hidden_states.shape[1])
+            if source_mask is not None:
+                cross_mask = source_mask.to(device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)
 
         all_hidden = () if output_hidden_states else None
         all_self = () if output_attentions else None
@@ -289,8 +302,13 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                 output_hidden_states=output_hidden_states,
                 return_dict=True,
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
+        elif isinstance(encoder_outputs, (tuple, list)):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            raise ValueError(
+                "`encoder_outputs` must be the encoder's output (a `BaseModelOutput` or its tuple), "
+                f"got {type(encoder_outputs).__name__}."
+            )
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
                 "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds them)."
@@ -398,10 +416,15 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                 loss is a sum divided by it, so gradient accumulation equals one big batch.
         """
         return_dict = self.config.return_dict if return_dict is None else return_dict
-        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
-            if labels.dim() != 2:
-                raise ValueError(f"`labels` must be a (batch, target_len) tensor, got {tuple(labels.shape)}.")
-            decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        n_items = kwargs.get("num_items_in_batch")
+        if labels is not None:
+            if input_ids is not None and encoder_outputs is None:
+                # an empty or malformed source is reported first (its values are read by the encoder)
+                check_input_ids(input_ids, self.config.vocab_size, values=False)
+            # checked before they become decoder inputs, so that a bad label is reported as a label
+            check_labels(labels, None, self.config.vocab_size, num_items_in_batch=n_items)
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -421,13 +444,16 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
         if self.config.scale_decoder_output:
             # T5 ties the head to embeddings that were not scaled at the input: rescale here
             hidden_states = hidden_states * self.config.hidden_size**-0.5
-        if logits_to_keep:
-            hidden_states = hidden_states[:, -logits_to_keep:]
+        hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.lm_head(hidden_states)  # (B, T, V)
         loss = None
         if labels is not None:
-            check_labels(labels, logits.shape[:2], self.config.vocab_size)
-            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=kwargs.get("num_items_in_batch"))
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder's logits (the decoder "
+                    f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
+                )
+            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
         out = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -476,6 +502,8 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         return_dict = self.config.return_dict if return_dict is None else return_dict
         if input_ids is None:
             raise ValueError("Sequence classification needs `input_ids`.")
+        # the type and shape before they are shifted into decoder inputs (the encoder reads the values)
+        check_input_ids(input_ids, self.config.vocab_size, values=False)
         if decoder_input_ids is None:
             # the decoder reads the same text, shifted right (BART)
             decoder_input_ids = shift_tokens_right(
