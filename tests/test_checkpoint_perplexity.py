@@ -509,3 +509,43 @@ def test_cli_prints_json(saved_lm, tmp_path, capsys):
     for key in ("loss", "bits_per_token", "bits_per_character", "bits_per_word"):
         assert isinstance(result[key], float)
     assert result["bits_per_word"] == pytest.approx(core["nll_sum"] / math.log(2) / len(text.split()))
+
+
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (["--dtype", "load"], r"`dtype` must be one of \['float32', 'bfloat16', 'float16'\], got 'load'"),
+        (["--stride", "0"], "`stride` must be a positive number of tokens, got 0"),
+        (["--max_length", "1"], "`max_length` must be at least 2"),
+        (["--max_length", "8", "--stride", "9"], r"`stride` \(9\) must be at most `max_length` \(8\)"),
+        (["--batch_size", "0"], "`batch_size` must be at least 1"),
+        (["--device", "gpu0"], "`device` must be auto or a torch device name"),
+    ],
+)
+def test_cli_rejects_bad_arguments(saved_lm, tmp_path, flags, match):
+    from training import evaluate_cli
+
+    text_file = tmp_path / "eval.txt"
+    text_file.write_text("hello world", encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        evaluate_cli.main(["--model", str(saved_lm[0]), "--text_file", str(text_file), *flags])
+
+
+@pytest.mark.parametrize(
+    "content, flags, match",
+    [
+        (b"", [], r"empty\.txt: 0 characters, 0 token\(s\); at least 2 tokens"),
+        (b"h", [], r"empty\.txt: 1 characters, 1 token\(s\)"),
+        (b"", ["--add_start_token"], r"empty\.txt: 0 characters, 1 token\(s\)"),
+        (b"hello\nw\xe9rld\n", [], r"empty\.txt, line 2 \(byte 7\): not UTF-8"),
+    ],
+)
+def test_cli_rejects_empty_short_or_non_utf8_text(saved_lm, tmp_path, capsys, content, flags, match):
+    """No NaN perplexity with exit status 0, no raw UnicodeDecodeError: an error naming the file."""
+    from training import evaluate_cli
+
+    text_file = tmp_path / "empty.txt"
+    text_file.write_bytes(content)
+    with pytest.raises(ValueError, match=match):
+        evaluate_cli.main(["--model", str(saved_lm[0]), "--text_file", str(text_file), *flags])
+    assert capsys.readouterr().out == ""  # nothing printed as a result

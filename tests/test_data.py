@@ -1,19 +1,25 @@
 """Built-in corpora, dataset loading, exact packing and splitting (all offline, a few seconds)."""
 
 import math
+import os
+import subprocess
+import sys
 from collections import Counter
 
 import datasets
 import numpy as np
 import pytest
+from conftest import REPO_ROOT
 from datasets import Dataset
 
 import training.data
 from training.corpora import MarkovSource, SyntheticCorpus, load_builtin_corpus
 from training.data import (
+    DataFileError,
     DatasetLoadError,
     buffered_shuffle,
     load_text_dataset,
+    split_long_text,
     tokenize_and_pack,
     train_eval_split,
 )
@@ -154,6 +160,55 @@ def test_load_errors(tmp_path):
         load_text_dataset(str(tmp_path))
 
 
+BAD_FILES = {  # name -> (content, the error's message)
+    "empty.txt": (b"", r"empty\.txt is empty"),
+    "latin1.txt": (b"line one\n\nline two \xe9t\xe9\n", r"latin1\.txt, line 3 \(byte 19\): not UTF-8"),
+    "missing.jsonl": (b'{"text": "a"}\n{"body": "b"}\n', r"missing\.jsonl, line 2: no `text` field"),
+    "number.jsonl": (b'{"text": "a"}\n\n{"text": 3}\n', r"number\.jsonl, line 3: `text` is a number \(3\)"),
+    "null.jsonl": (b'{"text": "a"}\n{"text": null}\n', r"null\.jsonl, line 2: `text` is null"),
+    "broken.jsonl": (b'{"text": "a"}\n{"text": "b"\n', r"broken\.jsonl, line 2: not valid JSON"),
+    # pandas would merge lines 3-5 into one field ("stray quote\nsecond\nend")
+    "stray.csv": (
+        b'text\nfirst\n"stray quote\nsecond\n"end\nlast\n',
+        r"stray\.csv, line 5: malformed CSV .* record starting on line 3: a stray quote\?",
+    ),
+    "fields.csv": (b"id,text\n1,a\n2,b,c\n", r"fields\.csv, line 3: 3 field\(s\) where the header has 2"),
+    "unclosed.tsv": (b'text\n"never closed\nrow\n', r"unclosed\.tsv, line 3: malformed CSV"),
+}
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_bad_local_files_name_the_file_the_line_and_the_cause(tmp_path, name, streaming):
+    """Not `DatasetGenerationError` naming nothing, not a row silently dropped or merged."""
+    content, message = BAD_FILES[name]
+    path = tmp_path / "data" / name
+    path.parent.mkdir()
+    path.write_bytes(content)
+    with pytest.raises(DataFileError, match=message):
+        list(load_text_dataset(str(path), streaming=streaming))  # a stream fails when read
+
+
+def test_bad_parquet_rows_are_named(tmp_path):
+    path = tmp_path / "data" / "null.parquet"
+    path.parent.mkdir()
+    Dataset.from_dict({"text": ["a", "b", None]}).to_parquet(str(path))
+    for streaming in (False, True):
+        with pytest.raises(DataFileError, match=r"null\.parquet, row 2: `text` is null"):
+            list(load_text_dataset(str(path), streaming=streaming))
+
+
+def test_csv_text_is_kept_verbatim(tmp_path):
+    """pandas alone reads "NA", "null" and empty cells as missing and "42" as the number 42.0."""
+    path = tmp_path / "data" / "texts.csv"
+    path.parent.mkdir()
+    long = "word " * 40_000  # longer than Python csv's default field size limit
+    path.write_text(f'id,text\n1,NA\n2,\n3,42\n4,null\n5,"two\nlines"\n6,"say ""hi"""\n7,{long}\n')
+    expected = ["NA", "", "42", "null", "two\nlines", 'say "hi"', long]
+    assert load_text_dataset(str(path))["text"] == expected
+    assert [row["text"] for row in load_text_dataset(str(path), streaming=True)] == expected
+
+
 def test_load_builtin_dataset():
     ds = load_text_dataset("synthetic")
     assert ds.column_names == ["text"] and len(ds) > 1000
@@ -208,6 +263,76 @@ def test_streaming_and_num_proc_give_the_same_blocks(tokenizer, monkeypatch):
     assert list(streamed) == reference  # a second pass starts afresh
     monkeypatch.setattr(training.data, "_MAP_BATCH_SIZE", 3)  # blocks straddle many batches
     assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list() == reference
+
+
+def test_split_long_text_cuts_before_a_word():
+    text = "one two  three\n four. five, six" * 3
+    pieces = split_long_text(text, 10)
+    assert "".join(pieces) == text and all(len(piece) <= 10 for piece in pieces)
+    # every cut but hard ones is just before a space followed by a non-space
+    assert all(piece[0] == " " and not piece[1].isspace() for piece in pieces[1:])
+    assert split_long_text("x" * 25, 10) == ["x" * 10] * 2 + ["x" * 5]  # no space: hard cuts
+    assert split_long_text("short", 10) == ["short"]
+    with pytest.raises(ValueError, match="max_characters"):
+        split_long_text(text, 1)
+
+
+@pytest.mark.parametrize("kind", ["byte_bpe", "wordpiece", "unigram", "char"])
+def test_long_documents_are_tokenized_in_pieces_exactly(kind, monkeypatch):
+    """Documents longer than PIECE_CHARACTERS are tokenized piece by piece (bounded memory),
+    with the same blocks, document ids and positions as whole-document tokenization."""
+    corpus = SyntheticCorpus(seed=0, sentences_per_document=40).generate(6000, seed=1)
+    docs = [doc.replace(". ", ".\n", 3).replace(" the ", "  the ", 2) for doc in corpus]  # runs of spaces
+    tokenizer = train_tokenizer(docs, kind=kind, vocab_size=400, min_frequency=1)
+    dataset = Dataset.from_dict({"text": docs})
+    whole = tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list()
+    assert max(map(len, docs)) > 1000
+    monkeypatch.setattr(training.data, "PIECE_CHARACTERS", 64)
+    monkeypatch.setattr(training.data, "TOKENIZE_CHARACTERS", 500)
+    assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list() == whole
+    streamed = tokenize_and_pack(dataset.to_iterable_dataset(), tokenizer, 16, document_mask=True)
+    assert list(streamed) == whole
+
+
+_HUGE_LINE_SCRIPT = """
+import random, resource, sys
+from training.data import load_text_dataset, tokenize_and_pack
+from training.tokenizer import train_tokenizer
+
+path, characters = sys.argv[1], int(sys.argv[2])
+rng = random.Random(0)
+words = "the of and to in a is that for it as was with be by on not he this are or his from at".split()
+line = " ".join(rng.choice(words) for _ in range(characters // 3))[:characters]
+with open(path, "w") as f:
+    f.write(line + "\\n")
+tokenizer = train_tokenizer([line[:20000]], kind="byte_bpe", vocab_size=300)
+dataset = load_text_dataset(path, streaming=True)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+blocks = sum(1 for _ in tokenize_and_pack(dataset, tokenizer, 64))
+print(blocks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux only")
+def test_streaming_memory_is_bounded_for_one_huge_line(tmp_path):
+    """One 2 MB line, streamed: tokenizing it whole grew the peak RSS by ~370 MB (~180 bytes a
+    character: a 50 MB line peaked at 9 GB); in pieces the growth is a fixed ~70 MB plus a few
+    bytes a character."""
+    script = tmp_path / "huge_line.py"
+    script.write_text(_HUGE_LINE_SCRIPT)
+    characters = 2_000_000
+    env = dict(
+        os.environ,
+        PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        HF_DATASETS_CACHE=str(tmp_path / "cache"),
+    )
+    out = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "line.txt"), str(characters)],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    blocks, growth_kib = map(int, out.stdout.split())
+    assert blocks > 1000
+    assert growth_kib * 1024 < 100e6 + 25 * characters, f"peak RSS grew by {growth_kib / 1024:.0f} MiB"
 
 
 def test_pack_validation(tokenizer):

@@ -383,3 +383,54 @@ def test_sst2_from_scratch_beats_chance_and_reloads(tmp_path):
     assert {p["label"] for p in predictions} == {"negative", "positive"}
     correct = sum(p["label"] == ("positive" if y else "negative") for p, y in zip(predictions, test["label"]))
     assert correct / len(test) == pytest.approx(metrics["test_accuracy"], abs=1.5 / len(test))
+
+
+# ---------------------------------------------------------------------------------------------
+# input length vs the model's positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_inputs_are_truncated_to_the_models_positions(tmp_path):
+    """A pretrained model with 16 learned positions and 40-word sentences: the default length is
+    capped at 16 (not 128, which failed at the first batch), and asking for more is an error
+    before training."""
+    _toy_sentiment(tmp_path / "train.tsv", 16, seed=0)
+    rows = [line.split("\t") for line in (tmp_path / "train.tsv").read_text().splitlines()[1:]]
+    long_rows = [(" ".join([text] * 6), label) for text, label in rows]  # 18-60 words each
+    _write_tsv(tmp_path / "train.tsv", long_rows)
+    pretrained = _masked_lm_folder(tmp_path / "mlm", [text for text, _ in long_rows])
+
+    def run(*flags):
+        return finetune(
+            *parse_args(
+                [
+                    "--data_dir",
+                    str(tmp_path),
+                    "--model_name_or_path",
+                    str(pretrained),
+                    "--output_dir",
+                    str(tmp_path / "out"),
+                    "--max_steps",
+                    "2",
+                    "--per_device_train_batch_size",
+                    "8",
+                    "--eval_strategy",
+                    "no",
+                    "--save_strategy",
+                    "no",
+                    "--disable_tqdm",
+                    "true",
+                    "--report_to",
+                    "none",
+                    *flags,
+                ]
+            )  # fmt: skip
+        )
+
+    with pytest.raises(ValueError, match=r"`max_seq_length`=17 is longer than .*max_position_embeddings=16"):
+        run("--max_seq_length", "17")
+    assert not (tmp_path / "out" / "final").exists()  # failed before training
+    metrics = run()
+    assert metrics["train_steps"] == 2
+    card = (tmp_path / "out" / "final" / "README.md").read_text()
+    assert "| max sequence length | 16 |" in card

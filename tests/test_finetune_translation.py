@@ -215,7 +215,7 @@ def _toy_parallel(folder, n, seed, stem="train", vocabulary=None):
     return lines
 
 
-def _seq2seq_folder(path, texts):
+def _seq2seq_folder(path, texts, preset="transformer", max_position_embeddings=64):
     """A fresh tiny BART-style model and its tokenizer, saved as a pretraining run would.
 
     Both runs of a comparison load it, so they share the tokenizer and the initial weights.
@@ -227,13 +227,13 @@ def _seq2seq_folder(path, texts):
 
     tokenizer = train_tokenizer(texts, kind="byte_bpe", vocab_size=320, special_tokens=BART_SPECIAL_TOKENS)
     config = HfLmBartConfig.from_preset(
-        "transformer",
+        preset,
         vocab_size=len(tokenizer),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        max_position_embeddings=64,
+        max_position_embeddings=max_position_embeddings,
         hidden_dropout=0.0,
         attention_dropout=0.0,
         pad_token_id=tokenizer.pad_token_id,
@@ -294,6 +294,60 @@ def test_gradient_accumulation_equals_large_batch(tmp_path, label_smoothing):
     assert weights["large"].keys() == weights["accumulated"].keys()
     for key, value in weights["large"].items():
         assert weights["accumulated"][key].allclose(value, rtol=1e-4, atol=1e-6), key
+
+
+def test_lengths_fit_the_models_learned_positions(tmp_path):
+    """BART with 16 learned positions and sentences longer than that: sources, targets and
+    generations default to 16 tokens (not 128, which failed at the first batch), and asking for
+    more is an error before training."""
+    data = tmp_path / "data"
+    data.mkdir()
+    texts = [" ".join([line] * 4) for line in _toy_parallel(data, 16, seed=0)]  # 12-32 words
+    _write(data / "train.xx", texts)
+    _write(data / "train.yy", texts)
+    _write(data / "val.xx", texts[:4])
+    _write(data / "val.yy", texts[:4])
+    pretrained = _seq2seq_folder(tmp_path / "bart", texts, preset="bart", max_position_embeddings=16)
+
+    def run(*flags):
+        return finetune(
+            *parse_args(
+                [
+                    "--data_dir",
+                    str(data),
+                    "--source_lang",
+                    "xx",
+                    "--target_lang",
+                    "yy",
+                    "--model_name_or_path",
+                    str(pretrained),
+                    "--output_dir",
+                    str(tmp_path / "out"),
+                    "--max_steps",
+                    "2",
+                    "--per_device_train_batch_size",
+                    "8",
+                    "--eval_strategy",
+                    "no",
+                    "--save_strategy",
+                    "no",
+                    "--generation_num_beams",
+                    "1",
+                    "--disable_tqdm",
+                    "true",
+                    *flags,
+                ]
+            )  # fmt: skip
+        )
+
+    for flag in ("--max_source_length", "--max_target_length", "--generation_max_length"):
+        with pytest.raises(ValueError, match=rf"`{flag[2:]}`=17 is longer than .*max_position_embeddings=16"):
+            run(flag, "17")
+    assert not (tmp_path / "out" / "final").exists()  # each failed before training
+    metrics = run()  # training, then generating the validation split
+    assert metrics["train_steps"] == 2 and 0 <= metrics["eval_bleu"] <= 100
+    card = (tmp_path / "out" / "final" / "README.md").read_text()
+    assert "| max source / target length | 16 / 16 |" in card
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """Text datasets for language-model training: load, tokenize, pack into fixed blocks, split.
 
 - `load_text_dataset` gives a `datasets.Dataset` (or `IterableDataset` when streaming) with one
-  "text" column, from a built-in corpus, local files, or the Hugging Face Hub.
+  "text" column, from a built-in corpus, local files, or the Hugging Face Hub. A local file that
+  is empty, not UTF-8, malformed (JSON, a CSV stray quote) or has a row without a string text
+  raises a `DataFileError` naming the file, the line and the cause.
 - `tokenize_and_pack` turns it into blocks of exactly `block_size` tokens, GPT-2 style: documents
   are joined with EOS and the stream is cut with no padding (Radford et al., 2019). The packing
   is exact: the blocks, concatenated, are a prefix of the concatenated tokenized documents,
-  whatever the number of processes, and streaming gives the same blocks. With
+  whatever the number of processes, and streaming gives the same blocks. Long documents are
+  tokenized in pieces cut before a space (`split_long_text`), in bounded memory. With
   `document_mask=True` each token also gets its document's index within the block and its
   position within its document, so attention need not cross documents (Krell et al., 2021,
   "Efficient sequence packing without cross-contamination").
@@ -15,15 +18,20 @@
 
 from __future__ import annotations
 
+import codecs
+import csv
 import glob
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+import fsspec
 import numpy as np
 from datasets import Dataset, DatasetDict, Features, IterableDataset, List, Value, load_dataset
+from fsspec.utils import infer_compression
 
 from training.corpora import BUILTIN_CORPORA, load_builtin_corpus
 
@@ -43,12 +51,25 @@ FILE_BUILDERS: dict[str, tuple[str, dict]] = {
 }
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst", ".lz4")
 _MAP_BATCH_SIZE = 1000  # documents per batch of the maps; the blocks do not depend on it
+# A fast tokenizer holds ~200 bytes per character while encoding (offsets, alignments, token
+# strings), so a 50 MB document would peak near 10 GB: documents are tokenized in pieces of at
+# most PIECE_CHARACTERS, cut before a space (`split_long_text`), and at most
+# TOKENIZE_CHARACTERS go through one tokenizer call. Neither changes the blocks.
+PIECE_CHARACTERS = 1 << 16
+TOKENIZE_CHARACTERS = 1 << 20
 
 _Item = TypeVar("_Item")
 
 
 class DatasetLoadError(RuntimeError):
     """A Hub dataset could not be loaded (offline, unknown name, missing config, ...)."""
+
+
+class DataFileError(ValueError):
+    """A local data file is not usable text: empty, not UTF-8, malformed, or a row without a string text.
+
+    The message names the file, the line (or row) and the cause.
+    """
 
 
 SAMPLE_BY = ("paragraph", "line", "document")  # rows of a local text file
@@ -101,6 +122,293 @@ def _column_names(dataset) -> list[str]:
     return list(names)
 
 
+# ----------------------------------------------------------------------------------------------
+# Checking local files: the first problem, named by file and line
+# ----------------------------------------------------------------------------------------------
+
+_JSON_TYPES = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", dict: "object"}
+
+
+def _checkable(path: str) -> bool:
+    """Whether this module can read `path` itself (fsspec lacks zstd/lz4 without extra packages)."""
+    return not path.lower().endswith(_COMPRESSIONS) or infer_compression(path) is not None
+
+
+def _open(path: str, mode: str = "rt", **kwargs):
+    if "t" in mode:
+        kwargs.setdefault("encoding", "utf-8")
+    return fsspec.open(path, mode, compression=infer_compression(path), **kwargs)
+
+
+def _value_problem(value, column: str) -> str:
+    """Why `value` (not a string) is not a document's text."""
+    if value is None:
+        return f"`{column}` is null"
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    return f"`{column}` is a {kind} ({json.dumps(value, default=str)[:40]}), not a string"
+
+
+def _utf8_problem(path: str) -> str | None:
+    """Where `path` stops being UTF-8: "line L (byte B): ...", or None if all of it decodes."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    read = newlines = 0  # bytes and line breaks read before `chunk`
+    with _open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 20)
+            pending = decoder.getstate()[0]  # an incomplete character held back (never a line break)
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as err:  # err.object is `pending + chunk`
+                line = newlines + err.object[: err.start].count(b"\n") + 1
+                bad = " ".join(f"0x{b:02x}" for b in err.object[err.start : err.end])
+                return (
+                    f"line {line} (byte {read - len(pending) + err.start}): not UTF-8 ({err.reason}: {bad}); "
+                    "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
+                )
+            if not chunk:
+                return None
+            read += len(chunk)
+            newlines += chunk.count(b"\n")
+
+
+def _record_problem(record, text_column: str) -> str | None:
+    if not isinstance(record, dict):
+        return f"a JSON {_JSON_TYPES.get(type(record), type(record).__name__)} where an object was expected"
+    if text_column not in record:
+        return f"no `{text_column}` field (fields: {sorted(record)[:10]})"
+    value = record[text_column]
+    return None if isinstance(value, str) else _value_problem(value, text_column)
+
+
+def _json_problem(path: str, text_column: str) -> str | None:
+    """The first line of a JSON-lines file (or item of a JSON array) that is not valid JSON or has
+    no string `text_column`."""
+    with _open(path, encoding="utf-8-sig") as f:  # a leading BOM is tolerated, as by `datasets`
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("["):  # one JSON array, of objects or of strings
+                try:
+                    items = json.loads(line + f.read())
+                except json.JSONDecodeError as err:
+                    return f"not valid JSON ({err.msg}, line {number + err.lineno - 1})"
+                for index, item in enumerate(items):
+                    problem = _record_problem(item if isinstance(item, dict) else {"text": item}, text_column)
+                    if problem:
+                        return f"item {index} of the JSON array: {problem}"
+                return None
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                return f"line {number}: not valid JSON ({err.msg}, column {err.colno})"
+            problem = _record_problem(record, text_column)
+            if problem:
+                return f"line {number}: {problem}"
+    return None
+
+
+def _csv_problem(path: str, delimiter: str, multiline: list[int] | None = None) -> str | None:
+    """The first malformed record of a CSV/TSV file, read by Python's strict csv parser.
+
+    pandas (behind `datasets`' CSV builder) forgives a quote that closes a field early or late and
+    silently merges the lines in between into one field; the strict parser stops there. Records
+    that legitimately span lines (quoted line breaks) go to `multiline` (their first line).
+    """
+    limit = csv.field_size_limit(2**31 - 1)  # a document may be longer than the default 128 KiB
+    try:
+        with _open(path, newline="") as f:
+            reader = csv.reader(f, delimiter=delimiter, strict=True)
+            start = 1  # the line the next record starts on
+            try:
+                header = next(reader, None)
+                if header is None:
+                    return None  # empty: reported as such by the loader
+                start = reader.line_num + 1
+                for row in reader:
+                    if row and len(row) != len(header):  # blank lines are skipped, as pandas does
+                        return (
+                            f"line {start}: {len(row)} field(s) where the header has {len(header)} "
+                            "(an unquoted delimiter, or a stray quote?)"
+                        )
+                    if reader.line_num > start and multiline is not None:
+                        multiline.append(start)
+                    start = reader.line_num + 1
+            except csv.Error as err:
+                return (
+                    f"line {reader.line_num}: malformed CSV ({err}) in the record starting on line {start}: "
+                    "a stray quote? A field that starts with a double quote must end with one followed by "
+                    'the delimiter or the line end, inner quotes doubled ("")'
+                )
+    except UnicodeDecodeError:
+        return _utf8_problem(path)
+    finally:
+        csv.field_size_limit(limit)
+    return None
+
+
+def _parquet_problem(path: str, text_column: str) -> str | None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        with _open(path, "rb") as f:
+            parquet = pq.ParquetFile(f)
+            if text_column not in parquet.schema_arrow.names:
+                return None  # reported with the column list by the loader
+            kind = parquet.schema_arrow.field(text_column).type
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                return f"`{text_column}` holds {kind}, not strings"
+            row = 0
+            for group in range(parquet.num_row_groups):
+                column = parquet.read_row_group(group, columns=[text_column]).column(0)
+                if column.null_count:
+                    first = pc.index(pc.is_null(column), True).as_py()
+                    return f"row {row + first}: `{text_column}` is null"
+                row += len(column)
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        return f"not a readable Parquet file ({type(err).__name__}: {err})"
+    return None
+
+
+def _file_problem(path: str, builder: str, kwargs: dict, text_column: str) -> str | None:
+    """The first problem of one local file that `datasets` would fail on or silently get wrong."""
+    if not _checkable(path):
+        return None
+    if builder == "parquet":
+        return _parquet_problem(path, text_column)
+    if builder == "csv":
+        return _csv_problem(path, kwargs.get("sep", ","))
+    return _utf8_problem(path) or (_json_problem(path, text_column) if builder == "json" else None)
+
+
+def _first_problem(files, builder: str, kwargs: dict, text_column: str) -> str | None:
+    for path in files:
+        problem = _file_problem(path, builder, kwargs, text_column)
+        if problem:
+            return f"{path}, {problem}"
+    return None
+
+
+def _empty_error(source: str, files) -> DataFileError:
+    where = f"{files[0]} is empty" if len(files) == 1 else f"the {len(files)} files of {source!r} are empty"
+    return DataFileError(f"No text to load: {where} (no rows).")
+
+
+def _load_error(source: str, files, builder: str, kwargs: dict, text_column: str, err) -> DataFileError:
+    """A clear error for a local source that `datasets` could not read: the file, line and cause."""
+    problem = _first_problem(files, builder, kwargs, text_column)
+    if problem is not None:
+        return DataFileError(f"Cannot load {problem}.")
+    if all(_checkable(f) and os.path.getsize(f) == 0 for f in files):
+        return _empty_error(source, files)
+    root = err
+    while root.__cause__ is not None:  # DatasetGenerationError hides the reader's own error
+        root = root.__cause__
+    return DataFileError(
+        f"Cannot load {source!r} ({len(files)} {builder} file(s), e.g. {files[0]}): "
+        f"{type(root).__name__}: {root}"
+    )
+
+
+def _checked_texts(dataset: Dataset, source, files, builder, kwargs, text_column) -> Dataset:
+    """`dataset` if its `text_column` holds only strings, else a `DataFileError` naming the first bad row."""
+    kind = dataset.features[text_column]
+    strings = isinstance(kind, Value) and kind.dtype in ("string", "large_string")
+    if strings and dataset.with_format("arrow")[text_column].null_count == 0:
+        return dataset
+    problem = _first_problem(files, builder, kwargs, text_column)
+    if problem is None:  # not located in the files (not expected for these formats): say which row
+        texts = dataset.with_format("arrow")[text_column].to_pylist()
+        index = next(i for i, text in enumerate(texts) if not isinstance(text, str))
+        problem = f"{source!r}, row {index}: {_value_problem(texts[index], text_column)}"
+    raise DataFileError(f"Cannot load {problem}.")
+
+
+def _checked_stream(dataset: IterableDataset, source, files, builder, kwargs, text_column):
+    """The rows of a streamed local dataset as {"text": str}; a read error or a row without a
+    string text raises a `DataFileError` naming the file and line (found by re-reading the files)."""
+    rows = 0
+    try:
+        for row in dataset:
+            text = row.get(text_column)
+            if not isinstance(text, str):
+                problem = _first_problem(files, builder, kwargs, text_column)
+                problem = problem or f"{source!r}, row {rows}: {_value_problem(text, text_column)}"
+                raise DataFileError(f"Cannot load {problem}.")
+            rows += 1
+            yield {"text": text}
+    except (DataFileError, OSError):
+        raise
+    except Exception as err:  # the readers fail lazily, deep inside `datasets`
+        raise _load_error(source, files, builder, kwargs, text_column, err) from err
+    if rows == 0:
+        raise _empty_error(source, files)
+
+
+def _load_local(
+    source: str, files: list[str], *, split: str, text_column: str, streaming: bool, sample_by: str | None
+) -> Dataset | IterableDataset:
+    """Local files through `datasets`' packaged builders, checked so that a bad file gives a
+    `DataFileError` naming it, the line and the cause, never a raw reader error or silent damage."""
+    builders = {_builder_for(f)[0] for f in files}
+    if len(builders) > 1:
+        raise ValueError(f"{source!r} mixes file types ({sorted(builders)}); load them separately.")
+    builder, kwargs = _builder_for(files[0])
+    if sample_by is not None:
+        if sample_by not in SAMPLE_BY:
+            raise ValueError(f"`sample_by` must be one of {list(SAMPLE_BY)}, got {sample_by!r}.")
+        if builder == "text":
+            kwargs = {**kwargs, "sample_by": sample_by}
+    if builder == "csv":
+        # pandas would read "NA", "null" or an empty cell as missing, and "42" as a number
+        kwargs = {**kwargs, "na_filter": False, "converters": {text_column: str}}
+        for path in files:  # and would silently merge the lines swallowed by a stray quote
+            multiline: list[int] = []
+            problem = _csv_problem(path, kwargs.get("sep", ","), multiline) if _checkable(path) else None
+            if problem:
+                raise DataFileError(f"Cannot load {path}, {problem}.")
+            if multiline:
+                logger.info(
+                    "%s: %d record(s) span several lines (quoted line breaks), the first on line %d.",
+                    path,
+                    len(multiline),
+                    multiline[0],
+                )
+    logger.info("Loading %d local %s file(s) from %s.", len(files), builder, source)
+    try:
+        dataset = load_dataset(
+            builder, data_files={"train": files}, split=split, streaming=streaming, **kwargs
+        )
+        columns = _column_names(dataset)  # a streamed dataset reads its first row here
+    except OSError:
+        raise
+    except Exception as err:  # DatasetGenerationError, ArrowInvalid, UnicodeDecodeError, ...
+        raise _load_error(source, files, builder, kwargs, text_column, err) from err
+    if not columns or (not streaming and len(dataset) == 0):
+        raise _empty_error(source, files)
+    if text_column not in columns:
+        raise ValueError(f"`text_column`={text_column!r} is not a column of {source!r}; columns: {columns}.")
+    if streaming:
+        return IterableDataset.from_generator(
+            _checked_stream,
+            features=Features({"text": Value("string")}),
+            # tuples: `from_generator` would shard a list across workers
+            gen_kwargs={
+                "dataset": dataset,
+                "source": source,
+                "files": tuple(files),
+                "builder": builder,
+                "kwargs": kwargs,
+                "text_column": text_column,
+            },
+        )
+    dataset = _checked_texts(
+        dataset.select_columns([text_column]), source, files, builder, kwargs, text_column
+    )
+    return dataset.rename_column(text_column, "text") if text_column != "text" else dataset
+
+
 def load_text_dataset(
     source: str,
     *,
@@ -120,7 +428,11 @@ def load_text_dataset(
        ".txt"/".text"/".md" (one document per paragraph: `datasets`' "text" builder with
        `sample_by="paragraph"` splits at each "\n\n" and keeps the line breaks inside; empty
        rows are skipped by `tokenize_and_pack`), ".json"/".jsonl"/".ndjson", ".csv"/".tsv", ".parquet", optionally
-       compressed (".gz", ...). All files must share one format;
+       compressed (".gz", ...). All files must share one format. Every row must hold a string
+       text (a JSON null or number is an error, not a skipped row). CSV/TSV files are first read
+       by Python's strict csv parser, since pandas silently merges the lines after a stray
+       quote; their text cells are kept verbatim (pandas alone reads "NA", "null" or an empty
+       cell as missing and "42" as a number);
     3. a Hub dataset (or a packaged builder such as "json" with `data_files`), loaded with
        `datasets.load_dataset(source, config_name, split=..., streaming=..., data_files=...)`.
 
@@ -139,6 +451,9 @@ def load_text_dataset(
         A `Dataset`, or an `IterableDataset` if `streaming`, with one string column "text".
 
     Raises:
+        DataFileError: (a ValueError) for a local file that is empty, not UTF-8, malformed, or has
+            a row without a string text, naming the file, the line (or row) and the cause; when
+            streaming, raised as the stream is read.
         ValueError: for a missing `text_column` (listing the columns), mixed or unsupported file
             types, or an unknown split of a built-in corpus.
         FileNotFoundError: for a path-like `source` that matches no file.
@@ -155,40 +470,27 @@ def load_text_dataset(
     if files is not None:
         if not files:
             raise FileNotFoundError(f"No supported file ({sorted(FILE_BUILDERS)}) matches {source!r}.")
-        builders = {_builder_for(f)[0] for f in files}
-        if len(builders) > 1:
-            raise ValueError(f"{source!r} mixes file types ({sorted(builders)}); load them separately.")
-        builder, kwargs = _builder_for(files[0])
-        if sample_by is not None:
-            if sample_by not in SAMPLE_BY:
-                raise ValueError(f"`sample_by` must be one of {list(SAMPLE_BY)}, got {sample_by!r}.")
-            if builder == "text":
-                kwargs = {**kwargs, "sample_by": sample_by}
-        logger.info("Loading %d local %s file(s) from %s.", len(files), builder, source)
-        dataset = load_dataset(
-            builder, data_files={"train": files}, split=split, streaming=streaming, **kwargs
+        return _load_local(
+            source, files, split=split, text_column=text_column, streaming=streaming, sample_by=sample_by
         )
-    elif _looks_like_path(source):
+    if _looks_like_path(source):
         raise FileNotFoundError(f"{source!r} looks like a path but no such file or folder exists.")
-    else:
-        try:
-            dataset = load_dataset(
-                source, config_name, split=split, streaming=streaming, data_files=data_files
-            )
-        except Exception as err:  # the Hub client raises many types; one clear error for all
-            from datasets import config as datasets_config
+    try:
+        dataset = load_dataset(source, config_name, split=split, streaming=streaming, data_files=data_files)
+    except Exception as err:  # the Hub client raises many types; one clear error for all
+        from datasets import config as datasets_config
 
-            hint = (
-                " HF_HUB_OFFLINE=1 is set: only datasets already in the local cache can be loaded; "
-                "use a built-in corpus or local files instead."
-                if datasets_config.HF_HUB_OFFLINE
-                else ""
-            )
-            raise DatasetLoadError(
-                f"Could not load dataset {source!r} (config {config_name!r}, split {split!r}) with "
-                f"datasets.load_dataset: {type(err).__name__}: {err}.{hint} Built-in corpora: "
-                f"{list(BUILTIN_CORPORA)}; local files: {sorted(FILE_BUILDERS)}."
-            ) from err
+        hint = (
+            " HF_HUB_OFFLINE=1 is set: only datasets already in the local cache can be loaded; "
+            "use a built-in corpus or local files instead."
+            if datasets_config.HF_HUB_OFFLINE
+            else ""
+        )
+        raise DatasetLoadError(
+            f"Could not load dataset {source!r} (config {config_name!r}, split {split!r}) with "
+            f"datasets.load_dataset: {type(err).__name__}: {err}.{hint} Built-in corpora: "
+            f"{list(BUILTIN_CORPORA)}; local files: {sorted(FILE_BUILDERS)}."
+        ) from err
 
     columns = _column_names(dataset)
     if text_column not in columns:
@@ -204,34 +506,118 @@ def load_text_dataset(
 # ----------------------------------------------------------------------------------------------
 
 
-def _tokenize(batch: dict, tokenizer, text_column: str) -> dict:
-    """Tokens of each non-empty document, without special tokens, EOS appended; and their count."""
-    texts = [t for t in batch[text_column] if t]
-    ids = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
-    ids = [[*doc, tokenizer.eos_token_id] for doc in ids]
-    return {"input_ids": ids, "num_tokens": [len(doc) for doc in ids]}
+def split_long_text(text: str, max_characters: int = PIECE_CHARACTERS) -> list[str]:
+    """`text` cut into consecutive pieces of at most `max_characters` characters, for tokenizing.
 
+    Each cut falls just before a space that is followed by a non-space (the space that starts
+    " word"). No pre-token spans such a point for the pre-tokenizers of `training.tokenizer`
+    (byte-level BPE's GPT-2 regex, WordPiece's whitespace-and-punctuation split, SentencePiece's
+    Metaspace, characters), so the pieces, tokenized one by one and joined, give exactly the
+    tokens of the whole text. A stretch of `max_characters` without such a space (text without
+    spaces, a long run of spaces) is cut where the stretch ends; only the tokens at that cut can
+    differ from whole-text tokenization.
 
-def _cut(docs: list[list[int]], skip: int, n_blocks: int, block_size: int, document_mask: bool) -> dict:
-    """`n_blocks` blocks from `docs` joined, starting `skip` tokens into the first document.
+    Args:
+        text: any string.
+        max_characters: the longest piece, at least 2.
 
-    The single place where blocks are made, for both the map and the stream, so both agree.
+    Returns:
+        The pieces, whose concatenation is `text` (`[text]` when it is short enough).
     """
-    flat = np.fromiter((t for doc in docs for t in doc), dtype=np.int64)
+    if max_characters < 2:
+        raise ValueError(f"`max_characters` must be at least 2, got {max_characters!r}.")
+    if len(text) <= max_characters:
+        return [text]
+    pieces, start = [], 0
+    while len(text) - start > max_characters:
+        end = start + max_characters  # the piece is text[start:cut], cut <= end
+        cut = text.rfind(" ", start + 1, end + 1)
+        while cut > start and cut + 1 < len(text) and text[cut + 1].isspace():
+            cut = text.rfind(" ", start + 1, cut)
+        if cut <= start:
+            cut = end
+            logger.debug(
+                "No space to cut at in %d characters: a hard cut at character %d.", max_characters, cut
+            )
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
+def _tokenize(batch: dict, tokenizer, text_column: str, arrow: bool = False):
+    """The tokens of each non-empty document, without special tokens, EOS appended.
+
+    A document longer than `PIECE_CHARACTERS` becomes several rows, one per piece
+    (`split_long_text`), so that memory stays bounded whatever its length; "document_start" is
+    True on the row that starts a document, "num_tokens" counts each row's tokens. With `arrow`,
+    an Arrow table (for `Dataset.map`), else a dict of int64 arrays and lists.
+    """
+    pieces, starts, ends = [], [], []
+    for text in batch[text_column]:
+        if not text:
+            continue
+        parts = split_long_text(text, PIECE_CHARACTERS)
+        pieces += parts
+        starts += [True] + [False] * (len(parts) - 1)
+        ends += [False] * (len(parts) - 1) + [True]
+    ids, group, size = [], [], 0
+    for piece in [*pieces, None]:  # None flushes the last group
+        if group and (piece is None or size + len(piece) > TOKENIZE_CHARACTERS):
+            encoded = tokenizer(group, add_special_tokens=False, verbose=False)["input_ids"]
+            ids += [np.asarray(doc, dtype=np.int64) for doc in encoded]  # 8 bytes a token, not ~36
+            group, size = [], 0
+        if piece is not None:
+            group.append(piece)
+            size += len(piece)
+    eos = np.asarray([tokenizer.eos_token_id], dtype=np.int64)
+    out = {"input_ids": [], "num_tokens": [], "document_start": []}
+    start_pending = False
+    for doc, start, end in zip(ids, starts, ends):
+        start_pending |= start
+        if end:
+            doc = np.concatenate([doc, eos])
+        if len(doc) == 0:  # a piece of only spaces, for tokenizers that drop them: no row
+            continue
+        out["input_ids"].append(doc)
+        out["num_tokens"].append(len(doc))
+        out["document_start"].append(start_pending)
+        start_pending = False
+    if arrow:  # for a map's writer, which would otherwise go through Python lists
+        import pyarrow as pa
+
+        lengths = np.asarray(out["num_tokens"], dtype=np.int64)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        flat = np.concatenate(out["input_ids"]) if out["input_ids"] else np.zeros(0, dtype=np.int64)
+        out["input_ids"] = pa.ListArray.from_arrays(offsets, pa.array(flat, type=pa.int64()))
+        return pa.table(out)
+    return out
+
+
+def _cut(
+    docs: list, starts: list[bool], skip: int, n_blocks: int, block_size: int, document_mask: bool
+) -> dict:  # fmt: skip
+    """`n_blocks` blocks from the rows `docs` joined, starting `skip` tokens into the first row.
+
+    `starts[i]` tells whether row i starts a document (or continues the previous row's). The
+    single place where blocks are made, for both the map and the stream, so both agree.
+    """
+    flat = np.concatenate([np.asarray(doc, dtype=np.int64) for doc in docs])
     out = {}
     if document_mask:
         is_start = np.zeros(len(flat), dtype=bool)
-        is_start[np.cumsum([0] + [len(doc) for doc in docs[:-1]])] = True
+        row_offsets = np.cumsum([0] + [len(doc) for doc in docs[:-1]])
+        is_start[row_offsets[np.asarray(starts, dtype=bool)]] = True
     flat = flat[skip : skip + n_blocks * block_size].reshape(n_blocks, block_size)  # (N, T)
-    out["input_ids"] = flat.tolist()
-    out["labels"] = flat.tolist()
+    out["input_ids"] = flat  # numpy: 8 bytes a token, where lists of ints take ~36
+    out["labels"] = flat.copy()
     if document_mask:
         starts = is_start[skip : skip + n_blocks * block_size].reshape(n_blocks, block_size)  # (N, T)
         starts[:, 0] = True  # a block is a model's whole context: its first token starts a document
-        out["document_ids"] = (np.cumsum(starts, axis=1) - 1).tolist()
+        out["document_ids"] = np.cumsum(starts, axis=1) - 1
         arange = np.broadcast_to(np.arange(block_size), starts.shape)  # (N, T)
         last_start = np.maximum.accumulate(np.where(starts, arange, 0), axis=1)  # (N, T)
-        out["position_ids"] = (arange - last_start).tolist()
+        out["position_ids"] = arange - last_start
     return out
 
 
@@ -253,10 +639,27 @@ def _pack_batch(
     first, end = k_lo * block_size, k_hi * block_size
     d0 = int(np.searchsorted(offsets, first, side="right")) - 1  # the row holding token `first`
     docs = list(batch["input_ids"][d0 - i0 :])
+    starts = list(batch["document_start"][d0 - i0 :])
     j = int(np.searchsorted(offsets, end, side="left"))  # rows [i1, j) hold the overflow
     if j > i1:
-        docs += tokenized[i1:j]["input_ids"]
-    return _cut(docs, first - int(offsets[d0]), k_hi - k_lo, block_size, document_mask)
+        overflow = tokenized[i1:j]
+        docs += overflow["input_ids"]
+        starts += overflow["document_start"]
+    out = _cut(docs, starts, first - int(offsets[d0]), k_hi - k_lo, block_size, document_mask)
+    return _arrow_blocks(out)
+
+
+def _arrow_blocks(out: dict):
+    """(N, T) blocks by column as an Arrow table for the map's writer, which would otherwise go
+    through Python lists (~36 bytes a token instead of 8)."""
+    import pyarrow as pa
+
+    columns = {}
+    for name, blocks in out.items():
+        n, t = blocks.shape
+        offsets = pa.array(np.arange(0, (n + 1) * t, t, dtype=np.int32))
+        columns[name] = pa.ListArray.from_arrays(offsets, pa.array(blocks.ravel(), type=pa.int64()))
+    return pa.table(columns)
 
 
 def _block_columns(document_mask: bool) -> list[str]:
@@ -269,20 +672,23 @@ def _block_features(document_mask: bool) -> Features:
 
 def _pack_stream(tokenized: IterableDataset, block_size: int, document_mask: bool):
     """Blocks from a streamed tokenized dataset; the carried-over tail lives in this generator only."""
-    docs, skip, total = [], 0, 0  # pending documents, tokens of docs[0] already used, tokens left
+    # pending rows and whether each starts a document, tokens of docs[0] already used, tokens left
+    docs, starts, skip, total = [], [], 0, 0
     for row in tokenized:
         docs.append(row["input_ids"])
+        starts.append(row["document_start"])
         total += len(row["input_ids"])
         n = total // block_size
         if n == 0:
             continue
-        out = _cut(docs, skip, n, block_size, document_mask)
+        out = _cut(docs, starts, skip, n, block_size, document_mask)
         for i in range(n):
-            yield {name: values[i] for name, values in out.items()}
-        # keep only the documents that still hold unused tokens
+            yield {name: values[i].tolist() for name, values in out.items()}
+        # keep only the rows that still hold unused tokens
         used = skip + n * block_size
         while docs and used >= len(docs[0]):
             used -= len(docs.pop(0))
+            starts.pop(0)
         skip, total = used, total - n * block_size
 
 
@@ -302,6 +708,13 @@ def tokenize_and_pack(
     blocks, dropping the incomplete tail. Blocks cross document boundaries (GPT-2), so no token
     is padding. A streamed dataset is packed by a generator (`num_proc` does not apply) that
     gives the same blocks.
+
+    Memory: a document longer than `PIECE_CHARACTERS` is tokenized piece by piece, cut before a
+    space (`split_long_text`: the same tokens for this project's tokenizers), and at most
+    `TOKENIZE_CHARACTERS` go through one tokenizer call, so tokenizing never holds more than a
+    few hundred MB whatever the longest document; a streamed corpus then needs memory for about
+    one map batch of text and its tokens (8 bytes each), no more. (Tokenizing a 50 MB line whole
+    peaked at 9 GB.)
 
     Args:
         dataset: rows with a string column `text_column`.
@@ -332,32 +745,35 @@ def tokenize_and_pack(
     columns = _column_names(dataset)
     if text_column not in columns:
         raise ValueError(f"`text_column`={text_column!r} is not a column of the dataset; columns: {columns}.")
-    tokenize_kwargs = dict(
-        batched=True,
-        batch_size=_MAP_BATCH_SIZE,
-        fn_kwargs={"tokenizer": tokenizer, "text_column": text_column},
-        remove_columns=columns,
-    )
+    tokenize_kwargs = dict(batched=True, batch_size=_MAP_BATCH_SIZE, remove_columns=columns)
+    fn_kwargs = {"tokenizer": tokenizer, "text_column": text_column}
 
     if streaming:
         if num_proc is not None:
             logger.warning("`num_proc` is ignored for a streamed dataset.")
-        tokenized = dataset.map(_tokenize, **tokenize_kwargs)
+        tokenized = dataset.map(_tokenize, fn_kwargs=fn_kwargs, **tokenize_kwargs)
         return IterableDataset.from_generator(
             _pack_stream,
             features=_block_features(document_mask),
             gen_kwargs={"tokenized": tokenized, "block_size": block_size, "document_mask": document_mask},
         )
 
-    tokenized = dataset.map(_tokenize, num_proc=num_proc, desc="Tokenizing", **tokenize_kwargs)
-    lengths = np.asarray(tokenized.with_format("numpy")["num_tokens"], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])  # (D + 1,) token offset of each document
+    tokenized = dataset.map(
+        _tokenize,
+        fn_kwargs={**fn_kwargs, "arrow": True},
+        num_proc=num_proc,
+        desc="Tokenizing",
+        **tokenize_kwargs,
+    )
+    counts = tokenized.with_format("numpy", columns=["num_tokens", "document_start"])[:]
+    lengths = np.asarray(counts["num_tokens"], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])  # (R + 1,) token offset of each row
     n_blocks = int(offsets[-1]) // block_size
     if n_blocks == 0:
         raise ValueError(f"The corpus has {int(offsets[-1])} tokens: fewer than one block of {block_size}.")
     logger.info(
         "Packing %d documents (%d tokens) into %d blocks of %d; %d tail tokens dropped.",
-        len(lengths),
+        int(np.sum(counts["document_start"])),
         int(offsets[-1]),
         n_blocks,
         block_size,
@@ -367,7 +783,8 @@ def tokenize_and_pack(
     fingerprint = hashlib.sha256(
         f"pack-{tokenized._fingerprint}-{block_size}-{document_mask}".encode()
     ).hexdigest()[:16]
-    return tokenized.map(
+    # the batches as int64 arrays, not lists of Python ints (8 bytes a token, not ~36)
+    packed = tokenized.with_format("numpy").map(
         _pack_batch,
         batched=True,
         batch_size=_MAP_BATCH_SIZE,
@@ -385,6 +802,7 @@ def tokenize_and_pack(
         new_fingerprint=fingerprint,
         desc="Packing",
     )
+    return packed.with_format(None)  # plain lists, as the other maps give
 
 
 # ----------------------------------------------------------------------------------------------

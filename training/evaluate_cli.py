@@ -20,6 +20,8 @@ from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexi
 
 logger = logging.getLogger(__name__)
 
+DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclass
 class EvalArguments:
@@ -44,13 +46,29 @@ class EvalArguments:
         default="auto",
         metadata={"help": "Device: auto (the GPU if there is one, else the CPU), cpu, cuda, cuda:1..."},
     )
-    dtype: str = field(default="float32", metadata={"help": "Model dtype: float32, bfloat16 or float16."})
+    dtype: str = field(default="float32", metadata={"help": f"Model dtype: one of {', '.join(DTYPES)}."})
     trust_remote_code: bool = field(
         default=False,
         metadata={
             "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
         },
     )
+
+    def __post_init__(self) -> None:
+        # explicit checks: `args.stride or default` would turn 0 into the default silently
+        if self.dtype not in DTYPES:
+            raise ValueError(f"`dtype` must be one of {list(DTYPES)}, got {self.dtype!r}.")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(
+                f"`max_length` must be at least 2 (one context and one target token), got {self.max_length}."
+            )
+        if self.stride is not None and self.stride < 1:
+            raise ValueError(f"`stride` must be a positive number of tokens, got {self.stride}.")
+        if self.stride is not None and self.max_length is not None and self.stride > self.max_length:
+            raise ValueError(f"`stride` ({self.stride}) must be at most `max_length` ({self.max_length}).")
+        if self.batch_size < 1:
+            raise ValueError(f"`batch_size` must be at least 1, got {self.batch_size}.")
+        resolve_device(self.device)  # a ValueError for a name torch does not know
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,6 +83,20 @@ def resolve_device(name: str) -> torch.device:
         ) from err
 
 
+def read_text(path: str) -> str:
+    """The UTF-8 text of `path`; a ValueError naming the line and byte where it is not UTF-8."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {line} (byte {err.start}): not UTF-8 ({err.reason}); convert the file to UTF-8 "
+            "(e.g. `iconv -f latin1 -t utf-8`)."
+        ) from err
+
+
 def evaluate_file(args: EvalArguments) -> dict:
     """Load the model and tokenizer, tokenize the file and score it with a sliding window.
 
@@ -73,24 +105,33 @@ def evaluate_file(args: EvalArguments) -> dict:
 
     Returns:
         `sliding_window_perplexity`'s result plus the settings used and the text's counts.
+
+    Raises:
+        ValueError: a file that is not UTF-8, or too short to score one token (fewer than 2 tokens,
+            the start token included).
     """
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model, trust_remote_code=args.trust_remote_code, dtype=getattr(torch, args.dtype)
-    )
-    device = resolve_device(args.device)
-    model = model.to(device)
-    max_length = args.max_length or default_window(model.config)
-    stride = args.stride or max(1, max_length // 2)
-
-    with open(args.text_file, encoding="utf-8") as f:
-        text = f.read()
+    text = read_text(args.text_file)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if args.add_start_token:
         if tokenizer.bos_token_id is None:
             raise ValueError("--add_start_token needs a tokenizer with a bos_token.")
         ids = [tokenizer.bos_token_id] + ids
     logger.info("%s: %d characters, %d tokens", args.text_file, len(text), len(ids))
+    if len(ids) < 2:  # the first token is only context: nothing would be scored (a NaN perplexity)
+        raise ValueError(
+            f"{args.text_file}: {len(text)} characters, {len(ids)} token(s); at least 2 tokens are needed to "
+            "score one (the first is only context; --add_start_token scores it after BOS)."
+        )
+
+    # the model last: a bad file fails before a long load
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, trust_remote_code=args.trust_remote_code, dtype=getattr(torch, args.dtype)
+    )
+    device = resolve_device(args.device)
+    model = model.to(device)
+    max_length = args.max_length if args.max_length is not None else default_window(model.config)
+    stride = args.stride if args.stride is not None else max(1, max_length // 2)
 
     result = sliding_window_perplexity(
         model,

@@ -49,6 +49,7 @@ generous `--num_train_epochs`. `metrics.json` records `train_steps`, `train_epoc
 from __future__ import annotations
 
 import csv
+import dataclasses
 import logging
 import os
 import sys
@@ -107,6 +108,38 @@ SST2_LABEL_NAMES = ("negative", "positive")
 SPLIT_STEMS = {"train": ("train",), "validation": ("validation", "dev", "valid", "val"), "test": ("test",)}
 BUILDERS = {".tsv": "csv", ".csv": "csv", ".jsonl": "json", ".json": "json"}
 
+# the input length when none is asked for (and the positions of a fresh model)
+DEFAULT_MAX_SEQ_LENGTH = 128
+
+# position schemes without a table of learned vectors, hence without a length limit
+UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none")
+
+
+def position_limit(config) -> int | None:
+    """The longest input a model accepts: `max_position_embeddings` for learned positions (BERT,
+    BART, GPT-2; transformers' "absolute"), None when its positions extend to any length."""
+    if getattr(config, "position_embedding_type", None) in UNBOUNDED_POSITIONS:
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def resolve_max_length(requested: int | None, limit: int | None, name: str) -> int:
+    """The length to truncate to: `requested`, or `DEFAULT_MAX_SEQ_LENGTH` capped at `limit`.
+
+    Raises:
+        ValueError: naming `name`, when `requested` exceeds `limit`: truncating to a length the
+            model cannot take would fail at the first long batch, mid-training.
+    """
+    if requested is None:
+        return DEFAULT_MAX_SEQ_LENGTH if limit is None else min(DEFAULT_MAX_SEQ_LENGTH, limit)
+    if limit is not None and requested > limit:
+        raise ValueError(
+            f"`{name}`={requested} is longer than the model's learned positions "
+            f"(max_position_embeddings={limit}); pass {limit} or less."
+        )
+    return requested
+
 
 @dataclass
 class ClassificationDataArguments:
@@ -134,8 +167,12 @@ class ClassificationDataArguments:
         default=None,
         metadata={"help": "Comma-separated names of class ids 0..K-1, e.g. 'negative,positive'."},
     )
-    max_seq_length: int = field(
-        default=128, metadata={"help": "Longest input in tokens; longer is truncated."}
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Longest input in tokens; longer is truncated. Default {DEFAULT_MAX_SEQ_LENGTH}, at most the "
+            "model's max_position_embeddings (a longer request is an error)."
+        },
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep the first N training examples."}
@@ -411,7 +448,7 @@ def tokenize_dataset(
             batch[data_args.text_column],
             batch[pair] if pair else None,
             truncation=True,
-            max_length=data_args.max_seq_length,
+            max_length=data_args.max_seq_length or DEFAULT_MAX_SEQ_LENGTH,
         )
         encoded["labels"] = [value_to_id[value] for value in batch[data_args.label_column]]
         return encoded
@@ -440,7 +477,8 @@ def build_tokenizer_and_model(
 
     Args:
         model_args: a folder to load, or the size of a fresh model.
-        data_args: `max_seq_length` (the learned positions of a fresh model).
+        data_args: `max_seq_length` (the learned positions of a fresh model; default
+            `DEFAULT_MAX_SEQ_LENGTH`).
         train_texts: the training texts, for a fresh WordPiece tokenizer (labels are not used)
             when `from_scratch` has no `tokenizer_name_or_path`.
         id2label: class id -> name, stored in the config (the pipeline's labels).
@@ -450,6 +488,7 @@ def build_tokenizer_and_model(
     """
     label2id = {name: i for i, name in id2label.items()}
     if model_args.from_scratch:
+        max_seq_length = resolve_max_length(data_args.max_seq_length, None, "max_seq_length")
         if model_args.tokenizer_name_or_path:
             tokenizer = AutoTokenizer.from_pretrained(
                 model_args.tokenizer_name_or_path, trust_remote_code=model_args.trust_remote_code
@@ -460,7 +499,7 @@ def build_tokenizer_and_model(
                 kind="wordpiece",
                 vocab_size=model_args.vocab_size,
                 special_tokens=SPECIAL_TOKENS,
-                model_max_length=data_args.max_seq_length,
+                model_max_length=max_seq_length,
                 padding_side="right",  # encoders pad on the right; [CLS] stays at position 0
             )
             if not _starts_with_cls(tokenizer):
@@ -472,7 +511,7 @@ def build_tokenizer_and_model(
             num_hidden_layers=model_args.num_hidden_layers,
             num_attention_heads=model_args.num_attention_heads,
             intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
-            max_position_embeddings=data_args.max_seq_length,
+            max_position_embeddings=max_seq_length,
             hidden_dropout=model_args.hidden_dropout,
             attention_dropout=model_args.attention_dropout,
             classifier_dropout=model_args.classifier_dropout,
@@ -583,6 +622,13 @@ def finetune(
     if data_args.text_pair_column:
         train_texts += raw["train"][data_args.text_pair_column]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, train_texts, id2label)
+    # truncate to what the model takes, checked before training rather than failing at a long batch
+    limit = position_limit(model.config)
+    max_seq_length = resolve_max_length(data_args.max_seq_length, limit, "max_seq_length")
+    data_args = dataclasses.replace(data_args, max_seq_length=max_seq_length)
+    logger.info(
+        "Inputs truncated to %d tokens (the model's positions: %s).", max_seq_length, limit or "any length"
+    )
 
     encoded = tokenize_dataset(raw, tokenizer, data_args, value_to_id)
     budget = None

@@ -61,6 +61,7 @@ constant_with_warmup`. `metrics.json` records `train_steps`, `train_epochs` and
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import os
@@ -97,6 +98,7 @@ from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalG
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import optional_positive, parse_dataclasses
+from training.finetune_classification import DEFAULT_MAX_SEQ_LENGTH, position_limit, resolve_max_length
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 from training.trainer_common import (
     WallClockBudgetCallback,
@@ -163,11 +165,19 @@ class TranslationDataArguments:
             "models, none otherwise ('' for none)."
         },
     )
-    max_source_length: int = field(
-        default=128, metadata={"help": "Longest source in tokens (prefix and EOS included); longer is cut."}
+    max_source_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Longest source in tokens (prefix and EOS included); longer is cut. Default "
+            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+        },
     )
-    max_target_length: int = field(
-        default=128, metadata={"help": "Longest training target in tokens (EOS included); longer is cut."}
+    max_target_length: int | None = field(
+        default=None,
+        metadata={
+            "help": f"Longest training target in tokens (EOS included); longer is cut. Default "
+            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+        },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training pairs."})
     max_eval_samples: int | None = field(
@@ -316,7 +326,11 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=5, metadata={"help": "Beam size of evaluation and test decoding (1 = greedy)."}
     )
     generation_max_length: int | None = field(
-        default=128, metadata={"help": "Longest generated translation in tokens (decoder start included)."}
+        default=None,
+        metadata={
+            "help": f"Longest generated translation in tokens (decoder start included). Default "
+            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+        },
     )
     test_greedy: bool = field(
         default=True,
@@ -478,12 +492,14 @@ def tokenize_dataset(
     it). Padding is left to `DataCollatorForSeq2Seq`, per batch.
     """
     src, tgt = data_args.source_lang, data_args.target_lang
+    source_length = resolve_max_length(data_args.max_source_length, None, "max_source_length")
+    target_length = resolve_max_length(data_args.max_target_length, None, "max_target_length")
 
     def encode(batch: dict) -> dict:
         sources = [prefix + pair[src] for pair in batch["translation"]]
         targets = [pair[tgt] for pair in batch["translation"]]
-        inputs = tokenizer(sources, max_length=data_args.max_source_length, truncation=True)
-        labels = tokenizer(text_target=targets, max_length=data_args.max_target_length, truncation=True)
+        inputs = tokenizer(sources, max_length=source_length, truncation=True)
+        labels = tokenizer(text_target=targets, max_length=target_length, truncation=True)
         # token_type_ids would reach the model as an unexpected argument
         return {
             "input_ids": inputs["input_ids"],
@@ -554,7 +570,8 @@ def build_tokenizer_and_model(
 
     Args:
         model_args: a folder to load, or the family and size of a fresh model.
-        data_args: the length limits (a fresh model's learned positions cover the longest).
+        data_args: the length limits (a fresh model's learned positions cover the longest; None
+            is `DEFAULT_MAX_SEQ_LENGTH`).
         training_args: `generation_max_length`, also covered by the positions.
         train_texts: both sides of the training pairs, for the joint tokenizer of a fresh model.
 
@@ -580,12 +597,14 @@ def build_tokenizer_and_model(
                 kind=model_args.tokenizer_kind,
                 vocab_size=model_args.vocab_size,
                 special_tokens=special_tokens,
-                model_max_length=data_args.max_source_length,
+                model_max_length=resolve_max_length(data_args.max_source_length, None, "max_source_length"),
                 padding_side="right",
             )
         ensure_eos(tokenizer)
         positions = max(
-            data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length or 0
+            resolve_max_length(data_args.max_source_length, None, "max_source_length"),
+            resolve_max_length(data_args.max_target_length, None, "max_target_length"),
+            resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
         )
         starts = {  # T5 starts decoding from <pad>, BART (fairseq) and the RNN from </s>
             HfLmT5Config: tokenizer.pad_token_id,
@@ -802,6 +821,24 @@ def finetune(
     set_seed(training_args.seed)  # the fresh model's init, before Trainer seeds the data order
     train_texts = sides(raw["train"], src) + references["train"]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, training_args, train_texts)
+    # sources, targets and generations within the model's learned positions, checked before
+    # training rather than failing at the first long batch or at the first evaluation
+    limit = position_limit(model.config)
+    data_args = dataclasses.replace(
+        data_args,
+        max_source_length=resolve_max_length(data_args.max_source_length, limit, "max_source_length"),
+        max_target_length=resolve_max_length(data_args.max_target_length, limit, "max_target_length"),
+    )
+    training_args.generation_max_length = resolve_max_length(
+        training_args.generation_max_length, limit, "generation_max_length"
+    )
+    logger.info(
+        "Lengths: sources %d, targets %d, generations %d tokens (the model's positions: %s).",
+        data_args.max_source_length,
+        data_args.max_target_length,
+        training_args.generation_max_length,
+        limit or "any length",
+    )
     prefix = source_prefix(data_args, model)
     logger.info("Source prefix: %r", prefix)
     encoded = tokenize_dataset(raw, tokenizer, data_args, prefix)
