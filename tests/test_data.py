@@ -2,6 +2,7 @@
 
 import math
 import os
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -311,6 +312,46 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 blocks = sum(1 for _ in tokenize_and_pack(dataset, tokenizer, 64))
 print(blocks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
+
+
+_TRAIN_TOKENIZER_SCRIPT = """
+import sys
+from training.tokenizer import train_tokenizer
+
+def status(field):  # KiB
+    return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1])
+
+with open(sys.argv[1]) as f:
+    text = f.read()
+open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current RSS
+before = status("VmRSS:")
+tokenizer = train_tokenizer([text], kind="byte_bpe", vocab_size=300)
+print(len(tokenizer), status("VmHWM:") - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's peak-RSS reset")
+def test_tokenizer_training_memory_is_bounded_for_one_huge_line(tmp_path):
+    """Training a tokenizer on one 4 MB line: held whole by the trainer its peak RSS grew by
+    ~115 bytes a character (468 MB here; 5.2 GB for a 50 MB line); fed in pieces cut before a word
+    (`split_long_text`, the same pre-tokens) by ~6 (24 MB). Growths are compared with a short line's."""
+    script = tmp_path / "train_tokenizer.py"
+    script.write_text(_TRAIN_TOKENIZER_SCRIPT)
+    words = "the of and to in a is that for it as was with be by on not he this are or his from at".split()
+    rng = random.Random(0)
+    peaks = {}  # growth of the peak RSS during training, KiB
+    for characters in (20_000, 4_000_000):
+        path = tmp_path / f"line_{characters}.txt"
+        path.write_text(" ".join(rng.choice(words) for _ in range(characters // 3))[:characters] + "\n")
+        out = subprocess.run(
+            [sys.executable, str(script), str(path)],
+            env=dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")),
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=300,
+        )  # fmt: skip
+        vocabulary, peaks[characters] = map(int, out.stdout.split())
+        assert vocabulary == 300
+    growth = (peaks[4_000_000] - peaks[20_000]) * 1024
+    assert growth < 30 * 4_000_000, f"peak RSS grew by {growth / 2**20:.0f} MiB more than for a short line"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in KiB on Linux only")

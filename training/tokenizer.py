@@ -185,6 +185,45 @@ def bert_post_processor(
     )
 
 
+def split_long_text(text: str, max_characters: int = 1 << 16) -> list[str]:
+    """`text` cut into consecutive pieces of at most `max_characters` characters, for tokenizing.
+
+    Each cut falls just before a space that is followed by a non-space (the space that starts
+    " word"). No pre-token spans such a point for the pre-tokenizers of `training.tokenizer`
+    (byte-level BPE's GPT-2 regex, WordPiece's whitespace-and-punctuation split, SentencePiece's
+    Metaspace, characters), so the pieces, tokenized one by one and joined, give exactly the
+    tokens of the whole text. A stretch of `max_characters` without such a space (text without
+    spaces, a long run of spaces) is cut where the stretch ends; only the tokens at that cut can
+    differ from whole-text tokenization.
+
+    Args:
+        text: any string.
+        max_characters: the longest piece, at least 2.
+
+    Returns:
+        The pieces, whose concatenation is `text` (`[text]` when it is short enough).
+    """
+    if max_characters < 2:
+        raise ValueError(f"`max_characters` must be at least 2, got {max_characters!r}.")
+    if len(text) <= max_characters:
+        return [text]
+    pieces, start = [], 0
+    while len(text) - start > max_characters:
+        end = start + max_characters  # the piece is text[start:cut], cut <= end
+        cut = text.rfind(" ", start + 1, end + 1)
+        while cut > start and cut + 1 < len(text) and text[cut + 1].isspace():
+            cut = text.rfind(" ", start + 1, cut)
+        if cut <= start:
+            cut = end
+            logger.debug(
+                "No space to cut at in %d characters: a hard cut at character %d.", max_characters, cut
+            )
+        pieces.append(text[start:cut])
+        start = cut
+    pieces.append(text[start:])
+    return pieces
+
+
 def train_tokenizer(
     texts: Iterable[str],
     kind: str = "byte_bpe",
@@ -243,7 +282,9 @@ def train_tokenizer(
             if text:
                 counts["texts"] += 1
                 counts["chars"] += len(text)
-                yield text
+                # a huge document would be held whole while the trainer splits it (5 GB for a 50 MB
+                # line); pieces cut before a word give the same pre-tokens and so the same counts
+                yield from split_long_text(text)
 
     tokenizer.train_from_iterator(checked(texts), trainer=trainer)
     if counts["texts"] == 0:
