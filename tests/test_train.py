@@ -123,7 +123,9 @@ def test_parse_args_files_match_flags(tmp_path):
     assert parse_args([str(tmp_path / "a.yaml")]) == from_flags
     # a file then flags: the flags override the file's values, the rest stays the file's
     for name in ("a.json", "a.yaml"):
-        data, model, args = parse_args([str(tmp_path / name), "--learning_rate", "0.5", "--report_to", "none"])
+        data, model, args = parse_args(
+            [str(tmp_path / name), "--learning_rate", "0.5", "--report_to", "none"]
+        )
         assert args.learning_rate == 0.5 and args.report_to == ["none"]
         assert model.overrides() == {"norm_type": "rmsnorm"} and data.streaming is True
         assert (data, model) == from_flags[:2] and args.resume == "auto"
@@ -153,6 +155,16 @@ def test_parse_args_files_match_flags(tmp_path):
         (["--report_to", "wandb"], "report_to"),
         (["--config_overrides", "[1]"], "config_overrides"),
         (["--resume", "maybe"], "resume"),
+        # an infinite rate passes `> 0` and trains NaN weights; every float must be finite
+        (["--learning_rate", "inf"], "learning_rate"),
+        (["--learning_rate", "nan"], "learning_rate"),
+        (["--max_grad_norm", "inf"], "max_grad_norm"),
+        (["--weight_decay=-inf"], "weight_decay"),
+        (["--max_train_seconds", "inf"], "max_train_seconds"),
+        (["--rollback_on_divergence", "--spike_threshold", "0.5"], "spike_threshold"),
+        (["--spike_threshold", "2"], "spike_threshold"),  # without rollback_on_divergence
+        (["--rollback_on_divergence", "--rollback_skip_batches", "-1"], "rollback_skip_batches"),
+        (["--rollback_on_divergence", "--max_rollbacks", "0"], "max_rollbacks"),
     ],
 )
 def test_parse_args_validates(flags, field):
