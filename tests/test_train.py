@@ -524,6 +524,8 @@ def test_resume_from_a_checkpoint_written_before_new_config_fields(tmp_path):
     for added in ("embedding_size", "num_hidden_groups"):  # fields newer than some checkpoints
         saved.pop(added)
     config_file.write_text(json.dumps(saved))
+    (config_file.parent / "manifest.json").unlink()  # such a checkpoint also predates manifests
+    (config_file.parent / "COMPLETE").write_text("4\n")
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     metrics = _run(out, max_steps=6, save_every=4, report_to=["none"], resume="true")
