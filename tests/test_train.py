@@ -277,6 +277,32 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     assert not (out / "final").exists()
 
 
+def test_non_finite_weights_are_never_checkpointed(tmp_path, monkeypatch):
+    """An update that leaves an infinite weight (as one with an overflowing learning rate does) has
+    a finite loss: computed before it. The save after it finds the weight: the run stops naming
+    the last good checkpoint, and no checkpoint ever holds a non-finite weight."""
+    step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def step_then_overflow(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 6:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0][0, 0] = float("inf")
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_overflow)
+    out = tmp_path / "inf"
+    with pytest.raises(TrainingDivergedError, match="Non-finite weights") as info:
+        _run(out, max_steps=20, save_every=3, report_to=["none"])
+    assert "step 6" in str(info.value) and "checkpoint-00000003" in str(info.value)
+    saved = list_checkpoints(out / "checkpoints")
+    assert [s for s, _ in saved] == [3]
+    for _, path in saved:
+        assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
 def test_two_process_ddp_matches_one_process(tmp_path, streaming):
