@@ -86,6 +86,7 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
             "scheduler.pt",
             "rng.pt",
             "state.json",
+            "manifest.json",
             "COMPLETE",
         ]
     )
@@ -309,14 +310,92 @@ def test_latest_checkpoint_ignores_temp_and_incomplete(tmp_path):
 
 def test_keep_last_prunes_oldest(tmp_path):
     model = HfLmGPTForCausalLM(tiny_gpt_config())
-    for step in (1, 2, 10, 3):
+    for step in (1, 2, 5, 10):
         save_checkpoint(tmp_path, model=model, step=step, keep_last=2)
-    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 10]  # by step, not by save time
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [5, 10]
+    # a save below the newest step means the run went back (past a damaged checkpoint, or a
+    # rollback): the checkpoint just written is kept, the abandoned later one goes
+    save_checkpoint(tmp_path, model=model, step=3, keep_last=1)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3]
     with pytest.raises(ValueError, match="keep_last"):
         save_checkpoint(tmp_path, model=model, step=4, keep_last=0)
     with pytest.raises(TypeError):
         save_checkpoint(tmp_path, model=model, step=4, data_state={"x": object()})
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-00000003", "checkpoint-00000010"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-00000003"]
+
+
+def test_keep_last_prunes_only_the_runs_own_checkpoints(tmp_path):
+    """Two runs in one folder: each prunes its own checkpoints only, whatever the other's steps."""
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    for step in (10, 12):
+        save_checkpoint(tmp_path, model=model, step=step, keep_last=2, run_id="first")
+    for step in (2, 4, 6):
+        save_checkpoint(tmp_path, model=model, step=step, keep_last=2, run_id="second")
+    assert [(s, rid) for s, _, rid in ckpt.list_checkpoints_with_run_ids(tmp_path)] == [
+        (4, "second"),
+        (6, "second"),
+        (10, "first"),
+        (12, "first"),
+    ]
+    assert ckpt.checkpoint_state(tmp_path / "checkpoint-00000006")["run_id"] == "second"
+    assert ckpt.latest_run_id(tmp_path) == "second"  # the run that saved last, not the highest step
+    assert ckpt.remove_checkpoints_except(tmp_path, {4}, run_id="second") == [6]
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 10, 12]
+
+
+def test_manifest_checksums_every_file(tmp_path):
+    model, optimizer, scheduler = _train_setup(0)
+    path = save_checkpoint(
+        tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=1, run_id="r"
+    )
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(set(os.listdir(path)) - {"manifest.json", "COMPLETE"})
+    assert manifest["run_id"] == "r" and manifest["step"] == 1
+    assert "manifest.json sha256" in (path / "COMPLETE").read_text()  # the manifest is checksummed too
+    assert ckpt.verify_checkpoint(path) == []
+    data = bytearray((path / "optimizer.pt").read_bytes())
+    data[100] ^= 1
+    (path / "optimizer.pt").write_bytes(bytes(data))
+    assert ckpt.verify_checkpoint(path) == [
+        "optimizer.pt: sha256 mismatch (contents changed since the save: corrupt)"
+    ]
+    with pytest.raises(ckpt.CorruptCheckpointError, match="optimizer.pt"):
+        load_checkpoint(path, model=model, optimizer=optimizer)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_weights_are_refused_before_writing(tmp_path, bad):
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    assert math.isfinite(ckpt.max_abs_weight(model))
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[3, 4] = bad
+    assert not math.isfinite(ckpt.max_abs_weight(model))
+    with pytest.raises(ckpt.NonFiniteWeightsError, match="step 7"):
+        save_checkpoint(tmp_path, model=model, step=7)
+    assert os.listdir(tmp_path) == []  # nothing written, not even a temporary folder
+    save_checkpoint(tmp_path, model=model, step=7, check_finite=False)  # the caller's choice
+
+
+def test_atomic_writes_keep_the_old_contents_when_interrupted(tmp_path, monkeypatch):
+    target = tmp_path / "final_metrics.json"
+    ckpt.atomic_write_text(target, "old")
+    folder = tmp_path / "tokenizer"
+    with ckpt.atomic_folder(folder) as staging:
+        (staging / "tokenizer.json").write_text("old")
+    real_write_text = ckpt._write_text
+
+    def write_half_then_fail(path, text):
+        real_write_text(path, text[: len(text) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "_write_text", write_half_then_fail)
+    with pytest.raises(OSError):
+        ckpt.atomic_write_text(target, "new contents")
+    with pytest.raises(OSError), ckpt.atomic_folder(folder) as staging:
+        (staging / "tokenizer.json").write_text("new")
+        raise OSError(28, "No space left on device")
+    assert target.read_text() == "old" and (folder / "tokenizer.json").read_text() == "old"
+    assert sorted(os.listdir(tmp_path)) == ["final_metrics.json", "tokenizer"]  # no temporary left
 
 
 _SAVER_SCRIPT = """

@@ -155,6 +155,16 @@ def test_parse_args_files_match_flags(tmp_path):
         (["--report_to", "wandb"], "report_to"),
         (["--config_overrides", "[1]"], "config_overrides"),
         (["--resume", "maybe"], "resume"),
+        # an infinite rate passes `> 0` and trains NaN weights; every float must be finite
+        (["--learning_rate", "inf"], "learning_rate"),
+        (["--learning_rate", "nan"], "learning_rate"),
+        (["--max_grad_norm", "inf"], "max_grad_norm"),
+        (["--weight_decay=-inf"], "weight_decay"),
+        (["--max_train_seconds", "inf"], "max_train_seconds"),
+        (["--rollback_on_divergence", "--spike_threshold", "0.5"], "spike_threshold"),
+        (["--spike_threshold", "2"], "spike_threshold"),  # without rollback_on_divergence
+        (["--rollback_on_divergence", "--rollback_skip_batches", "-1"], "rollback_skip_batches"),
+        (["--rollback_on_divergence", "--max_rollbacks", "0"], "max_rollbacks"),
     ],
 )
 def test_parse_args_validates(flags, field):
@@ -265,6 +275,32 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
     assert [step for step, _ in list_checkpoints(out / "checkpoints")] == [3, 6]
     assert "checkpoint-00000006" in str(info.value)
     assert not (out / "final").exists()
+
+
+def test_non_finite_weights_are_never_checkpointed(tmp_path, monkeypatch):
+    """An update that leaves an infinite weight (as one with an overflowing learning rate does) has
+    a finite loss: computed before it. The save after it finds the weight: the run stops naming
+    the last good checkpoint, and no checkpoint ever holds a non-finite weight."""
+    step = torch.optim.AdamW.step
+    calls = {"n": 0}
+
+    def step_then_overflow(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 6:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0][0, 0] = float("inf")
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step_then_overflow)
+    out = tmp_path / "inf"
+    with pytest.raises(TrainingDivergedError, match="Non-finite weights") as info:
+        _run(out, max_steps=20, save_every=3, report_to=["none"])
+    assert "step 6" in str(info.value) and "checkpoint-00000003" in str(info.value)
+    saved = list_checkpoints(out / "checkpoints")
+    assert [s for s, _ in saved] == [3]
+    for _, path in saved:
+        assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values())
 
 
 @pytest.mark.slow
@@ -514,6 +550,8 @@ def test_resume_from_a_checkpoint_written_before_new_config_fields(tmp_path):
     for added in ("embedding_size", "num_hidden_groups"):  # fields newer than some checkpoints
         saved.pop(added)
     config_file.write_text(json.dumps(saved))
+    (config_file.parent / "manifest.json").unlink()  # such a checkpoint also predates manifests
+    (config_file.parent / "COMPLETE").write_text("4\n")
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
     metrics = _run(out, max_steps=6, save_every=4, report_to=["none"], resume="true")

@@ -15,9 +15,10 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import yaml
 from transformers import HfArgumentParser, PreTrainedConfig
@@ -75,6 +76,18 @@ def optional_positive(obj, *names: str) -> None:
     for name in names:
         if getattr(obj, name) is not None:
             _positive(obj, name)
+
+
+def _finite_floats(obj) -> None:
+    """Raise `ValueError` naming the first float field of `obj` that is NaN or infinite.
+
+    `float("inf")` passes every `> 0` check (and a NaN fails them with a confusing message), so an
+    infinite learning rate would train NaN weights: refused before any other check.
+    """
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"`{f.name}` must be a finite number, got {value!r}.")
 
 
 def _choice(obj, name: str, allowed) -> None:
@@ -441,6 +454,37 @@ class TrainArguments:
     stop_on_nan: bool = field(
         default=True, metadata={"help": "Raise on a non-finite loss; if false, skip that update."}
     )
+    rollback_on_divergence: bool = field(
+        default=False,
+        metadata={
+            "help": "On a non-finite loss, a loss spike (spike_threshold) or non-finite weights at a save, reload "
+            "the run's last good checkpoint and skip the offending batches instead of stopping (PaLM's restart "
+            "before a spike): the data continues after the offending batch (plus rollback_skip_batches). "
+            "Deterministic, logged, and counted in final_metrics.json."
+        },
+    )
+    spike_threshold: float | None = field(
+        default=None,
+        metadata={
+            "help": "With rollback_on_divergence: a training loss above this many times the mean of the last "
+            "spike_window losses is a spike, rolled back before its update (e.g. 2.0; unset: only non-finite "
+            "values roll back)."
+        },
+    )
+    spike_window: int = field(
+        default=20,
+        metadata={"help": "The number of recent training losses whose mean a spike is measured against."},
+    )
+    rollback_skip_batches: int = field(
+        default=0,
+        metadata={
+            "help": "Global batches skipped after the offending one on a rollback, besides those read between "
+            "the checkpoint and it (PaLM skipped 200-500 batches in all)."
+        },
+    )
+    max_rollbacks: int = field(
+        default=3, metadata={"help": "Rollbacks allowed in a run; one more divergence stops it."}
+    )
     objective: str = field(
         default="clm",
         metadata={
@@ -487,6 +531,7 @@ class TrainArguments:
     )
 
     def __post_init__(self) -> None:
+        _finite_floats(self)
         if isinstance(self.resume, bool):  # JSON/YAML booleans
             self.resume = "true" if self.resume else "false"
         self.resume = {"yes": "true", "no": "false", "1": "true", "0": "false"}.get(
@@ -570,6 +615,22 @@ class TrainArguments:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
         if not self.output_dir:
             raise ValueError("`output_dir` must be a non-empty path.")
+        _positive(self, "spike_window", "max_rollbacks")
+        if isinstance(self.rollback_skip_batches, bool) or not (
+            isinstance(self.rollback_skip_batches, int) and self.rollback_skip_batches >= 0
+        ):
+            raise ValueError(
+                f"`rollback_skip_batches` must be a non-negative integer, got {self.rollback_skip_batches!r}."
+            )
+        if self.spike_threshold is not None:
+            if not self.spike_threshold > 1:
+                raise ValueError(
+                    f"`spike_threshold` is a ratio to the recent mean loss: it must be > 1, got {self.spike_threshold!r}."
+                )
+            if not self.rollback_on_divergence:
+                raise ValueError(
+                    "`spike_threshold` detects spikes to roll back: it needs --rollback_on_divergence."
+                )
 
     def sampling_probability(self, step: int) -> float | None:
         """Scheduled sampling's probability of feeding the model's own sample at `step` (None when off)."""

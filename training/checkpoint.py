@@ -1,4 +1,4 @@
-"""Atomic, resumable training checkpoints: weights, optimizer, scheduler, RNG and data position.
+"""Atomic, verified, resumable training checkpoints: weights, optimizer, scheduler, RNG and data position.
 
 Layout, one folder per step under a root folder:
 
@@ -10,12 +10,14 @@ Layout, one folder per step under a root folder:
         scaler.pt           fp16 GradScaler.state_dict() (loss scale, growth tracker), if one is used
         rng.pt              python `random`, numpy, torch CPU (and CUDA) generator states of process 0
         rng-1.pt, ...       the same for process 1, ... of a multi-process run (gathered to process 0)
-        state.json          {"step", "data_state", "extra", "num_rng_states"}
+        state.json          {"step", "data_state", "extra", "num_rng_states", "run_id", "saved_at"}
+        manifest.json       {"run_id", "step", "saved_at", "files": {name: {"size", "sha256"}}}
         COMPLETE            written last: its presence means every other file is complete
 
 Every file but `model.safetensors` and `COMPLETE` is optional, so checkpoints written before
-`config.json`, `scaler.pt` or `rng-N.pt` existed still load: without `config.json` the model
-config is not checked, and a process without its own RNG file keeps its current streams.
+`config.json`, `scaler.pt`, `rng-N.pt`, `manifest.json` or run ids existed still load: without
+`config.json` the model config is not checked, a process without its own RNG file keeps its
+current streams, and a checkpoint without a manifest is loaded unverified.
 
 Atomicity: everything is written into a hidden sibling `root/.tmp-checkpoint-...`, each file is
 fsynced, `COMPLETE` is written last, and only then is the folder renamed to its final name
@@ -23,6 +25,25 @@ fsynced, `COMPLETE` is written last, and only then is the folder renamed to its 
 either no `checkpoint-N` folder or a complete one; `latest_checkpoint` also ignores any folder
 without `COMPLETE`. Leftover `.tmp-checkpoint-*` folders of killed runs are ignored (delete them at
 leisure). In distributed training call `save_checkpoint` on the main process only.
+`atomic_folder` and `atomic_write_text` give any other output (a tokenizer, a final model, a metrics
+file) the same all-or-nothing guarantee.
+
+Integrity: a complete folder can still be damaged later (a bad disk, a truncating copy, a bit
+flip). Every file's size and sha256 go to `manifest.json` before `COMPLETE` is written;
+`verify_checkpoint` recomputes them, and `load_latest_checkpoint` walks back from the newest
+checkpoint to the first intact one, warning with the damaged file's name, or raises
+`CorruptCheckpointError` listing what is wrong with each. A file that cannot be read is reported
+by name too (also for checkpoints older than manifests).
+
+Runs: each checkpoint carries the id of the run that wrote it (`run_id`, kept by a resumed run).
+`keep_last` prunes only the checkpoints of the run being saved, so a second run in a reused folder
+never deletes (nor is pruned by) another run's checkpoints; `list_checkpoints_with_run_ids` and
+`checkpoint_state(path)["run_id"]` tell the runs apart.
+
+Finite weights only: `save_checkpoint` refuses a model with a NaN or infinite weight
+(`NonFiniteWeightsError`, before anything is written), so the newest checkpoint is always one
+that training can continue from. The check is one fused reduction (`max_abs_weight`) and one host
+sync per save.
 
 Every `.pt` file holds only tensors and Python primitives, so it loads with
 `torch.load(..., weights_only=True)` (no arbitrary unpickling): numpy's RNG state is stored as a
@@ -31,18 +52,26 @@ list of ints, not as an `ndarray`.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import hashlib
 import json
 import logging
+import math
 import os
+import pickle
 import random
 import re
 import shutil
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 logger = logging.getLogger(__name__)
@@ -58,6 +87,22 @@ RNG_FILE = "rng.pt"
 CONFIG_FILE = "config.json"
 STATE_FILE = "state.json"
 TENSORS_FILE = "tensors.safetensors"
+MANIFEST_FILE = "manifest.json"
+_HASH_CHUNK = 8 << 20  # bytes read at a time when hashing: constant memory for any file size
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint (or every checkpoint of a run) is damaged: `problems` maps each folder to what
+    is wrong with it, file by file."""
+
+    def __init__(self, message: str, problems: dict[Path, list[str]]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
+class NonFiniteWeightsError(ValueError):
+    """The model holds a NaN or infinite weight: it is not saved as a checkpoint."""
+
 
 # config entries that record where or how a model was loaded or run, not what it computes; they
 # may differ between the run that saved a checkpoint and the run resuming it
@@ -126,6 +171,14 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def _fsync_dir(path: Path) -> None:
     # directory fsync makes the rename/creation durable; not supported on every platform
     try:
@@ -152,6 +205,94 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """Rename the finished folder `tmp` to `final`, replacing a folder already there.
+
+    A directory rename cannot replace a non-empty directory: the old one is moved aside first and
+    put back if the rename fails, so `final` is always either the old folder or the new one.
+    """
+    old = None
+    if final.exists():
+        old = final.with_name(f"{TMP_PREFIX}old-{final.name}-{uuid.uuid4().hex[:8]}")
+        os.replace(final, old)
+    try:
+        os.replace(tmp, final)
+    except BaseException:
+        if old is not None:
+            os.replace(old, final)
+        raise
+    _fsync_dir(final.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_folder(final: str | os.PathLike) -> Path:
+    """A new, empty, hidden sibling of `final` to write a folder into before `commit_folder`.
+
+    A process killed before the commit leaves `final` as it was (absent, or the previous complete
+    folder) and the `.tmp-...` staging folder, to delete at leisure.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.with_name(f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    staging.mkdir()
+    return staging
+
+
+def commit_folder(staging: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Fsync every file of the finished `staging` folder, then rename it to `final` (replacing it)."""
+    staging = Path(staging)
+    for folder, _, files in os.walk(staging):
+        for name in files:
+            _fsync_file(Path(folder) / name)
+        _fsync_dir(Path(folder))
+    _swap_in(staging, Path(final))
+
+
+@contextlib.contextmanager
+def atomic_folder(final: str | os.PathLike) -> Iterator[Path]:
+    """Write a folder all at once: yields a staging folder to fill (`staging_folder`), which
+    replaces `final` (`commit_folder`) only when the block ends without an exception; an exception
+    removes it, and a kill leaves `final` as it was.
+
+        with atomic_folder(output_dir / "tokenizer") as tmp:
+            tokenizer.save_pretrained(tmp)
+    """
+    staging = staging_folder(final)
+    try:
+        yield staging
+        commit_folder(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Replace the file `path` with `text` all at once (a fsynced temporary sibling, then `os.replace`):
+    a reader, or a run resumed after a kill, sees the old contents or the new, never a truncated file."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        _write_text(tmp, text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def max_abs_weight(model: torch.nn.Module) -> float:
+    """The largest |weight| of `model` (NaN if any weight is NaN, inf if any is infinite).
+
+    One fused reduction (`torch.nn.utils.get_total_norm` with the max norm: foreach kernels per
+    device and dtype) and one host sync, whatever the number of parameters; cheap next to a save.
+    """
+    params = [p.detach() for p in model.parameters()]
+    if not params:
+        return 0.0
+    return float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))
 
 
 def get_rng_state() -> dict:
@@ -214,9 +355,121 @@ def list_checkpoints(root: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(root: str | os.PathLike) -> Path | None:
-    """The complete checkpoint with the highest step under `root`, or None if there is none."""
+    """The complete checkpoint with the highest step under `root`, or None if there is none.
+
+    Whatever run wrote it, unverified: resume with `load_latest_checkpoint`, which picks the run
+    and walks back past damaged checkpoints.
+    """
     checkpoints = list_checkpoints(root)
     return checkpoints[-1][1] if checkpoints else None
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8, not JSON
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _identity(path: Path) -> tuple[str | None, float]:
+    """(run id, save time) of a complete checkpoint: from its manifest, else its state.json (a
+    damaged one may still have the other intact), else (None, the COMPLETE marker's mtime)."""
+    for name in (MANIFEST_FILE, STATE_FILE):
+        data = _read_json(path / name)
+        if data is not None and "run_id" in data:
+            return data["run_id"], float(data.get("saved_at") or (path / COMPLETE_MARKER).stat().st_mtime)
+    return None, (path / COMPLETE_MARKER).stat().st_mtime
+
+
+def checkpoint_run_id(path: str | os.PathLike) -> str | None:
+    """The id of the run that wrote the checkpoint `path` (None: written before run ids, or unreadable)."""
+    return _identity(Path(path))[0]
+
+
+def list_checkpoints_with_run_ids(root: str | os.PathLike) -> list[tuple[int, Path, str | None]]:
+    """Complete checkpoints under `root` as (step, path, run id), oldest step first.
+
+    The run id is None for checkpoints written before run ids (or whose manifest and state are both
+    unreadable). Reads two small JSON files per checkpoint, no tensor.
+    """
+    return [(step, path, checkpoint_run_id(path)) for step, path in list_checkpoints(root)]
+
+
+def latest_run_id(root: str | os.PathLike) -> str | None:
+    """The run id of the checkpoint saved last (by its recorded save time) under `root`: the run a
+    resume continues. None when there is no checkpoint or the last one predates run ids."""
+    stamped = []  # (save time, step, run id)
+    for step, path in list_checkpoints(root):
+        run_id, saved_at = _identity(path)
+        stamped.append((saved_at, step, run_id))
+    # a checkpoint whose manifest and state are both unreadable names no run: it cannot decide
+    known = [t for t in stamped if t[2] is not None] or stamped
+    return max(known)[2] if known else None
+
+
+def new_run_id() -> str:
+    """A fresh run id: 12 random hex digits."""
+    return uuid.uuid4().hex[:12]
+
+
+def _manifest(
+    folder: Path, run_id: str | None, step: int, saved_at: float, hashing: dict | None = None
+) -> str:
+    # read back from the page cache right after writing: the hashes are of the bytes on disk.
+    # `hashing`: {name: Future} of files already being hashed in the background
+    hashing = hashing or {}
+    files = {
+        name: {
+            "size": (folder / name).stat().st_size,
+            "sha256": hashing[name].result() if name in hashing else _sha256(folder / name),
+        }
+        for name in sorted(os.listdir(folder))
+        if name not in (MANIFEST_FILE, COMPLETE_MARKER)
+    }
+    return json.dumps({"run_id": run_id, "step": step, "saved_at": saved_at, "files": files}, indent=2)
+
+
+def verify_checkpoint(path: str | os.PathLike) -> list[str]:
+    """What is wrong with the checkpoint folder `path`, file by file: an empty list if it is intact.
+
+    The manifest must match the sha256 that `COMPLETE` records for it, and every file it lists must
+    be there with its recorded size and sha256 (one read of each file; a size mismatch is reported
+    without reading). A checkpoint written before manifests is not verified here (`load_checkpoint`
+    still names a file it cannot read).
+    """
+    path = Path(path)
+    if not (path / COMPLETE_MARKER).is_file():
+        return [f"no {COMPLETE_MARKER} marker (an interrupted save)"]
+    try:  # "{step}\nmanifest.json sha256 {hex}\n"; just "{step}\n" before manifests
+        marker = (path / COMPLETE_MARKER).read_text(encoding="utf-8", errors="replace").split()
+    except OSError as err:
+        return [f"{COMPLETE_MARKER}: unreadable ({err})"]
+    recorded = marker[3] if len(marker) == 4 and marker[1:3] == [MANIFEST_FILE, "sha256"] else None
+    if not (path / MANIFEST_FILE).is_file():
+        return [f"{MANIFEST_FILE}: missing"] if recorded is not None else []
+    if recorded is not None and _sha256(path / MANIFEST_FILE) != recorded:
+        return [
+            f"{MANIFEST_FILE}: sha256 differs from the one {COMPLETE_MARKER} records (the manifest is damaged)"
+        ]
+    manifest = _read_json(path / MANIFEST_FILE)
+    entries = manifest.get("files") if manifest is not None else None
+    if not isinstance(entries, dict) or not all(
+        isinstance(e, dict) and {"size", "sha256"} <= e.keys() for e in entries.values()
+    ):
+        return [f"{MANIFEST_FILE}: unreadable or not a manifest"]
+    problems = []
+    for name, expected in sorted(entries.items()):
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{name}: missing")
+            continue
+        size = file.stat().st_size
+        if size != expected["size"]:
+            problems.append(f"{name}: {size} bytes, {expected['size']} written (truncated or overwritten)")
+        elif _sha256(file) != expected["sha256"]:
+            problems.append(f"{name}: sha256 mismatch (contents changed since the save: corrupt)")
+    return problems
 
 
 def save_checkpoint(
@@ -233,6 +486,8 @@ def save_checkpoint(
     save_rng: bool = True,
     rng_states: list[dict] | None = None,
     tensors: dict[str, torch.Tensor] | None = None,
+    run_id: str | None = None,
+    check_finite: bool = True,
 ) -> Path:
     """Atomically write the checkpoint of `step` to `directory/checkpoint-{step:08d}`.
 
@@ -247,42 +502,73 @@ def save_checkpoint(
         step: the global step (optimizer updates done), >= 0.
         data_state: JSON-serializable position in the data (epoch, sample index, sampler seed...).
         extra: JSON-serializable extras (metrics, config, ...).
-        keep_last: if given, delete all but the `keep_last` newest complete checkpoints afterwards.
+        keep_last: if given, afterwards delete all but the `keep_last` newest (by step) complete
+            checkpoints of this run (`run_id`): another run's checkpoints in `directory` are never
+            touched. This run's checkpoints with a step above `step` are deleted too: they are a
+            future the run abandoned (damaged checkpoints it resumed past, or a rollback).
         save_rng: also save the global RNG states (python, numpy, torch, CUDA).
         rng_states: the RNG states of every process, in rank order (`get_rng_state()` on each,
             gathered to the saving process), one file each; default: this process's states only.
             A multi-process run must pass them: each process has its own dropout stream.
         tensors: other named tensors of the run's state (e.g. the recurrent state carried across
             blocks by truncated BPTT), written to `tensors.safetensors`.
+        run_id: the id of the run writing it (`new_run_id()`; a resumed run keeps its own), stored
+            in `state.json` and the manifest. None: a run without an id (pruned only with others
+            without one).
+        check_finite: refuse a model with a non-finite weight (one fused reduction and one host
+            sync). Pass False only when the caller has just checked (the training loop checks on
+            every process, so that all of them agree).
 
     Returns:
         The final checkpoint folder.
 
     Raises:
         ValueError: for a negative `step` or `keep_last < 1`.
+        NonFiniteWeightsError: a weight is NaN or infinite (nothing is written).
         TypeError: if `data_state`/`extra` are not JSON-serializable (nothing is left behind).
+        OSError, SafetensorError: the disk is full or a write fails; the partial folder is removed
+            and every earlier checkpoint kept (a note on the error says so).
     """
     if step < 0:
         raise ValueError(f"`step` must be >= 0, got {step}.")
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"`keep_last` must be >= 1 or None, got {keep_last}.")
+    if check_finite:
+        largest = max_abs_weight(model)
+        if not math.isfinite(largest):
+            raise NonFiniteWeightsError(
+                f"Not saving the checkpoint of step {step}: the model holds a non-finite weight "
+                f"(max |w| = {largest}); training diverged."
+            )
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / checkpoint_name(step)
     if save_rng and rng_states is None:
         rng_states = [get_rng_state()]
     num_rng_states = len(rng_states) if save_rng else 0
+    saved_at = time.time()
     # serialize the JSON first: a TypeError should not cost a half-written temp folder
     state_json = json.dumps(
-        {"step": step, "data_state": data_state, "extra": extra, "num_rng_states": num_rng_states}, indent=2
+        {
+            "step": step,
+            "data_state": data_state,
+            "extra": extra,
+            "num_rng_states": num_rng_states,
+            "run_id": run_id,
+            "saved_at": saved_at,
+        },
+        indent=2,
     )
     config = _config_dict(model)
 
     tmp = root / f"{TMP_PREFIX}{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    # the weights are hashed (hashlib releases the GIL) while the optimizer state is written
+    hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256")
     try:
         save_model(model, str(tmp / MODEL_FILE))
         _fsync_file(tmp / MODEL_FILE)
+        hashing = {MODEL_FILE: hasher.submit(_sha256, tmp / MODEL_FILE)}
         if config is not None:
             _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
         if optimizer is not None:
@@ -297,33 +583,54 @@ def save_checkpoint(
             save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS_FILE))
             _fsync_file(tmp / TENSORS_FILE)
         _write_text(tmp / STATE_FILE, state_json)
-        _write_text(tmp / COMPLETE_MARKER, f"{step}\n")  # last: marks every other file complete
+        # the checksums of every file, before COMPLETE: a complete folder always has its manifest
+        _write_text(tmp / MANIFEST_FILE, _manifest(tmp, run_id, step, saved_at, hashing))
+        # last: marks every other file complete, and checksums the manifest itself
+        _write_text(tmp / COMPLETE_MARKER, f"{step}\n{MANIFEST_FILE} sha256 {_sha256(tmp / MANIFEST_FILE)}\n")
         _fsync_dir(tmp)
-
-        old = None
-        if final.exists():
-            # a directory rename cannot replace a non-empty directory: move the old one aside first
-            old = root / f"{TMP_PREFIX}old-{final.name}-{uuid.uuid4().hex[:8]}"
-            os.replace(final, old)
-        try:
-            os.replace(tmp, final)
-        except BaseException:
-            if old is not None:
-                os.replace(old, final)
-            raise
-        _fsync_dir(root)
-    except BaseException:
+        _swap_in(tmp, final)
+    except BaseException as err:
+        hasher.shutdown(cancel_futures=True)
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, Exception):  # a full disk: OSError, or SafetensorError from its writer
+            err.add_note(
+                f"Could not write the checkpoint of step {step} to {final} (a full disk?): nothing of it is "
+                "left behind, and the earlier checkpoints are kept."
+            )
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    hasher.shutdown()
     logger.info("saved checkpoint %s", final)
 
     if keep_last is not None:
-        for old_step, path in list_checkpoints(root)[:-keep_last]:
-            logger.info("pruning checkpoint of step %d", old_step)
-            _remove(path)
+        prune_checkpoints(root, keep_last, run_id=run_id, current_step=step)
     return final
+
+
+def prune_checkpoints(
+    root: str | os.PathLike, keep_last: int, *, run_id: str | None, current_step: int | None = None
+) -> list[int]:
+    """Delete all but the `keep_last` newest (by step) complete checkpoints of run `run_id`.
+
+    Only checkpoints whose run id equals `run_id` are considered: another run's, in a reused
+    folder, are never deleted, and do not count towards `keep_last`. With `current_step`, this
+    run's checkpoints of a higher step are deleted as well: the run went back past them (it resumed
+    before a damaged checkpoint, or rolled back), so they are a future that will not happen.
+
+    Returns:
+        The steps removed, oldest first.
+    """
+    mine = [(step, path) for step, path, rid in list_checkpoints_with_run_ids(root) if rid == run_id]
+    ahead = [(s, p) for s, p in mine if current_step is not None and s > current_step]
+    kept = [(s, p) for s, p in mine if (s, p) not in ahead]
+    for old_step, path in ahead:
+        logger.warning(
+            "removing the checkpoint of step %d: the run went back to step %d", old_step, current_step
+        )
+        _remove(path)
+    for old_step, path in kept[:-keep_last]:
+        logger.info("pruning checkpoint of step %d", old_step)
+        _remove(path)
+    return sorted(s for s, _ in ahead + kept[:-keep_last])
 
 
 def _remove(path: Path) -> None:
@@ -334,30 +641,46 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def remove_checkpoints_except(root: str | os.PathLike, keep_steps) -> list[int]:
+_ANY_RUN = object()
+
+
+def remove_checkpoints_except(root: str | os.PathLike, keep_steps, run_id: Any = _ANY_RUN) -> list[int]:
     """Delete the complete checkpoints under `root` whose step is not in `keep_steps`.
 
     For folders of checkpoints that must outlive `keep_last`'s count, such as the best models a
     run keeps (`training.train.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
+    With `run_id` given, only that run's checkpoints are candidates (another run's are kept).
 
     Returns:
         The steps removed, oldest first.
     """
     keep = set(keep_steps)
     removed = []
-    for step, path in list_checkpoints(root):
-        if step not in keep:
+    for step, path, rid in list_checkpoints_with_run_ids(root):
+        if step not in keep and (run_id is _ANY_RUN or rid == run_id):
             _remove(path)
             removed.append(step)
     return removed
 
 
 def checkpoint_state(directory: str | os.PathLike) -> dict:
-    """The `state.json` of a complete checkpoint: `step`, `data_state`, `extra`, `num_rng_states`.
+    """The `state.json` of a complete checkpoint: `step`, `data_state`, `extra`, `num_rng_states`,
+    `run_id` (None for checkpoints written before run ids) and `saved_at` (a Unix time, or None).
 
     Reads no tensor, so it is cheap enough to inspect every kept checkpoint.
+
+    Raises:
+        CorruptCheckpointError: `state.json` is missing or unreadable (the message names it).
     """
-    return json.loads((Path(directory) / STATE_FILE).read_text(encoding="utf-8"))
+    path = Path(directory) / STATE_FILE
+    state = _read_json(path)
+    if state is None:
+        raise CorruptCheckpointError(
+            f"{path}: missing or unreadable", {Path(directory): [f"{STATE_FILE}: unreadable"]}
+        )
+    state.setdefault("run_id", None)
+    state.setdefault("saved_at", None)
+    return state
 
 
 def load_checkpoint(
@@ -370,12 +693,14 @@ def load_checkpoint(
     restore_rng: bool = True,
     strict: bool = True,
     rank: int = 0,
+    verify: bool = True,
 ) -> dict:
     """Restore a checkpoint written by `save_checkpoint` into existing objects.
 
-    The model's config is compared with the checkpoint's `config.json` first, so a model built
-    with other settings fails with the list of differing fields rather than inside
-    `load_state_dict` with tensor shapes.
+    The files are first checked against the manifest (`verify_checkpoint`), so a damaged
+    checkpoint fails before anything is loaded, naming the file. The model's config is then
+    compared with the checkpoint's `config.json`, so a model built with other settings fails with
+    the list of differing fields rather than inside `load_state_dict` with tensor shapes.
 
     Args:
         directory: a `checkpoint-N` folder (see `latest_checkpoint`).
@@ -387,24 +712,34 @@ def load_checkpoint(
         restore_rng: restore the global RNG states, so random draws continue as after the save.
         strict: require the weights to match the model's keys exactly.
         rank: this process's index: it restores the RNG states saved for it (`rng_file(rank)`).
+        verify: check every file against the manifest first (one read of each file). False when
+            the caller has just verified the folder (`load_latest_checkpoint`).
 
     Returns:
-        A dict with `step`, `data_state`, `extra`, `tensors` (the named tensors saved with
-        `tensors=`, on the CPU; empty if none) and `path`.
+        A dict with `step`, `data_state`, `extra`, `run_id`, `tensors` (the named tensors saved
+        with `tensors=`, on the CPU; empty if none) and `path`.
 
     Raises:
         FileNotFoundError: if the folder is not a complete checkpoint, or a requested part
             (optimizer/scheduler state) is missing.
+        CorruptCheckpointError: a file differs from the manifest or cannot be read (named in
+            the message). Some objects may then hold part of the checkpoint: load another one.
         ValueError: `model`'s config differs from the one saved with the checkpoint (the message
             lists each field as saved → current).
     """
     path = Path(directory)
     if not (path / COMPLETE_MARKER).is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE_MARKER} marker).")
+    problems = verify_checkpoint(path) if verify else []
+    if problems:
+        raise CorruptCheckpointError(
+            f"Checkpoint {path} is damaged: {'; '.join(problems)}.", {path: problems}
+        )
+    state = _read_part(path, STATE_FILE, lambda f: json.loads(f.read_text(encoding="utf-8")))
     current = _config_dict(model)
     if current is not None and (path / CONFIG_FILE).is_file():
         saved = _with_current_defaults(
-            json.loads((path / CONFIG_FILE).read_text(encoding="utf-8")), model.config
+            _read_part(path, CONFIG_FILE, lambda f: json.loads(f.read_text(encoding="utf-8"))), model.config
         )
         differences = config_differences(saved, current)
         if differences:
@@ -417,7 +752,12 @@ def load_checkpoint(
             )
     param = next(model.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
-    missing, unexpected = load_model(model, str(path / MODEL_FILE), strict=strict, device=str(device))
+    missing, unexpected = _read_part(
+        path,
+        MODEL_FILE,
+        lambda f: load_model(model, str(f), strict=strict, device=str(device)),
+        errors=(OSError, SafetensorError),
+    )
     if missing or unexpected:
         logger.warning("non-strict load: missing %s, unexpected %s", missing, unexpected)
 
@@ -426,26 +766,108 @@ def load_checkpoint(
             continue
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} is missing: this checkpoint was saved without it.")
-        obj.load_state_dict(torch.load(path / name, map_location="cpu", weights_only=True))
+        obj.load_state_dict(_read_part(path, name, _torch_load))
     if scaler is not None:
         if (path / SCALER_FILE).is_file():
-            scaler.load_state_dict(torch.load(path / SCALER_FILE, map_location="cpu", weights_only=True))
+            scaler.load_state_dict(_read_part(path, SCALER_FILE, _torch_load))
         else:
             logger.warning("%s has no GradScaler state: the fp16 loss scale starts afresh", path)
 
     if restore_rng:
         if (path / rng_file(rank)).is_file():
-            set_rng_state(torch.load(path / rng_file(rank), map_location="cpu", weights_only=True))
+            set_rng_state(_read_part(path, rng_file(rank), _torch_load))
         else:
             logger.warning("%s has no RNG state for process %d: random streams not restored", path, rank)
 
-    state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     logger.info("loaded checkpoint %s (step %d)", path, state["step"])
-    tensors = load_file(str(path / TENSORS_FILE)) if (path / TENSORS_FILE).is_file() else {}
+    tensors = (
+        _read_part(path, TENSORS_FILE, lambda f: load_file(str(f))) if (path / TENSORS_FILE).is_file() else {}
+    )
     return {
         "step": state["step"],
         "data_state": state["data_state"],
         "extra": state["extra"],
+        "run_id": state.get("run_id"),
         "tensors": tensors,
         "path": path,
     }
+
+
+def _torch_load(path: Path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# what reading a damaged file raises: torch.load (a truncated zip: RuntimeError or OSError; empty:
+# EOFError; garbage: UnpicklingError), json (ValueError), safetensors (SafetensorError)
+_READ_ERRORS = (OSError, EOFError, ValueError, RuntimeError, pickle.UnpicklingError, SafetensorError)
+
+
+def _read_part(folder: Path, name: str, read, errors: tuple[type[BaseException], ...] = _READ_ERRORS):
+    """`read(folder / name)`, a failure to parse the file (truncated, empty, garbage) raised as a
+    `CorruptCheckpointError` naming it. Only the errors of reading are caught (for the weights,
+    whose reader also loads them, not the RuntimeError of a state that does not fit the model)."""
+    try:
+        return read(folder / name)
+    except errors as err:
+        problem = f"{name}: unreadable ({type(err).__name__}: {err})"
+        raise CorruptCheckpointError(
+            f"Checkpoint {folder} is damaged: {problem}.", {folder: [problem]}
+        ) from err
+
+
+def load_latest_checkpoint(
+    root: str | os.PathLike, *, run_id: str | None = None, **load_kwargs
+) -> dict | None:
+    """Load the newest intact checkpoint of a run under `root`, walking back past damaged ones.
+
+    Each candidate, newest step first, is verified against its manifest (`verify_checkpoint`: one
+    read of each file) and then loaded (`load_checkpoint(..., verify=False)`, so nothing is hashed
+    twice). A damaged one is reported with a warning naming the file and the previous one tried;
+    a later load overwrites everything an earlier, failed one may have put in the objects.
+
+    Args:
+        root: the folder of the `checkpoint-N` folders.
+        run_id: whose checkpoints to consider; None: the run that saved last (`latest_run_id`),
+            which is the run a resume continues (another run's checkpoints are never loaded instead).
+        **load_kwargs: `model`, `optimizer`, `scheduler`, ... as for `load_checkpoint`.
+
+    Returns:
+        `load_checkpoint`'s dict plus `"damaged"`: {path: problems} of the newer checkpoints passed
+        over; None when the run has no checkpoint.
+
+    Raises:
+        CorruptCheckpointError: the run has checkpoints but none is intact; the message lists what
+            is wrong with each.
+        ValueError: the newest intact checkpoint belongs to another model config (as `load_checkpoint`).
+    """
+    run = latest_run_id(root) if run_id is None else run_id
+    checkpoints = list_checkpoints_with_run_ids(root)
+    candidates = [path for _, path, rid in reversed(checkpoints) if rid == run]
+    for _, path, rid in checkpoints:
+        if rid is None and run is not None:
+            logger.warning(
+                "Checkpoint %s names no run (written before run ids, or its manifest and state.json are unreadable): not considered.",
+                path,
+            )
+    damaged: dict[Path, list[str]] = {}
+    for path in candidates:
+        problems = verify_checkpoint(path)
+        if not problems:
+            try:
+                state = load_checkpoint(path, verify=False, **load_kwargs)
+            except (
+                CorruptCheckpointError
+            ) as err:  # unreadable though its sizes and hashes match (or no manifest)
+                problems = err.problems[path]
+            else:
+                return state | {"damaged": damaged}
+        damaged[path] = problems
+        logger.warning("Checkpoint %s is damaged (%s): trying the previous one.", path, "; ".join(problems))
+    if damaged:
+        listed = "\n".join(f"  {path.name}: {'; '.join(problems)}" for path, problems in damaged.items())
+        raise CorruptCheckpointError(
+            f"No intact checkpoint of run {run} under {root}; what is wrong with each:\n{listed}\n"
+            "Restore the files from a copy, or start the run afresh (resume=false).",
+            damaged,
+        )
+    return None

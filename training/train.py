@@ -48,9 +48,20 @@ What the loop guarantees:
   pure function of (data, seed, epoch), so a resumed run continues bit for bit as if never
   stopped (CPU, fp32). Checkpoints are written by the main process only, never after a
   non-finite loss. A checkpoint of another model config is refused with the differing fields.
+- **Nothing is lost to a kill, a full disk or a damaged file.** Every file the loop writes is
+  written aside and renamed into place (`tokenizer/`, checkpoints, `best/`, `final/`, `loss.png`,
+  `final_metrics.json`, the rewrites of `metrics.csv`; a `metrics.csv` row cut short by a kill is
+  dropped on reading), so a run killed at any moment resumes exactly. Every checkpoint file is
+  checksummed (`manifest.json`); a resume walks back past damaged checkpoints, naming the file
+  (`training.checkpoint.load_latest_checkpoint`). Checkpoints carry the run's id, kept on resume:
+  `keep_last` prunes only this run's, and a resume continues the run that saved last.
 - **Divergence stops the run**: a non-finite loss (averaged over processes, so all ranks agree)
-  raises `TrainingDivergedError` before the update is applied; the last checkpoint stays the last
-  good one.
+  raises `TrainingDivergedError` before the update is applied, and so do non-finite weights
+  found before a save or an evaluation (one fused reduction and one host sync): the last
+  checkpoint is always the last good one, finite. With `rollback_on_divergence` the run instead
+  goes back to that checkpoint and skips the offending batches (PaLM's remedy for loss spikes,
+  with `spike_threshold`; `rollback_to_last_good`), deterministically, and `final_metrics.json`
+  counts the rollbacks and skipped batches.
 - **Evaluation** reports the held-out loss, perplexity and bits per token, character and word
   (`eval_text_units`: the characters and words the scored tokens spell).
 - **The best model** (`load_best_model_at_end`): each evaluation better by `metric_for_best_model`
@@ -80,6 +91,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import io
 import itertools
 import json
 import logging
@@ -94,9 +106,8 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import gather_object, set_seed
+from accelerate.utils import broadcast_object_list, gather_object, set_seed
 from datasets import Dataset, DatasetDict, IterableDataset
-from safetensors.torch import load_model
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers import (
@@ -141,15 +152,21 @@ from training.args import (
     parse_args,
 )
 from training.checkpoint import (
-    MODEL_FILE,
+    CorruptCheckpointError,
+    atomic_folder,
+    atomic_write_text,
     checkpoint_name,
     checkpoint_state,
+    commit_folder,
     get_rng_state,
-    latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_latest_checkpoint,
+    max_abs_weight,
+    new_run_id,
     remove_checkpoints_except,
     save_checkpoint,
+    staging_folder,
 )
 from training.collators_mlm import DataCollatorForMaskedLM
 from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
@@ -307,7 +324,15 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         folder / "tokenizer.json"
     ).is_file()
     if reuse:
-        return AutoTokenizer.from_pretrained(folder)
+        try:
+            return AutoTokenizer.from_pretrained(folder)
+        except Exception as err:  # tokenizers raises a bare Exception for a damaged tokenizer.json
+            raise ValueError(
+                f"The run's tokenizer {folder} cannot be read ({type(err).__name__}: {err}): damaged, or cut "
+                "short by a run killed while writing it (before tokenizer saves were atomic). Its checkpoints "
+                "were trained with it: restore the folder from a copy, or start afresh (a new output_dir, or "
+                "delete the tokenizer and resume=false)."
+            ) from err
     limit = data_args.tokenizer_train_documents
     if isinstance(train_docs, IterableDataset):
         limit = limit or STREAMING_TOKENIZER_DOCUMENTS
@@ -329,7 +354,10 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
         add_sentinel_tokens(tokenizer, min(100, max(8, data_args.block_size // 4)))
     if accelerator.is_main_process:
-        tokenizer.save_pretrained(folder)
+        # all at once: a kill while writing must not leave a truncated tokenizer.json for every
+        # later --resume to trip on
+        with atomic_folder(folder) as staging:
+            tokenizer.save_pretrained(staging)
     return tokenizer
 
 
@@ -853,6 +881,15 @@ def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args:
         )
 
 
+def write_final_folder(model, tokenizer, folder: Path, loss_png: Path | None) -> None:
+    """The weights, config, model code, tokenizer files and loss curve of `final/` into `folder`
+    (a staging folder: the caller renames it to `final/`; the model card goes in last)."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if loss_png is not None:
+        shutil.copy2(loss_png, folder / "loss.png")  # the card shows it on the Hub
+
+
 def forget_previous_run_settings() -> None:
     """Let this run choose its own precision and accumulation in a process that already trained.
 
@@ -1102,18 +1139,30 @@ def bits_metrics(loss: float, units: dict[str, int]) -> dict[str, float | None]:
 
 
 class CsvLog:
-    """`metrics.csv` written by the main process; a resumed run drops the rows after its step."""
+    """`metrics.csv` written by the main process; a resumed run drops the rows after its step.
+
+    Rows are appended as they come; the file is rewritten (atomically) only when rows are dropped,
+    at a resume or a rollback. A row cut short by a kill while it was appended is dropped on reading.
+    """
 
     def __init__(self, path: Path, resume_step: int | None, enabled: bool) -> None:
         self.path, self.enabled, self.rows = path, enabled, []
         if resume_step is not None and path.is_file():
-            with open(path, newline="") as f:
-                self.rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+            self.rows = [r for r in _read_csv_rows(path) if int(r["step"]) <= resume_step]
+        self._rewrite()
+
+    def _rewrite(self) -> None:
         if self.enabled:
-            with open(path, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-                writer.writeheader()
-                writer.writerows(self.rows)
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=CSV_FIELDS)
+            writer.writeheader()
+            writer.writerows(self.rows)
+            atomic_write_text(self.path, text.getvalue())
+
+    def truncate(self, step: int) -> None:
+        """Drop the rows after `step` (a rollback to the checkpoint of `step`)."""
+        self.rows = [r for r in self.rows if int(r["step"]) <= step]
+        self._rewrite()
 
     def write(self, row: dict) -> None:
         row = {k: row.get(k, "") for k in CSV_FIELDS}
@@ -1131,6 +1180,15 @@ class CsvLog:
             if points:
                 curves[name] = ([s for s, _ in points], [v for _, v in points])
         return curves
+
+
+def _read_csv_rows(path: Path) -> list[dict]:
+    """The rows of a `metrics.csv`, without a last line cut short (no newline: a kill mid-append) or
+    a row whose step is not an integer."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return [r for r in csv.DictReader(io.StringIO(text, newline="")) if (r.get("step") or "").isdigit()]
 
 
 def _trackers(train_args: TrainArguments) -> list[str]:
@@ -1171,10 +1229,17 @@ class BestModel:
     """
 
     def __init__(
-        self, root: Path, checkpoint_dir: Path, metric: str, greater_is_better: bool, is_main_process: bool
+        self,
+        root: Path,
+        checkpoint_dir: Path,
+        metric: str,
+        greater_is_better: bool,
+        is_main_process: bool,
+        run_id: str | None = None,
     ) -> None:
         self.root, self.checkpoint_dir = root, checkpoint_dir
         self.metric, self.greater_is_better, self.is_main_process = metric, greater_is_better, is_main_process
+        self.run_id = run_id  # its best folders are tagged with it; another run's are never pruned
         self.record: dict | None = None
 
     def improves(self, value: float | None) -> bool:
@@ -1199,7 +1264,9 @@ class BestModel:
             "metrics": dict(evaluation),
         }
         if self.is_main_process:
-            save_checkpoint(self.root, model=model, step=step, save_rng=False, extra=self.record)
+            save_checkpoint(
+                self.root, model=model, step=step, save_rng=False, extra=self.record, run_id=self.run_id
+            )
             self.prune()
         logger.info("New best model at step %d: %s %.4f (saved to %s).", step, self.metric, value, self.path)
         return True
@@ -1227,10 +1294,13 @@ class BestModel:
         """Delete the best folders that neither the current best nor any kept checkpoint records."""
         keep = {self.record["step"]} if self.record is not None else set()
         for _, path in list_checkpoints(self.checkpoint_dir):
-            recorded = (checkpoint_state(path).get("extra") or {}).get("best")
+            try:
+                recorded = (checkpoint_state(path).get("extra") or {}).get("best")
+            except CorruptCheckpointError:
+                continue  # a damaged checkpoint is never resumed: its best is not needed
             if recorded is not None:
                 keep.add(recorded["step"])
-        for step in remove_checkpoints_except(self.root, keep):
+        for step in remove_checkpoints_except(self.root, keep, run_id=self.run_id):
             logger.info("Removed the best model of step %d: no checkpoint records it any more.", step)
 
     @property
@@ -1326,6 +1396,149 @@ def card_hyperparameters(
 
 
 # ----------------------------------------------------------------------------------------------
+# Divergence
+# ----------------------------------------------------------------------------------------------
+
+
+def shared_run_id(accelerator: Accelerator) -> str:
+    """A fresh run id (`training.checkpoint.new_run_id`), the main process's on every process."""
+    run_id = [new_run_id()]
+    if accelerator.num_processes > 1:
+        broadcast_object_list(run_id, from_process=0)
+    return run_id[0]
+
+
+class DivergenceGuard:
+    """Whether an update's loss may be applied, and the record of the run's rollbacks.
+
+    `problem(loss)` names what is wrong with a loss: non-finite, or (with `spike_threshold`) above
+    `spike_threshold` times the mean of the last `spike_window` applied losses (a spike is judged
+    only once that many have been seen). The losses of applied updates go to `record`. With
+    `rollback_on_divergence` the loop rolls back on a problem (`rollback_to_last_good`), at most
+    `max_rollbacks` times in the run.
+
+    The loss window and the rollbacks ride in every checkpoint (`state()`, restored by `restore`),
+    so a resumed run judges its losses and counts its rollbacks as the uninterrupted run does. A
+    rollback restores the window of the checkpoint it goes back to, but keeps the rollbacks: they
+    happened, and are counted in `final_metrics.json`.
+    """
+
+    def __init__(self, train_args: TrainArguments) -> None:
+        self.rollback = train_args.rollback_on_divergence
+        self.threshold, self.window = train_args.spike_threshold, train_args.spike_window
+        self.skip, self.max_rollbacks = train_args.rollback_skip_batches, train_args.max_rollbacks
+        self.losses: list[float] = []  # the last `window` applied losses, oldest first
+        self.events: list[dict] = []  # one per rollback: step, problem, restored step, skipped batches
+
+    def problem(self, loss: float) -> str | None:
+        """Why the update of this (process-averaged) loss must not be applied; None if it may."""
+        if not math.isfinite(loss):
+            return f"Non-finite training loss ({loss})"
+        if self.threshold is not None and len(self.losses) == self.window:
+            mean = sum(self.losses) / self.window
+            if loss > self.threshold * mean:
+                return f"Loss spike ({loss:.4f} > {self.threshold:g} x {mean:.4f}, the mean of the last {self.window})"
+        return None
+
+    def record(self, loss: float) -> None:
+        """The loss of an applied update."""
+        if self.threshold is not None:
+            self.losses = [*self.losses, loss][-self.window :]
+
+    @property
+    def skipped_batches(self) -> int:
+        """Global batches read but not trained on, over every rollback."""
+        return sum(event["skipped_batches"] for event in self.events)
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (nothing when rollbacks are off)."""
+        return {"rollbacks": self.events, "loss_window": self.losses} if self.rollback else {}
+
+    def restore(self, extra: dict) -> None:
+        """Continue from a checkpoint's `extra` (a resume)."""
+        self.events = list(extra.get("rollbacks", []))
+        self.losses = list(extra.get("loss_window", []))
+
+
+def rollback_to_last_good(
+    guard: DivergenceGuard,
+    problem: str,
+    offending_step: int,
+    *,
+    checkpoint_dir: Path,
+    run_id: str | None,
+    model: torch.nn.Module,
+    optimizer,
+    scheduler,
+    scaler,
+    rank: int,
+    data,
+    accum: int,
+) -> dict:
+    """Reload this run's last good checkpoint and read `guard.skip` global batches past the offending one.
+
+    PaLM (Chowdhery et al., 2022, section 5.1) restarted ~100 steps before a loss spike and skipped
+    the 200-500 batches around it. Here the run goes back to its newest intact checkpoint (weights,
+    optimizer, scheduler, loss scale, RNG streams, loss window) but not its data: the data goes on
+    from the batch after the offending one, `guard.skip` batches further. So every batch read since
+    the checkpoint, the offending one included, is skipped, and which ones is a pure function of
+    the data position: a resumed run skips the same ones. `data` is this process's micro-batch
+    iterator, just past the offending update.
+
+    Returns:
+        `load_checkpoint`'s dict plus "skipped": the global batches read since the checkpoint that
+        were not trained on (the rollback's share of `data_state["skipped_batches"]`).
+
+    Raises:
+        TrainingDivergedError: rollbacks are used up, or this run has no checkpoint to go back to.
+    """
+    if len(guard.events) >= guard.max_rollbacks:
+        raise TrainingDivergedError(
+            f"{problem} at step {offending_step}, after {len(guard.events)} rollbacks (max_rollbacks): stopped. "
+            "Lower the learning rate, raise warmup_steps or clip gradients."
+        )
+    optimizer.zero_grad(set_to_none=True)  # the offending update's gradients
+    back = load_latest_checkpoint(
+        checkpoint_dir,
+        run_id=run_id,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        restore_rng=True,
+        rank=rank,
+    )
+    if back is None:
+        raise TrainingDivergedError(
+            f"{problem} at step {offending_step}, before this run's first checkpoint: nothing to roll back to. "
+            "Lower the learning rate or raise warmup_steps (or save_every sooner)."
+        )
+    for _ in range(guard.skip * accum):
+        next(data)
+    skipped = offending_step - back["step"] + guard.skip
+    guard.losses = list((back["extra"] or {}).get("loss_window", []))
+    guard.events.append(
+        {
+            "step": offending_step,
+            "problem": problem,
+            "restored_step": back["step"],
+            "skipped_batches": skipped,
+        }
+    )
+    logger.warning(
+        "%s at step %d: rolled back to %s (step %d), skipping %d global batches (rollback %d of at most %d).",
+        problem,
+        offending_step,
+        back["path"],
+        back["step"],
+        skipped,
+        len(guard.events),
+        guard.max_rollbacks,
+    )
+    return back | {"skipped": skipped}
+
+
+# ----------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------
 
@@ -1409,25 +1622,12 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
 
     global_batch = train_args.per_device_batch_size * world * train_args.gradient_accumulation_steps
     # resume before `prepare`: the plain objects load the states, and DDP then broadcasts rank 0's weights
-    start_step, epoch, update = 0, 0, 0
-    checkpoint = latest_checkpoint(checkpoint_dir) if train_args.resume != "false" and not ngram else None
-    carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
-    if train_args.resume == "true" and checkpoint is None:
-        raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
-    best = (
-        BestModel(
-            output_dir / "best",
+    start_step, epoch, update, data_offset = 0, 0, 0, 0
+    # the newest intact checkpoint of the run that saved last: a damaged one is passed over with a
+    # warning naming its file (CorruptCheckpointError when none is intact)
+    state = (
+        load_latest_checkpoint(
             checkpoint_dir,
-            train_args.metric_for_best_model,
-            train_args.greater_is_better,
-            accelerator.is_main_process,
-        )
-        if train_args.load_best_model_at_end and not ngram
-        else None
-    )
-    if checkpoint is not None:
-        state = load_checkpoint(
-            checkpoint,
             model=model,
             optimizer=optimizer,
             scheduler=scheduler,
@@ -1435,7 +1635,32 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             restore_rng=True,
             rank=rank,  # each process restores its own random streams
         )
+        if train_args.resume != "false" and not ngram
+        else None
+    )
+    checkpoint = state["path"] if state is not None else None
+    carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
+    if train_args.resume == "true" and checkpoint is None:
+        raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
+    # a resumed run keeps its id: its checkpoints are pruned with (and only with) those it wrote before
+    run_id = state["run_id"] if state is not None else shared_run_id(accelerator)
+    guard = DivergenceGuard(train_args)
+    best = (
+        BestModel(
+            output_dir / "best",
+            checkpoint_dir,
+            train_args.metric_for_best_model,
+            train_args.greater_is_better,
+            accelerator.is_main_process,
+            run_id=run_id,
+        )
+        if train_args.load_best_model_at_end and not ngram
+        else None
+    )
+    if checkpoint is not None:
         start_step, data_state = state["step"], state["data_state"]
+        data_offset = data_state.get("skipped_batches", 0)  # batches skipped by rollbacks
+        guard.restore(state["extra"] or {})
         if tbptt:
             carried = restore_carried_states(
                 state["tensors"], rank, train_args.gradient_accumulation_steps, accelerator.device
@@ -1489,7 +1714,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             train_args.seed,
             eos_token_id=tokenizer.eos_token_id if data_args.document_mask else None,
         )
-        windows.set_position(start_step)
+        windows.set_position(start_step + data_offset)
         # no epochs: the "epoch" column counts passes of as many window tokens as the stream holds
         data, updates_per_epoch = iter(windows), max(1, len(tokens) // (global_batch * data_args.block_size))
     else:
@@ -1591,9 +1816,49 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
 
     model.train()
     step, last_loss, evaluation = start_step, float("nan"), None
+    if checkpoint is not None:
+        last_loss = (state["extra"] or {}).get("loss", last_loss)
     loop_start = time.perf_counter()
     evaluated_at = None
     recent: list[float] = []
+    last_good = checkpoint  # the newest checkpoint of this run known to be good (finite, intact)
+
+    def roll_back(problem: str, offending_step: int, position_counted: bool) -> None:
+        """Back to the last good checkpoint, the data past the offending batch (`rollback_to_last_good`).
+
+        `position_counted`: whether the loop has already moved epoch/update past the offending batch."""
+        nonlocal step, epoch, update, data_offset, carried, last_good
+        nonlocal last_loss, recent, evaluation, evaluated_at
+        back = rollback_to_last_good(
+            guard,
+            problem,
+            offending_step,
+            checkpoint_dir=checkpoint_dir,
+            run_id=run_id,
+            model=raw_model,
+            optimizer=optimizer,
+            scaler=accelerator.scaler,
+            scheduler=scheduler,
+            rank=rank,
+            data=data,
+            accum=train_args.gradient_accumulation_steps,
+        )
+        consumed = guard.skip + (0 if position_counted else 1)  # global batches read past the position
+        if streaming:
+            epoch, update = stream.position
+        else:
+            epoch, update = divmod(epoch * updates_per_epoch + update + consumed, updates_per_epoch)
+        step, last_good, data_offset = back["step"], back["path"], data_offset + back["skipped"]
+        last_loss = (back["extra"] or {}).get("loss", float("nan"))
+        recent, evaluation, evaluated_at = [], None, None
+        if tbptt:  # the skipped blocks break every lane's continuity: each starts afresh
+            carried = [None] * train_args.gradient_accumulation_steps
+        if best is not None:
+            best.restore((back["extra"] or {}).get("best"))  # drops the best folders of the abandoned steps
+        csv_log.truncate(step)
+        bar.n = step
+        bar.refresh()
+
     bar = tqdm(
         total=train_args.max_steps,
         initial=start_step,
@@ -1637,12 +1902,16 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             # every process sees the same mean, so a divergence stops all of them together
             loss = accelerator.reduce(torch.stack(micro_losses).mean(), reduction="mean").item()
             finite = math.isfinite(loss)
+            problem = guard.problem(loss)  # a non-finite loss, or a spike (spike_threshold)
+            if problem is not None and guard.rollback:
+                roll_back(problem, step + 1, position_counted=False)  # the update is not applied
+                continue
             if not finite and train_args.stop_on_nan:
-                last = latest_checkpoint(checkpoint_dir)
                 raise TrainingDivergedError(
                     f"Non-finite training loss ({loss}) at step {step + 1}; stopped before applying the update. "
-                    f"Last good checkpoint: {last if last is not None else 'none'}. Lower the learning rate, "
-                    "raise warmup_steps or clip gradients, then resume from it."
+                    f"Last good checkpoint: {last_good if last_good is not None else 'none'}. Lower the learning "
+                    "rate, raise warmup_steps or clip gradients, then resume from it (or use "
+                    "--rollback_on_divergence)."
                 )
             grad_norm = None
             if finite:
@@ -1671,6 +1940,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     train_args.max_train_seconds,
                 )
             bar.update(1)
+            saving = step % train_args.save_every == 0 or step == train_args.max_steps
+            if saving or step % train_args.eval_every == 0:
+                # only finite weights are evaluated and saved as good: one fused reduction and one host
+                # sync, on every process (they hold the same weights, so they agree)
+                largest = max_abs_weight(raw_model)
+                if not math.isfinite(largest):
+                    problem = f"Non-finite weights (max |w| = {largest}) after the update of step {step}"
+                    if guard.rollback:
+                        roll_back(problem, step, position_counted=True)
+                        continue
+                    raise TrainingDivergedError(
+                        f"{problem}: not checkpointed. Last good checkpoint: "
+                        f"{last_good if last_good is not None else 'none'}. Lower the learning rate, raise "
+                        "warmup_steps or clip gradients, then resume from it (or use --rollback_on_divergence)."
+                    )
 
             # fractional epochs where an epoch's length is known; completed epochs when streaming
             row = {
@@ -1680,6 +1964,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
             if finite:
                 last_loss = loss
                 recent.append(loss)
+                guard.record(loss)
             if step % train_args.log_every == 0 or step == train_args.max_steps:
                 mean = sum(recent) / len(recent) if recent else float("nan")
                 recent = []
@@ -1713,7 +1998,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     accelerator.log(
                         {k: v for k, v in row.items() if v is not None and k != "step"}, step=step
                     )
-            if step % train_args.save_every == 0 or step == train_args.max_steps:
+            if saving:
                 # each process has its own random streams: the main process saves them all
                 rng_states = gather_object([get_rng_state()]) if world > 1 else None
                 carried_tensors = None
@@ -1742,18 +2027,29 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                             "streaming": streaming,
                             "shuffle_buffer_size": data_args.shuffle_buffer_size if streaming else None,
                             "sampling": train_args.sampling,
+                            "skipped_batches": data_offset,  # read but not trained on (rollbacks)
                         },
-                        extra={"loss": last_loss, "world_size": world}
-                        | ({"best": best.record} if best is not None else {}),
+                        extra={"loss": last_loss, "world_size": world, "max_abs_weight": largest}
+                        | ({"best": best.record} if best is not None else {})
+                        | guard.state(),
                         keep_last=train_args.keep_last,
                         rng_states=rng_states,
                         tensors=carried_tensors,
+                        run_id=run_id,
+                        check_finite=False,  # just checked, on every process
                     )
                     if best is not None:
                         best.prune()  # keep_last may have dropped the last need of an old best
+                last_good = checkpoint_dir / checkpoint_name(step)
                 accelerator.wait_for_everyone()
 
     stopped_by_budget = evaluated_at != step and step > start_step
+    largest = max_abs_weight(raw_model) if not ngram else 0.0
+    if not math.isfinite(largest):  # a run stopped by its budget between two checks
+        raise TrainingDivergedError(
+            f"Non-finite weights (max |w| = {largest}) at step {step}: final/ not written. Last good "
+            f"checkpoint: {last_good if last_good is not None else 'none'}."
+        )
     if evaluation is None or stopped_by_budget:
         # a fitted n-gram model, a resumed run that had already finished, or a run stopped by
         # its time budget after its last evaluation
@@ -1774,6 +2070,10 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         "tokens_seen": step * tokens_per_update,
         "seconds": round(time.perf_counter() - start_time, 2),
     }
+    if guard.rollback:  # every rollback of the run's history, a resumed run's included
+        metrics.update(
+            rollbacks=len(guard.events), skipped_batches=guard.skipped_batches, rollback_log=guard.events
+        )
     # final/ holds the last weights, or with load_best_model_at_end those of the best evaluation
     final_eval, final_step = evaluation, step
     if best is not None and best.record is not None:
@@ -1787,19 +2087,21 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         final = output_dir / "final"
         unwrapped = accelerator.unwrap_model(model)
         if final_step != step:
-            load_model(unwrapped, str(best.path / MODEL_FILE), device=str(accelerator.device))
+            # verified against its manifest: a damaged best model fails naming its file
+            load_checkpoint(best.path, model=unwrapped, restore_rng=False)
             logger.info("final/ holds the best model, of step %d (%s).", final_step, best.path)
-        unwrapped.save_pretrained(final)
-        tokenizer.save_pretrained(final)
         curves = csv_log.curves()
         if curves:
-            plot_loss_curves(
-                curves, output_dir / "loss.png", title=f"{unwrapped.config.model_type}: {data_args.dataset}"
-            )
-            shutil.copy2(output_dir / "loss.png", final / "loss.png")  # the card shows it on the Hub
+            # drawn aside, then renamed: a kill never leaves a half-written loss.png
+            drawn = output_dir / f".tmp-loss-{os.getpid()}.png"
+            plot_loss_curves(curves, drawn, title=f"{unwrapped.config.model_type}: {data_args.dataset}")
+            os.replace(drawn, output_dir / "loss.png")
+        # written aside and renamed at once: final/ is the previous complete folder or the new one
+        staging = staging_folder(final)
+        write_final_folder(unwrapped, tokenizer, staging, output_dir / "loss.png" if curves else None)
         write_model_card(
             unwrapped,
-            final,
+            staging,
             dataset=description,
             tokenizer=tokenizer,
             metrics=card_metrics(final_eval, final_step, final_step * tokens_per_update, train_args.objective)
@@ -1832,9 +2134,11 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                 else {"perplexity": eval_ppl, "loss": eval_loss}
             ),
             dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
-            extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
+            # the run's name, not "final"; the usage snippet's path is final/, not the staging folder
+            extra={"model_name": output_dir.resolve().name, "model_id": final.as_posix()},
         )
-        (output_dir / "final_metrics.json").write_text(json.dumps(metrics, indent=2))
+        commit_folder(staging, final)
+        atomic_write_text(output_dir / "final_metrics.json", json.dumps(metrics, indent=2))
     if trackers:
         accelerator.end_training()
     accelerator.wait_for_everyone()
