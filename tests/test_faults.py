@@ -620,9 +620,14 @@ def test_a_second_run_prunes_only_its_own_checkpoints(reference, tmp_path):
     first = {(s, rid) for s, _, rid in list_checkpoints_with_run_ids(out / "checkpoints")}
     assert {s for s, _ in first} == {10, 12} and len({rid for _, rid in first}) == 1
 
-    # a new run (not a resume) in the same folder: its step-2 checkpoint is not pruned at once by
-    # the first run's higher steps, and the first run's checkpoints stay
-    _run(out, max_steps=4, resume="false")
+    # a new run (not a resume) in the same folder is refused, and the folder left as it was
+    with pytest.raises(ValueError, match="another run's outputs.*--overwrite_output_dir"):
+        _run(out, max_steps=4, resume="false")
+    assert {(s, rid) for s, _, rid in list_checkpoints_with_run_ids(out / "checkpoints")} == first
+    # were two runs' checkpoints mixed anyway (the ownership check bypassed), pruning would still
+    # touch only the current run's: its step-2 checkpoint is not pruned at once by the first run's
+    # higher steps, and the first run's checkpoints stay
+    T._train(*parse_args(_argv(out, max_steps=4, resume="false")))
     listed = list_checkpoints_with_run_ids(out / "checkpoints")
     second = {(s, rid) for s, _, rid in listed} - first
     assert {s for s, _ in second} == {2, 4} and len({rid for _, rid in second}) == 1

@@ -382,6 +382,13 @@ class TrainArguments:
     log_every: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
     save_every: int = field(default=500, metadata={"help": "Save a resumable checkpoint every N updates."})
     keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (all if unset)."})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Start over in an output_dir that holds another run's outputs (checkpoints, final/, ...), "
+            "deleting them; without it such a run is refused (transformers' name)."
+        },
+    )
     load_best_model_at_end: bool = field(
         default=False,
         metadata={

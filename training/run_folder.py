@@ -4,10 +4,10 @@
   whole run. A second run started in the same folder while the first is alive fails at once with
   the holder's pid and start time; the operating system drops the lock when its process ends, so
   a killed run leaves no stale lock behind.
-- `claim_output_dir`: a run that does not resume refuses a folder holding another run's work
-  (checkpoints, `final/`, `best/`, metrics), listing what it found, unless it is told to replace
-  it (`--overwrite_output_dir`, transformers' name): then that work is removed first, and the
-  removal logged. Without this, a second run's checkpoints were pruned by the first run's higher
+- `claim_output_dir`: a run that does not resume (`--resume false`, the default) refuses a folder
+  holding another run's work (checkpoints, `final/`, `best/`, metrics), listing what it found,
+  unless it is told to replace it (`--overwrite_output_dir`, transformers' name): then that work
+  is removed first, and the removal logged. Without this, a second run's checkpoints were pruned by the first run's higher
   step numbers, and `--resume` then returned the other run's model.
 """
 
@@ -90,7 +90,7 @@ def claim_output_dir(output_dir: str | os.PathLike, resuming: bool, overwrite: b
 
     Args:
         output_dir: the run folder.
-        resuming: this run continues the folder's own run from its checkpoint (its outputs are its own).
+        resuming: this run continues the folder's own run (`--resume true/auto`): its outputs are its own.
         overwrite: replace another run's outputs (`--overwrite_output_dir`).
 
     Raises:

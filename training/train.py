@@ -179,6 +179,8 @@ from training.objectives import (
     mlm_inputs,
     seq2seq_inputs,
 )
+from training.resume_settings import apply_resume_settings, run_settings
+from training.run_folder import RunLock, claim_output_dir
 from training.tokenizer import (
     BART_SPECIAL_TOKENS,
     BERT_SPECIAL_TOKENS,
@@ -847,6 +849,17 @@ def check_arch(data_args: DataArguments, model_args: ModelArguments, train_args:
             f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
         )
     model_args.overrides(config_class_for(model_args, objective))  # unknown keys fail here, by name
+    if objective != "clm" and data_args.document_mask:
+        raise ValueError(
+            "`document_mask` applies to causal LMs (objective='clm'); the other objectives see their whole "
+            "block, with a separator between documents. Drop --document_mask or use objective='clm'."
+        )
+    if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
+        # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
+        raise ValueError(
+            "mixed_precision='fp16' needs a CUDA GPU: on CPU accelerate would silently train in fp32. "
+            "Use mixed_precision='bf16', which runs on CPU, or 'no'."
+        )
     if objective == "clm" and arch not in CAUSAL_ARCHS:
         raise ValueError(
             f"arch={arch!r} is not a causal LM: objective 'clm' trains one of {list(CAUSAL_ARCHS)}. "
@@ -999,18 +1012,22 @@ def build_optimizer(model, train_args: TrainArguments):
     optimizer = torch.optim.AdamW(
         groups, lr=train_args.learning_rate, betas=(train_args.adam_beta1, train_args.adam_beta2), **kwargs
     )
+    return optimizer, build_scheduler(optimizer, train_args)
+
+
+def build_scheduler(optimizer, train_args: TrainArguments):
+    """Linear warmup, then the `lr_scheduler` schedule to `max_steps`, from each group's `initial_lr`."""
     name = {"constant": "constant_with_warmup"}.get(train_args.lr_scheduler, train_args.lr_scheduler)
     specific = None
     if name == "cosine" and train_args.min_lr_rate > 0:
         name, specific = "cosine_with_min_lr", {"min_lr_rate": train_args.min_lr_rate}
-    scheduler = get_scheduler(
+    return get_scheduler(
         name,
         optimizer,
         num_warmup_steps=train_args.warmup_steps,
         num_training_steps=train_args.max_steps,
         scheduler_specific_kwargs=specific,
     )
-    return optimizer, scheduler
 
 
 def configure_tf32(enabled: bool, device: torch.device) -> bool:
@@ -1350,12 +1367,20 @@ def card_hyperparameters(
     world_size: int,
     global_batch: int,
     runtime: dict[str, bool] | None = None,
+    history: list[dict] | None = None,
 ) -> dict[str, object]:
     """The training settings a reader needs to reproduce the run, for the model card's table.
 
     `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
+    `history`: settings changed when the run was resumed (`{"step", "changed": {name: [old, new]}}`);
+    the table then shows the values the run ended with and, in one row, the earlier ones.
     """
-    return {
+    changes = "; ".join(
+        f"{name} {old} until step {entry['step']}, then {new}"
+        for entry in history or []
+        for name, (old, new) in entry["changed"].items()
+    )
+    return ({"settings changed on resume": changes} if changes else {}) | {
         "training steps (optimizer updates)": train_args.max_steps,
         "per-device batch size (blocks)": train_args.per_device_batch_size,
         "gradient accumulation steps": train_args.gradient_accumulation_steps,
@@ -1544,26 +1569,33 @@ def rollback_to_last_good(
 
 
 def train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
-    """Train a causal LM; returns the final metrics (also written to `final_metrics.json`).
+    """Train a model; returns the final metrics (also written to `final_metrics.json`).
+
+    The run owns `output_dir` while it runs (`training.run_folder`): the main process holds its
+    lock, and a run that does not resume refuses a folder holding another run's outputs unless
+    `overwrite_output_dir`.
 
     Raises:
         TrainingDivergedError: a non-finite training loss with `stop_on_nan`.
         FileNotFoundError: `resume="true"` and no checkpoint in `output_dir/checkpoints`.
-        ValueError: fp16 without a CUDA GPU; a checkpoint that cannot be resumed exactly (another
-            model config, global batch size, seed or data mode).
+        RunFolderBusyError: another live run holds `output_dir`.
+        ValueError: fp16 without a CUDA GPU; a folder with another run's outputs; a checkpoint that
+            cannot be resumed exactly (another model config, global batch size, seed, data mode,
+            data or objective settings, or `max_steps` below its step).
     """
     check_arch(data_args, model_args, train_args)
-    if train_args.objective != "clm" and data_args.document_mask:
-        raise ValueError(
-            "`document_mask` applies to causal LMs (objective='clm'); the other objectives see their whole "
-            "block, with a separator between documents. Drop --document_mask or use objective='clm'."
-        )
-    if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
-        # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
-        raise ValueError(
-            "mixed_precision='fp16' needs a CUDA GPU: on CPU accelerate would silently train in fp32. "
-            "Use mixed_precision='bf16', which runs on CPU, or 'no'."
-        )
+    output_dir = Path(train_args.output_dir)
+    if int(os.environ.get("RANK", "0")) != 0:  # the other processes follow the main one
+        return _train(data_args, model_args, train_args)
+    with RunLock(output_dir):
+        # --resume true/auto continues the folder's own run (or, killed before its first
+        # checkpoint, starts it again): only a run told not to resume must not mix with one
+        claim_output_dir(output_dir, train_args.resume != "false", train_args.overwrite_output_dir)
+        return _train(data_args, model_args, train_args)
+
+
+def _train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
+    """The run of `train`, in a folder it owns."""
     output_dir = Path(train_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_dir = output_dir / "checkpoints"
@@ -1639,6 +1671,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         else None
     )
     checkpoint = state["path"] if state is not None else None
+    settings_history: list[dict] = []  # settings changed on resume: what the card must report
     carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
     if train_args.resume == "true" and checkpoint is None:
         raise FileNotFoundError(f"resume=true but {checkpoint_dir} holds no complete checkpoint.")
@@ -1686,6 +1719,18 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     "Keep per_device_batch_size * processes * gradient_accumulation_steps, seed, streaming, "
                     "sampling and shuffle_buffer_size, or start a new run (a fresh output_dir, or resume=false)."
                 )
+        scheduler, applied = apply_resume_settings(
+            (state["extra"] or {}).get("settings"),
+            train_args,
+            data_args,
+            optimizer,
+            scheduler,
+            start_step,
+            checkpoint,
+        )
+        settings_history = list((state["extra"] or {}).get("settings_history", []))
+        if applied:
+            settings_history.append({"step": start_step, "changed": {k: list(v) for k, v in applied.items()}})
         logger.info("Resumed from %s: step %d, epoch %d, update %d.", checkpoint, start_step, epoch, update)
     if best is not None:
         # the best of the resumed run's own past (none for a fresh run); drops best folders the
@@ -2030,6 +2075,10 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                             "skipped_batches": data_offset,  # read but not trained on (rollbacks)
                         },
                         extra={"loss": last_loss, "world_size": world, "max_abs_weight": largest}
+                        | {
+                            "settings": run_settings(data_args, train_args),
+                            "settings_history": settings_history,
+                        }
                         | ({"best": best.record} if best is not None else {})
                         | guard.state(),
                         keep_last=train_args.keep_last,
@@ -2070,6 +2119,8 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         "tokens_seen": step * tokens_per_update,
         "seconds": round(time.perf_counter() - start_time, 2),
     }
+    if settings_history:
+        metrics["settings_changes"] = settings_history
     if guard.rollback:  # every rollback of the run's history, a resumed run's included
         metrics.update(
             rollbacks=len(guard.events), skipped_batches=guard.skipped_batches, rollback_log=guard.events
@@ -2116,6 +2167,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
                     and not ngram,
                     "TF32 matmuls": tf32,
                 },
+                history=settings_history,
             ),
             training_time_s=metrics["seconds"],
             eval_results=(
