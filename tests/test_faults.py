@@ -21,6 +21,7 @@ import resource
 import shutil
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from training.checkpoint import (
     list_checkpoints_with_run_ids,
     verify_checkpoint,
 )
+from training.run_folder import LOCK_FILE, RunFolderBusyError
 
 # A tiny run with everything the loop can write: dropout (RNG streams), accumulation (a kill
 # between micro-steps), a checkpoint every 2 steps with keep_last 2 (pruning), the best model
@@ -812,3 +814,29 @@ def test_without_rollback_a_finite_run_is_unchanged(reference, tmp_path):
     metrics = _run(tmp_path / "run", rollback_on_divergence=True, spike_threshold=5)
     assert metrics["rollbacks"] == 0 and math.isfinite(metrics["eval_loss"])
     assert _same_weights(reference, tmp_path / "run")
+
+
+def test_two_concurrent_runs_in_one_folder_the_second_is_refused(tmp_path):
+    """Two live runs in one folder used to race in pruning (FileNotFoundError) and interleave
+    metrics.csv; now the second fails at once, naming the first, and leaves its files alone."""
+    out = tmp_path / "run"
+    pid = os.fork()
+    if pid == 0:  # the first run: long enough to be alive while the second starts
+        try:
+            sys.stdout = sys.stderr = open(tmp_path / "first.log", "a", buffering=1)
+            _reset_accelerate()
+            T.train(*parse_args(_argv(out, max_steps=100_000, max_train_seconds=60)))
+        finally:
+            os._exit(0)
+    try:
+        lock = out / LOCK_FILE
+        deadline = time.monotonic() + 60
+        while not (lock.is_file() and f'"pid": {pid}' in lock.read_text()):
+            assert time.monotonic() < deadline, "the first run never took its folder"
+            time.sleep(0.05)
+        with pytest.raises(RunFolderBusyError, match=f'"pid": {pid}'):
+            _run(out, max_steps=4)
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)  # the first run goes on
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
