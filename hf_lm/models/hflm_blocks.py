@@ -1267,6 +1267,20 @@ def check_labels(
         raise num_items_error(num_items_in_batch)
 
 
+def check_seq2seq_labels(
+    labels: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    encoder_outputs,
+    vocab_size: int,
+    num_items_in_batch=None,
+) -> None:
+    """Check an encoder-decoder's `labels` before they become decoder inputs, so a bad label is
+    reported as a label (and an empty or malformed source, read first by the encoder, as the source)."""
+    if input_ids is not None and encoder_outputs is None:
+        check_input_ids(input_ids, vocab_size, values=False)
+    check_labels(labels, None, vocab_size, num_items_in_batch=num_items_in_batch)
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs from targets (every encoder-decoder family): the start token, then the targets
     moved one step right.

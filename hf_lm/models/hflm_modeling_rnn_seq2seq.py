@@ -34,9 +34,8 @@ from .hflm_blocks import (
     HfLmPreTrainedModel,
     check_cache_type,
     check_encoder_states,
-    check_input_ids,
-    check_labels,
     check_padding_mask,
+    check_seq2seq_labels,
     embed_inputs,
     lm_loss,
     shift_tokens_right,
@@ -747,11 +746,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         p = _check_sampling_probability(scheduled_sampling_probability)
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
-            if input_ids is not None and encoder_outputs is None:
-                # an empty or malformed source is reported first (its values are read by the encoder)
-                check_input_ids(input_ids, self.config.vocab_size, values=False)
-            # checked before they become decoder inputs, so that a bad label is reported as a label
-            check_labels(labels, None, self.config.vocab_size, num_items_in_batch=n_items)
+            check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         sampling = p > 0.0 and self.training and labels is not None

@@ -42,10 +42,10 @@ from .hflm_blocks import (
     cache_lengths,
     check_encoder_states,
     check_input_ids,
-    check_labels,
     check_padding_mask,
     check_position_ids,
     check_positions_in_range,
+    check_seq2seq_labels,
     embed_inputs,
     keys_padding_mask,
     lm_loss,
@@ -418,11 +418,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
         return_dict = self.config.return_dict if return_dict is None else return_dict
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
-            if input_ids is not None and encoder_outputs is None:
-                # an empty or malformed source is reported first (its values are read by the encoder)
-                check_input_ids(input_ids, self.config.vocab_size, values=False)
-            # checked before they become decoder inputs, so that a bad label is reported as a label
-            check_labels(labels, None, self.config.vocab_size, num_items_in_batch=n_items)
+            check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         outputs = self.model(
