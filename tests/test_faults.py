@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 import training.checkpoint as ckpt
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
-from training.args import parse_args
+from training.args import as_flags, parse_args
 from training.checkpoint import (
     CorruptCheckpointError,
     checkpoint_state,
@@ -74,13 +74,7 @@ BASE = {
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    argv = []
-    for key, value in {**BASE, "output_dir": str(output_dir), **overrides}.items():
-        if value is True:
-            argv.append(f"--{key}")
-        elif value is not False:
-            argv += [f"--{key}", str(value)]
-    return argv
+    return as_flags({**BASE, "output_dir": str(output_dir), **overrides})
 
 
 def _reset_accelerate() -> None:

@@ -17,7 +17,7 @@ from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 
 from hf_lm import HfLmGPTForCausalLM
-from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
+from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
 from training.checkpoint import latest_checkpoint, list_checkpoints
 from training.train import (
     GlobalBatchSampler,
@@ -49,12 +49,7 @@ TINY = {
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    values = {**TINY, "output_dir": str(output_dir), **overrides}
-    argv = []
-    for key, value in values.items():
-        argv.append(f"--{key}")
-        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
-    return argv
+    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
 
 
 def _run(output_dir, **overrides) -> dict:

@@ -9,7 +9,7 @@ from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-from training.args import parse_args
+from training.args import as_flags, parse_args
 from training.checkpoint import latest_checkpoint, load_checkpoint
 from training.train import GlobalBatchSampler, build_model, train
 
@@ -32,12 +32,7 @@ TINY = {
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    values = {**TINY, "output_dir": str(output_dir), **overrides}
-    argv = []
-    for key, value in values.items():
-        argv.append(f"--{key}")
-        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
-    return argv
+    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
 
 
 def _run(output_dir, **overrides) -> dict:

@@ -16,7 +16,7 @@ from datasets import Dataset
 from safetensors.torch import load_file
 
 import training.train as T
-from training.args import parse_args
+from training.args import as_flags, parse_args
 from training.checkpoint import list_checkpoints
 from training.data import tokenize_and_pack
 from training.tokenizer import train_tokenizer
@@ -55,12 +55,7 @@ TINY = {
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    values = {**TINY, "output_dir": str(output_dir), **overrides}
-    argv = []
-    for key, value in values.items():
-        argv.append(f"--{key}")
-        argv.extend(str(v) for v in value) if isinstance(value, list) else argv.append(str(value))
-    return argv
+    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
 
 
 def _run(output_dir, **overrides) -> dict:

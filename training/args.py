@@ -658,11 +658,17 @@ ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
 
 
 def _file_as_flags(path: str) -> list[str]:
-    """A .json/.yaml argument file as the command-line flags that say the same (None values left out)."""
+    """A .json/.yaml argument file as the command-line flags that say the same (`as_flags`)."""
     with open(path, encoding="utf-8") as f:
         values = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
     if not isinstance(values, dict):
         raise ValueError(f"{path} must hold a mapping of argument names to values.")
+    return as_flags(values)
+
+
+def as_flags(values: dict) -> list[str]:
+    """Argument values as the command-line flags that say the same: lists as several values, bools
+    as true/false, a dict (config_overrides) as its JSON string; None and empty lists left out."""
     flags = []
     for key, value in values.items():
         if value is None or value == []:

@@ -78,11 +78,14 @@ from hf_lm.cards import write_model_card
 from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import train_tokenizer
 from training.trainer_common import (
+    DEFAULT_MAX_SEQ_LENGTH,
     WallClockBudgetCallback,
     budget_field,
     budget_metrics,
     card_hyperparameters,
     check_budget,
+    position_limit,
+    resolve_max_length,
     save_run_summary,
     script_main,
 )
@@ -107,38 +110,6 @@ SST2_LABEL_NAMES = ("negative", "positive")
 # file stems of each split in `--data_dir`, and the `datasets` builder of each extension
 SPLIT_STEMS = {"train": ("train",), "validation": ("validation", "dev", "valid", "val"), "test": ("test",)}
 BUILDERS = {".tsv": "csv", ".csv": "csv", ".jsonl": "json", ".json": "json"}
-
-# the input length when none is asked for (and the positions of a fresh model)
-DEFAULT_MAX_SEQ_LENGTH = 128
-
-# position schemes without a table of learned vectors, hence without a length limit
-UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none")
-
-
-def position_limit(config) -> int | None:
-    """The longest input a model accepts: `max_position_embeddings` for learned positions (BERT,
-    BART, GPT-2; transformers' "absolute"), None when its positions extend to any length."""
-    if getattr(config, "position_embedding_type", None) in UNBOUNDED_POSITIONS:
-        return None
-    limit = getattr(config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-def resolve_max_length(requested: int | None, limit: int | None, name: str) -> int:
-    """The length to truncate to: `requested`, or `DEFAULT_MAX_SEQ_LENGTH` capped at `limit`.
-
-    Raises:
-        ValueError: naming `name`, when `requested` exceeds `limit`: truncating to a length the
-            model cannot take would fail at the first long batch, mid-training.
-    """
-    if requested is None:
-        return DEFAULT_MAX_SEQ_LENGTH if limit is None else min(DEFAULT_MAX_SEQ_LENGTH, limit)
-    if limit is not None and requested > limit:
-        raise ValueError(
-            f"`{name}`={requested} is longer than the model's learned positions "
-            f"(max_position_embeddings={limit}); pass {limit} or less."
-        )
-    return requested
 
 
 @dataclass

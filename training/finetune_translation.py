@@ -98,14 +98,16 @@ from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalG
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 from training.args import optional_positive, parse_dataclasses
-from training.finetune_classification import DEFAULT_MAX_SEQ_LENGTH, position_limit, resolve_max_length
 from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
 from training.trainer_common import (
+    DEFAULT_MAX_SEQ_LENGTH,
     WallClockBudgetCallback,
     budget_field,
     budget_metrics,
     card_hyperparameters,
     check_budget,
+    position_limit,
+    resolve_max_length,
     save_run_summary,
     script_main,
 )

@@ -1220,11 +1220,10 @@ def _trackers(train_args: TrainArguments) -> list[str]:
 
 def _hparams(*args_objects) -> dict:
     """Flat scalar hyperparameters for the trackers (tensorboard takes scalars and strings only)."""
-    out = {}
-    for obj in args_objects:
-        for key, value in vars(obj).items():
-            out[key] = value if isinstance(value, (int, float, str, bool)) else str(value)
-    return out
+    return {
+        key: value if isinstance(value, (int, float, str, bool)) else str(value)
+        for key, value in run_settings(*args_objects).items()
+    }
 
 
 class BestModel:

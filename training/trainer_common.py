@@ -15,6 +15,38 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 logger = logging.getLogger(__name__)
 
+# the input length when none is asked for (and the positions of a fresh model)
+DEFAULT_MAX_SEQ_LENGTH = 128
+
+# position schemes without a table of learned vectors, hence without a length limit
+UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none")
+
+
+def position_limit(config) -> int | None:
+    """The longest input a model accepts: `max_position_embeddings` for learned positions (BERT,
+    BART, GPT-2; transformers' "absolute"), None when its positions extend to any length."""
+    if getattr(config, "position_embedding_type", None) in UNBOUNDED_POSITIONS:
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
+
+
+def resolve_max_length(requested: int | None, limit: int | None, name: str) -> int:
+    """The length to truncate to: `requested`, or `DEFAULT_MAX_SEQ_LENGTH` capped at `limit`.
+
+    Raises:
+        ValueError: naming `name`, when `requested` exceeds `limit`: truncating to a length the
+            model cannot take would fail at the first long batch, mid-training.
+    """
+    if requested is None:
+        return DEFAULT_MAX_SEQ_LENGTH if limit is None else min(DEFAULT_MAX_SEQ_LENGTH, limit)
+    if limit is not None and requested > limit:
+        raise ValueError(
+            f"`{name}`={requested} is longer than the model's learned positions "
+            f"(max_position_embeddings={limit}); pass {limit} or less."
+        )
+    return requested
+
 
 def budget_field():
     """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
