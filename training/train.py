@@ -1670,6 +1670,7 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
         else None
     )
     checkpoint = state["path"] if state is not None else None
+    kept = (state["extra"] or {}) if state is not None else {}  # what the loop keeps in a checkpoint
     settings_history: list[dict] = []  # settings changed on resume: what the card must report
     carried: list[RecurrentCache | None] = [None] * train_args.gradient_accumulation_steps  # tbptt states
     if train_args.resume == "true" and checkpoint is None:
@@ -1692,7 +1693,7 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
     if checkpoint is not None:
         start_step, data_state = state["step"], state["data_state"]
         data_offset = data_state.get("skipped_batches", 0)  # batches skipped by rollbacks
-        guard.restore(state["extra"] or {})
+        guard.restore(kept)
         if tbptt:
             carried = restore_carried_states(
                 state["tensors"], rank, train_args.gradient_accumulation_steps, accelerator.device
@@ -1719,7 +1720,7 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
                     "sampling and shuffle_buffer_size, or start a new run (a fresh output_dir, or resume=false)."
                 )
         scheduler, applied = apply_resume_settings(
-            (state["extra"] or {}).get("settings"),
+            kept.get("settings"),
             train_args,
             data_args,
             optimizer,
@@ -1727,14 +1728,14 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
             start_step,
             checkpoint,
         )
-        settings_history = list((state["extra"] or {}).get("settings_history", []))
+        settings_history = list(kept.get("settings_history", []))
         if applied:
             settings_history.append({"step": start_step, "changed": {k: list(v) for k, v in applied.items()}})
         logger.info("Resumed from %s: step %d, epoch %d, update %d.", checkpoint, start_step, epoch, update)
     if best is not None:
         # the best of the resumed run's own past (none for a fresh run); drops best folders the
         # interrupted run wrote after its checkpoint
-        best.restore((state["extra"] or {}).get("best") if checkpoint is not None else None)
+        best.restore(kept.get("best"))
 
     if streaming:
         stream = StreamingGlobalBatches(
@@ -1859,9 +1860,7 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
         return {"eval_loss": loss, "eval_perplexity": perplexity, **bits_metrics(loss, eval_units)}
 
     model.train()
-    step, last_loss, evaluation = start_step, float("nan"), None
-    if checkpoint is not None:
-        last_loss = (state["extra"] or {}).get("loss", last_loss)
+    step, last_loss, evaluation = start_step, kept.get("loss", float("nan")), None
     loop_start = time.perf_counter()
     evaluated_at = None
     recent: list[float] = []
