@@ -15,6 +15,7 @@ from transformers import (
 )
 
 import hf_lm
+import hf_lm.convert
 from hf_lm.cards import write_model_card
 from hf_lm.families import FAMILIES, all_heads, family_of, head_info
 from hf_lm.testing import FAMILY_CASES
@@ -80,6 +81,7 @@ def test_families_are_consistent():
             assert isinstance(family.config_from_preset(preset), family.config_class)
     assert FAMILIES["t5"].presets == ("t5", "t5_v1_1") and FAMILIES["bart"].presets == ("bart", "transformer")
     assert FAMILIES["bert"].convert_from == ("bert", "roberta")
+    assert set(converted) == set(hf_lm.convert._CONVERTERS), "a model type without a converter, or vice versa"
 
 
 def test_bert_tokens_are_the_masked_lm_tokens():
