@@ -123,6 +123,8 @@ class Family:
         presets: names accepted by `config_class.from_preset` (empty when it has none).
         convert_from: transformers model types that `hf_lm.convert.from_transformers` imports
             into this family.
+        decoder_start: encoder-decoders: the special-token role whose id starts the decoder
+            (`decoder_start_token_id`): T5's "pad_token", BART's (fairseq's) "eos_token".
     """
 
     name: str
@@ -131,6 +133,7 @@ class Family:
     special_tokens: dict | None
     presets: tuple[str, ...]
     convert_from: tuple[str, ...] = ()
+    decoder_start: str | None = None
 
     @property
     def model_type(self) -> str:
@@ -202,6 +205,7 @@ FAMILIES: dict[str, Family] = {
             special_tokens=T5_SPECIAL_TOKENS,
             presets=tuple(HfLmT5Config.PRESETS),
             convert_from=("t5",),
+            decoder_start="pad_token",
         ),
         Family(
             "bart",
@@ -214,6 +218,7 @@ FAMILIES: dict[str, Family] = {
             special_tokens=BART_SPECIAL_TOKENS,
             presets=tuple(HfLmBartConfig.PRESETS),
             convert_from=("bart",),
+            decoder_start="eos_token",
         ),
         Family(
             "rnn",
@@ -229,6 +234,7 @@ FAMILIES: dict[str, Family] = {
             # the recurrent encoder-decoder reads BART's conventions (bos, eos, pad, no sentinels)
             special_tokens=BART_SPECIAL_TOKENS,
             presets=(),
+            decoder_start="eos_token",
         ),
         Family(
             "ffnn",
