@@ -73,27 +73,9 @@ from transformers import (
 import hf_lm
 from hf_lm.cards import write_model_card
 from hf_lm.families import FAMILIES
+from training import trainer_common as common
 from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import train_tokenizer
-from training.trainer_common import (
-    DEFAULT_MAX_SEQ_LENGTH,
-    ScriptTrainingArguments,
-    card_hyperparameters,
-    check_model_arguments,
-    load_tokenizer,
-    log_metrics,
-    position_limit,
-    reported_split,
-    require_validation,
-    resolve_max_length,
-    save_final,
-    save_run_summary,
-    script_main,
-    split_limits,
-    split_sizes,
-    train_with_budget,
-    trust_remote_code_field,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +124,7 @@ class ClassificationDataArguments:
     max_seq_length: int | None = field(
         default=None,
         metadata={
-            "help": f"Longest input in tokens; longer is truncated. Default {DEFAULT_MAX_SEQ_LENGTH}, at most the "
+            "help": f"Longest input in tokens; longer is truncated. Default {common.DEFAULT_MAX_SEQ_LENGTH}, at most the "
             "model's max_position_embeddings (a longer request is an error)."
         },
     )
@@ -193,7 +175,7 @@ class ClassificationModelArguments:
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Re-initialize a pretrained classifier whose label count differs."}
     )
-    trust_remote_code: bool = trust_remote_code_field()
+    trust_remote_code: bool = common.trust_remote_code_field()
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a WordPiece tokenizer and a fresh HfLmBert model."}
     )
@@ -212,7 +194,7 @@ class ClassificationModelArguments:
     )
 
     def __post_init__(self) -> None:
-        check_model_arguments(self, "hidden_dropout", "attention_dropout", "classifier_dropout")
+        common.check_model_arguments(self, "hidden_dropout", "attention_dropout", "classifier_dropout")
         if self.preset not in BERT.presets:
             raise ValueError(f"`preset` must be one of {sorted(BERT.presets)}, got {self.preset!r}.")
         optional_positive(
@@ -221,7 +203,7 @@ class ClassificationModelArguments:
 
 
 @dataclass
-class ClassificationTrainingArguments(ScriptTrainingArguments, TrainingArguments):
+class ClassificationTrainingArguments(common.ScriptTrainingArguments, TrainingArguments):
     """`transformers.TrainingArguments`: evaluate and save every epoch, log every 50 steps, no trackers."""
 
     output_dir: str | None = field(
@@ -291,7 +273,7 @@ def load_classification_dataset(data_args: ClassificationDataArguments) -> datas
     Raises:
         ValueError: no training file, or a text/label column missing from a split.
     """
-    limits = split_limits(data_args)
+    limits = common.split_limits(data_args)
     splits = {}
     for split, path in _split_files(data_args).items():
         suffix = Path(path).suffix.lower()
@@ -388,7 +370,7 @@ def tokenize_dataset(
             batch[data_args.text_column],
             batch[pair] if pair else None,
             truncation=True,
-            max_length=data_args.max_seq_length or DEFAULT_MAX_SEQ_LENGTH,
+            max_length=data_args.max_seq_length or common.DEFAULT_MAX_SEQ_LENGTH,
         )
         encoded["labels"] = [value_to_id[value] for value in batch[data_args.label_column]]
         return encoded
@@ -410,7 +392,7 @@ def tokenize_dataset(
 def _scratch_tokenizer(model_args: ClassificationModelArguments, train_texts: list[str], max_length: int):
     """`tokenizer_name_or_path`, else a WordPiece tokenizer trained on `train_texts`, adding [CLS] ... [SEP]."""
     if model_args.tokenizer_name_or_path:
-        return load_tokenizer(model_args)
+        return common.load_tokenizer(model_args)
     tokenizer = train_tokenizer(
         train_texts,
         kind="wordpiece",
@@ -475,12 +457,12 @@ def build_tokenizer_and_model(
         `(tokenizer, model)`.
     """
     if model_args.from_scratch:
-        max_seq_length = resolve_max_length(data_args.max_seq_length, None, "max_seq_length")
+        max_seq_length = common.resolve_max_length(data_args.max_seq_length, None, "max_seq_length")
         tokenizer = _scratch_tokenizer(model_args, train_texts, max_seq_length)
         return tokenizer, _scratch_model(model_args, tokenizer, max_seq_length, id2label)
 
     path = model_args.model_name_or_path
-    tokenizer = load_tokenizer(model_args, path)
+    tokenizer = common.load_tokenizer(model_args, path)
     model = AutoModelForSequenceClassification.from_pretrained(
         path,
         num_labels=len(id2label),
@@ -524,13 +506,13 @@ def _write_card(
     trainer, tokenizer, final: Path, data_args, model_args, metrics: dict, encoded, id2label
 ) -> None:
     """The model card: the data and labels, validation/test metrics, hyperparameters, `model-index`."""
-    reported = reported_split(encoded)
+    reported = common.reported_split(encoded)
     source = data_args.data_dir or data_args.train_file
     write_model_card(
         trainer.model,
         final,
         dataset=(
-            f"`{source}`: {split_sizes(encoded, 'examples')}"
+            f"`{source}`: {common.split_sizes(encoded, 'examples')}"
             + f"; labels {', '.join(f'{i} = {name}' for i, name in id2label.items())}."
         ),
         tokenizer=tokenizer,
@@ -540,7 +522,7 @@ def _write_card(
             for name in ("accuracy", "f1", "precision", "recall", "loss")
             if f"{prefix}_{name}" in metrics
         },
-        hyperparameters=card_hyperparameters(
+        hyperparameters=common.card_hyperparameters(
             trainer.args,
             head={
                 "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
@@ -587,7 +569,7 @@ def finetune(
     start = time.perf_counter()
     output_dir = Path(training_args.output_dir)
     raw = load_classification_dataset(data_args)
-    require_validation(raw, training_args, "a dev/validation file")
+    common.require_validation(raw, training_args, "a dev/validation file")
     value_to_id, id2label = label_mapping(raw, data_args.label_column, data_args.class_name_list())
     logger.info("%d classes: %s", len(id2label), id2label)
 
@@ -597,15 +579,15 @@ def finetune(
         train_texts += raw["train"][data_args.text_pair_column]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, train_texts, id2label)
     # truncate to what the model takes, checked before training rather than failing at a long batch
-    limit = position_limit(model.config)
-    max_seq_length = resolve_max_length(data_args.max_seq_length, limit, "max_seq_length")
+    limit = common.position_limit(model.config)
+    max_seq_length = common.resolve_max_length(data_args.max_seq_length, limit, "max_seq_length")
     data_args = dataclasses.replace(data_args, max_seq_length=max_seq_length)
     logger.info(
         "Inputs truncated to %d tokens (the model's positions: %s).", max_seq_length, limit or "any length"
     )
 
     encoded = tokenize_dataset(raw, tokenizer, data_args, value_to_id)
-    trainer, metrics = train_with_budget(
+    trainer, metrics = common.train_with_budget(
         Trainer,
         training_args,
         encoded,
@@ -622,18 +604,18 @@ def finetune(
             test_samples=len(encoded["test"]),
         )
     metrics["seconds"] = time.perf_counter() - start
-    log_metrics(metrics)
+    common.log_metrics(metrics)
 
     if trainer.is_world_process_zero():
-        final = save_final(trainer, tokenizer, output_dir)
+        final = common.save_final(trainer, tokenizer, output_dir)
         _write_card(trainer, tokenizer, final, data_args, model_args, metrics, encoded, id2label)
-        save_run_summary(trainer, output_dir, metrics, final)
+        common.save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and fine-tune."""
-    return script_main(parse_args, finetune, argv)
+    return common.script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":

@@ -89,27 +89,9 @@ from hf_lm.families import FAMILIES, Family
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
+from training import trainer_common as common
 from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import TOKENIZER_KINDS, train_tokenizer
-from training.trainer_common import (
-    DEFAULT_MAX_SEQ_LENGTH,
-    ScriptTrainingArguments,
-    card_hyperparameters,
-    check_model_arguments,
-    load_tokenizer,
-    log_metrics,
-    position_limit,
-    reported_split,
-    require_validation,
-    resolve_max_length,
-    save_final,
-    save_run_summary,
-    script_main,
-    split_limits,
-    split_sizes,
-    train_with_budget,
-    trust_remote_code_field,
-)
 
 logger = logging.getLogger(__name__)
 
@@ -169,14 +151,14 @@ class TranslationDataArguments:
         default=None,
         metadata={
             "help": f"Longest source in tokens (prefix and EOS included); longer is cut. Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     max_target_length: int | None = field(
         default=None,
         metadata={
             "help": f"Longest training target in tokens (EOS included); longer is cut. Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training pairs."})
@@ -227,7 +209,7 @@ class TranslationModelArguments:
         default=None,
         metadata={"help": "The tokenizer folder; default model_name_or_path (from scratch: train one)."},
     )
-    trust_remote_code: bool = trust_remote_code_field()
+    trust_remote_code: bool = common.trust_remote_code_field()
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a joint tokenizer on both languages and a fresh model."}
     )
@@ -265,7 +247,7 @@ class TranslationModelArguments:
     )
 
     def __post_init__(self) -> None:
-        check_model_arguments(self, "hidden_dropout", "attention_dropout")
+        common.check_model_arguments(self, "hidden_dropout", "attention_dropout")
         if self.family not in SCRATCH_FAMILIES:
             raise ValueError(f"`family` must be one of {sorted(SCRATCH_FAMILIES)}, got {self.family!r}.")
         if self.cell_type not in RNN_CELLS:
@@ -291,7 +273,7 @@ class TranslationModelArguments:
 
 
 @dataclass
-class TranslationTrainingArguments(ScriptTrainingArguments, Seq2SeqTrainingArguments):
+class TranslationTrainingArguments(common.ScriptTrainingArguments, Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments`: generate (beam 5) to evaluate, every epoch; log every 50 steps."""
 
     output_dir: str | None = field(
@@ -311,7 +293,7 @@ class TranslationTrainingArguments(ScriptTrainingArguments, Seq2SeqTrainingArgum
         default=None,
         metadata={
             "help": f"Longest generated translation in tokens (decoder start included). Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     test_greedy: bool = field(
@@ -445,7 +427,7 @@ def load_translation_dataset(data_args: TranslationDataArguments) -> datasets.Da
     Returns:
         "train" and whichever of "validation" and "test" exist, each cut to its `max_*_samples`.
     """
-    limits = split_limits(data_args)
+    limits = common.split_limits(data_args)
     splits = {}
     for split, (source, target) in parallel_split_files(data_args).items():
         ds = load_parallel_files(source, target, data_args.source_lang, data_args.target_lang, limits[split])
@@ -468,8 +450,8 @@ def tokenize_dataset(
     it). Padding is left to `DataCollatorForSeq2Seq`, per batch.
     """
     src, tgt = data_args.source_lang, data_args.target_lang
-    source_length = resolve_max_length(data_args.max_source_length, None, "max_source_length")
-    target_length = resolve_max_length(data_args.max_target_length, None, "max_target_length")
+    source_length = common.resolve_max_length(data_args.max_source_length, None, "max_source_length")
+    target_length = common.resolve_max_length(data_args.max_target_length, None, "max_target_length")
 
     def encode(batch: dict) -> dict:
         sources = [prefix + pair[src] for pair in batch["translation"]]
@@ -541,7 +523,7 @@ def _scratch_tokenizer(
 ):
     """`tokenizer_name_or_path`, else one tokenizer trained on both languages with the family's tokens."""
     if model_args.tokenizer_name_or_path:
-        return load_tokenizer(model_args)
+        return common.load_tokenizer(model_args)
     # one vocabulary for both languages: names, numbers and cognates share tokens, and the
     # embedding can be tied between encoder, decoder and output (Press & Wolf, 2017)
     return train_tokenizer(
@@ -595,7 +577,7 @@ def _scratch_config(model_args: TranslationModelArguments, family: Family, prese
 def _pretrained(model_args: TranslationModelArguments) -> tuple[object, PreTrainedModel]:
     """The tokenizer and encoder-decoder of `model_name_or_path`, checked to fit each other."""
     path = model_args.model_name_or_path
-    tokenizer = load_tokenizer(model_args, path)
+    tokenizer = common.load_tokenizer(model_args, path)
     model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
     if not getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
@@ -636,13 +618,13 @@ def build_tokenizer_and_model(
     if not model_args.from_scratch:
         return _pretrained(model_args)
     family, preset = SCRATCH_FAMILIES[model_args.family]
-    source_length = resolve_max_length(data_args.max_source_length, None, "max_source_length")
+    source_length = common.resolve_max_length(data_args.max_source_length, None, "max_source_length")
     tokenizer = _scratch_tokenizer(model_args, family, train_texts, source_length)
     ensure_eos(tokenizer)
     positions = max(
         source_length,
-        resolve_max_length(data_args.max_target_length, None, "max_target_length"),
-        resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
+        common.resolve_max_length(data_args.max_target_length, None, "max_target_length"),
+        common.resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
     )
     config = _scratch_config(model_args, family, preset, tokenizer, positions)
     model = family.head(AutoModelForSeq2SeqLM)(config)
@@ -753,13 +735,13 @@ def _fit_lengths(data_args, training_args, model: PreTrainedModel) -> Translatio
 
     Returns the data arguments with both lengths set; sets `training_args.generation_max_length`.
     """
-    limit = position_limit(model.config)
+    limit = common.position_limit(model.config)
     data_args = dataclasses.replace(
         data_args,
-        max_source_length=resolve_max_length(data_args.max_source_length, limit, "max_source_length"),
-        max_target_length=resolve_max_length(data_args.max_target_length, limit, "max_target_length"),
+        max_source_length=common.resolve_max_length(data_args.max_source_length, limit, "max_source_length"),
+        max_target_length=common.resolve_max_length(data_args.max_target_length, limit, "max_target_length"),
     )
-    training_args.generation_max_length = resolve_max_length(
+    training_args.generation_max_length = common.resolve_max_length(
         training_args.generation_max_length, limit, "generation_max_length"
     )
     logger.info(
@@ -816,7 +798,7 @@ def _write_card(
 ) -> None:
     """The model card: the data, validation/test BLEU, hyperparameters, `model-index`, how to translate."""
     args, src, tgt = trainer.args, data_args.source_lang, data_args.target_lang
-    reported = reported_split(encoded)
+    reported = common.reported_split(encoded)
     table = {
         "validation BLEU": metrics.get("eval_bleu"),
         f"test BLEU (beam {args.generation_num_beams or 1})": metrics.get("test_bleu"),
@@ -827,7 +809,7 @@ def _write_card(
     start = (
         f"from scratch ({model_args.family})" if model_args.from_scratch else model_args.model_name_or_path
     )
-    hyperparameters = card_hyperparameters(
+    hyperparameters = common.card_hyperparameters(
         args,
         head={
             "start": start,
@@ -845,7 +827,7 @@ def _write_card(
         trainer.model,
         final,
         dataset=(
-            f"`{data_args.data_dir}`, {language_name(src)} → {language_name(tgt)}: {split_sizes(encoded, 'pairs')}"
+            f"`{data_args.data_dir}`, {language_name(src)} → {language_name(tgt)}: {common.split_sizes(encoded, 'pairs')}"
             + ". BLEU: sacrebleu corpus BLEU on detokenized text"
             + (f" (`{metrics['bleu_signature']}`)." if "bleu_signature" in metrics else ".")
         ),
@@ -880,7 +862,7 @@ def _save(trainer, tokenizer, output_dir: Path, prefix: str, src: str, tgt: str)
         **(getattr(model.config, "task_specific_params", None) or {}),
         f"translation_{src}_to_{tgt}": {"prefix": prefix},
     }
-    return save_final(trainer, tokenizer, output_dir)
+    return common.save_final(trainer, tokenizer, output_dir)
 
 
 def finetune(
@@ -910,7 +892,7 @@ def finetune(
     start = time.perf_counter()
     output_dir = Path(training_args.output_dir)
     raw = load_translation_dataset(data_args)
-    require_validation(raw, training_args, "see `validation_split`")
+    common.require_validation(raw, training_args, "see `validation_split`")
     src, tgt = data_args.source_lang, data_args.target_lang
     references = {split: sides(ds, tgt) for split, ds in raw.items()}
 
@@ -930,7 +912,7 @@ def finetune(
     )
 
     compute_metrics = TranslationMetrics(tokenizer, bleu_metric(), references.get("validation"))
-    trainer, metrics = train_with_budget(
+    trainer, metrics = common.train_with_budget(
         Seq2SeqTrainer,
         training_args,
         encoded,
@@ -942,20 +924,20 @@ def finetune(
     )
     predictions = _evaluate_and_test(trainer, encoded, references, compute_metrics, metrics)
     metrics["seconds"] = time.perf_counter() - start
-    log_metrics(metrics)
+    common.log_metrics(metrics)
 
     if trainer.is_world_process_zero():
         final = _save(trainer, tokenizer, output_dir, prefix, src, tgt)
         for key, lines in predictions.items():
             _write_lines(output_dir / f"{key.replace('test', 'test_predictions')}.txt", lines)
         _write_card(trainer, tokenizer, final, data_args, model_args, metrics, encoded, prefix)
-        save_run_summary(trainer, output_dir, metrics, final)
+        common.save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and train."""
-    return script_main(parse_args, finetune, argv)
+    return common.script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":
