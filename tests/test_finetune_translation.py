@@ -8,7 +8,9 @@ import random
 import numpy as np
 import pytest
 from conftest import SHARED_DATA
+from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
+from training import finetune_translation
 from training.finetune_translation import (
     TranslationDataArguments,
     TranslationMetrics,
@@ -263,37 +265,9 @@ def test_gradient_accumulation_equals_large_batch(tmp_path, label_smoothing):
     data.mkdir()
     texts = _toy_parallel(data, 64, seed=0)
     pretrained = _seq2seq_folder(tmp_path / "pretrained", texts)
-    histories = {}
-    for name, batch, accumulation in (("large", 16, 1), ("accumulated", 8, 2)):
-        args = parse_args(
-            [
-                "--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy",
-                "--model_name_or_path", str(pretrained), "--output_dir", str(tmp_path / name),
-                "--optim", "sgd", "--learning_rate", "0.5", "--lr_scheduler_type", "constant",
-                "--weight_decay", "0", "--max_grad_norm", "1e9", "--max_steps", "4",
-                "--per_device_train_batch_size", str(batch),
-                "--gradient_accumulation_steps", str(accumulation),
-                "--label_smoothing_factor", label_smoothing, "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "1",
-                "--disable_tqdm", "true", "--seed", "0",
-            ]
-        )  # fmt: skip
-        finetune(*args)
-        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
-        histories[name] = [log for log in state["log_history"] if "loss" in log]
-
-    large, accumulated = histories["large"], histories["accumulated"]
-    assert len(large) == len(accumulated) == 4
-    for a, b in zip(large, accumulated):
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert large[-1]["loss"] != pytest.approx(large[0]["loss"], rel=1e-3)  # the weights moved
-
-    from safetensors.torch import load_file
-
-    weights = {name: load_file(tmp_path / name / "final" / "model.safetensors") for name in histories}
-    assert weights["large"].keys() == weights["accumulated"].keys()
-    for key, value in weights["large"].items():
-        assert weights["accumulated"][key].allclose(value, rtol=1e-4, atol=1e-6), key
+    flags = ["--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy"]
+    flags += ["--model_name_or_path", str(pretrained), "--label_smoothing_factor", label_smoothing]
+    assert_accumulation_equals_large_batch(finetune_translation, tmp_path, flags)
 
 
 def test_lengths_fit_the_models_learned_positions(tmp_path):
@@ -310,35 +284,9 @@ def test_lengths_fit_the_models_learned_positions(tmp_path):
     pretrained = _seq2seq_folder(tmp_path / "bart", texts, preset="bart", max_position_embeddings=16)
 
     def run(*flags):
-        return finetune(
-            *parse_args(
-                [
-                    "--data_dir",
-                    str(data),
-                    "--source_lang",
-                    "xx",
-                    "--target_lang",
-                    "yy",
-                    "--model_name_or_path",
-                    str(pretrained),
-                    "--output_dir",
-                    str(tmp_path / "out"),
-                    "--max_steps",
-                    "2",
-                    "--per_device_train_batch_size",
-                    "8",
-                    "--eval_strategy",
-                    "no",
-                    "--save_strategy",
-                    "no",
-                    "--generation_num_beams",
-                    "1",
-                    "--disable_tqdm",
-                    "true",
-                    *flags,
-                ]
-            )  # fmt: skip
-        )
+        flags = ["--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy", *QUICK_RUN, *flags]
+        flags += ["--model_name_or_path", str(pretrained), "--generation_num_beams", "1"]
+        return finetune(*parse_args(["--output_dir", str(tmp_path / "out"), *flags]))
 
     for flag in ("--max_source_length", "--max_target_length", "--generation_max_length"):
         with pytest.raises(ValueError, match=rf"`{flag[2:]}`=17 is longer than .*max_position_embeddings=16"):
