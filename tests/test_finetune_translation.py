@@ -4,6 +4,7 @@ import gzip
 import json
 import os
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -111,6 +112,46 @@ def test_argument_errors(tmp_path):
     assert (data_args.source_lang, data_args.target_lang, model_args.family) == ("de", "en", "transformer")
     assert training_args.predict_with_generate and training_args.generation_num_beams == 5
     assert training_args.eval_strategy == "epoch" and training_args.report_to == []
+
+
+def test_from_scratch_families_are_the_tables_encoder_decoders_and_presets(tmp_path):
+    """`--family` takes a family of hf_lm.families or one of its presets, and the fresh model is
+    that family's Seq2SeqLM head built from the preset, with the family's tokens and decoder start."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_lm.families import FAMILIES
+    from training.finetune_translation import SCRATCH_FAMILIES, build_tokenizer_and_model
+
+    t5, bart, rnn = FAMILIES["t5"], FAMILIES["bart"], FAMILIES["rnn_seq2seq"]
+    assert SCRATCH_FAMILIES == {
+        "t5": (t5, "t5"),
+        "t5_v1_1": (t5, "t5_v1_1"),
+        "bart": (bart, "bart"),
+        "transformer": (bart, "transformer"),
+        "rnn_seq2seq": (rnn, None),
+    }
+    texts = ["ein kleiner hund", "a small dog", "zwei katzen", "two cats"] * 10
+    expected = {
+        "t5_v1_1": ("geglu_tanh", "pad_token"),  # T5 v1.1's gated GELU; T5 starts decoding from <pad>
+        "transformer": ("relu", "eos_token"),  # Vaswani et al.'s ReLU; BART starts from </s>
+    }
+    for name, (act, start) in expected.items():
+        model_args = TranslationModelArguments(
+            from_scratch=True,
+            family=name,
+            vocab_size=300,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+        data_args = TranslationDataArguments(data_dir=str(tmp_path))
+        generation = SimpleNamespace(generation_max_length=None)  # the one training argument it reads
+        tokenizer, model = build_tokenizer_and_model(model_args, data_args, generation, texts)
+        family = SCRATCH_FAMILIES[name][0]
+        assert type(model) is family.head(AutoModelForSeq2SeqLM)
+        assert model.config.hidden_act == act
+        assert model.config.decoder_start_token_id == getattr(tokenizer, f"{start}_id")
+        assert tokenizer.eos_token == family.special_tokens["eos_token"]
 
 
 # ---------------------------------------------------------------------------------------------
