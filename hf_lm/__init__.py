@@ -1,8 +1,9 @@
 """hf_lm: every language-model architecture of a modern NLP course, as first-class Hugging Face models.
 
-`import hf_lm` registers every hf_lm config and model with transformers' Auto classes, and for
-auto class, so `save_pretrained` writes `auto_map` and copies the model code next to the weights
-(checkpoints then load with `trust_remote_code=True` where hf_lm is not installed).
+`import hf_lm` registers every family of the family table (`hf_lm.families.FAMILIES`: each config
+and its heads) with transformers' Auto classes, and for auto class, so `save_pretrained` writes
+`auto_map` and copies the model code next to the weights (checkpoints then load with
+`trust_remote_code=True` where hf_lm is not installed).
 """
 
 from transformers import AutoConfig

@@ -110,7 +110,7 @@ BART_SPECIAL_TOKENS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one instance per family: compared and hashed by identity
 class Family:
     """One model family: its config, its heads and what a tokenizer trained for it needs.
 
