@@ -43,7 +43,8 @@ def run_fresh_interpreter(script: str, *args: str, cwd: Path) -> str:
     cwd = Path(cwd)
     path = cwd / "remote_script.py"
     path.write_text(textwrap.dedent(script))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(cwd / "modules"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env["HF_MODULES_CACHE"] = str(cwd / "modules")  # not shared between test workers
     env.pop("PYTHONPATH", None)  # nothing but the saved folders may provide hf_lm's code
     # run from cwd, not the repository, so nothing local shadows the shipped files
     result = subprocess.run(
@@ -126,6 +127,7 @@ class RemoteCode:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
         self.checks: list[dict] = []
         self.tensors: dict[str, torch.Tensor] = {}
 

@@ -4,7 +4,9 @@
 `hf_lm.testing.FAMILY_CASES` has a tiny model and a valid batch for each registered class. Properties:
 
 - save/load in process, and remote code: every class saved and reloaded with `trust_remote_code=True`
-  in ONE fresh interpreter where `hf_lm` cannot be imported, giving the in-process outputs bitwise;
+  in ONE fresh interpreter where `hf_lm` cannot be imported (tests/remote_code.py), giving the
+  in-process outputs, greedy and beam tokens; shipped code imports only torch, transformers, the
+  standard library and its siblings;
 - generation: cached equals uncached (greedy and beam), and a static cache equals the dynamic one
   where the class supports it (`_can_compile_fullgraph`);
 - padding: a padded row gives what the row gives alone (forward of every head, and `generate()`);
@@ -99,7 +101,7 @@ def test_save_and_load_give_the_same_outputs(case, tmp_path):
 
 
 def test_every_class_loads_as_remote_code_in_a_fresh_interpreter(tmp_path):
-    """All classes in one interpreter without hf_lm: forward (every output tensor) and greedy generation
+    """All classes in one interpreter without hf_lm: forward (every output tensor), greedy and beam search
     from the folder's own code give the in-process model's outputs."""
     remote = RemoteCode(tmp_path)
     for case in FAMILY_CASES:
@@ -108,8 +110,9 @@ def test_every_class_loads_as_remote_code_in_a_fresh_interpreter(tmp_path):
         auto = AUTO_CLASS[case.model_class]
         remote.expect(folder, auto, model, batch)
         if case.generates:
-            greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
-            remote.expect(folder, auto, model, case.prompt(batch), generate=greedy)
+            for beams in (1, 2):
+                search = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=beams)
+                remote.expect(folder, auto, model, case.prompt(batch), generate=search)
     remote.run()
 
 

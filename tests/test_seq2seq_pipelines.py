@@ -9,14 +9,11 @@ prefix with the input ids that `generate` actually received.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 from conftest import tiny_gpt_config
+from remote_code import run_fresh_interpreter
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -539,8 +536,7 @@ def test_rejects_decoder_only_models_and_tokenizers_without_pad(loaded):
 # a saved pipeline ships its code
 # -------------------------------------------------------------------------------------------------
 
-REMOTE_SCRIPT = textwrap.dedent(
-    """
+REMOTE_SCRIPT = """
     import json
     import sys
 
@@ -553,8 +549,7 @@ REMOTE_SCRIPT = textwrap.dedent(
         assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
         assert pipe(outputs["texts"], max_new_tokens=6, **kwargs) == outputs["results"], task
     print("REMOTE-OK")
-    """
-)
+"""
 
 
 def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
@@ -574,17 +569,4 @@ def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
         results = pipe(TEXTS[:2], max_new_tokens=6, **kwargs)
         expected[task] = [str(folder), kwargs, {"texts": TEXTS[:2], "results": results}]
     (tmp_path / "expected.json").write_text(json.dumps(expected))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    # run from tmp_path, not the repo, so nothing local shadows the shipped file
-    result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "expected.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
+    assert "REMOTE-OK" in run_fresh_interpreter(REMOTE_SCRIPT, tmp_path / "expected.json", cwd=tmp_path)
