@@ -24,6 +24,7 @@ from hf_lm import (
     HfLmT5Model,
 )
 from hf_lm.convert import from_transformers
+from hf_lm.models.hflm_blocks import shift_tokens_right
 
 V = 99
 SIZES = dict(
@@ -256,6 +257,14 @@ def test_sequence_classification_heads():
         torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
         single = model(input_ids=x[2:, :4]).logits  # the right-padded row alone
         torch.testing.assert_close(single[0], out.logits[2], atol=1e-5, rtol=1e-4)
+        # the head reads the decoder state of each row's last real token (BART's last EOS), by hand:
+        decoder_ids = shift_tokens_right(x, model.config.pad_token_id, model.config.decoder_start_token_id)
+        hidden = model.model(
+            input_ids=x, attention_mask=mask, decoder_input_ids=decoder_ids, decoder_attention_mask=mask
+        ).last_hidden_state  # (B, T, C)
+        last = mask.sum(-1) - 1  # (B,) right padding: the last real token
+        torch.testing.assert_close(out.logits, model.classifier(hidden[torch.arange(3), last]))
+        assert not torch.allclose(out.logits, model.classifier(hidden[:, 0]), atol=1e-4)  # not token 0
 
 
 def test_bad_inputs_and_configs():
