@@ -1,6 +1,7 @@
 """The accelerate training loop: outputs, argument files, exact resume after SIGKILL, divergence, DDP."""
 
 import csv
+import functools
 import json
 import math
 import os
@@ -350,6 +351,44 @@ def test_document_mask_run_keeps_attention_inside_documents(tmp_path):
     assert set(blocks) == {"input_ids", "position_ids", "document_ids"}
     starts = blocks["position_ids"] == 0
     assert torch.equal(starts[:, 1:], blocks["document_ids"][:, 1:] != blocks["document_ids"][:, :-1])
+
+
+def spy_on_model_inputs(monkeypatch) -> list[dict]:
+    """Record the tensors each `HfLmGPTForCausalLM.forward` call of a run receives (and whether the model
+    was training), so a test sees what the loop really feeds the model."""
+    calls, forward = [], HfLmGPTForCausalLM.forward
+
+    @functools.wraps(forward)
+    def recording_forward(self, *args, **kwargs):
+        calls.append({"training": self.training, **{k: v for k, v in kwargs.items() if torch.is_tensor(v)}})
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfLmGPTForCausalLM, "forward", recording_forward)
+    return calls
+
+
+def assert_document_inputs(calls: list[dict]) -> None:
+    """Every training and evaluation forward got document ids and positions restarting with each document."""
+    assert {call["training"] for call in calls} == {True, False}
+    for call in calls:
+        assert {"document_ids", "position_ids"} <= call.keys(), sorted(call)
+        docs, positions = call["document_ids"], call["position_ids"]
+        assert docs.shape == positions.shape == call["input_ids"].shape
+        assert torch.equal(positions[:, 1:] == 0, docs[:, 1:] != docs[:, :-1])
+    assert any((call["document_ids"][:, -1] > 0).any() for call in calls)  # blocks do span documents
+
+
+def test_document_mask_run_feeds_the_document_ids_to_the_model(tmp_path, monkeypatch):
+    """Through `train()`: the loop passes each block's document ids and positions to every forward
+    (dropping them would silently attend across documents); without --document_mask it passes none."""
+    calls = spy_on_model_inputs(monkeypatch)
+    _run(tmp_path / "docs", max_steps=2, eval_every=2, save_every=2, document_mask=True)
+    assert_document_inputs(calls)
+    calls.clear()
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    _run(tmp_path / "plain", max_steps=2, eval_every=2, save_every=2)
+    assert calls and not any("document_ids" in call or "position_ids" in call for call in calls)
 
 
 def test_eval_text_units_count_what_the_loss_scores():
