@@ -102,44 +102,30 @@ def randomize(model, eos_scale: float) -> None:
     model.get_output_embeddings().weight[1] *= eos_scale
 
 
-def build_t5(tok):
-    config = T5Config(
-        vocab_size=len(tok),
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=4,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-        task_specific_params=TASK_SPECIFIC_PARAMS,
-    )
-    model = T5ForConditionalGeneration(config)
-    randomize(model, eos_scale=3.0)
-    return model.eval()
+# transformers' own T5 and BART at a tiny size: (model class, config class, config, EOS logit scale)
+REFERENCES = {
+    "t5": (
+        T5ForConditionalGeneration,
+        T5Config,
+        dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, pad_token_id=0,
+             eos_token_id=1, decoder_start_token_id=0, task_specific_params=TASK_SPECIFIC_PARAMS),
+        3.0,
+    ),
+    "bart": (
+        BartForConditionalGeneration,
+        BartConfig,
+        dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+             eos_token_id=1, decoder_start_token_id=1, forced_eos_token_id=1),  # BART starts decoding with </s>
+        1.0,
+    ),
+}  # fmt: skip
 
 
-def build_bart(tok):
-    config = BartConfig(
-        vocab_size=len(tok),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
-        decoder_start_token_id=1,  # BART starts decoding with </s>
-        forced_eos_token_id=1,
-    )
-    model = BartForConditionalGeneration(config)
-    randomize(model, eos_scale=1.0)
+def build(name: str, tok):
+    model_class, config_class, settings, eos_scale = REFERENCES[name]
+    model = model_class(config_class(vocab_size=len(tok), **settings))
+    randomize(model, eos_scale=eos_scale)
     return model.eval()
 
 
@@ -147,10 +133,10 @@ def build_bart(tok):
 def folders(tmp_path_factory):
     """{"t5": folder, "bart": folder}, each with weights, config, generation config and tokenizer."""
     out = {}
-    for name, build in (("t5", build_t5), ("bart", build_bart)):
+    for name in REFERENCES:
         tok = word_tokenizer()
         folder = tmp_path_factory.mktemp(name)
-        build(tok).save_pretrained(folder)
+        build(name, tok).save_pretrained(folder)
         tok.save_pretrained(folder)
         out[name] = str(folder)
     return out

@@ -49,12 +49,14 @@ TINY = {
 }
 
 
-def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
+def _argv(output_dir, settings: dict = TINY, **overrides) -> list[str]:
+    """The command-line flags of a run of `settings` (TINY, or another test file's variant of it)."""
+    return as_flags({**settings, "output_dir": str(output_dir), **overrides})
 
 
-def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+def _run(output_dir, settings: dict = TINY, **overrides) -> dict:
+    """`train()` in process, as the command line with these flags would run it."""
+    return train(*parse_args(_argv(output_dir, settings, **overrides)))
 
 
 def _env() -> dict:
