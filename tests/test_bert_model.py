@@ -307,6 +307,9 @@ def test_half_precision_forward(dtype):
     mask[1, 7:] = 0
     out = model(x, attention_mask=mask)
     assert out.logits.dtype == dtype and torch.isfinite(out.logits).all()
+    reference = model.float()(x, attention_mask=mask).logits  # the same weights in fp32
+    error = (out.logits.float() - reference).abs().max()
+    assert error < 0.05 * reference.abs().max(), error
 
 
 def test_dropout_only_in_training():

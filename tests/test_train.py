@@ -76,13 +76,13 @@ def _fresh_accelerate_state():
     GradientState._reset_state()
 
 
-def test_tiny_run_outputs_and_learns(tmp_path):
+def test_tiny_run_outputs_and_learns(tmp_path, drawn_figures):
     out = tmp_path / "run"
     metrics = _run(out, max_steps=20, report_to=["csv", "tensorboard"])
     final = out / "final"
     for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
         assert (final / name).is_file(), name
-    assert (out / "loss.png").stat().st_size > 0
+    assert (out / "loss.png").stat().st_size > 1000
     assert (out / "tensorboard").is_dir()
     assert metrics["world_size"] == 1 and metrics["step"] == 20
     assert math.isclose(metrics["eval_perplexity"], math.exp(metrics["eval_loss"]))
@@ -91,6 +91,13 @@ def test_tiny_run_outputs_and_learns(tmp_path):
     losses = [float(r["loss"]) for r in rows if r["loss"]]
     assert len(losses) == 10
     assert losses[-1] < losses[0] - 0.5  # from ~ln(300) = 5.7 down
+    # loss.png draws the logged curves (read back from the figure: any PNG has the same magic bytes)
+    (curve_figure,) = drawn_figures
+    lines = {line.get_label(): line for line in curve_figure.axes[0].get_lines()}
+    assert list(lines["train"].get_xdata()) == [int(r["step"]) for r in rows if r["loss"]]
+    assert list(lines["train"].get_ydata()) == pytest.approx(losses)
+    evals = [(int(r["step"]), float(r["eval_loss"])) for r in rows if r.get("eval_loss")]
+    assert list(zip(lines["eval"].get_xdata(), lines["eval"].get_ydata())) == pytest.approx(evals)
     assert "held-out perplexity" in (final / "README.md").read_text()
     assert json.loads((out / "final_metrics.json").read_text())["step"] == 20
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from test_train import TINY as TRAIN_TINY
 from test_train import _argv as train_argv
 from test_train import _run as train_run
+from test_train import assert_document_inputs, spy_on_model_inputs
 
 import training.train as T
 from training.args import parse_args
@@ -212,9 +213,11 @@ def test_two_process_random_windows_match_one_process(tmp_path):
         torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=name)
 
 
-def test_random_windows_train_with_document_mask(tmp_path):
+def test_random_windows_train_with_document_mask(tmp_path, monkeypatch):
+    calls = spy_on_model_inputs(monkeypatch)
     metrics = _run(tmp_path / "run", sampling="random_windows", document_mask=True, max_steps=4)
     assert math.isfinite(metrics["eval_loss"])
+    assert_document_inputs(calls)  # each window's own document ids and positions reach the model
     assert "random windows" in (tmp_path / "run" / "final" / "README.md").read_text()
 
 
