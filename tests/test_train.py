@@ -96,8 +96,9 @@ def test_tiny_run_outputs_and_learns(tmp_path, drawn_figures):
     lines = {line.get_label(): line for line in curve_figure.axes[0].get_lines()}
     assert list(lines["train"].get_xdata()) == [int(r["step"]) for r in rows if r["loss"]]
     assert list(lines["train"].get_ydata()) == pytest.approx(losses)
-    evals = [(int(r["step"]), float(r["eval_loss"])) for r in rows if r.get("eval_loss")]
-    assert list(zip(lines["eval"].get_xdata(), lines["eval"].get_ydata())) == pytest.approx(evals)
+    evals = [r for r in rows if r.get("eval_loss")]
+    assert list(lines["eval"].get_xdata()) == [int(r["step"]) for r in evals] == [10, 20]
+    assert list(lines["eval"].get_ydata()) == pytest.approx([float(r["eval_loss"]) for r in evals])
     assert "held-out perplexity" in (final / "README.md").read_text()
     assert json.loads((out / "final_metrics.json").read_text())["step"] == 20
 
