@@ -100,6 +100,24 @@ def test_save_and_load_give_the_same_outputs(case, tmp_path):
     assert_shipped_code_imports_only_torch_and_transformers(tmp_path)
 
 
+NO_ATTENTION = ["rnn-causal-lm", "rnn-seq2seq-lm", "ffnn-causal-lm", "ngram-causal-lm"]
+SHIPS_ATTENTION_BUG = "hflm_blocks.py (attention, RoPE, ALiBi) ships with every family's folder (issue 15)"
+
+
+@pytest.mark.parametrize(
+    "case",
+    cases(
+        [c for c in FAMILY_CASES if c.name in NO_ATTENTION],
+        xfail=dict.fromkeys(NO_ATTENTION, SHIPS_ATTENTION_BUG),
+    ),
+)
+def test_families_without_attention_ship_no_attention_code(case, tmp_path):
+    """A folder ships only the code its family uses: no attention kernels next to an LSTM's weights."""
+    case.make_model().save_pretrained(tmp_path)
+    shipped = "".join(path.read_text() for path in tmp_path.glob("*.py"))
+    assert "scaled_dot_product_attention" not in shipped and "rotary" not in shipped.lower()
+
+
 def test_every_class_loads_as_remote_code_in_a_fresh_interpreter(tmp_path):
     """All classes in one interpreter without hf_lm: forward (every output tensor), greedy and beam search
     from the folder's own code give the in-process model's outputs."""
