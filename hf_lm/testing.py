@@ -3,6 +3,9 @@
 
 `FAMILY_CASES` has one `FamilyCase` per model class of the family table `hf_lm.FAMILIES` (the test
 `test_precision.py::test_family_table_covers_the_registry` fails when a class is added without one).
+The sweeps over it: tests/test_model_properties.py (save/load and remote code, caches, padding,
+resizing, feature extraction, contiguous logits, `num_items_in_batch`, dtype moves),
+tests/test_bad_input.py, tests/test_precision.py and tests/test_device_placement.py.
 A case builds a tiny model (vocab 64, width 16-32, 1-2 layers, no dropout) and a valid batch for its
 head, labels included, so a suite needs no per-family code:
 

@@ -79,3 +79,54 @@ def variant_config(request):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def parameters_after_one_trainer_step(make_model, dataset, tmp_path, **overrides) -> list[torch.Tensor]:
+    """All parameters, flattened, after one SGD step of transformers' `Trainer` on the 8 rows of
+    `dataset`: first as one batch of 8, then as 2 accumulated micro-batches of 4.
+
+    transformers 5's Trainer passes `num_items_in_batch` and no longer divides by the accumulation
+    steps: a head that ignores it gets gradients k times too large, and the two results differ.
+    `make_model()` must give the same initial weights each call; `overrides` go to TrainingArguments.
+    """
+    from transformers import Trainer, TrainingArguments
+
+    finals = []
+    for batch_size, accumulation in ((8, 1), (4, 2)):
+        torch.manual_seed(0)
+        model = make_model()
+        settings = dict(
+            output_dir=str(tmp_path / f"{batch_size}"),
+            per_device_train_batch_size=batch_size,
+            gradient_accumulation_steps=accumulation,
+            max_steps=1,
+            learning_rate=1e-2,
+            lr_scheduler_type="constant",
+            optim="sgd",
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            dataloader_drop_last=True,
+            disable_tqdm=True,
+        )
+        Trainer(
+            model=model, args=TrainingArguments(**{**settings, **overrides}), train_dataset=dataset
+        ).train()
+        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    return finals
+
+
+@pytest.fixture
+def drawn_figures(monkeypatch) -> list:
+    """The matplotlib figures saved during the test, as they were drawn (so a test can check the plotted
+    data itself, not only that a PNG exists: a PNG of empty axes has the same magic bytes)."""
+    from matplotlib.figure import Figure
+
+    figures, savefig = [], Figure.savefig
+
+    def recording_savefig(self, *args, **kwargs):
+        figures.append(self)
+        return savefig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording_savefig)
+    return figures

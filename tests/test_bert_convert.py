@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from test_bert_model import run_remote_bert, save_bert_with_expectations
+from test_bert_model import check_remote_bert
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -111,9 +111,7 @@ def test_roberta_masked_lm_matches_on_real_tokens(type_vocab_size):
 
 def test_converted_checkpoint_loads_without_hf_lm(tmp_path):
     ref = BertForMaskedLM(BertConfig(**SIZES)).eval()
-    folder = tmp_path / "converted"
-    save_bert_with_expectations(from_transformers(ref), folder)
-    run_remote_bert(folder, tmp_path)
+    check_remote_bert(from_transformers(ref), tmp_path)
 
 
 def test_unconvertible_bert_configs_are_refused():

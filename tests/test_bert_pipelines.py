@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from remote_code import run_fresh_interpreter
 from transformers import AutoTokenizer, pipeline
 
 from hf_lm import (
@@ -273,8 +271,7 @@ def test_feature_extraction_returns_the_last_hidden_state(mlm, tok):
     assert (len(as_lists), len(as_lists[0]), len(as_lists[0][0])) == tuple(hidden.shape)
 
 
-REMOTE_SCRIPT = textwrap.dedent(
-    """
+REMOTE_SCRIPT = """
     import json
     import sys
 
@@ -301,8 +298,7 @@ REMOTE_SCRIPT = textwrap.dedent(
     clf = pipeline("text-classification", model=clf_folder, trust_remote_code=True)
     assert clf(expected["text"])[0]["label"] == expected["label"]
     print("REMOTE-OK")
-    """
-)
+"""
 
 
 def test_pipelines_on_bert_folders_in_a_fresh_interpreter_without_hf_lm(
@@ -333,20 +329,8 @@ def test_pipelines_on_bert_folders_in_a_fresh_interpreter_without_hf_lm(
     }
     assert expected["entities"] == [["PER", 0, 5], ["LOC", 14, 19]]
     (tmp_path / "expected.json").write_text(json.dumps(expected))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    # run from tmp_path, not the repo, so nothing local shadows the shipped files
-    result = subprocess.run(
-        [sys.executable, str(script), mlm[0], tagger[0], classifier[0], str(tmp_path / "expected.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
+    folders = (mlm[0], tagger[0], classifier[0], tmp_path / "expected.json")
+    assert "REMOTE-OK" in run_fresh_interpreter(REMOTE_SCRIPT, *folders, cwd=tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -3,14 +3,11 @@ saving and the remote-code round trip, generate() and padding, errors, and learn
 
 import itertools
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
+from remote_code import shipped_files
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
@@ -181,21 +178,6 @@ def test_loss_and_backward(model):
         assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-def test_num_items_in_batch_makes_accumulation_equal_one_big_batch():
-    model = HfLmFFNNForCausalLM(tiny_config(direct_connections=True))
-    x = ids(b=4, t=7)
-    labels = x.clone()
-    labels[0, :3] = -100  # halves with different numbers of targets
-    model(x, labels=labels).loss.backward()
-    full = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    total = (labels[:, 1:] != -100).sum()
-    for half in (slice(0, 2), slice(2, 4)):
-        model(x[half], labels=labels[half], num_items_in_batch=total).loss.backward()
-    for n, p in model.named_parameters():
-        torch.testing.assert_close(p.grad, full[n], rtol=1e-5, atol=1e-7)
-
-
 def test_learns_a_deterministic_sequence():
     """0 1 2 0 1 3 repeated: after "0 1" comes 2 or 3, so only a window of 3 tokens predicts it."""
     torch.manual_seed(0)
@@ -269,6 +251,14 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
 # ---------------------------------------------------------------- saving and loading
 
 
+SHIPPED_FFNN_FILES = {
+    "hflm_blocks.py",
+    "hflm_configuration_base.py",
+    "hflm_configuration_ffnn.py",
+    "hflm_modeling_ffnn.py",
+}
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_save_and_load_round_trip(tmp_path, variant):
     model = HfLmFFNNForCausalLM(tiny_config(**VARIANTS[variant])).eval()
@@ -284,73 +274,13 @@ def test_save_and_load_round_trip(tmp_path, variant):
     assert isinstance(AutoModelForCausalLM.from_pretrained(tmp_path), HfLmFFNNForCausalLM)
     assert isinstance(AutoModel.from_pretrained(tmp_path), HfLmFFNNModel)
     assert AutoConfig.from_pretrained(tmp_path).model_type == "hflm_ffnn"
-
-
-SHIPPED_FFNN_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_ffnn.py",
-    "hflm_modeling_ffnn.py",
-}
-
-REMOTE_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.modules["hf_lm"] = None  # hf_lm must not be importable: everything comes from the folder
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    folder = sys.argv[1]
-    ref = load_file(folder + "/expected.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    assert torch.equal(model(ref["input_ids"]).logits, ref["logits"])
-    out = model.generate(ref["input_ids"], max_new_tokens=5, min_new_tokens=5, do_sample=False)
-    assert torch.equal(out, ref["generated"])
-    base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    assert torch.equal(base(ref["input_ids"]).last_hidden_state, ref["hidden"])
-    assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "hflm_ffnn"
-    print("REMOTE-OK", type(model).__name__)
-    """
-)
-
-
-def test_remote_code_round_trip_in_fresh_interpreter(tmp_path):
-    from safetensors.torch import save_file
-
-    folder = tmp_path / "ffnn"
-    model = HfLmFFNNForCausalLM(tiny_config(tie_word_embeddings=True, direct_connections=True)).eval()
-    model.save_pretrained(folder)
-    assert {p.name for p in folder.glob("*.py")} == SHIPPED_FFNN_FILES
-    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-    assert auto_map == {
+    # the code it ships (loading it as remote code: tests/test_model_properties.py)
+    assert shipped_files(tmp_path) == SHIPPED_FFNN_FILES
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == {
         "AutoConfig": "hflm_configuration_ffnn.HfLmFFNNConfig",
         "AutoModel": "hflm_modeling_ffnn.HfLmFFNNModel",
         "AutoModelForCausalLM": "hflm_modeling_ffnn.HfLmFFNNForCausalLM",
     }
-    x = ids()
-    with torch.no_grad():
-        expected = {
-            "input_ids": x,
-            "logits": model(x).logits,
-            "generated": model.generate(x, max_new_tokens=5, min_new_tokens=5, do_sample=False),
-            "hidden": model.model(x).last_hidden_state,
-        }
-    save_file({k: v.contiguous() for k, v in expected.items()}, str(folder / "expected.safetensors"))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, str(script), str(folder)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
 
 
 # ---------------------------------------------------------------- errors

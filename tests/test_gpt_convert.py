@@ -6,7 +6,7 @@ code is the same one that imports real checkpoints.
 
 import pytest
 import torch
-from test_gpt_save_load import run_remote, save_with_expectations
+from test_gpt_save_load import check_remote_gpt
 from transformers import (
     GPT2Config,
     GPT2ForSequenceClassification,
@@ -145,8 +145,7 @@ def test_identical_generations(ref_factory):
 
 def test_converted_checkpoint_loads_as_remote_code(tmp_path):
     ours = from_transformers(randomize(LlamaForCausalLM(llama_config())))
-    save_with_expectations(ours, tmp_path / "lm", tmp_path / "cls")
-    run_remote(tmp_path / "lm", tmp_path / "cls", tmp_path)
+    check_remote_gpt(ours, tmp_path)
 
 
 def test_unsupported_models_are_refused():

@@ -3,7 +3,7 @@ outputs, dtypes, losses and errors."""
 
 import pytest
 import torch
-from conftest import VARIANTS, tiny_gpt_config
+from conftest import VARIANTS, parameters_after_one_trainer_step, tiny_gpt_config
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -266,47 +266,16 @@ def test_loss_is_shifted_cross_entropy_and_ignores_minus_100():
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(logits, target, ignore_index=-100))
 
 
-def test_num_items_in_batch_makes_accumulation_equal_one_big_batch():
-    model = HfLmGPTForCausalLM(tiny_gpt_config())
-    x = ids(4, 8)
-    model(x, labels=x).loss.backward()
-    big = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    n = torch.tensor(4 * 7)
-    for part in x.split(2):
-        model(part, labels=part, num_items_in_batch=n).loss.backward()
-    for a, p in zip(big, model.parameters()):
-        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6)
-
-
 def test_trainer_gradient_accumulation_matches_full_batch(tmp_path):
     """Trainer passes num_items_in_batch and stops dividing by the accumulation steps (transformers 5)."""
     from datasets import Dataset
-    from transformers import Trainer, TrainingArguments
 
     x = ids(8, 12)
     data = Dataset.from_dict({"input_ids": x.tolist(), "labels": x.tolist()})
-    finals = []
-    for bs, accum in ((8, 1), (4, 2)):
-        torch.manual_seed(0)
-        model = HfLmGPTForCausalLM(tiny_gpt_config())
-        args = TrainingArguments(
-            output_dir=str(tmp_path / f"{bs}"),
-            per_device_train_batch_size=bs,
-            gradient_accumulation_steps=accum,
-            max_steps=1,
-            learning_rate=1e-2,
-            lr_scheduler_type="constant",
-            optim="sgd",
-            report_to=[],
-            save_strategy="no",
-            use_cpu=True,
-            dataloader_drop_last=True,
-            disable_tqdm=True,
-        )
-        Trainer(model=model, args=args, train_dataset=data).train()
-        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    torch.testing.assert_close(finals[0], finals[1], rtol=1e-4, atol=1e-6)
+    full, accumulated = parameters_after_one_trainer_step(
+        lambda: HfLmGPTForCausalLM(tiny_gpt_config()), data, tmp_path
+    )
+    torch.testing.assert_close(full, accumulated, rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------- sequence classification
@@ -597,7 +566,7 @@ def test_albert_options_activation_checkpointing_gives_the_same_gradients():
 
 def test_albert_options_save_and_load(tmp_path):
     from safetensors import safe_open
-    from test_gpt_save_load import run_remote, save_with_expectations
+    from test_gpt_save_load import check_remote_gpt
 
     config = tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
     model = lm(config)
@@ -613,9 +582,7 @@ def test_albert_options_save_and_load(tmp_path):
     assert "lm_head.weight" not in keys and "output_projection.weight" in keys  # the tied matrix once
     assert {k.split(".")[2] for k in keys if k.startswith("model.layers.")} == {"0"}  # one block stored
     # and the shipped code alone (no hf_lm) rebuilds it
-    folder, cls_folder = tmp_path / "lm", tmp_path / "cls"
-    save_with_expectations(model, folder, cls_folder)
-    run_remote(folder, cls_folder, tmp_path)
+    check_remote_gpt(model, tmp_path / "remote")
 
 
 @pytest.mark.parametrize(

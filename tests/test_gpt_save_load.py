@@ -1,14 +1,11 @@
-"""Saving, loading, and the remote-code round trip in a fresh interpreter without hf_lm."""
+"""Saving and loading GPT checkpoints, and the remote-code round trip of the variants."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 from conftest import VARIANTS, tiny_gpt_config
+from remote_code import RemoteCode, shipped_files
 from safetensors import safe_open
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
@@ -51,8 +48,8 @@ def test_dtype_survives_save_and_load(tmp_path):
 
 def test_shipped_files_and_auto_map(tmp_path):
     HfLmGPTForCausalLM(tiny_gpt_config()).save_pretrained(tmp_path)
-    py_files = {p.name for p in tmp_path.glob("*.py")}
-    assert py_files == SHIPPED_GPT_FILES
+    # the code it ships (imports and loading as remote code: tests/test_model_properties.py)
+    assert shipped_files(tmp_path) == SHIPPED_GPT_FILES
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "hflm_configuration_gpt.HfLmGPTConfig",
@@ -60,90 +57,29 @@ def test_shipped_files_and_auto_map(tmp_path):
         "AutoModelForCausalLM": "hflm_modeling_gpt.HfLmGPTForCausalLM",
         "AutoModelForSequenceClassification": "hflm_modeling_gpt.HfLmGPTForSequenceClassification",
     }
-    # shipped code imports only torch, transformers and its siblings
-    for name in SHIPPED_GPT_FILES:
-        for line in (tmp_path / name).read_text().splitlines():
-            if line.startswith(("import ", "from ")):
-                module = line.split()[1]
-                assert module.split(".")[0] in {
-                    "torch",
-                    "transformers",
-                    "__future__",
-                    "math",
-                    "os",
-                    "sys",
-                    "",
-                }, line
 
 
-REMOTE_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.modules["hf_lm"] = None  # hf_lm must not be importable: everything comes from the folder
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
-
-    folder, cls_folder = sys.argv[1], sys.argv[2]
-    ref = load_file(folder + "/expected.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    logits = model(ref["input_ids"]).logits
-    assert torch.equal(logits, ref["logits"]), (logits - ref["logits"]).abs().max()
-    out = model.generate(ref["input_ids"], max_new_tokens=5, do_sample=False, pad_token_id=0)
-    assert torch.equal(out, ref["generated"])
-    base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    assert torch.equal(base(ref["input_ids"]).last_hidden_state, ref["hidden"])
-    assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "hflm_gpt"
-    clf = AutoModelForSequenceClassification.from_pretrained(cls_folder, trust_remote_code=True).eval()
-    assert torch.equal(clf(ref["input_ids"]).logits, ref["cls_logits"])
-    print("REMOTE-OK", type(model).__name__)
-    """
-)
+def check_remote_gpt(model: HfLmGPTForCausalLM, tmp_path) -> None:
+    """The causal LM, its bare model and a classifier on the same weights, loaded from their folders'
+    own code in a fresh interpreter, give the in-process outputs and greedy tokens."""
+    remote = RemoteCode(tmp_path)
+    model.eval()
+    classifier = HfLmGPTForSequenceClassification(model.config).eval()
+    classifier.model.load_state_dict(model.model.state_dict())
+    lm, cls = remote.save(model, "lm"), remote.save(classifier, "cls")
+    x = {"input_ids": torch.randint(3, model.config.vocab_size, (2, 7))}
+    remote.expect(lm, "AutoModelForCausalLM", model, x)
+    remote.expect(lm, "AutoModelForCausalLM", model, x, generate=dict(max_new_tokens=5, do_sample=False))
+    remote.expect(lm, "AutoModel", model.model, x)
+    remote.expect(cls, "AutoModelForSequenceClassification", classifier, x)
+    remote.run()
 
 
-def run_remote(folder, cls_folder, tmp_path):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    # run from tmp_path, not the repo, so nothing local shadows the shipped files
-    result = subprocess.run(
-        [sys.executable, str(script), str(folder), str(cls_folder)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
-
-
-def save_with_expectations(model, folder, cls_folder):
-    from safetensors.torch import save_file
-
-    model.eval().save_pretrained(folder)
-    clf = HfLmGPTForSequenceClassification(model.config).eval()
-    clf.model.load_state_dict(model.model.state_dict())
-    clf.save_pretrained(cls_folder)
-    x = torch.randint(3, model.config.vocab_size, (2, 7))
-    with torch.no_grad():
-        expected = {
-            "input_ids": x,
-            "logits": model(x).logits,
-            "generated": model.generate(x, max_new_tokens=5, do_sample=False, pad_token_id=0),
-            "hidden": model.model(x).last_hidden_state,
-            "cls_logits": clf(x).logits,
-        }
-    save_file({k: v.contiguous() for k, v in expected.items()}, str(folder / "expected.safetensors"))
-
-
-@pytest.mark.parametrize("variant", ["gpt2", "llama", "alibi_mqa"])
-def test_remote_code_round_trip_in_fresh_interpreter(tmp_path, variant):
-    model = HfLmGPTForCausalLM(tiny_gpt_config(**VARIANTS[variant]))
-    folder, cls_folder = tmp_path / "lm", tmp_path / "cls"
-    save_with_expectations(model, folder, cls_folder)
-    run_remote(folder, cls_folder, tmp_path)
+@pytest.mark.parametrize("variant", ["llama", "alibi_mqa"])
+def test_remote_code_round_trip_of_the_variants(tmp_path, variant):
+    """RoPE, RMSNorm, SwiGLU, GQA/MQA and ALiBi from the folder's own code (the default GPT of every
+    head: tests/test_model_properties.py)."""
+    check_remote_gpt(HfLmGPTForCausalLM(tiny_gpt_config(**VARIANTS[variant])), tmp_path)
 
 
 def test_every_saved_model_gets_a_model_card(tmp_path):

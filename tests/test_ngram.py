@@ -4,15 +4,12 @@ Python, normalization, padding, save/load, the remote-code round trip, generate(
 import itertools
 import json
 import math
-import os
-import subprocess
-import sys
-import textwrap
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from remote_code import shipped_files
 from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -314,16 +311,15 @@ def test_sampling_is_seeded_and_follows_the_distribution():
     torch.testing.assert_close(freq, model(prompt).logits.exp()[0, 0], rtol=0, atol=0.04)
 
 
-def test_left_padded_batch_generates_like_each_prompt_alone():
-    model = fit(TOY_SEQS, order=3, pad_token_id=6)
-    alone = model.generate(torch.tensor([[1, 2]]), max_new_tokens=5, do_sample=False)
-    batch = torch.tensor([[6, 6, 1, 2], [3, 1, 2, 0]])
-    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
-    out = model.generate(batch, attention_mask=mask, max_new_tokens=5, do_sample=False)
-    assert torch.equal(out[0, 2:], alone[0])
-
-
 # ---------------------------------------------------------------- saving and loading
+
+
+SHIPPED_NGRAM_FILES = {
+    "hflm_blocks.py",
+    "hflm_configuration_base.py",
+    "hflm_configuration_ngram.py",
+    "hflm_modeling_ngram.py",
+}
 
 
 def test_save_and_load_round_trip(tmp_path):
@@ -341,6 +337,12 @@ def test_save_and_load_round_trip(tmp_path):
     auto = AutoModelForCausalLM.from_pretrained(tmp_path)
     assert isinstance(auto, HfLmNGramForCausalLM)
     assert AutoConfig.from_pretrained(tmp_path).model_type == "hflm_ngram"
+    # the code it ships (loading it as remote code: tests/test_model_properties.py)
+    assert shipped_files(tmp_path) == SHIPPED_NGRAM_FILES
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == {
+        "AutoConfig": "hflm_configuration_ngram.HfLmNGramConfig",
+        "AutoModelForCausalLM": "hflm_modeling_ngram.HfLmNGramForCausalLM",
+    }
 
 
 def test_unfitted_checkpoint_loads_but_refuses_to_score(tmp_path):
@@ -348,71 +350,6 @@ def test_unfitted_checkpoint_loads_but_refuses_to_score(tmp_path):
     loaded = HfLmNGramForCausalLM.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="never fitted"):
         loaded(torch.tensor([[1, 2]]))
-
-
-SHIPPED_NGRAM_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_ngram.py",
-    "hflm_modeling_ngram.py",
-}
-
-REMOTE_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.modules["hf_lm"] = None  # hf_lm must not be importable: everything comes from the folder
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    folder = sys.argv[1]
-    ref = load_file(folder + "/expected.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    assert torch.equal(model(ref["input_ids"]).logits, ref["logits"])
-    out = model.generate(ref["input_ids"], max_new_tokens=5, do_sample=False)
-    assert torch.equal(out, ref["generated"])
-    out = model.generate(ref["input_ids"], max_new_tokens=3, num_beams=3, do_sample=False)
-    assert torch.equal(out, ref["beam"])
-    assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "hflm_ngram"
-    print("REMOTE-OK", type(model).__name__)
-    """
-)
-
-
-def test_remote_code_round_trip_in_fresh_interpreter(tmp_path):
-    from safetensors.torch import save_file
-
-    folder = tmp_path / "ngram"
-    model = fit(TOY_SEQS, order=3, smoothing="modified_kn")
-    model.save_pretrained(folder)
-    assert {p.name for p in folder.glob("*.py")} == SHIPPED_NGRAM_FILES
-    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
-    assert auto_map == {
-        "AutoConfig": "hflm_configuration_ngram.HfLmNGramConfig",
-        "AutoModelForCausalLM": "hflm_modeling_ngram.HfLmNGramForCausalLM",
-    }
-    x = torch.tensor([[3, 1, 2, 0], [7, 1, 2, 4]])
-    expected = {
-        "input_ids": x,
-        "logits": model(x).logits,
-        "generated": model.generate(x, max_new_tokens=5, do_sample=False),
-        "beam": model.generate(x, max_new_tokens=3, num_beams=3, do_sample=False),
-    }
-    save_file({k: v.contiguous() for k, v in expected.items()}, str(folder / "expected.safetensors"))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, str(script), str(folder)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
 
 
 # ---------------------------------------------------------------- errors

@@ -2,13 +2,11 @@
 scheduled sampling, Trainer, saving and remote code, errors, and learning."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from conftest import parameters_after_one_trainer_step
+from remote_code import shipped_files
 
 from hf_lm import HfLmRNNConfig, HfLmRNNForCausalLM, HfLmRNNModel
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS, RecurrentCache
@@ -376,7 +374,8 @@ def test_scheduled_sampling_respects_left_padding_and_the_cache():
 # ---------------------------------------------------------------- losses and Trainer
 
 
-def test_loss_and_num_items_in_batch():
+def test_loss_is_shifted_cross_entropy():
+    """(`num_items_in_batch`: tests/test_model_properties.py.)"""
     model = lm()
     x = ids(4, 8)
     labels = x.clone()
@@ -384,42 +383,18 @@ def test_loss_and_num_items_in_batch():
     out = model(x, labels=labels)
     ref = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1))
     torch.testing.assert_close(out.loss, ref)
-    model(x, labels=x).loss.backward()
-    big = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    for part in x.split(2):
-        model(part, labels=part, num_items_in_batch=torch.tensor(4 * 7)).loss.backward()
-    for a, p in zip(big, model.parameters()):
-        torch.testing.assert_close(a, p.grad, rtol=1e-4, atol=1e-6)
 
 
 def test_trainer_gradient_accumulation_matches_full_batch(tmp_path):
     from datasets import Dataset
-    from transformers import Trainer, TrainingArguments
 
     x = ids(8, 10)
     data = Dataset.from_dict({"input_ids": x.tolist(), "labels": x.tolist()})
-    finals = []
-    for bs, accum in ((8, 1), (4, 2)):
-        model = lm().train()
-        args = TrainingArguments(
-            output_dir=str(tmp_path / f"{bs}"),
-            per_device_train_batch_size=bs,
-            gradient_accumulation_steps=accum,
-            max_steps=1,
-            learning_rate=1e-1,
-            lr_scheduler_type="constant",
-            optim="sgd",
-            report_to=[],
-            save_strategy="no",
-            use_cpu=True,
-            dataloader_drop_last=True,
-            disable_tqdm=True,
-        )
-        Trainer(model=model, args=args, train_dataset=data).train()
-        finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
-    assert not torch.equal(finals[0], torch.cat([p.detach().flatten() for p in lm().parameters()]))
-    torch.testing.assert_close(finals[0], finals[1], rtol=1e-4, atol=1e-6)
+    full, accumulated = parameters_after_one_trainer_step(
+        lambda: lm().train(), data, tmp_path, learning_rate=1e-1
+    )
+    assert not torch.equal(full, torch.cat([p.detach().flatten() for p in lm().parameters()]))
+    torch.testing.assert_close(full, accumulated, rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------- errors
@@ -470,86 +445,15 @@ def test_save_and_load_round_trip(tmp_path, tie):
     assert not any(info.values()), info
     x = ids()
     torch.testing.assert_close(loaded.eval()(x).logits, model(x).logits, rtol=0, atol=0)
-    assert {p.name for p in tmp_path.glob("*.py")} == SHIPPED_RNN_FILES
+    # the code it ships (imports and loading as remote code: tests/test_model_properties.py)
+    assert shipped_files(tmp_path) == SHIPPED_RNN_FILES
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "hflm_configuration_rnn.HfLmRNNConfig",
         "AutoModel": "hflm_modeling_rnn.HfLmRNNModel",
         "AutoModelForCausalLM": "hflm_modeling_rnn.HfLmRNNForCausalLM",
     }
-    for name in SHIPPED_RNN_FILES:
-        for line in (tmp_path / name).read_text().splitlines():
-            if line.startswith(("import ", "from ")):
-                assert line.split()[1].split(".")[0] in {
-                    "torch",
-                    "transformers",
-                    "__future__",
-                    "math",
-                    "os",
-                    "sys",
-                    "collections",
-                    "typing",
-                    "",
-                }, line
     assert "- hflm_rnn" in (tmp_path / "README.md").read_text()
-
-
-REMOTE_SCRIPT = textwrap.dedent(
-    """
-    import sys
-    sys.modules["hf_lm"] = None  # hf_lm must not be importable: everything comes from the folder
-    import torch
-    torch.set_num_threads(1)  # as in the test process, so reductions run in the same order: bitwise equality
-    torch.set_grad_enabled(False)  # as the expectations were made (the fused CPU kernels differ by ~1e-9 with grad)
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
-    folder = sys.argv[1]
-    ref = load_file(folder + "/expected.safetensors")
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    logits = model(ref["input_ids"]).logits
-    assert torch.equal(logits, ref["logits"]), (logits - ref["logits"]).abs().max()
-    assert torch.equal(model.generate(ref["input_ids"], max_new_tokens=5, do_sample=False), ref["greedy"])
-    beams = model.generate(ref["input_ids"], max_new_tokens=5, do_sample=False, num_beams=3)
-    assert torch.equal(beams, ref["beams"])
-    base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
-    assert torch.equal(base(ref["input_ids"]).last_hidden_state, ref["hidden"])
-    assert AutoConfig.from_pretrained(folder, trust_remote_code=True).model_type == "hflm_rnn"
-    print("REMOTE-OK", type(model).__name__)
-    """
-)
-
-
-def test_remote_code_round_trip_in_fresh_interpreter(tmp_path):
-    from safetensors.torch import save_file
-
-    model = lm(cell_type="lstm", embedding_size=12)
-    folder = tmp_path / "lm"
-    model.save_pretrained(folder)
-    x = ids(2, 6)
-    with torch.no_grad():
-        expected = {
-            "input_ids": x,
-            "logits": model(x).logits,
-            "greedy": model.generate(x, max_new_tokens=5, do_sample=False),
-            "beams": model.generate(x, max_new_tokens=5, do_sample=False, num_beams=3),
-            "hidden": model.model(x).last_hidden_state,
-        }
-    save_file({k: v.contiguous() for k, v in expected.items()}, str(folder / "expected.safetensors"))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, str(script), str(folder)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK HfLmRNNForCausalLM" in result.stdout
 
 
 # ---------------------------------------------------------------- learning

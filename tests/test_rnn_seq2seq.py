@@ -3,14 +3,11 @@ loss, generation with and without the recurrent cache, scheduled sampling, Train
 saving and the remote-code round trip, the alignment plot, and learning toy copy/reverse tasks."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 import torch.nn.functional as F
+from remote_code import shipped_files
 from transformers import (
     AutoModel,
     AutoModelForSeq2SeqLM,
@@ -342,7 +339,8 @@ def test_generate_returns_the_attention_weights():
     assert beams.cross_attentions[0][0].shape == (6, 1, 9)  # running beams of every source
 
 
-def test_alignment_plot(tmp_path):
+def test_alignment_plot(tmp_path, drawn_figures):
+    """Each form of the weights draws the matrix it holds (read back from the saved figures)."""
     model = build(attention="bahdanau")
     x, mask = source()
     out = model(
@@ -364,6 +362,19 @@ def test_alignment_plot(tmp_path):
     assert path.read_bytes()[:4] == b"\x89PNG"
     path = plot_alignment(out.cross_attentions[0][0], list("abcdefghi"), list("wxyz"), tmp_path / "t.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+    ramp = torch.arange(12.0).reshape(4, 3) / 12  # rows that differ (an untrained model's are near uniform)
+    plot_alignment(ramp, list("abc"), list("wx"), tmp_path / "r.png")
+    drawn = [figure.axes[0].images[0].get_array() for figure in drawn_figures]
+    expected = [
+        out.cross_attentions[-1][2, :4, :3],  # a forward's weights, trimmed to the labels given
+        torch.cat([step[-1] for step in gen.cross_attentions], dim=-2)[0, :3],  # generate()'s, one row a step
+        out.cross_attentions[0][0],  # a (T_tgt, T_src) matrix as it is
+        ramp[:2],
+    ]
+    assert len(drawn) == len(expected)
+    for image, weights in zip(drawn, expected):
+        torch.testing.assert_close(torch.as_tensor(image), weights.detach().float(), rtol=0, atol=0)
+    assert drawn_figures[1].axes[0].get_title() == "gen"
     with pytest.raises(ValueError, match="source"):
         plot_alignment(out.cross_attentions, list("abcdefghij"), ["w"], tmp_path / "bad.png")
     with pytest.raises(ValueError, match="empty"):
@@ -567,7 +578,8 @@ def test_save_load_round_trip(tmp_path, tied):
     )
     with safe_open(tmp_path / "model.safetensors", "pt") as f:
         assert ("lm_head.weight" in set(f.keys())) != tied  # a tied head is not stored twice
-    assert {p.name for p in tmp_path.glob("*.py")} == SHIPPED
+    # the code it ships (imports and loading as remote code: tests/test_model_properties.py)
+    assert shipped_files(tmp_path) == SHIPPED
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "hflm_configuration_rnn_seq2seq.HfLmRNNSeq2SeqConfig",
@@ -583,57 +595,6 @@ def test_save_load_round_trip(tmp_path, tied):
     )
     card = (tmp_path / "README.md").read_text()
     assert "hflm_rnn_seq2seq" in card and "luong_general" in card
-
-
-REMOTE = textwrap.dedent(
-    """
-    import sys
-    sys.modules["hf_lm"] = None  # hf_lm must not be importable: everything comes from the folder
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoModel, AutoModelForSeq2SeqLM
-    folder = sys.argv[1]
-    ref = load_file(folder + "/expected.safetensors")
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-    out = model.generate(ref["x"], attention_mask=ref["mask"], max_new_tokens=6, num_beams=2)
-    assert torch.equal(out, ref["beam"]), (out, ref["beam"])
-    logits = model(input_ids=ref["x"], attention_mask=ref["mask"], decoder_input_ids=ref["beam"]).logits
-    assert torch.equal(logits, ref["logits"])
-    base = AutoModel.from_pretrained(folder, trust_remote_code=True)
-    assert type(base).__name__ == "HfLmRNNSeq2SeqModel"
-    print("REMOTE-OK")
-    """
-)
-
-
-def test_remote_code_round_trip_in_fresh_interpreter(tmp_path):
-    from safetensors.torch import save_file
-
-    model = build(attention="bahdanau", cell_type="lstm", tie_word_embeddings=True)
-    folder = tmp_path / "rnn"
-    model.save_pretrained(folder)
-    assert {p.name for p in folder.glob("*.py")} == SHIPPED
-    x, mask = source()
-    beam = model.generate(x, attention_mask=mask, max_new_tokens=6, num_beams=2)
-    logits = model(input_ids=x, attention_mask=mask, decoder_input_ids=beam).logits
-    save_file(
-        {"x": x, "mask": mask, "beam": beam.contiguous(), "logits": logits.detach().contiguous()},
-        str(folder / "expected.safetensors"),
-    )
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run(
-        [sys.executable, str(script), str(folder)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
 
 
 def test_translation_pipeline_on_a_saved_folder(tmp_path):

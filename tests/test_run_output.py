@@ -12,6 +12,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
+from remote_code import run_fresh_interpreter
 from safetensors.torch import save_file
 from test_train import TINY as TRAIN_TINY  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -151,16 +152,8 @@ def test_final_folder_loads_without_hf_lm(run, tmp_path):
     expected = tmp_path / "expected.safetensors"
     save_file({"input_ids": ids.contiguous(), "logits": logits.contiguous()}, expected)
 
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOAD, str(final), str(expected), prompt],
-        cwd=tmp_path,  # not the repository root: hf_lm must not be importable from the cwd either
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("OK")
+    stdout = run_fresh_interpreter(REMOTE_LOAD, final, expected, prompt, cwd=tmp_path)
+    assert stdout.strip().endswith("OK")
 
 
 def _push(*args, cwd=REPO_ROOT) -> subprocess.CompletedProcess:

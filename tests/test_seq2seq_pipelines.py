@@ -9,14 +9,11 @@ prefix with the input ids that `generate` actually received.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 from conftest import tiny_gpt_config
+from remote_code import run_fresh_interpreter
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -105,44 +102,30 @@ def randomize(model, eos_scale: float) -> None:
     model.get_output_embeddings().weight[1] *= eos_scale
 
 
-def build_t5(tok):
-    config = T5Config(
-        vocab_size=len(tok),
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_decoder_layers=2,
-        num_heads=4,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-        task_specific_params=TASK_SPECIFIC_PARAMS,
-    )
-    model = T5ForConditionalGeneration(config)
-    randomize(model, eos_scale=3.0)
-    return model.eval()
+# transformers' own T5 and BART at a tiny size: (model class, config class, config, EOS logit scale)
+REFERENCES = {
+    "t5": (
+        T5ForConditionalGeneration,
+        T5Config,
+        dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, pad_token_id=0,
+             eos_token_id=1, decoder_start_token_id=0, task_specific_params=TASK_SPECIFIC_PARAMS),
+        3.0,
+    ),
+    "bart": (
+        BartForConditionalGeneration,
+        BartConfig,
+        dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, bos_token_id=1,
+             eos_token_id=1, decoder_start_token_id=1, forced_eos_token_id=1),  # BART starts decoding with </s>
+        1.0,
+    ),
+}  # fmt: skip
 
 
-def build_bart(tok):
-    config = BartConfig(
-        vocab_size=len(tok),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
-        decoder_start_token_id=1,  # BART starts decoding with </s>
-        forced_eos_token_id=1,
-    )
-    model = BartForConditionalGeneration(config)
-    randomize(model, eos_scale=1.0)
+def build(name: str, tok):
+    model_class, config_class, settings, eos_scale = REFERENCES[name]
+    model = model_class(config_class(vocab_size=len(tok), **settings))
+    randomize(model, eos_scale=eos_scale)
     return model.eval()
 
 
@@ -150,10 +133,10 @@ def build_bart(tok):
 def folders(tmp_path_factory):
     """{"t5": folder, "bart": folder}, each with weights, config, generation config and tokenizer."""
     out = {}
-    for name, build in (("t5", build_t5), ("bart", build_bart)):
+    for name in REFERENCES:
         tok = word_tokenizer()
         folder = tmp_path_factory.mktemp(name)
-        build(tok).save_pretrained(folder)
+        build(name, tok).save_pretrained(folder)
         tok.save_pretrained(folder)
         out[name] = str(folder)
     return out
@@ -539,8 +522,7 @@ def test_rejects_decoder_only_models_and_tokenizers_without_pad(loaded):
 # a saved pipeline ships its code
 # -------------------------------------------------------------------------------------------------
 
-REMOTE_SCRIPT = textwrap.dedent(
-    """
+REMOTE_SCRIPT = """
     import json
     import sys
 
@@ -553,8 +535,7 @@ REMOTE_SCRIPT = textwrap.dedent(
         assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
         assert pipe(outputs["texts"], max_new_tokens=6, **kwargs) == outputs["results"], task
     print("REMOTE-OK")
-    """
-)
+"""
 
 
 def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
@@ -574,17 +555,4 @@ def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
         results = pipe(TEXTS[:2], max_new_tokens=6, **kwargs)
         expected[task] = [str(folder), kwargs, {"texts": TEXTS[:2], "results": results}]
     (tmp_path / "expected.json").write_text(json.dumps(expected))
-    script = tmp_path / "remote.py"
-    script.write_text(REMOTE_SCRIPT)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
-    # run from tmp_path, not the repo, so nothing local shadows the shipped file
-    result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "expected.json")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "REMOTE-OK" in result.stdout
+    assert "REMOTE-OK" in run_fresh_interpreter(REMOTE_SCRIPT, tmp_path / "expected.json", cwd=tmp_path)

@@ -1,6 +1,7 @@
 """The accelerate training loop: outputs, argument files, exact resume after SIGKILL, divergence, DDP."""
 
 import csv
+import functools
 import json
 import math
 import os
@@ -48,12 +49,14 @@ TINY = {
 }
 
 
-def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
+def _argv(output_dir, settings: dict = TINY, **overrides) -> list[str]:
+    """The command-line flags of a run of `settings` (TINY, or another test file's variant of it)."""
+    return as_flags({**settings, "output_dir": str(output_dir), **overrides})
 
 
-def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+def _run(output_dir, settings: dict = TINY, **overrides) -> dict:
+    """`train()` in process, as the command line with these flags would run it."""
+    return train(*parse_args(_argv(output_dir, settings, **overrides)))
 
 
 def _env() -> dict:
@@ -73,13 +76,13 @@ def _fresh_accelerate_state():
     GradientState._reset_state()
 
 
-def test_tiny_run_outputs_and_learns(tmp_path):
+def test_tiny_run_outputs_and_learns(tmp_path, drawn_figures):
     out = tmp_path / "run"
     metrics = _run(out, max_steps=20, report_to=["csv", "tensorboard"])
     final = out / "final"
     for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
         assert (final / name).is_file(), name
-    assert (out / "loss.png").stat().st_size > 0
+    assert (out / "loss.png").stat().st_size > 1000
     assert (out / "tensorboard").is_dir()
     assert metrics["world_size"] == 1 and metrics["step"] == 20
     assert math.isclose(metrics["eval_perplexity"], math.exp(metrics["eval_loss"]))
@@ -88,6 +91,14 @@ def test_tiny_run_outputs_and_learns(tmp_path):
     losses = [float(r["loss"]) for r in rows if r["loss"]]
     assert len(losses) == 10
     assert losses[-1] < losses[0] - 0.5  # from ~ln(300) = 5.7 down
+    # loss.png draws the logged curves (read back from the figure: any PNG has the same magic bytes)
+    (curve_figure,) = drawn_figures
+    lines = {line.get_label(): line for line in curve_figure.axes[0].get_lines()}
+    assert list(lines["train"].get_xdata()) == [int(r["step"]) for r in rows if r["loss"]]
+    assert list(lines["train"].get_ydata()) == pytest.approx(losses)
+    evals = [r for r in rows if r.get("eval_loss")]
+    assert list(lines["eval"].get_xdata()) == [int(r["step"]) for r in evals] == [10, 20]
+    assert list(lines["eval"].get_ydata()) == pytest.approx([float(r["eval_loss"]) for r in evals])
     assert "held-out perplexity" in (final / "README.md").read_text()
     assert json.loads((out / "final_metrics.json").read_text())["step"] == 20
 
@@ -350,6 +361,44 @@ def test_document_mask_run_keeps_attention_inside_documents(tmp_path):
     assert set(blocks) == {"input_ids", "position_ids", "document_ids"}
     starts = blocks["position_ids"] == 0
     assert torch.equal(starts[:, 1:], blocks["document_ids"][:, 1:] != blocks["document_ids"][:, :-1])
+
+
+def spy_on_model_inputs(monkeypatch) -> list[dict]:
+    """Record the tensors each `HfLmGPTForCausalLM.forward` call of a run receives (and whether the model
+    was training), so a test sees what the loop really feeds the model."""
+    calls, forward = [], HfLmGPTForCausalLM.forward
+
+    @functools.wraps(forward)
+    def recording_forward(self, *args, **kwargs):
+        calls.append({"training": self.training, **{k: v for k, v in kwargs.items() if torch.is_tensor(v)}})
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(HfLmGPTForCausalLM, "forward", recording_forward)
+    return calls
+
+
+def assert_document_inputs(calls: list[dict]) -> None:
+    """Every training and evaluation forward got document ids and positions restarting with each document."""
+    assert {call["training"] for call in calls} == {True, False}
+    for call in calls:
+        assert {"document_ids", "position_ids"} <= call.keys(), sorted(call)
+        docs, positions = call["document_ids"], call["position_ids"]
+        assert docs.shape == positions.shape == call["input_ids"].shape
+        assert torch.equal(positions[:, 1:] == 0, docs[:, 1:] != docs[:, :-1])
+    assert any((call["document_ids"][:, -1] > 0).any() for call in calls)  # blocks do span documents
+
+
+def test_document_mask_run_feeds_the_document_ids_to_the_model(tmp_path, monkeypatch):
+    """Through `train()`: the loop passes each block's document ids and positions to every forward
+    (dropping them would silently attend across documents); without --document_mask it passes none."""
+    calls = spy_on_model_inputs(monkeypatch)
+    _run(tmp_path / "docs", max_steps=2, eval_every=2, save_every=2, document_mask=True)
+    assert_document_inputs(calls)
+    calls.clear()
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+    _run(tmp_path / "plain", max_steps=2, eval_every=2, save_every=2)
+    assert calls and not any("document_ids" in call or "position_ids" in call for call in calls)
 
 
 def test_eval_text_units_count_what_the_loss_scores():

@@ -1,42 +1,27 @@
 """The pre-Transformer architectures through the one training loop: `--arch ngram|ffnn|rnn|rnn_seq2seq`,
 truncated BPTT with exact resume, and scheduled sampling."""
 
+import functools
 from pathlib import Path
 
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
+from test_train import TINY as TRAIN_TINY
+from test_train import _argv as train_argv
+from test_train import _run as train_run
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-from training.args import as_flags, parse_args
+from training.args import parse_args
 from training.checkpoint import latest_checkpoint, load_checkpoint
-from training.train import GlobalBatchSampler, build_model, train
+from training.train import GlobalBatchSampler, build_model
 
-TINY = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 1,
-    "hidden_size": 32,
-    "per_device_batch_size": 8,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
-    "eval_every": 10,
-    "eval_batches": 4,
-    "log_every": 2,
-    "save_every": 10,
-    "report_to": ["csv"],
-}
-
-
-def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
-
-
-def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+# test_train's tiny run with one layer and a CSV log (no attention heads: most of these models have none)
+TINY = {**{k: v for k, v in TRAIN_TINY.items() if k != "num_attention_heads"}, "num_hidden_layers": 1}
+TINY["report_to"] = ["csv"]
+_argv = functools.partial(train_argv, settings=TINY)
+_run = functools.partial(train_run, settings=TINY)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,7 @@
 """nanoGPT's recipe as options of the one training loop: random windows, the best checkpoint,
 torch.compile, fused AdamW and TF32 selection, nanoGPT's character split, the ready configurations."""
 
+import functools
 import json
 import math
 import os
@@ -14,9 +15,13 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset
 from safetensors.torch import load_file
+from test_train import TINY as TRAIN_TINY
+from test_train import _argv as train_argv
+from test_train import _run as train_run
+from test_train import assert_document_inputs, spy_on_model_inputs
 
 import training.train as T
-from training.args import as_flags, parse_args
+from training.args import parse_args
 from training.checkpoint import list_checkpoints
 from training.data import tokenize_and_pack
 from training.tokenizer import train_tokenizer
@@ -34,32 +39,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "training" / "configs"
 SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
-# the tiny run of tests/test_train.py: 200 synthetic documents, a 300-token BPE, 2 layers of width 32
-TINY = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "num_attention_heads": 4,
-    "per_device_batch_size": 8,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
-    "eval_every": 2,
-    "eval_batches": 2,
-    "log_every": 2,
-    "save_every": 2,
-    "report_to": ["none"],
-}
-
-
-def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
-
-
-def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+# the tiny run of tests/test_train.py, evaluating and saving every 2 steps
+TINY = {**TRAIN_TINY, "eval_every": 2, "eval_batches": 2, "save_every": 2, "report_to": ["none"]}
+_argv = functools.partial(train_argv, settings=TINY)
+_run = functools.partial(train_run, settings=TINY)
 
 
 def _reset() -> None:
@@ -230,9 +213,11 @@ def test_two_process_random_windows_match_one_process(tmp_path):
         torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=name)
 
 
-def test_random_windows_train_with_document_mask(tmp_path):
+def test_random_windows_train_with_document_mask(tmp_path, monkeypatch):
+    calls = spy_on_model_inputs(monkeypatch)
     metrics = _run(tmp_path / "run", sampling="random_windows", document_mask=True, max_steps=4)
     assert math.isfinite(metrics["eval_loss"])
+    assert_document_inputs(calls)  # each window's own document ids and positions reach the model
     assert "random windows" in (tmp_path / "run" / "final" / "README.md").read_text()
 
 

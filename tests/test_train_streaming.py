@@ -12,7 +12,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset, IterableDataset
-from test_train import _argv, _run, _weights
+from test_train import _argv, _run, _weights, assert_document_inputs, spy_on_model_inputs
 
 import training.train as train_module
 from training.args import parse_args
@@ -202,6 +202,14 @@ def test_streaming_reads_a_bounded_prefix_of_an_endless_corpus(tmp_path, monkeyp
 # ----------------------------------------------------------------------------------------------
 # Streaming runs
 # ----------------------------------------------------------------------------------------------
+
+
+def test_streaming_document_mask_run_feeds_the_document_ids_to_the_model(jsonl, tmp_path, monkeypatch):
+    calls = spy_on_model_inputs(monkeypatch)
+    _run(
+        tmp_path / "run", dataset=jsonl, max_steps=2, eval_every=2, save_every=2, document_mask=True, **STREAM
+    )
+    assert_document_inputs(calls)
 
 
 def test_streaming_run_trains_and_reports_bits(jsonl, tmp_path):

@@ -1,0 +1,343 @@
+"""One suite of model properties, run over every model class of every family (as transformers'
+`ModelTesterMixin` does), so that a property holds everywhere or fails naming the class.
+
+`hf_lm.testing.FAMILY_CASES` has a tiny model and a valid batch for each registered class. Properties:
+
+- save/load in process, and remote code: every class saved and reloaded with `trust_remote_code=True`
+  in ONE fresh interpreter where `hf_lm` cannot be imported (tests/remote_code.py), giving the
+  in-process outputs, greedy and beam tokens; shipped code imports only torch, transformers, the
+  standard library and its siblings;
+- generation: cached equals uncached (greedy and beam), and a static cache equals the dynamic one
+  where the class supports it (`_can_compile_fullgraph`);
+- padding: a padded row gives what the row gives alone (forward of every head, and `generate()`);
+- `resize_token_embeddings` keeps forward working, new ids included;
+- feature extraction from `input_ids` alone where transformers' counterpart allows it;
+- contiguous logits (so `.view(-1, V)` works) for every batch size;
+- `num_items_in_batch`: the token losses are summed and divided by it, as transformers' are;
+- dtype moves: `.to(torch.float64)` gives float64 outputs equal to fp32's.
+
+Covered by sweeps over the same cases elsewhere (not repeated here): bad input gets a `ValueError`
+naming the argument (tests/test_bad_input.py), bf16 weights and autocast (tests/test_precision.py),
+and a move to an accelerator (tests/test_device_placement.py, on a simulated device).
+
+A property that fails today because of a model bug is marked `xfail(strict=True)` with the bug, so the
+fix turns it into a failure until the mark is removed.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
+
+import hf_lm
+from hf_lm.testing import FAMILY_CASES, VOCAB
+
+AUTO_CLASS = {model: auto.__name__ for _, models in hf_lm._REGISTRY for auto, model in models}
+GENERATING = [case for case in FAMILY_CASES if case.generates]
+
+# the model bugs this suite found: case name -> reason, per property
+RESIZE_BUGS = {
+    "ffnn-causal-lm": "FFNN: resize_token_embeddings leaves the direct connections (V_old, n*m) behind: "
+    "forward adds (B, T, V_old) to (B, T, V_new) logits",
+}
+FEATURE_EXTRACTION_BUGS = {
+    "bart": "HfLmBartModel refuses input_ids alone; transformers' BartModel shifts them into decoder inputs",
+}
+CONTIGUITY_BUGS = {
+    name: "VocabProjection returns a transposed view for 2-4 rows on CPU: logits are not contiguous"
+    for name in ("gpt-causal-lm", "t5-seq2seq-lm", "bart-seq2seq-lm")
+}
+
+
+def cases(selected=FAMILY_CASES, xfail: dict[str, str] | None = None) -> list:
+    """`selected` as pytest params named after the case, the known bugs marked strict xfail."""
+    xfail = xfail or {}
+    return [
+        pytest.param(case, id=case.name, marks=[pytest.mark.xfail(strict=True, reason=xfail[case.name])])
+        if case.name in xfail
+        else pytest.param(case, id=case.name)
+        for case in selected
+    ]
+
+
+TARGETS = ("labels", "next_sentence_label", "start_positions", "end_positions")
+
+
+def inputs_only(case, batch: dict) -> dict:
+    """The model inputs of a batch without its targets (the loss is a batch mean, not a row's); an
+    encoder-decoder LM gets its labels as decoder inputs (padding where they are -100)."""
+    inputs = {k: v for k, v in batch.items() if k not in TARGETS}
+    if case.model_class.__name__.endswith("ForConditionalGeneration"):
+        labels = batch["labels"]
+        inputs["decoder_input_ids"] = labels.masked_fill(labels == -100, case.make_config().pad_token_id)
+        inputs["decoder_attention_mask"] = (labels != -100).long()
+    return inputs
+
+
+def tensors(output) -> dict[str, torch.Tensor]:
+    """The tensor fields of a model output (not the loss, caches or per-layer tuples)."""
+    return {k: v for k, v in output.items() if torch.is_tensor(v) and k != "loss"}
+
+
+# ---------------------------------------------------------------- saving, loading, remote code
+
+
+@pytest.mark.parametrize("case", cases())
+def test_save_and_load_give_the_same_outputs(case, tmp_path):
+    model = case.make_model()
+    batch = case.make_batch()
+    model.save_pretrained(tmp_path)
+    loaded, info = case.model_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys
+    with torch.no_grad():
+        expected, got = model(**batch), loaded.eval()(**batch)
+    for key, value in tensors(expected).items():  # not bitwise: alignment may change a kernel's sum order
+        torch.testing.assert_close(got[key], value, rtol=1e-6, atol=1e-6, msg=key)
+    assert type(getattr(hf_lm, AUTO_CLASS[case.model_class]).from_pretrained(tmp_path)) is case.model_class
+    assert_shipped_code_imports_only_torch_and_transformers(tmp_path)
+
+
+NO_ATTENTION = ["rnn-causal-lm", "rnn-seq2seq-lm", "ffnn-causal-lm", "ngram-causal-lm"]
+SHIPS_ATTENTION_BUG = "hflm_blocks.py (attention, RoPE, ALiBi) ships with every family's folder (issue 15)"
+
+
+@pytest.mark.parametrize(
+    "case",
+    cases(
+        [c for c in FAMILY_CASES if c.name in NO_ATTENTION],
+        xfail=dict.fromkeys(NO_ATTENTION, SHIPS_ATTENTION_BUG),
+    ),
+)
+def test_families_without_attention_ship_no_attention_code(case, tmp_path):
+    """A folder ships only the code its family uses: no attention kernels next to an LSTM's weights."""
+    case.make_model().save_pretrained(tmp_path)
+    shipped = "".join(path.read_text() for path in tmp_path.glob("*.py"))
+    assert "scaled_dot_product_attention" not in shipped and "rotary" not in shipped.lower()
+
+
+def test_every_class_loads_as_remote_code_in_a_fresh_interpreter(tmp_path):
+    """All classes in one interpreter without hf_lm: forward (every output tensor), greedy and beam search
+    from the folder's own code give the in-process model's outputs."""
+    remote = RemoteCode(tmp_path)
+    for case in FAMILY_CASES:
+        model, batch = case.make_model(), case.make_batch()
+        folder = remote.save(model, case.name)
+        auto = AUTO_CLASS[case.model_class]
+        remote.expect(folder, auto, model, batch)
+        if case.generates:
+            for beams in (1, 2):
+                search = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=beams)
+                remote.expect(folder, auto, model, case.prompt(batch), generate=search)
+    remote.run()
+
+
+# ---------------------------------------------------------------- generation
+
+
+def _generate(model, prompt, **kwargs):
+    out = model.generate(
+        **prompt,
+        max_new_tokens=4,
+        min_new_tokens=4,
+        do_sample=False,
+        output_logits=True,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+    return out.sequences, torch.stack(out.logits)
+
+
+@pytest.mark.parametrize("beams", [1, 2], ids=["greedy", "beam"])
+@pytest.mark.parametrize("case", cases(GENERATING))
+def test_cached_generation_equals_uncached(case, beams):
+    model, prompt = case.make_model(), case.prompt(case.make_batch())
+    tokens, logits = _generate(model, prompt, num_beams=beams, use_cache=True)
+    tokens_uncached, logits_uncached = _generate(model, prompt, num_beams=beams, use_cache=False)
+    assert torch.equal(tokens, tokens_uncached)
+    torch.testing.assert_close(logits, logits_uncached, atol=1e-5, rtol=1e-5)
+
+
+STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]
+
+
+def test_the_static_cache_families_are_the_attention_families():
+    assert {case.name for case in STATIC} == {"gpt-causal-lm", "t5-seq2seq-lm", "bart-seq2seq-lm"}
+
+
+@pytest.mark.parametrize("beams", [1, 2], ids=["greedy", "beam"])
+@pytest.mark.parametrize("case", cases(STATIC))
+def test_static_cache_generation_equals_dynamic(case, beams):
+    model, prompt = case.make_model(), case.prompt(case.make_batch())
+    tokens, logits = _generate(model, prompt, num_beams=beams)
+    tokens_static, logits_static = _generate(model, prompt, num_beams=beams, cache_implementation="static")
+    assert torch.equal(tokens, tokens_static)
+    torch.testing.assert_close(logits, logits_static, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- padding
+
+
+def _alone(batch: dict, row: int) -> dict:
+    """Row `row` of a batch as a batch of one, its padding removed (each mask removes its own inputs')."""
+    source = batch["attention_mask"][row].reshape(-1, batch["attention_mask"].shape[-1])[0].bool()
+    target = batch.get("decoder_attention_mask")
+    target = target[row].bool() if target is not None else None
+    alone = {}
+    for key, value in batch.items():
+        keep = target if key.startswith("decoder_") else source
+        alone[key] = value[row : row + 1][..., keep]
+    return alone, source, target
+
+
+@pytest.mark.parametrize("case", cases())
+def test_a_padded_row_gives_what_it_gives_alone(case):
+    """Every output of the padded row 1 (at its real positions) equals that of the row alone."""
+    model = case.make_model()
+    batch = inputs_only(case, case.make_batch())
+    alone, source, target = _alone(batch, 1)
+    with torch.no_grad():
+        padded, single = tensors(model(**batch)), tensors(model(**alone))
+    assert padded.keys() == single.keys() and padded
+    for key, value in padded.items():
+        row = value[1]
+        if row.dim() and row.shape != single[key][0].shape:  # a sequence dimension: keep the real positions
+            keep = source if row.shape[0] == source.numel() else target
+            row = row[keep]
+        torch.testing.assert_close(row, single[key][0], atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("case", cases(GENERATING))
+def test_a_padded_prompt_generates_what_it_generates_alone(case):
+    model, prompt = case.make_model(), case.prompt(case.make_batch())
+    alone, _, _ = _alone(prompt, 1)
+    tokens, _ = _generate(model, prompt)
+    tokens_alone, _ = _generate(model, alone)
+    new = (
+        tokens_alone.shape[1] if model.config.is_encoder_decoder else 4
+    )  # a decoder-only output has the prompt
+    assert torch.equal(tokens[1, -new:], tokens_alone[0, -new:])
+
+
+# ---------------------------------------------------------------- embeddings and features
+
+
+RESIZABLE = [case for case in FAMILY_CASES if case.name != "ngram-causal-lm"]  # counts, no embeddings
+
+
+@pytest.mark.parametrize("case", cases(RESIZABLE, xfail=RESIZE_BUGS))
+def test_resize_token_embeddings_keeps_forward_working(case):
+    model, batch = case.make_model(), case.make_batch()
+    with torch.no_grad():
+        before = tensors(model(**batch))
+    model.resize_token_embeddings(VOCAB + 8, mean_resizing=False)
+    assert model.config.vocab_size == VOCAB + 8
+    new_id = batch["input_ids"].clone()
+    new_id[(0,) * (new_id.dim() - 1) + (-1,)] = VOCAB + 5  # an id that exists only after resizing
+    with torch.no_grad():
+        after = tensors(model(**{**batch, "input_ids": new_id}))
+    for key, value in before.items():
+        vocab_sized = value.shape[-1] == VOCAB and "logits" in key
+        expected = (*value.shape[:-1], VOCAB + 8) if vocab_sized else value.shape
+        assert after[key].shape == expected, key
+        assert torch.isfinite(after[key]).all(), key
+
+
+BARE = [case for case in FAMILY_CASES if AUTO_CLASS[case.model_class] == "AutoModel"]
+
+
+def test_every_family_has_a_bare_model():
+    assert {case.name for case in BARE} == {"gpt", "bert", "t5", "bart", "rnn", "rnn-seq2seq", "ffnn"}
+
+
+@pytest.mark.parametrize("case", cases(BARE, xfail=FEATURE_EXTRACTION_BUGS))
+def test_feature_extraction_from_input_ids_alone(case):
+    """What the feature-extraction pipeline calls: `AutoModel(input_ids, attention_mask)`. transformers'
+    BartModel shifts the ids into decoder inputs; T5Model refuses (so do ours, and the RNN encoder-decoder,
+    with a ValueError that says what to pass)."""
+    model, batch = case.make_model(), case.make_batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    if case.name in ("t5", "rnn-seq2seq"):
+        with pytest.raises(ValueError, match="decoder_input_ids"):
+            model(input_ids=ids, attention_mask=mask)
+        return
+    hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert hidden.shape[:2] == ids.shape and torch.isfinite(hidden).all()
+
+
+# ---------------------------------------------------------------- outputs and losses
+
+
+def _first_tokens(case, batch: dict, n: int) -> dict:
+    """Row 0's first `n` tokens (row 0 is never padded), so a head projects 1 x n rows (x choices)."""
+    return {k: v[:1, ..., :n] for k, v in inputs_only(case, batch).items() if v.dim() >= 2}
+
+
+@pytest.mark.parametrize("case", cases(xfail=CONTIGUITY_BUGS))
+def test_logits_are_contiguous_for_every_batch_size(case):
+    model, batch = case.make_model(), case.make_batch()
+    for n in (1, 2, 3, 4, 5):
+        with torch.no_grad():
+            out = model(**_first_tokens(case, batch, n))
+        for key, value in tensors(out).items():
+            if "logits" in key:
+                assert value.is_contiguous(), (key, n, value.stride())
+
+
+TOKEN_LOSSES = [
+    case
+    for case in FAMILY_CASES
+    if "labels" in case.make_batch()
+    and case.make_batch()["labels"].dim() >= 2
+    and "pretraining" not in case.name
+]
+
+
+def test_token_losses_cover_every_token_level_head():
+    assert {case.name for case in TOKEN_LOSSES} == {
+        "gpt-causal-lm",
+        "bert-mlm",
+        "bert-token-cls",
+        "t5-seq2seq-lm",
+        "bart-seq2seq-lm",
+        "rnn-causal-lm",
+        "rnn-seq2seq-lm",
+        "ngram-causal-lm",
+        "ffnn-causal-lm",
+    }
+
+
+@pytest.mark.parametrize("case", cases(TOKEN_LOSSES))
+def test_num_items_in_batch_turns_the_mean_into_a_sum_over_it(case):
+    """With `num_items_in_batch=N` the loss is the sum of the token losses / N (transformers' Trainer
+    passes the count over all accumulated micro-batches, so accumulation equals one big batch)."""
+    model, batch = case.make_model(), case.make_batch()
+    assert "kwargs" in inspect.signature(model.forward).parameters
+    labels = batch["labels"]
+    if case.model_class.__name__.endswith("ForCausalLM"):
+        labels = labels[:, 1:]  # the model shifts: the first token predicts nothing
+    count = int((labels != -100).sum())
+    with torch.no_grad():
+        mean = model(**batch).loss
+        for n in (count, 3 * count, 7):
+            loss = model(**batch, num_items_in_batch=torch.tensor(n)).loss
+            torch.testing.assert_close(loss * n, mean * count, atol=1e-5, rtol=1e-5, msg=f"{n}")
+
+
+# ---------------------------------------------------------------- dtype moves
+
+
+@pytest.mark.parametrize("case", cases())
+def test_float64_outputs_equal_float32_outputs(case):
+    model, batch = case.make_model(), case.make_batch()
+    with torch.no_grad():
+        expected = tensors(model(**batch))
+        model.to(torch.float64)
+        got = tensors(model(**batch))
+    has_weights = any(p.is_floating_point() for p in model.parameters())  # the n-gram model has counts only
+    for key, value in expected.items():
+        if value.is_floating_point():
+            assert got[key].dtype == (torch.float64 if has_weights else value.dtype), key
+            torch.testing.assert_close(got[key].float(), value, atol=1e-5, rtol=1e-4, msg=key)
