@@ -30,12 +30,13 @@ import inspect
 
 import pytest
 import torch
+import transformers
 from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
 
-import hf_lm
+from hf_lm.families import all_heads
 from hf_lm.testing import FAMILY_CASES, VOCAB
 
-AUTO_CLASS = {model: auto.__name__ for _, models in hf_lm._REGISTRY for auto, model in models}
+AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}
 GENERATING = [case for case in FAMILY_CASES if case.generates]
 
 # the model bugs this suite found: case name -> reason, per property
@@ -96,7 +97,10 @@ def test_save_and_load_give_the_same_outputs(case, tmp_path):
         expected, got = model(**batch), loaded.eval()(**batch)
     for key, value in tensors(expected).items():  # not bitwise: alignment may change a kernel's sum order
         torch.testing.assert_close(got[key], value, rtol=1e-6, atol=1e-6, msg=key)
-    assert type(getattr(hf_lm, AUTO_CLASS[case.model_class]).from_pretrained(tmp_path)) is case.model_class
+    assert (
+        type(getattr(transformers, AUTO_CLASS[case.model_class]).from_pretrained(tmp_path))
+        is case.model_class
+    )
     assert_shipped_code_imports_only_torch_and_transformers(tmp_path)
 
 
