@@ -65,13 +65,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):  # make `training`, `hf_lm` and `bench_common` importable
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
+    command_line,
+    REPO_ROOT,
     available_cores,
     comma_list,
     cpu_model,
@@ -80,7 +76,7 @@ from bench_common import (  # noqa: E402
     pyplot,
     versions,
 )
-from bench_common import markdown_table as render_table  # noqa: E402
+from benchmarks.bench_common import markdown_table as render_table
 
 logger = logging.getLogger("ablations")
 
@@ -772,9 +768,7 @@ def main(argv: list[str] | None = None) -> dict:
     env["load_average_end"] = load_average()
     report = {
         "task": "Tiny Shakespeare, character level: GPT-style ablations, one component at a time",
-        "command": shlex.join([sys.executable, *sys.argv])
-        if argv is None
-        else shlex.join(["ablations.py", *argv]),
+        "command": command_line(__spec__.name, argv),
         "smoke": args.smoke,
         "runs_working_directory": str(REPO_ROOT),  # every run's command is run from here
         "git_revision": git_revision(),

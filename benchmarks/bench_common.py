@@ -30,11 +30,14 @@ import gc
 import importlib
 import json
 import logging
+import math
 import os
 import platform
 import resource
 import shlex
+import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -210,6 +213,262 @@ def alternating_rounds(
 
 
 # --------------------------------------------------------------------------------------------
+# A/B timing on a CPU: contention, CPU time, summaries (bench_gpt, bench_bert, bench_seq2seq)
+# --------------------------------------------------------------------------------------------
+
+
+def cpu_pressure() -> dict | None:
+    """Linux PSI for the CPU: `some` = share of time at least one runnable task waited for a CPU.
+
+    On an otherwise idle machine a run with threads == cores keeps it near 0; anything else running
+    (other jobs, test suites) shows up here, and it distorts timings, OpenMP-threaded ones badly.
+    """
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    return {
+        "avg10": float(fields["avg10"]),
+        "avg60": float(fields["avg60"]),
+        "total_us": int(fields["total"]),
+    }
+
+
+class Contention:
+    """Share of a phase's wall time during which some task waited for a CPU (from PSI), and load."""
+
+    def __enter__(self):
+        self.p0, self.t0 = cpu_pressure(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.t0
+        p1 = cpu_pressure()
+        self.result = {"wall_s": wall, "loadavg_end": load_average()}
+        if self.p0 and p1:
+            self.result["cpu_pressure_share"] = (p1["total_us"] - self.p0["total_us"]) / 1e6 / wall
+        return False
+
+
+def wait_for_idle(max_wait_s: float, threshold: float = 5.0) -> float:
+    """Wait (at most `max_wait_s`) until PSI cpu `some avg10` drops below `threshold` percent."""
+    t0 = time.perf_counter()
+    while max_wait_s > 0 and time.perf_counter() - t0 < max_wait_s:
+        p = cpu_pressure()
+        if p is None or p["avg10"] < threshold:
+            break
+        time.sleep(2.0)
+    return time.perf_counter() - t0
+
+
+def busy_note(result: dict) -> str:
+    """The printed note on a phase's CPU contention (a `Contention` result); "" where PSI is missing."""
+    share = result.get("cpu_pressure_share")
+    if share is None:
+        return ""
+    note = f" (CPU pressure {share:.0%} of the time"
+    if share > 0.05:
+        note += "; the machine was busy: timings are noisy, ratios from alternating rounds less so"
+    return note + ")"
+
+
+def environment(threads: int) -> dict:
+    """Versions, threads, cores, CPU and its load: the `environment` of every A/B benchmark's JSON."""
+    import torch
+
+    return {
+        **versions("torch", "transformers"),
+        "python": platform.python_version(),
+        "threads": threads,
+        "cores_available": available_cores(),
+        "cpu_model": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "platform": platform.platform(),
+        "loadavg_start": load_average(),
+        "cpu_pressure_start": cpu_pressure(),
+    }
+
+
+def environment_line(env: dict) -> str:
+    """The line an A/B benchmark prints first: versions, threads and CPU."""
+    return (
+        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
+        f"{env['cpu_model']} ({env['cpu_capability']})"
+    )
+
+
+def time_alternating(fns: Mapping[str, Callable[[], object]], rounds: int, reps: int, warmup: int) -> dict:
+    """Per call of each function, one sample per round (the order alternates every round):
+    wall seconds, and this process's user/system CPU seconds and minor page faults (getrusage).
+
+    The CPU counterpart of `alternating_rounds`: on a shared CPU the work a side does (its CPU time)
+    is steadier than its wall time, and page faults show a side that allocates more per call.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    names = list(fns)
+    samples = {name: {"wall_s": [], "user_s": [], "sys_s": [], "minor_faults": []} for name in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            gc.collect()
+            ru0 = resource.getrusage(resource.RUSAGE_SELF)
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fns[name]()
+            wall = time.perf_counter() - t0
+            ru1 = resource.getrusage(resource.RUSAGE_SELF)
+            s = samples[name]
+            s["wall_s"].append(wall / reps)
+            s["user_s"].append((ru1.ru_utime - ru0.ru_utime) / reps)
+            s["sys_s"].append((ru1.ru_stime - ru0.ru_stime) / reps)
+            s["minor_faults"].append((ru1.ru_minflt - ru0.ru_minflt) / reps)
+    return samples
+
+
+def summarize(samples: dict, units_per_call: float) -> dict:
+    """Median, min and max seconds per call, throughput (`units_per_call` / median), median CPU
+    times and page faults of one side's `time_alternating` samples (kept under `samples`)."""
+    wall = samples["wall_s"]
+    med = statistics.median(wall)
+    return {
+        "median_s": med,
+        "min_s": min(wall),
+        "max_s": max(wall),
+        "throughput": units_per_call / med,
+        "median_user_s": statistics.median(samples["user_s"]),
+        "median_sys_s": statistics.median(samples["sys_s"]),
+        "median_minor_faults": statistics.median(samples["minor_faults"]),
+        "samples": samples,
+    }
+
+
+def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
+    """`summarize` plus the median CPU time (user + sys) per call: on a shared machine the work a
+    side does is steadier than its wall time, which includes waiting for a CPU."""
+    result = summarize(samples, units_per_call)
+    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
+    return result
+
+
+def timed_phase(
+    fns: Mapping[str, Callable[[], object]],
+    args,
+    reps: int,
+    units: float,
+    contention: dict,
+    key: str,
+    label: str | None = None,
+    summary: Callable[[dict, float], dict] = summarize_with_cpu,
+) -> dict:
+    """One timed phase of an A/B benchmark: wait for an idle CPU (`--wait-idle`), time the sides
+    alternately (`--rounds`, `reps` calls per sample, `--warmup`), record the contention under
+    `contention[key]`, print the time it took (as `label`, default `  key`).
+
+    Returns:
+        `{side: summary(samples, units)}`; `units` is what one call processes (tokens, positions).
+    """
+    t0 = time.perf_counter()
+    contention["waited_s"][key] = wait_for_idle(args.wait_idle)
+    with Contention() as c:
+        samples = time_alternating(fns, args.rounds, reps, args.warmup)
+    contention[key] = c.result
+    label = f"  {key}" if label is None else label
+    print(f"{label} timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
+    return {side: summary(s, units) for side, s in samples.items()}
+
+
+def make_train_step(model, batch: Mapping, lr: float):
+    """The A/B benchmarks' training step on a fixed batch (which holds the labels): forward,
+    backward, AdamW step, `zero_grad`; returns the detached loss. `step.optimizer` is the AdamW,
+    for its state's size."""
+    import torch
+
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+
+    def step():
+        loss = model(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    step.optimizer = opt
+    return step
+
+
+# --------------------------------------------------------------------------------------------
+# A/B results: rows, ratios, the table, the JSON report
+# --------------------------------------------------------------------------------------------
+
+AB_METHOD = (
+    "{design} alternating rounds in one process after warm-up, median per side; {order}. "
+    "Contention: share of each phase's wall time with a task waiting for a CPU (/proc/pressure/cpu). "
+    "Memory: fresh subprocess per {memory}, peak RSS above the pre-workload RSS (VmHWM reset via "
+    "/proc/self/clear_refs)."
+)
+
+
+def metric_row(values: dict, unit: str, higher_is_better: bool) -> dict:
+    """One row of an A/B benchmark's `results`: a value per side, its unit and which way is better."""
+    return {**values, "unit": unit, "higher_is_better": higher_is_better}
+
+
+def metric_cell(value: float, unit: str) -> str:
+    """A value of an A/B table in its unit: bytes as MiB, seconds as ms, GFLOP/s with two decimals,
+    counts and throughputs as whole numbers."""
+    if unit == "MiB":
+        return f"{value / 2**20:.1f}"
+    if unit == "ms":
+        return f"{value * 1e3:.1f}"
+    if unit == "GFLOP/s":
+        return f"{value:.2f}"
+    return f"{value:,.0f}"
+
+
+def ratio_cell(ratio: float | None) -> str:
+    """A ratio cell: three decimals, "n/a" where the denominator was zero."""
+    return "n/a" if ratio is None else f"{ratio:.3f}"
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None where either is missing or not finite, or b is zero."""
+    if a is None or b is None or not b or not math.isfinite(a) or not math.isfinite(b):
+        return None
+    return a / b
+
+
+def error_text(err: BaseException) -> str:
+    """A failure as one line for a table or a JSON field: its type, message, at most 400 characters."""
+    lines = f"{type(err).__name__}: {err}".strip().splitlines()
+    return " ".join(line.strip() for line in lines[:3])[:400]
+
+
+def flops_line(flops: dict) -> str:
+    """The printed FLOPs of one training step per side (`count_train_step_flops` results)."""
+    return "FLOPs per training step (forward + backward, optimizer not counted): " + ", ".join(
+        f"{side} {counted['total'] / 1e9:.2f} G" for side, counted in flops.items()
+    )
+
+
+def write_ab_report(path: str | Path, env: dict, args, body: dict, profiles: list[str], method: str) -> None:
+    """Write an A/B benchmark's JSON: `environment`, `args` (those not starting with "_"), then
+    `body`'s sections in order, `profiles` and `method`; print where it went."""
+    path = Path(path)
+    report = {
+        "environment": env,
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        **body,
+        "profiles": profiles,
+        "method": method,
+    }
+    path.write_text(json.dumps(report, indent=2, default=str))
+    print(f"\nwrote {path}")
+
+
+# --------------------------------------------------------------------------------------------
 # Peak memory, measured in a fresh process
 # --------------------------------------------------------------------------------------------
 
@@ -290,10 +549,71 @@ def run_json_worker(cmd: list[str], what: str, timeout: float | None = None) -> 
         RuntimeError: naming `what`, with the end of the worker's stderr, if it exits non-zero.
     """
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=timeout)
+    proc = subprocess.run(  # from the repository root, where `python -m benchmarks.<script>` is found
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False, timeout=timeout
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def tensor_bytes(tensors) -> int:
+    """Bytes of the distinct tensors among `tensors` (a tensor seen twice, as tied weights are, once)."""
+    import torch
+
+    seen, total = set(), 0
+    for t in tensors:
+        if torch.is_tensor(t) and t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """Bytes of an optimizer's state tensors (AdamW: both moments and the step counts)."""
+    return tensor_bytes(t for state in optimizer.state.values() for t in state.values())
+
+
+def memory_rows(train: dict, sides, steps: int, suffix: str = "") -> dict:
+    """The `results` rows of the training memory workers (`train`: side -> worker result):
+    parameters + AdamW state, and the peak RSS of `steps` training steps above baseline."""
+    return {
+        f"parameters + AdamW state{suffix}": metric_row(
+            {s: train[s]["param_bytes"] + train[s]["optimizer_state_bytes"] for s in sides}, "MiB", False
+        ),
+        f"train peak RSS above baseline ({steps} steps){suffix}": metric_row(
+            {s: train[s]["peak_rss_delta_bytes"] for s in sides}, "MiB", False
+        ),
+    }
+
+
+def worker_memory(
+    model,
+    workload: str,
+    make_step: Callable[[], Callable[[], object]],
+    make_other: Callable[[], Callable[[], object]],
+    steps: int,
+    trim: bool = False,
+) -> dict:
+    """What an A/B benchmark's memory worker reports for one side: the parameter bytes, then the
+    peak RSS (`measure_peak_rss`) of `steps` training steps (`make_step()`, with the AdamW state's
+    bytes) for `workload` "train", else of one call of `make_other()` (generation, inference)."""
+    result = {"param_bytes": tensor_bytes(model.parameters())}
+    if workload != "train":
+        result.update(measure_peak_rss(make_other(), 1, trim=trim))
+        return result
+    step = make_step()
+    result.update(measure_peak_rss(step, steps, trim=trim))
+    result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
+    return result
+
+
+def memory_worker_command(module: str, workload: list[str], args, options: list[str]) -> list[str]:
+    """The command that reruns `python -m module` as a memory worker for `workload`
+    (`--_memory-worker ...`), passing on the `options` of `args` (the ones it needs to rebuild the
+    same model and inputs). `run_json_worker` runs it."""
+    cmd = [sys.executable, "-m", module, "--_memory-worker", *workload]
+    return cmd + [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in options]
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,9 +662,29 @@ def add_preset_options(parser: argparse.ArgumentParser, presets: dict, helps: di
         )
 
 
-def command_line(module: str, argv: list[str]) -> str:
-    """The shell command that reproduces an in-process run: `python -m module argv...`."""
-    return shlex.join(["python", "-m", module, *argv])
+def command_line(module: str, argv: list[str] | None = None) -> str:
+    """The shell command that reproduces a run: `python -m module argv...` (None: this process's
+    own arguments, `sys.argv[1:]`)."""
+    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+
+
+def add_warmup_and_memory_options(p: argparse.ArgumentParser) -> None:
+    """`--warmup`, `--memory-steps`, `--no-memory`: the same in every A/B benchmark."""
+    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
+    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
+
+
+def add_machine_options(p: argparse.ArgumentParser) -> None:
+    """`--threads`, `--seed`, `--wait-idle`: the same in every A/B benchmark."""
+    p.add_argument("--threads", type=int, default=available_cores())
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -83,7 +83,6 @@ import copy
 import datetime
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -91,25 +90,15 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CompileConfig, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutput
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from transformers import CompileConfig, GPT2LMHeadModel  # noqa: E402
-from transformers.modeling_outputs import CausalLMOutput  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_bert  # noqa: E402
-import bench_gpt  # noqa: E402
-import bench_seq2seq  # noqa: E402
-from bench_common import (  # noqa: E402
+from benchmarks import bench_bert, bench_gpt, bench_seq2seq
+from benchmarks.bench_common import (
+    command_line,
     DEVICE_CHOICES,
     accelerator_info,
     add_preset_options,
@@ -121,9 +110,8 @@ from bench_common import (  # noqa: E402
     resolve,
     resolve_device,
 )
-from peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops  # noqa: E402
-
-from hf_lm.models.hflm_blocks import lm_loss  # noqa: E402
+from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
+from hf_lm.models.hflm_blocks import lm_loss
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
 
@@ -1250,7 +1238,7 @@ def main(argv: list[str] | None = None) -> int:
         compile_backend=backend,
     )  # fmt: skip
     rows = plan_rows(settings)
-    command = " ".join(["python", "benchmarks/bench_gpu.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__spec__.name, argv)
     run = dict(
         smoke=args.smoke, command=command, environment=env, accelerator=acc, sections=sections, seed=args.seed,
         compile_backend=backend, compile_note=compile_note, start=start, failures={},

@@ -56,24 +56,15 @@ import argparse
 import datetime
 import json
 import logging
-import os
 import shlex
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import torch  # noqa: E402
-from bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
     add_preset_options,
     bar_chart,
     command_line,
@@ -560,9 +551,7 @@ def main(argv: list[str] | None = None) -> dict:
             "preset": "bert",
         },
         "pretraining": pretraining,
-        "command": shlex.join(
-            ["python", "benchmarks/leaderboard_sst2.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": command_line(__spec__.name, argv),
         "entries": rows,
         "references": [
             {"model": model, "short": short, "accuracy": accuracy, "approximate": True, "published": True}

@@ -46,11 +46,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:  # bench_common, however this file is loaded
-    sys.path.insert(0, str(BENCH_DIR))
-
-from bench_common import available_cores, comma_list, device_synchronizer  # noqa: E402
+from benchmarks.bench_common import available_cores, comma_list, device_synchronizer
 
 logger = logging.getLogger("peak_flops")
 
