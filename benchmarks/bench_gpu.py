@@ -96,17 +96,21 @@ from torch import nn
 from transformers import CompileConfig, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
-from benchmarks import bench_bert, bench_gpt, bench_seq2seq
+from benchmarks import pairs
 from benchmarks.bench_common import (
-    command_line,
     DEVICE_CHOICES,
     accelerator_info,
     add_preset_options,
     alternating_rounds,
     comma_list,
+    command_line,
     device_synchronizer,
+    environment,
+    environment_line,
+    error_text,
     git_revision,
     markdown_table,
+    ratio,
     resolve,
     resolve_device,
 )
@@ -317,7 +321,7 @@ class NanoGPT(nn.Module):
 
 
 def gpt_args(s: dict, seed: int) -> SimpleNamespace:
-    """bench_gpt's arguments for a GPT-2-shaped pair (`bench_gpt.reference_config`)."""
+    """The arguments of a GPT-2-shaped pair (`pairs.gpt_reference_config`)."""
     return SimpleNamespace(
         family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
         layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed,
@@ -346,9 +350,9 @@ def build_gpt(
     """hf_lm, GPT2LMHeadModel and (with `nanogpt`) the nanoGPT-shaped model with one set of
     weights, on `device` in `dtype`."""
     ns = gpt_args(s, seed)
-    reference = bench_gpt.build_reference(ns)
+    reference = pairs.build_gpt_reference(ns)
     models = {
-        "hf_lm": bench_gpt.build_hflm(ns),  # the same seeded reference, converted
+        "hf_lm": pairs.build_gpt_hflm(ns),  # the same seeded reference, converted
         "transformers": reference,
     }
     if nanogpt:
@@ -421,11 +425,6 @@ def dynamo_delta(before: dict, after: dict) -> dict:
     }
 
 
-def _error_text(err: BaseException) -> str:
-    lines = f"{type(err).__name__}: {err}".strip().splitlines()
-    return " ".join(line.strip() for line in lines[:3])[:400]
-
-
 class Rows:
     """Every planned row of the run, by id, in order: filled by the sections, never dropped.
 
@@ -446,7 +445,7 @@ class Rows:
 
     def fail(self, row_id: str, err: BaseException | str) -> None:
         row = self.rows[row_id]
-        row["status"], row["error"] = "error", err if isinstance(err, str) else _error_text(err)
+        row["status"], row["error"] = "error", err if isinstance(err, str) else error_text(err)
         print(f"  {row_id}: FAILED: {row['error']}", flush=True)
 
     def skip_unrun(self, reasons: dict[str, str]) -> None:
@@ -504,7 +503,7 @@ def time_group(rows: Rows, fns: dict, settings: dict, device: torch.device, reps
         samples = alternating_rounds(ok, rounds, reps, settings["warmup"], device_synchronizer(device))
     except Exception as err:  # noqa: BLE001
         for row_id in ok:
-            rows.fail(row_id, f"during the timed rounds: {_error_text(err)}")
+            rows.fail(row_id, f"during the timed rounds: {error_text(err)}")
         return {}
     recompiled = dynamo_delta(before, dynamo_counts())["graphs"]
     for row_id, s in samples.items():
@@ -556,7 +555,8 @@ def logit_check(models: dict, batch: dict, reference: str = "transformers") -> d
 
 
 def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device) -> torch.Tensor:
-    return bench_gpt.random_ids(batch, seq, vocab, seed).to(device)
+    """`pairs.random_ids` (drawn on the CPU, so every device gets the same ids) moved to `device`."""
+    return pairs.random_ids(batch, seq, vocab, seed).to(device)
 
 
 def head_loss_fns(ctx: dict, ids: torch.Tensor) -> dict:
@@ -613,7 +613,7 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
         counted = counted_flops(models["transformers"], batch)
     except Exception as err:  # noqa: BLE001
         counted = None
-        print(f"  FlopCounterMode failed: {_error_text(err)}")
+        print(f"  FlopCounterMode failed: {error_text(err)}")
     ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
     print(
         f"  model FLOPs per step (PaLM 6N + 12LdT) {model_flops / 1e12:.4f} T"
@@ -644,7 +644,7 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
         step_s = _value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
         row.update(
             value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
-            share_of_step=_ratio(row["median_s"], step_s),
+            share_of_step=ratio(row["median_s"], step_s),
         )  # fmt: skip
     del fns
     if with_head_loss:
@@ -690,22 +690,24 @@ def run_encoders(rows: Rows, ctx: dict) -> None:
     # BERT: hf_lm, hf_lm sparse (same weights), BertForMaskedLM
     bns = bert_args(s, seed)
     bert = {
-        "hf_lm": bench_bert.build_hflm(bns, sparse=False),
-        "hf_lm_sparse": bench_bert.build_hflm(bns, sparse=True),
-        "transformers": bench_bert.build_reference(bns),
+        "hf_lm": pairs.build_bert_hflm(bns, sparse=False),
+        "hf_lm_sparse": pairs.build_bert_hflm(bns, sparse=True),
+        "transformers": pairs.build_bert_reference(bns),
     }
     bert = {k: m.to(device) for k, m in bert.items()}
-    batch = to_device(bench_bert.mlm_batch(bns, seed), device)
+    batch = to_device(pairs.mlm_batch(bns, seed), device)
     ctx["checks"]["bert_logits"] = logit_check(
         {k: bert[k] for k in ("hf_lm", "transformers")},
         {k: batch[k] for k in ("input_ids", "attention_mask")},
     )
     positions = s["bert_batch"] * s["bert_seq"]
     t5 = {
-        side: bench_seq2seq.build_side("t5", side, t5_args(s, seed)).to(device)
+        side: (pairs.build_seq2seq_hflm if side == "hf_lm" else pairs.build_seq2seq_reference)(
+            "t5", t5_args(s, seed)
+        ).to(device)
         for side in ("hf_lm", "transformers")
     }
-    t5_batch = to_device(bench_seq2seq.train_batch(t5_args(s, seed), seed), device)
+    t5_batch = to_device(pairs.seq2seq_train_batch(t5_args(s, seed), seed), device)
     ctx["checks"]["t5_logits"] = logit_check(t5, t5_batch)
     tokens = s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])
     for family, models, b, units in (("bert", bert, batch, positions), ("t5", t5, t5_batch, tokens)):
@@ -874,20 +876,16 @@ def _value(rows: Rows, row_id: str, key: str = "value"):
     return row.get(key) if row and row["status"] == "ok" else None
 
 
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
 def targets(rows: Rows, s: dict) -> list[dict]:
     """The issue's targets with the measured values next to them."""
     hf_eager = _value(rows, "gpt2_train/hf_lm/eager")
     decode = _value(rows, "gpt2_decode_b1/hf_lm/static_compiled")
     decode_row = rows.rows.get("gpt2_decode_b1/hf_lm/static_compiled", {})
     measured = {
-        "eager_vs_nanogpt": _ratio(hf_eager, _value(rows, "gpt2_train/nanogpt/eager")),
-        "eager_vs_transformers": _ratio(hf_eager, _value(rows, "gpt2_train/transformers/eager")),
+        "eager_vs_nanogpt": ratio(hf_eager, _value(rows, "gpt2_train/nanogpt/eager")),
+        "eager_vs_transformers": ratio(hf_eager, _value(rows, "gpt2_train/transformers/eager")),
         "compiled_mfu": _value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
-        "static_decode_b1": _ratio(decode, _value(rows, "gpt2_decode_b1/transformers/dynamic")),
+        "static_decode_b1": ratio(decode, _value(rows, "gpt2_decode_b1/transformers/dynamic")),
     }
     notes = {
         "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, "
@@ -1223,9 +1221,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
-    env = bench_gpt.environment(torch.get_num_threads())
+    env = environment(torch.get_num_threads())
     acc = accelerator_info(device)
-    print(bench_gpt.environment_line(env), flush=True)
+    print(environment_line(env), flush=True)
     print(
         f"device: {acc.get('gpu_name', device)}; sections {sections}; compile backend {backend}", flush=True
     )
@@ -1254,7 +1252,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx["peak_flops"] = peak["peak_flops"]
         print(f"  {peak['peak_flops'] / 1e12:.2f} TFLOP/s (n={peak['best_size']})", flush=True)
     except Exception as err:  # noqa: BLE001
-        peak = {"error": _error_text(err)}
+        peak = {"error": error_text(err)}
         print(f"  peak probe failed: {peak['error']}", flush=True)
     run["peak"] = peak
 
@@ -1283,7 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
             runners[section](rows, ctx)
         except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
             traceback.print_exc()
-            failures[section] = _error_text(err)
+            failures[section] = error_text(err)
             covered = {section, "head_loss"} if section == "gpt_train" else {section}
             for row in rows.rows.values():
                 if row["section"] in covered and row["status"] == "not run":

@@ -10,7 +10,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,19 +17,15 @@ import torch.nn.functional as F
 from conftest import REPO_ROOT, VARIANTS, tiny_gpt_config
 from transformers import LlamaForCausalLM
 
-from hf_lm import HfLmGPTForCausalLM
-
-BENCH_DIR = Path(REPO_ROOT) / "benchmarks"
-sys.path.insert(0, str(BENCH_DIR))
-
-import bench_gpt  # noqa: E402
-import suite  # noqa: E402
-from peak_flops import (  # noqa: E402
+from benchmarks import bench_gpt, suite
+from benchmarks.pairs import random_ids
+from benchmarks.peak_flops import (
     analytic_decoder_train_flops,
     count_flops,
     count_train_step_flops,
     measure_peak_flops,
 )
+from hf_lm import HfLmGPTForCausalLM
 
 
 def matmul_params(model) -> int:
@@ -97,7 +92,7 @@ def test_bench_gpt_builds_an_identical_llama_pair():
     check = bench_gpt.sanity(models, args)
     assert check["max_abs_logit_diff"] < 1e-5
     assert check["greedy_32_token_agreement"] == 1.0
-    flops = bench_gpt.count_flops(models, bench_gpt.random_ids(2, 16, 300, 0))
+    flops = bench_gpt.count_flops(models, random_ids(2, 16, 300, 0))
     assert flops["hf_lm"]["total"] == flops["transformers"]["total"] > 0
     gpt2 = bench_gpt.parse_args(["--hidden", "64", "--heads", "4"])
     assert (gpt2.family, gpt2.intermediate, gpt2.output) == ("gpt2", 256, "out/bench_gpt.json")
@@ -170,7 +165,7 @@ def test_run_process_reports_failures_and_timeouts(tmp_path):
 @pytest.mark.slow
 def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
     out = tmp_path / "suite"
-    cmd = [sys.executable, str(BENCH_DIR / "suite.py"), "--smoke", "--threads", "1", "--output_dir", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--smoke", "--threads", "1", "--output_dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     md = (out / "suite.md").read_text()

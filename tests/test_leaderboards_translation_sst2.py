@@ -4,15 +4,12 @@
 import json
 import math
 import os
-import sys
 
 import pytest
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import SHARED_DATA
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
-
-import leaderboard_sst2 as sst2  # noqa: E402
-import leaderboard_translation as translation  # noqa: E402
+from benchmarks import leaderboard_sst2 as sst2
+from benchmarks import leaderboard_translation as translation
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 SST2 = os.path.join(SHARED_DATA, "sst2")
