@@ -645,6 +645,16 @@ def resolve(args, preset: dict) -> dict:
     }
 
 
+def preset_table(rows: Mapping[str, tuple]) -> tuple[dict[str, dict], dict[str, str]]:
+    """A leaderboard's presets and their help from one table, a row per setting:
+    `{name: (full value, smoke value, help)}` -> `({"full": {...}, "smoke": {...}}, {name: help})`."""
+    presets = {
+        "full": {name: full for name, (full, _, _) in rows.items()},
+        "smoke": {name: smoke for name, (_, smoke, _) in rows.items()},
+    }
+    return presets, {name: text for name, (_, _, text) in rows.items()}
+
+
 def add_preset_options(parser: argparse.ArgumentParser, presets: dict, helps: dict[str, str]) -> None:
     """A `--key` option for every setting in `helps`, typed like the value in `presets["full"]`, in
     a group of their own; absent from the parsed arguments unless given, so that `resolve` takes
@@ -845,6 +855,59 @@ def leaderboard_footer(result: dict, extra_commands: Sequence[str] = ()) -> list
         "```",
         "",
     ]
+
+
+def add_leaderboard_options(
+    parser: argparse.ArgumentParser,
+    data_dir: str,
+    data_help: str,
+    output_dir: str,
+    entries: tuple[str | None, str],
+    smoke_help: str,
+    seed_help: str,
+) -> None:
+    """The options every fine-tuning leaderboard has: `--data_dir`, `--output_dir`, `--entries`
+    (`entries`: its default and help), `--smoke`, `--seed`, `--num_threads`."""
+    parser.add_argument("--data_dir", default=data_dir, help=data_help)
+    parser.add_argument("--output_dir", default=output_dir, help="Where results and runs go.")
+    parser.add_argument("--entries", default=entries[0], help=entries[1])
+    parser.add_argument("--smoke", action="store_true", help=smoke_help)
+    parser.add_argument("--seed", type=int, default=0, help=seed_help)
+    parser.add_argument(
+        "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
+    )
+
+
+def start_leaderboard(output_dir: str | Path) -> tuple[Path, str, float, dict]:
+    """Create the output folder and note the start: `(folder, start time (UTC, ISO), perf_counter
+    reading, leaderboard_hardware())`."""
+    import datetime
+
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return folder, started, time.perf_counter(), leaderboard_hardware()
+
+
+def run_entry_row(name: str, module: str, argv: list[str], run: Callable, failed: Mapping) -> dict:
+    """One entry of a leaderboard, run in this process as `run(name, argv)`; its row, with the
+    command that reproduces it (`python -m module argv`). A failing entry must not lose the others'
+    results: its row is `failed` (name, label, ...) with the error, and the leaderboard goes on."""
+    command = command_line(module, argv)
+    logger.info("=== %s: %s", name, command)
+    try:
+        row = run(name, argv)
+    except Exception as err:  # recorded in the row; `exit_if_failed` ends the leaderboard after all
+        logger.exception("Entry %s failed.", name)
+        row = {"name": name, **failed, "error": repr(err)}
+    row["command"] = command
+    return row
+
+
+def write_results(output_dir: Path, result: dict, write_markdown: Callable[[Path, dict], str]) -> str:
+    """Write a leaderboard's results.json and results.md (`write_markdown`); returns the markdown."""
+    (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
+    return write_markdown(output_dir / "results.md", result)
 
 
 def training_fields(metrics: dict) -> dict:

@@ -88,8 +88,8 @@ from transformers import AutoModelForCausalLM
 import hf_lm  # noqa: F401  (registers the Auto classes)
 from benchmarks.bench_common import (
     REPO_ROOT,
-    command_line,
     available_cores,
+    command_line,
     cpu_model,
     load_average,
     pyplot,
