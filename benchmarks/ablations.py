@@ -66,10 +66,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.bench_common import (
-    command_line,
     REPO_ROOT,
     available_cores,
     comma_list,
+    command_line,
     cpu_model,
     git_revision,
     load_average,

@@ -857,17 +857,23 @@ def leaderboard_footer(result: dict, extra_commands: Sequence[str] = ()) -> list
     ]
 
 
-def add_leaderboard_options(
-    parser: argparse.ArgumentParser,
+def leaderboard_parser(
+    description: str,
     data_dir: str,
     data_help: str,
     output_dir: str,
     entries: tuple[str | None, str],
     smoke_help: str,
     seed_help: str,
-) -> None:
-    """The options every fine-tuning leaderboard has: `--data_dir`, `--output_dir`, `--entries`
-    (`entries`: its default and help), `--smoke`, `--seed`, `--num_threads`."""
+    presets: tuple[dict, dict[str, str]],
+) -> argparse.ArgumentParser:
+    """A fine-tuning leaderboard's parser with the options they all have: `--data_dir`,
+    `--output_dir`, `--entries` (`entries`: its default and help), `--smoke`, `--seed`,
+    `--num_threads`, and one per preset setting (`presets`: `preset_table`'s presets and help,
+    `add_preset_options`); defaults shown in the help."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--data_dir", default=data_dir, help=data_help)
     parser.add_argument("--output_dir", default=output_dir, help="Where results and runs go.")
     parser.add_argument("--entries", default=entries[0], help=entries[1])
@@ -876,6 +882,32 @@ def add_leaderboard_options(
     parser.add_argument(
         "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
     )
+    add_preset_options(parser, *presets)
+    return parser
+
+
+def parse_leaderboard_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None, entries: Mapping, data_hint: str
+) -> tuple[argparse.Namespace, list[str]]:
+    """Parse a leaderboard's command line (`leaderboard_parser`) and start its logging.
+
+    Returns:
+        `(args, the entries to run)`; `parser.error` for unknown entries or a missing `--data_dir`
+        (`data_hint` says where the data lives). `--num_threads` is applied here.
+    """
+    import torch
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    try:
+        names = parse_entries(args.entries, entries)
+    except ValueError as err:
+        parser.error(str(err))
+    if not Path(args.data_dir).is_dir():
+        parser.error(f"--data_dir {args.data_dir!r} is not a folder ({data_hint}).")
+    if args.num_threads is not None:
+        torch.set_num_threads(args.num_threads)
+    return args, names
 
 
 def start_leaderboard(output_dir: str | Path) -> tuple[Path, str, float, dict]:
@@ -904,10 +936,13 @@ def run_entry_row(name: str, module: str, argv: list[str], run: Callable, failed
     return row
 
 
-def write_results(output_dir: Path, result: dict, write_markdown: Callable[[Path, dict], str]) -> str:
-    """Write a leaderboard's results.json and results.md (`write_markdown`); returns the markdown."""
+def write_results(output_dir: Path, result: dict, markdown_lines: Callable[[dict], list[str]]) -> str:
+    """Write a leaderboard's results.json and results.md (the lines `markdown_lines(result)`);
+    returns the markdown."""
     (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
-    return write_markdown(output_dir / "results.md", result)
+    markdown = "\n".join(markdown_lines(result))
+    (output_dir / "results.md").write_text(markdown, encoding="utf-8")
+    return markdown
 
 
 def training_fields(metrics: dict) -> dict:

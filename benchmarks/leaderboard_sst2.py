@@ -62,16 +62,15 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench_common import (
-    add_leaderboard_options,
-    add_preset_options,
     bar_chart,
     command_line,
     exit_if_failed,
     fmt,
     leaderboard_footer,
+    leaderboard_parser,
     markdown_table,
     millions,
-    parse_entries,
+    parse_leaderboard_args,
     preset_table,
     resolve,
     reuse_or_train_tokenizer,
@@ -141,26 +140,22 @@ PRESETS, HELP = preset_table(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
+    parser = leaderboard_parser(
+        "SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
         "SST-2 training text, same fine-tuning budget; dev and test accuracy.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add_leaderboard_options(
-        parser,
         data_dir="../shared/data/sst2",
         data_help="SST-2 folder (train/dev/test .tsv).",
         output_dir="out/leaderboard_sst2",
         entries=(DEFAULT_ENTRIES, f"Comma-separated subset of {list(ENTRIES)}."),
         smoke_help="Tiny model, data and budgets (CI; under a minute).",
         seed_help="Seed of the initialization, masking and data order.",
+        presets=(PRESETS, HELP),
     )
     parser.add_argument(
         "--reuse_pretraining",
         action="store_true",
         help="Reuse a finished pretraining in output_dir/runs/mlm_pretrain made with the same settings.",
     )
-    add_preset_options(parser, PRESETS, HELP)
     return parser
 
 
@@ -326,7 +321,8 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-def write_markdown(path: Path, result: dict) -> str:
+def markdown_lines(result: dict) -> list[str]:
+    """results.md, line by line."""
     s, pre = result["settings"], result.get("pretraining")
     header = [
         "model", "source", "parameters", "pretraining", "fine-tuning steps", "epochs", "fine-tuning time (s)",
@@ -392,24 +388,13 @@ def write_markdown(path: Path, result: dict) -> str:
         "",
         *leaderboard_footer(result, [f"pretraining: {pre['command']}"] if pre is not None else []),
     ]
-    markdown = "\n".join(text)
-    path.write_text(markdown, encoding="utf-8")
-    return markdown
+    return text
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the leaderboard; returns what results.json holds."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        names = parse_entries(args.entries, ENTRIES)
-    except ValueError as err:
-        parser.error(str(err))
-    if not Path(args.data_dir).is_dir():
-        parser.error(f"--data_dir {args.data_dir!r} is not a folder (SST-2: ../shared/data/sst2).")
-    if args.num_threads is not None:
-        torch.set_num_threads(args.num_threads)
+    args, names = parse_leaderboard_args(parser, argv, ENTRIES, "SST-2: ../shared/data/sst2")
     settings = resolve(args, PRESETS["smoke" if args.smoke else "full"])
     for key in ("budget_seconds", "pretrain_seconds"):
         if not settings[key] > 0:
@@ -494,7 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
             for short, model, accuracy in REFERENCES
         ],
     }
-    markdown = write_results(output_dir, result, write_markdown)
+    markdown = write_results(output_dir, result, markdown_lines)
     bar_chart(
         output_dir / "accuracy.png",
         [row["label"] for row in measured],

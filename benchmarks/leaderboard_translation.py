@@ -73,20 +73,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from benchmarks.bench_common import (
     DEVICE_CHOICES,
-    add_leaderboard_options,
-    add_preset_options,
     bar_chart,
     command_line,
     exit_if_failed,
     fmt,
     leaderboard_footer,
+    leaderboard_parser,
     markdown_table,
     millions,
-    parse_entries,
+    parse_leaderboard_args,
     preset_table,
     resolve,
     resolve_device,
@@ -186,19 +183,16 @@ PRESETS["gpu"] = dict(PRESETS["full"], batch_size=128)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
+    parser = leaderboard_parser(
+        "Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
         "Transformer, T5-style and BART-style from scratch under one wall-clock budget; sacrebleu test BLEU.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    add_leaderboard_options(
-        parser,
         data_dir="../shared/data/multi30k",
         data_help="Multi30k folder (train/val/test_2016_flickr .de/.en[.gz]).",
         output_dir="out/leaderboard_translation",
         entries=(None, f"Comma-separated subset of {list(ENTRIES)} (default all)."),
         smoke_help="Tiny models, data and budget (CI; about a minute); = --preset smoke.",
         seed_help="Seed of every run (init and data order).",
+        presets=(PRESETS, HELP),
     )
     parser.add_argument(
         "--preset",
@@ -213,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="Where every entry trains and decodes: auto = the GPU if torch sees one.",
     )
     parser.add_argument("--cell_type", default="gru", help="Recurrent cell of the RNN entries (gru or lstm).")
-    add_preset_options(parser, PRESETS, HELP)
     return parser
 
 
@@ -369,7 +362,8 @@ def reference_cells(row: dict) -> list[str]:
     return [fmt(published), goal]
 
 
-def write_markdown(path: Path, result: dict) -> str:
+def markdown_lines(result: dict) -> list[str]:
+    """results.md, line by line."""
     s, cell = result["settings"], result["cell_type"]
     beams = s["num_beams"]
     header = [
@@ -436,26 +430,15 @@ def write_markdown(path: Path, result: dict) -> str:
         "",
         *leaderboard_footer(result),
     ]
-    markdown = "\n".join(text)
-    path.write_text(markdown, encoding="utf-8")
-    return markdown
+    return text
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the leaderboard; returns what results.json holds."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        names = parse_entries(args.entries, ENTRIES)
-    except ValueError as err:
-        parser.error(str(err))
+    args, names = parse_leaderboard_args(parser, argv, ENTRIES, "Multi30k: ../shared/data/multi30k")
     if args.cell_type not in ("gru", "lstm", "rnn_tanh", "rnn_relu"):
         parser.error(f"--cell_type must be gru, lstm, rnn_tanh or rnn_relu, got {args.cell_type!r}.")
-    if not Path(args.data_dir).is_dir():
-        parser.error(f"--data_dir {args.data_dir!r} is not a folder (Multi30k: ../shared/data/multi30k).")
-    if args.num_threads is not None:
-        torch.set_num_threads(args.num_threads)
     try:
         device = resolve_device(args.device)
     except ValueError as err:
@@ -532,7 +515,7 @@ def main(argv: list[str] | None = None) -> dict:
             for short, model, bleu in REFERENCES
         ],
     }
-    markdown = write_results(output_dir, result, write_markdown)
+    markdown = write_results(output_dir, result, markdown_lines)
     labels = [display_label(row, args.cell_type) for row in measured]
     bar_chart(
         output_dir / "bleu.png",
