@@ -1,10 +1,10 @@
 """The ablation runner: a grid of GPT-style variants, each one component away from a baseline.
 
-    python benchmarks/ablations.py                                  # the full grid, 3 seeds
-    python benchmarks/ablations.py --variants swiglu,rope,mqa --seeds 0,1
-    python benchmarks/ablations.py --variants activation            # a whole component
-    python benchmarks/ablations.py --smoke                          # a tiny version for CI
-    python benchmarks/ablations.py --list_variants
+    python -m benchmarks.ablations                                  # the full grid, 3 seeds
+    python -m benchmarks.ablations --variants swiglu,rope,mqa --seeds 0,1
+    python -m benchmarks.ablations --variants activation            # a whole component
+    python -m benchmarks.ablations --smoke                          # a tiny version for CI
+    python -m benchmarks.ablations --list_variants
 
 A miniature of the table of Narang et al. (2021), "Do Transformer Modifications Transfer Across
 Implementations and Applications?": every variant changes exactly one component of the baseline

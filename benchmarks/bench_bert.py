@@ -36,16 +36,16 @@ after warm-up; each metric is the median over rounds:
    is not counted), over the median step time. The sparse side does fewer FLOPs (its head runs on
    the labelled positions only), so its FLOP/s is not a speed comparison; its step time is.
 4. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
-   `bench_gpt.py`), for training steps and for one inference forward. Parameter and AdamW state
+   `bench_common.measure_peak_rss`), for training steps and for one inference forward. Parameter and AdamW state
    bytes are counted exactly from the tensors.
 
 The machine's CPU contention during each timed phase (Linux PSI) is printed and saved; with threads
 == cores any other busy process inflates timings (`--wait-idle S` waits for an idle CPU).
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_bert.json`).
 """

@@ -1,26 +1,32 @@
-"""Helpers the benchmark scripts of this folder share: one version of each.
+"""What the benchmark scripts of this package share: one version of each.
 
 - The machine and the software a result was measured on: `available_cores`, `cpu_model`,
   `load_average`, `versions`, `git_revision`.
 - The device a benchmark runs on: `resolve_device` (auto/cuda/cpu), `device_synchronizer` (wait for
   queued GPU work before reading a clock), `accelerator_info` (GPU name, memory, CUDA version), and
-  `alternating_rounds`, the A/B timing loop with that wait (`bench_gpu.py`).
-- Peak memory of a workload, measured in a fresh process: `rss_bytes`, `reset_peak_rss`,
-  `peak_rss_bytes`, `trim_heap`, `measure_peak_rss`, and `run_json_worker` to start such a process.
-- Command lines: `comma_list`, `parse_entries`, `resolve`, `add_preset_options`, `command_line`.
+  `alternating_rounds`, the A/B timing loop with that wait (`bench_gpu`).
+- A/B timing on a CPU (`bench_gpt`, `bench_bert`, `bench_seq2seq`): `time_alternating` (the
+  sides alternate round by round; wall and CPU time, page faults), `Contention` and
+  `wait_for_idle` (other processes' load, from Linux PSI), `timed_phase`, `summarize`,
+  `environment`, `make_train_step`.
+- A/B results: `metric_row`, `metric_cell`, `ratio`, `ratio_cell`, `flops_line`,
+  `write_ab_report` (the JSON; `AB_METHOD` says how it was measured), `error_text`.
+- Peak memory, measured in a fresh process: `rss_bytes`, `reset_peak_rss`, `peak_rss_bytes`,
+  `trim_heap`, `measure_peak_rss`, `worker_memory`, `tensor_bytes`, `memory_rows`, and
+  `memory_worker_command` / `run_json_worker` to start such a process (`python -m` from the
+  repository root).
+- Command lines: `comma_list`, `parse_entries`, `resolve`, `add_preset_options`, `preset_table`,
+  `command_line`, and the A/B benchmarks' common options (`add_machine_options`,
+  `add_warmup_and_memory_options`).
 - Text and plots: `markdown_table`, `fmt`, `millions`, `pyplot` (matplotlib, headless),
   `label_bars`, `bar_chart`.
-- What the translation and SST-2 leaderboards share: `leaderboard_hardware`, `leaderboard_footer`,
-  `training_fields`, `exit_if_failed`, `reuse_or_train_tokenizer`.
+- What the translation and SST-2 leaderboards share: `leaderboard_parser`,
+  `parse_leaderboard_args`, `start_leaderboard`, `run_entry_row`, `training_fields`,
+  `write_results`, `leaderboard_hardware`, `leaderboard_footer`, `exit_if_failed`,
+  `reuse_or_train_tokenizer`.
 
-The A/B method of the model-against-reference benchmarks (alternating rounds, CPU contention,
-summaries, results rows, memory workers, their common options) is `bench_gpt.py`'s;
-`bench_bert.py`, `bench_seq2seq.py` and `suite.py` import it from there.
-
-Scripts import this module as `bench_common`: a script run from this folder has the folder on
-`sys.path`, and every script puts it there too, for when it is loaded another way (tests). Only the
-standard library is imported here at module level (torch, transformers and matplotlib inside the
-helpers that need them), so that light parent processes such as `suite.py` stay light.
+Only the standard library is imported here at module level (torch, transformers and matplotlib
+inside the helpers that need them), so that light parent processes such as `suite` stay light.
 """
 
 from __future__ import annotations

@@ -42,10 +42,10 @@ inflates timings (`--wait-idle S` waits up to S seconds per phase for an idle CP
 is far less sensitive on a shared machine).
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --family llama   # Llama-shaped, vs LlamaForCausalLM
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --family llama   # Llama-shaped, vs LlamaForCausalLM
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_gpt.json`, or
 `out/bench_llama.json` with `--family llama`).

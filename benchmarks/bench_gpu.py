@@ -66,11 +66,11 @@ forward twice per batch size): where one command may only run for 10 minutes, ru
 one by one, each into its own `--output_dir`.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py                      # all sections, one GPU
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections gpt_train,head_loss --gpt_batch 32
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections encoders --compile_encoders
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections decode --output_dir out/bench_gpu_decode
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --smoke --device cpu  # tiny, any machine
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu                      # all sections, one GPU
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections gpt_train,head_loss --gpt_batch 32
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections encoders --compile_encoders
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections decode --output_dir out/bench_gpu_decode
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --smoke --device cpu  # tiny, any machine
 
 Writes `bench_gpu.json` (every row, the peak, the checks, the environment) and `bench_gpu.md` (the
 tables) under `--output_dir` (default `out/bench_gpu`).

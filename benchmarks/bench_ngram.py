@@ -19,9 +19,9 @@ Validation perplexity is measured after the timing: every validation token but t
 scored with its full n - 1 token context (blocks overlap by n - 1 tokens).
 
 Usage:
-    python benchmarks/bench_ngram.py                  # both corpora, orders 1-5: a few minutes
-    python benchmarks/bench_ngram.py --quick          # smaller Markov corpus, orders 1-3
-    python benchmarks/bench_ngram.py --markov-tokens 5000000 --orders 2 3
+    python -m benchmarks.bench_ngram                  # both corpora, orders 1-5: a few minutes
+    python -m benchmarks.bench_ngram --quick          # smaller Markov corpus, orders 1-3
+    python -m benchmarks.bench_ngram --markov-tokens 5000000 --orders 2 3
 
 Prints a markdown table to stdout (logs go to stderr) and writes JSON to `--output`.
 """

@@ -18,7 +18,7 @@ within `--tolerance` (1e-4) of the reference's, the eval-mode logits (max |Δ|),
 beam-search tokens of a batch of 2 (printed; not a failure if a near-tie flips a token).
 
 Measured, alternating the two sides round by round in one process (the order reverses every
-round), after warm-up; each metric is the median over rounds (`bench_gpt.time_alternating`):
+round), after warm-up; each metric is the median over rounds (`bench_common.time_alternating`):
 
 1. Training throughput, tokens/s (source + target tokens, B * (S + T)): forward with
    `input_ids`, an all-ones `attention_mask` and `labels` (the decoder inputs are the shifted
@@ -36,14 +36,14 @@ side with `torch.utils.flop_counter.FlopCounterMode` (`peak_flops.count_train_st
 the achieved training FLOP/s (`benchmarks/suite.py` turns it into MFU).
 
 3. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
-   `bench_gpt.py`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
+   `bench_common.measure_peak_rss`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
    batch-B_gen beam-search generation. Parameter and AdamW state bytes are counted exactly from
    the tensors.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_seq2seq.json`). With
 `--profile` it writes, per family and workload, torch.profiler tables of both sides and a table of

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The language-modeling leaderboard: character-level Tiny Shakespeare, one command.
 
-    python benchmarks/leaderboard_lm.py                        # every entry, 180 s each: ~40 min on CPU
-    python benchmarks/leaderboard_lm.py --entries lstm gpt_rope --budget_seconds 60
-    python benchmarks/leaderboard_lm.py --smoke                # CI: tiny models and budget, a data slice
+    python -m benchmarks.leaderboard_lm                        # every entry, 180 s each: ~40 min on CPU
+    python -m benchmarks.leaderboard_lm --entries lstm gpt_rope --budget_seconds 60
+    python -m benchmarks.leaderboard_lm --smoke                # CI: tiny models and budget, a data slice
 
 The lectures' claim, measured: n-gram < feed-forward < RNN < LSTM/GRU < Transformer in perplexity,
 at an equal wall-clock budget, plus nanoGPT's published small CPU configuration run with hf_lm.

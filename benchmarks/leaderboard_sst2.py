@@ -3,11 +3,11 @@
 after masked-LM pretraining on the available text, under the same fine-tuning budget.
 
     # the full leaderboard (15 min pretraining + 2 x 5 min fine-tuning + evaluation on a CPU)
-    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2
+    python -m benchmarks.leaderboard_sst2 --data_dir ../shared/data/sst2
     # CI's smoke version: a tiny model, 2,000 training phrases, budgets of a few seconds
-    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2 --smoke
+    python -m benchmarks.leaderboard_sst2 --data_dir ../shared/data/sst2 --smoke
     # also the compute-matched control, with other budgets
-    python benchmarks/leaderboard_sst2.py --entries scratch,mlm,scratch_long \\
+    python -m benchmarks.leaderboard_sst2 --entries scratch,mlm,scratch_long \\
         --pretrain_seconds 1800 --budget_seconds 600
 
 Entries (`--entries`, comma-separated; default `scratch,mlm`):

@@ -3,14 +3,14 @@
 under one shared wall-clock training budget, scored by sacrebleu test BLEU (greedy and beam).
 
     # the full leaderboard (about 6 x (10 min training + decoding) on a CPU; run it on an idle machine)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k
     # CI's smoke version: tiny models, 1,000 training pairs, a 2-second budget (about a minute)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k --smoke
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k --smoke
     # one GPU: at most 10 minutes of training per model, bentrevett's batch of 128 (the default preset
     # when a GPU is visible)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k --device cuda --preset gpu
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k --device cuda --preset gpu
     # a subset, another budget, LSTM cells
-    python benchmarks/leaderboard_translation.py --entries rnn_bahdanau,transformer \\
+    python -m benchmarks.leaderboard_translation --entries rnn_bahdanau,transformer \\
         --budget_seconds 1200 --cell_type lstm
 
 Entries (`--entries`, comma-separated; default all):

@@ -28,9 +28,9 @@ the thread count all move it), so the peak here is measured:
   recomputes the scores), which the counter reproduces exactly (tests/test_bench_suite.py).
 
 Usage:
-    python benchmarks/peak_flops.py                       # all cores, sizes 1024,2048,4096
-    python benchmarks/peak_flops.py --threads 1 --sizes 1024,2048 --output out/peak.json
-    python benchmarks/peak_flops.py --device cuda --dtype bfloat16 --sizes 4096,8192   # a GPU's bf16 peak
+    python -m benchmarks.peak_flops                       # all cores, sizes 1024,2048,4096
+    python -m benchmarks.peak_flops --threads 1 --sizes 1024,2048 --output out/peak.json
+    python -m benchmarks.peak_flops --device cuda --dtype bfloat16 --sizes 4096,8192   # a GPU's bf16 peak
 """
 
 from __future__ import annotations

@@ -25,17 +25,17 @@ Two more processes measure:
   positions only) gets the credit in its MFU. HFU (each side's own counted FLOPs) is in the JSON.
 - the `torch.compile` speed-up of hf_lm's GPT-2-shaped model (inductor, CPU; needs a C++
   compiler): the training step (forward + backward through the compiled module, eager AdamW) and
-  the eval forward, compiled vs eager alternating after warm-up. The first compiled call (the
-  compilation) is timed separately. If compilation fails, the table says so with the reason.
+  the eval forward, compiled vs eager alternating after warm-up (bench_gpt's `--_compile-worker`,
+  on bench_gpt's model and inputs). The first compiled call (the compilation) is timed separately. If compilation fails, the table says so with the reason.
 
 Outputs, under `--output_dir` (default `out/suite`): `suite.md` (the tables), `suite.json`
 (everything: hardware, versions, peak, per-family numbers, the commands run), and per benchmark its
 own JSON and log. Ratios are hf_lm / transformers: above 1, hf_lm is faster.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py                 # full run: tens of minutes, idle machine
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py --smoke         # tiny models, about a minute
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py --families gpt2,llama --threads 1
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite                 # full run: tens of minutes, idle machine
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite --smoke         # tiny models, about a minute
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite --families gpt2,llama --threads 1
 """
 
 from __future__ import annotations
