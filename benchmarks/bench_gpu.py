@@ -937,9 +937,9 @@ def _dynamo(row: dict) -> str:
     return text
 
 
-def render_markdown(result: dict) -> str:
-    env, acc, s = result["environment"], result["accelerator"], result["settings"]
-    rows = {r["id"]: r for r in result["rows"]}
+def _intro_lines(result: dict) -> list[str]:
+    """The title, the machine, the peak, the compile backend and the issue's targets."""
+    env, acc = result["environment"], result["accelerator"]
     peak = result.get("peak") or {}
     device = acc.get("gpu_name") or f"CPU ({env['cpu_model']})"
     lines = [
@@ -977,11 +977,13 @@ def render_markdown(result: dict) -> str:
         body.append([t["text"], threshold, measured, met, t["note"]])
     lines += [markdown_table(["target", "goal", "measured", "", "conditions"], body, align="lrrll"), ""]
 
-    def table(prefixes, header, cells, align):
-        selected = [r for rid, r in rows.items() if rid.startswith(prefixes)]
-        return markdown_table(header, [cells(r) for r in selected], align=align)
+    return lines
 
-    lines += [
+
+def _training_lines(result: dict, table) -> list[str]:
+    """The training-step table, the head + loss table and the profiler's line."""
+    s = result["settings"]
+    lines = [
         f"## Training steps (forward + backward + AdamW, bf16 autocast; GPT-2 B={s['gpt_batch']} T={s['gpt_seq']}, "
         f"BERT B={s['bert_batch']} T={s['bert_seq']}, T5 B={s['t5_batch']} S={s['t5_source_len']} "
         f"T={s['t5_target_len']})",
@@ -1044,7 +1046,13 @@ def render_markdown(result: dict) -> str:
             f"{_pct(prof['vocab_ops_share'])} of {prof['time_attr']}; table in `{Path(prof['path']).name}`.",
             "",
         ]
-    lines += [
+    return lines
+
+
+def _decoding_lines(result: dict, table) -> list[str]:
+    """The greedy decoding table, the checks and the command."""
+    env, s = result["environment"], result["settings"]
+    lines = [
         f"## Greedy decoding (prompt {s['prompt_len']}, {s['new_tokens']} new tokens, {s['decode_dtype']} weights, "
         "prefill included)",
         "",
@@ -1095,6 +1103,17 @@ def render_markdown(result: dict) -> str:
         "```",
         "",
     ]
+    return lines
+
+
+def render_markdown(result: dict) -> str:
+    rows = {r["id"]: r for r in result["rows"]}
+
+    def table(prefixes, header, cells, align):
+        selected = [r for rid, r in rows.items() if rid.startswith(prefixes)]
+        return markdown_table(header, [cells(r) for r in selected], align=align)
+
+    lines = _intro_lines(result) + _training_lines(result, table) + _decoding_lines(result, table)
     return "\n".join(lines)
 
 
@@ -1186,6 +1205,80 @@ def validate(s: dict) -> None:
         raise ValueError("`decode_batches` and `peak_sizes` must name at least one size.")
 
 
+def probe_peak(settings: dict, seed: int, device: torch.device, ctx: dict) -> dict:
+    """The bf16 matmul peak this run's MFU is measured against (also into `ctx["peak_flops"]`);
+    `{"error": ...}` where the probe fails."""
+    print("bf16 matmul peak ...", flush=True)
+    try:
+        peak = measure_peak_flops(
+            tuple(int(n) for n in comma_list(settings["peak_sizes"])), settings["peak_repeats"],
+            settings["peak_min_time"], dtype=torch.bfloat16, seed=seed, device=device,
+        )  # fmt: skip
+        ctx["peak_flops"] = peak["peak_flops"]
+        print(f"  {peak['peak_flops'] / 1e12:.2f} TFLOP/s (n={peak['best_size']})", flush=True)
+    except Exception as err:  # noqa: BLE001
+        peak = {"error": error_text(err)}
+        print(f"  peak probe failed: {peak['error']}", flush=True)
+    return peak
+
+
+def run_sections(rows: Rows, ctx: dict, run: dict, sections: list[str]) -> None:
+    """Run the selected sections in turn; a broken section fails its rows (`run["failures"]`)
+    and the others go on. The outputs are rewritten after each section."""
+    settings, seed, device = ctx["settings"], ctx["seed"], ctx["device"]
+    failures = run["failures"]
+    if {"gpt_train", "head_loss"} & set(sections):
+        ctx["gpt_models"] = build_gpt(settings, seed, device)
+        n_params = sum(p.numel() for p in ctx["gpt_models"]["hf_lm"].parameters())
+        print(f"GPT-2 models built ({n_params / 1e6:.1f}M parameters each)", flush=True)
+        check_ids = random_ids(2, min(64, settings["gpt_seq"]), settings["gpt_vocab"], seed + 1, device)
+        ctx["checks"]["gpt2_logits"] = logit_check(ctx["gpt_models"], {"input_ids": check_ids})
+        print(f"  logits vs GPT2LMHeadModel: {ctx['checks']['gpt2_logits']}", flush=True)
+    runners = {
+        "gpt_train": lambda rows, ctx: run_gpt(rows, ctx, with_head_loss="head_loss" in sections),
+        "encoders": run_encoders,
+        "decode": run_decode,
+    }
+    for section in runners:
+        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
+            continue
+        print(
+            f"== {section}" + (" (+ head_loss)" if section == "gpt_train" and "head_loss" in sections else "")
+        )
+        t0 = time.perf_counter()
+        try:
+            runners[section](rows, ctx)
+        except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
+            traceback.print_exc()
+            failures[section] = error_text(err)
+            covered = {section, "head_loss"} if section == "gpt_train" else {section}
+            for row in rows.rows.values():
+                if row["section"] in covered and row["status"] == "not run":
+                    rows.fail(row["id"], f"section failed: {failures[section]}")
+        print(f"   {section} done in {time.perf_counter() - t0:.0f} s", flush=True)
+        write_outputs(rows, ctx, run, final=False)  # a run cut short keeps what it measured
+        if section == "gpt_train":
+            ctx.pop("gpt_models", None)  # free the GPU for the next sections
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def skip_unrun(rows: Rows, sections: list[str], no_compile: bool) -> None:
+    """Give every row that did not run its reason: section not selected, compilation off."""
+    reasons = {
+        section: "section not selected (--sections)" for section in SECTIONS if section not in sections
+    }
+    if no_compile:
+        for row in rows.rows.values():
+            if "compiled" in row["mode"] and row["status"] == "not run":
+                row.update(status="skipped", reason="--no_compile")
+    for row in rows.rows.values():
+        if row["section"] == "encoders" and row["mode"] == "compiled" and row["status"] == "not run":
+            if "encoders" in sections:
+                row.update(status="skipped", reason="BERT/T5 compilation is off (--compile_encoders)")
+    rows.skip_unrun(reasons)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1242,69 +1335,9 @@ def main(argv: list[str] | None = None) -> int:
         compile_backend=backend, compile_note=compile_note, start=start, failures={},
     )  # fmt: skip
 
-    # 1. the peak this run's MFU is measured against
-    print("bf16 matmul peak ...", flush=True)
-    try:
-        peak = measure_peak_flops(
-            tuple(int(n) for n in comma_list(settings["peak_sizes"])), settings["peak_repeats"],
-            settings["peak_min_time"], dtype=torch.bfloat16, seed=args.seed, device=device,
-        )  # fmt: skip
-        ctx["peak_flops"] = peak["peak_flops"]
-        print(f"  {peak['peak_flops'] / 1e12:.2f} TFLOP/s (n={peak['best_size']})", flush=True)
-    except Exception as err:  # noqa: BLE001
-        peak = {"error": error_text(err)}
-        print(f"  peak probe failed: {peak['error']}", flush=True)
-    run["peak"] = peak
-
-    # 2. the sections
-    failures = run["failures"]
-    if {"gpt_train", "head_loss"} & set(sections):
-        ctx["gpt_models"] = build_gpt(settings, args.seed, device)
-        n_params = sum(p.numel() for p in ctx["gpt_models"]["hf_lm"].parameters())
-        print(f"GPT-2 models built ({n_params / 1e6:.1f}M parameters each)", flush=True)
-        check_ids = random_ids(2, min(64, settings["gpt_seq"]), settings["gpt_vocab"], args.seed + 1, device)
-        ctx["checks"]["gpt2_logits"] = logit_check(ctx["gpt_models"], {"input_ids": check_ids})
-        print(f"  logits vs GPT2LMHeadModel: {ctx['checks']['gpt2_logits']}", flush=True)
-    runners = {
-        "gpt_train": lambda rows, ctx: run_gpt(rows, ctx, with_head_loss="head_loss" in sections),
-        "encoders": run_encoders,
-        "decode": run_decode,
-    }
-    for section in runners:
-        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
-            continue
-        print(
-            f"== {section}" + (" (+ head_loss)" if section == "gpt_train" and "head_loss" in sections else "")
-        )
-        t0 = time.perf_counter()
-        try:
-            runners[section](rows, ctx)
-        except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
-            traceback.print_exc()
-            failures[section] = error_text(err)
-            covered = {section, "head_loss"} if section == "gpt_train" else {section}
-            for row in rows.rows.values():
-                if row["section"] in covered and row["status"] == "not run":
-                    rows.fail(row["id"], f"section failed: {failures[section]}")
-        print(f"   {section} done in {time.perf_counter() - t0:.0f} s", flush=True)
-        write_outputs(rows, ctx, run, final=False)  # a run cut short keeps what it measured
-        if section == "gpt_train":
-            ctx.pop("gpt_models", None)  # free the GPU for the next sections
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    reasons = {
-        section: "section not selected (--sections)" for section in SECTIONS if section not in sections
-    }
-    if args.no_compile:
-        for row in rows.rows.values():
-            if "compiled" in row["mode"] and row["status"] == "not run":
-                row.update(status="skipped", reason="--no_compile")
-    for row in rows.rows.values():
-        if row["section"] == "encoders" and row["mode"] == "compiled" and row["status"] == "not run":
-            if "encoders" in sections:
-                row.update(status="skipped", reason="BERT/T5 compilation is off (--compile_encoders)")
-    rows.skip_unrun(reasons)
+    run["peak"] = probe_peak(settings, args.seed, device, ctx)
+    run_sections(rows, ctx, run, sections)
+    skip_unrun(rows, sections, args.no_compile)
 
     result = write_outputs(rows, ctx, run, final=True)
     print("\n" + render_markdown(result))
