@@ -6,10 +6,13 @@ decoder-only Transformer, one forward + backward is 6 N B T + 14 L d B T^2 with 
 6 N B T + 12 L d B T^2 with eager attention, N the weights inside matmuls (lm head included).
 """
 
+import ast
+import importlib
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,3 +192,50 @@ def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
     for phase in phases.values():
         assert phase.get("error") or (math.isfinite(phase["speedup"]) and phase["speedup"] > 0)
     assert "## torch.compile" in md
+
+
+# --------------------------------------------------------------------------------------------
+# The package: every script runs as `python -m benchmarks.<script>`, sharing only the shared modules
+# --------------------------------------------------------------------------------------------
+
+SHARED_MODULES = {"benchmarks.bench_common", "benchmarks.pairs", "benchmarks.peak_flops"}
+SCRIPTS = sorted(
+    p.stem
+    for p in (Path(REPO_ROOT) / "benchmarks").glob("*.py")
+    if p.stem not in ("__init__", "bench_common", "pairs")
+)
+
+
+def package_imports(path: Path) -> set[str]:
+    """The `benchmarks...` modules a file imports (`from benchmarks import x` counts as benchmarks.x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+            if node.module == "benchmarks":
+                found |= {f"benchmarks.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("benchmarks")}
+    return found
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_import_only_the_shared_modules_and_leave_sys_path_alone(script):
+    path = Path(REPO_ROOT) / "benchmarks" / f"{script}.py"
+    assert package_imports(path) <= SHARED_MODULES - {f"benchmarks.{script}"}, package_imports(path)
+    assert "sys.path" not in path.read_text()
+    before = list(sys.path)
+    module = importlib.import_module(f"benchmarks.{script}")
+    assert sys.path == before and callable(module.main)
+
+
+def test_a_script_runs_as_a_module_from_the_repository_root():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.peak_flops", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--sizes" in proc.stdout, proc.stderr[-2000:]
