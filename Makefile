@@ -32,13 +32,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	$(VPY) benchmarks/bench_gpt.py
-	$(VPY) benchmarks/bench_bert.py
-	$(VPY) benchmarks/bench_seq2seq.py --threads 1
+	$(VPY) -m benchmarks.bench_gpt
+	$(VPY) -m benchmarks.bench_bert
+	$(VPY) -m benchmarks.bench_seq2seq --threads 1
 
 # every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
 suite: $(STAMP)
-	$(VPY) benchmarks/suite.py --threads 1
+	$(VPY) -m benchmarks.suite --threads 1
 
 # every part of hf_lm on the CUDA device present, as a pass/fail table (says so and exits 0 without one)
 gpu-check: $(STAMP)
@@ -47,7 +47,7 @@ gpu-check: $(STAMP)
 # on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
 # BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops
 bench-gpu: $(STAMP)
-	$(VPY) benchmarks/bench_gpu.py --output_dir out/bench_gpu
+	$(VPY) -m benchmarks.bench_gpu --output_dir out/bench_gpu
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

@@ -1,10 +1,10 @@
 """The ablation runner: a grid of GPT-style variants, each one component away from a baseline.
 
-    python benchmarks/ablations.py                                  # the full grid, 3 seeds
-    python benchmarks/ablations.py --variants swiglu,rope,mqa --seeds 0,1
-    python benchmarks/ablations.py --variants activation            # a whole component
-    python benchmarks/ablations.py --smoke                          # a tiny version for CI
-    python benchmarks/ablations.py --list_variants
+    python -m benchmarks.ablations                                  # the full grid, 3 seeds
+    python -m benchmarks.ablations --variants swiglu,rope,mqa --seeds 0,1
+    python -m benchmarks.ablations --variants activation            # a whole component
+    python -m benchmarks.ablations --smoke                          # a tiny version for CI
+    python -m benchmarks.ablations --list_variants
 
 A miniature of the table of Narang et al. (2021), "Do Transformer Modifications Transfer Across
 Implementations and Applications?": every variant changes exactly one component of the baseline
@@ -65,22 +65,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):  # make `training`, `hf_lm` and `bench_common` importable
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
+    REPO_ROOT,
     available_cores,
     comma_list,
+    command_line,
     cpu_model,
     git_revision,
     load_average,
     pyplot,
     versions,
 )
-from bench_common import markdown_table as render_table  # noqa: E402
+from benchmarks.bench_common import markdown_table as render_table
 
 logger = logging.getLogger("ablations")
 
@@ -680,6 +676,58 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_jobs(jobs: list[tuple], commands: dict, args) -> list[tuple[str, str | None]]:
+    """Run (or reuse) every `(variant, seed, output folder)` job, `--jobs` at a time; returns each
+    job's `(status, error tail)` in order."""
+
+    def work(job):
+        variant, seed, out = job
+        t0 = time.perf_counter()
+        status, error = execute(commands[(variant.name, seed)], out, args.threads, args.rerun)
+        logger.info("%-22s seed %d: %s in %.0f s", variant.name, seed, status, time.perf_counter() - t0)
+        if error:
+            logger.warning(
+                "%s seed %d failed; last lines of %s:\n%s", variant.name, seed, out / "train.log", error
+            )
+        return status, error
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        return list(pool.map(work, jobs))
+
+
+def variant_row(
+    variant: Variant, args, jobs: list[tuple], statuses: list[tuple], commands: dict, early_step: int, size
+) -> dict:
+    """One variant's row of the report: its runs (one per seed) and their mean ± std."""
+    runs = []
+    for (v, seed, out), (status, error) in zip(jobs, statuses):
+        if v is not variant:
+            continue
+        run = {
+            "seed": seed,
+            "status": status,
+            "output_dir": str(out),
+            "command": shlex.join(commands[(v.name, seed)]),
+        }
+        if status in ("ok", "reused"):
+            run.update(read_run(out, early_step))
+        else:
+            run["error_tail"] = error
+        runs.append(run)
+    return {
+        "name": variant.name,
+        "component": variant.component,
+        "description": variant.description,
+        "config_fields": variant_fields(variant, size, not args.no_match_glu_params),
+        "parameters": mean_std([r.get("parameters") for r in runs]),
+        "step_time_ms": mean_std([r.get("step_time_ms") for r in runs]),
+        "early_loss": mean_std([r.get("early_loss") for r in runs]),
+        "final_loss": mean_std([r.get("final_loss") for r in runs]),
+        "steps": mean_std([r.get("steps") for r in runs]),
+        "runs": runs,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -721,60 +769,16 @@ def main(argv: list[str] | None = None) -> dict:
         out_dir,
     )
     start = time.perf_counter()
-
-    def work(job):
-        variant, seed, out = job
-        t0 = time.perf_counter()
-        status, error = execute(commands[(variant.name, seed)], out, args.threads, args.rerun)
-        logger.info("%-22s seed %d: %s in %.0f s", variant.name, seed, status, time.perf_counter() - t0)
-        if error:
-            logger.warning(
-                "%s seed %d failed; last lines of %s:\n%s", variant.name, seed, out / "train.log", error
-            )
-        return status, error
-
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        statuses = list(pool.map(work, jobs))
-
-    rows = []
-    for variant in args.selected:
-        runs = []
-        for (v, seed, out), (status, error) in zip(jobs, statuses):
-            if v is not variant:
-                continue
-            run = {
-                "seed": seed,
-                "status": status,
-                "output_dir": str(out),
-                "command": shlex.join(commands[(v.name, seed)]),
-            }
-            if status in ("ok", "reused"):
-                run.update(read_run(out, early_step))
-            else:
-                run["error_tail"] = error
-            runs.append(run)
-        rows.append(
-            {
-                "name": variant.name,
-                "component": variant.component,
-                "description": variant.description,
-                "config_fields": variant_fields(variant, size, not args.no_match_glu_params),
-                "parameters": mean_std([r.get("parameters") for r in runs]),
-                "step_time_ms": mean_std([r.get("step_time_ms") for r in runs]),
-                "early_loss": mean_std([r.get("early_loss") for r in runs]),
-                "final_loss": mean_std([r.get("final_loss") for r in runs]),
-                "steps": mean_std([r.get("steps") for r in runs]),
-                "runs": runs,
-            }
-        )
+    statuses = run_jobs(jobs, commands, args)
+    rows = [
+        variant_row(variant, args, jobs, statuses, commands, early_step, size) for variant in args.selected
+    ]
 
     table = markdown_table(rows, early_step)
     env["load_average_end"] = load_average()
     report = {
         "task": "Tiny Shakespeare, character level: GPT-style ablations, one component at a time",
-        "command": shlex.join([sys.executable, *sys.argv])
-        if argv is None
-        else shlex.join(["ablations.py", *argv]),
+        "command": command_line(__spec__.name, argv),
         "smoke": args.smoke,
         "runs_working_directory": str(REPO_ROOT),  # every run's command is run from here
         "git_revision": git_revision(),

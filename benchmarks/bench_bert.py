@@ -36,16 +36,16 @@ after warm-up; each metric is the median over rounds:
    is not counted), over the median step time. The sparse side does fewer FLOPs (its head runs on
    the labelled positions only), so its FLOP/s is not a speed comparison; its step time is.
 4. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
-   `bench_gpt.py`), for training steps and for one inference forward. Parameter and AdamW state
+   `bench_common.measure_peak_rss`), for training steps and for one inference forward. Parameter and AdamW state
    bytes are counted exactly from the tensors.
 
 The machine's CPU contention during each timed phase (Linux PSI) is printed and saved; with threads
 == cores any other busy process inflates timings (`--wait-idle S` waits for an idle CPU).
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_bert.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_bert --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_bert.json`).
 """
@@ -55,49 +55,33 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
 
-import torch  # noqa: E402
-from transformers import BertConfig, BertForMaskedLM  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for path in (REPO_ROOT, BENCH_DIR):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench_common import markdown_table, measure_peak_rss, run_json_worker  # noqa: E402
-
-# the measurement machinery is the GPT benchmark's: same timing, contention and memory method
-from bench_gpt import (  # noqa: E402
-    Contention,
+from benchmarks.bench_common import (
+    AB_METHOD,
     add_machine_options,
     add_warmup_and_memory_options,
-    busy_note,
     environment,
     environment_line,
     flops_line,
-    fmt,
-    make_batch_train_step,
+    markdown_table,
     memory_rows,
     memory_worker_command,
+    metric_cell,
     metric_row,
-    optimizer_state_bytes,
-    summarize_with_cpu,
-    tensor_bytes,
-    time_alternating,
-    wait_for_idle,
+    ratio_cell,
+    run_json_worker,
+    timed_phase,
+    worker_memory,
+    write_ab_report,
 )
-from peak_flops import count_train_step_flops  # noqa: E402
-
-from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM  # noqa: E402
-from hf_lm.convert import from_transformers  # noqa: E402
+from benchmarks.bench_common import make_train_step as make_train_step_on
+from benchmarks.pairs import FIRST_WORD_ID, build_bert_hflm, build_bert_reference, mlm_batch
+from benchmarks.peak_flops import count_train_step_flops
 
 SIDES = ("hf_lm", "hf_lm_sparse", "transformers")
 SIDE_NAMES = {
@@ -107,84 +91,20 @@ SIDE_NAMES = {
 }
 INFER_SIDES = ("hf_lm", "transformers")  # sparse_prediction only acts in training
 
-# BERT's uncased WordPiece ids; real word pieces start at 1000 in that vocabulary
-PAD_ID, CLS_ID, SEP_ID, MASK_ID, FIRST_WORD_ID = 0, 101, 102, 103, 1000
-
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
 
 
-def reference_config(args, dropout: float | None = None) -> BertConfig:
-    dropout = args.dropout if dropout is None else dropout
-    return BertConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.intermediate,
-        max_position_embeddings=args.max_positions,
-        type_vocab_size=2,
-        hidden_act="gelu",
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        layer_norm_eps=1e-12,
-        pad_token_id=PAD_ID,
-        tie_word_embeddings=True,
-    )
-
-
-def build_reference(args, dropout: float | None = None) -> BertForMaskedLM:
-    torch.manual_seed(args.seed)
-    model = BertForMaskedLM._from_config(reference_config(args, dropout), attn_implementation="sdpa")
-    return model.train()
-
-
-def build_hflm(args, sparse: bool, dropout: float | None = None) -> HfLmBertForMaskedLM:
-    """hf_lm's BERT computing the reference's function: the reference converted by `from_transformers`,
-    then (for the sparse side) the same weights in a model whose config has `sparse_prediction=True`."""
-    converted = from_transformers(build_reference(args, dropout))
-    config = HfLmBertConfig.from_dict({**converted.config.to_dict(), "sparse_prediction": sparse})
-    model = HfLmBertForMaskedLM._from_config(config, attn_implementation="sdpa")
-    model.load_state_dict(converted.state_dict())
-    assert model.lm_head.decoder.weight is model.model.embed_tokens.weight  # still tied
-    return model.train()
-
-
 def build_side(side: str, args, dropout: float | None = None) -> torch.nn.Module:
+    """The reference, or hf_lm's BERT converted from it (`pairs`), dense or sparse prediction."""
     if side == "transformers":
-        return build_reference(args, dropout)
-    return build_hflm(args, sparse=side == "hf_lm_sparse", dropout=dropout)
+        return build_bert_reference(args, dropout)
+    return build_bert_hflm(args, sparse=side == "hf_lm_sparse", dropout=dropout)
 
 
 def build_all(args, dropout: float | None = None) -> dict[str, torch.nn.Module]:
     return {side: build_side(side, args, dropout) for side in SIDES}
-
-
-def mlm_batch(args, seed: int) -> dict[str, torch.Tensor]:
-    """A right-padded masked-LM batch as BERT's collator makes it (see the module docstring)."""
-    B, T = args.batch, args.seq
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.full((B,), T)
-    n_padded = round(B * args.pad_fraction)
-    if n_padded:
-        # the padded rows are spread over the batch, with lengths uniform in [T/2, T)
-        rows = torch.randperm(B, generator=g)[:n_padded]
-        lengths[rows] = torch.randint(T // 2, T, (n_padded,), generator=g)
-    pos = torch.arange(T)[None]  # (1, T)
-    attention_mask = (pos < lengths[:, None]).long()  # (B, T)
-    words = torch.randint(FIRST_WORD_ID, args.vocab, (B, T), generator=g)
-    ids = torch.where(attention_mask.bool(), words, PAD_ID)
-    ids[:, 0] = CLS_ID
-    ids[torch.arange(B), lengths - 1] = SEP_ID
-    maskable = attention_mask.bool() & (pos > 0) & (pos < (lengths - 1)[:, None])  # real, not special
-    selected = maskable & (torch.rand(B, T, generator=g) < args.mask_prob)
-    labels = torch.where(selected, ids, -100)
-    u = torch.rand(B, T, generator=g)
-    random_words = torch.randint(FIRST_WORD_ID, args.vocab, (B, T), generator=g)
-    input_ids = torch.where(selected & (u < 0.8), MASK_ID, ids)  # 80% [MASK]
-    input_ids = torch.where(selected & (u >= 0.8) & (u < 0.9), random_words, input_ids)  # 10% random
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
 def batch_stats(batch: dict) -> dict:
@@ -203,8 +123,8 @@ def batch_stats(batch: dict) -> dict:
 
 
 def make_train_step(model: torch.nn.Module, batch: dict, lr: float = 1e-4):
-    """`bench_gpt.make_batch_train_step` on `batch` (AdamW, lr 1e-4 by default)."""
-    return make_batch_train_step(model, batch, lr)
+    """`bench_common.make_train_step` on `batch` (AdamW, lr 1e-4 by default)."""
+    return make_train_step_on(model, batch, lr)
 
 
 def make_forward(model: torch.nn.Module, batch: dict):
@@ -258,16 +178,13 @@ def memory_worker(side: str, workload: str, args) -> dict:
     torch.set_num_threads(args.threads)
     model = build_side(side, args)
     batch = mlm_batch(args, args.seed)
-    result = {"param_bytes": tensor_bytes(model.parameters())}
-    if workload == "train":
-        step = make_train_step(model, batch)
-        fn, n = step, args.memory_steps
-    else:
-        fn, n = make_forward(model, batch), 1
-    result.update(measure_peak_rss(fn, n))
-    if workload == "train":
-        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
-    return result
+    return worker_memory(
+        model,
+        workload,
+        lambda: make_train_step(model, batch),
+        lambda: make_forward(model, batch),
+        args.memory_steps,
+    )
 
 
 # options a memory worker needs to rebuild the same model and batch
@@ -278,7 +195,7 @@ WORKER_OPTIONS = (
 
 
 def measure_memory(side: str, workload: str, args) -> dict:
-    cmd = memory_worker_command(__file__, [side, workload], args, WORKER_OPTIONS)
+    cmd = memory_worker_command(__spec__.name, [side, workload], args, WORKER_OPTIONS)
     return run_json_worker(cmd, f"memory worker {side}/{workload}")
 
 
@@ -383,15 +300,74 @@ def print_table(results: dict, sides: tuple[str, ...]) -> str:
     body = []
     for name, row in results.items():
         better = "higher is better" if row["higher_is_better"] else "lower is better"
-        cells = [f"{name} [{row['unit']}, {better}]", fmt(row["transformers"], row["unit"])]
+        cells = [f"{name} [{row['unit']}, {better}]", metric_cell(row["transformers"], row["unit"])]
         for s in cols:
             if s not in row:
                 cells += ["", ""]
                 continue
             ratio = row.get(f"ratio_{s}")
-            cells += [fmt(row[s], row["unit"]), "n/a" if ratio is None else f"{ratio:.3f}"]
+            cells += [metric_cell(row[s], row["unit"]), ratio_cell(ratio)]
         body.append(cells)
     return "\n" + markdown_table(header, body, align="l" + "r" * (1 + 2 * len(cols)))
+
+
+def time_training(models: dict, batch: dict, flops: dict, args, contention: dict, raw: dict) -> dict:
+    """Training throughput, step time, CPU and kernel time, achieved FLOP/s and page faults per side."""
+    steps = {side: make_train_step(m, batch) for side, m in models.items()}
+    positions = args.batch * args.seq
+    train = raw["train"] = timed_phase(
+        steps, args, args.train_reps, positions, contention, "train", "training"
+    )
+    for side in SIDES:
+        train[side]["achieved_gflops"] = flops[side]["total"] / train[side]["median_s"] / 1e9
+    for step in steps.values():  # the AdamW moments would otherwise stay resident for inference
+        step.optimizer.state.clear()
+    rows = (
+        (f"train positions/s (B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
+        ("train step time", "median_s", "ms", False),
+        ("train step: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
+        ("train step: kernel (sys) CPU time", "median_sys_s", "ms", False),
+        ("train achieved GFLOP/s (fwd + bwd FLOPs / step time)", "achieved_gflops", "GFLOP/s", True),
+        ("train step: minor page faults", "median_minor_faults", "count", False),
+    )
+    return {
+        name: metric_row({side: train[side][key] for side in SIDES}, unit, higher)
+        for name, key, unit, higher in rows
+    }
+
+
+def time_inference(models: dict, batch: dict, args, contention: dict, raw: dict) -> dict:
+    """Eval-mode forward throughput, time and CPU time (no sparse side: it only acts in training)."""
+    fns = {side: make_forward(models[side], batch) for side in INFER_SIDES}
+    positions = args.batch * args.seq
+    infer = raw["infer"] = timed_phase(
+        fns, args, args.infer_reps, positions, contention, "infer", "inference"
+    )
+    rows = (
+        (f"inference positions/s (eval, no_grad, B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
+        ("inference forward time", "median_s", "ms", False),
+        ("inference forward: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
+    )
+    return {
+        name: metric_row({side: infer[side][key] for side in INFER_SIDES}, unit, higher)
+        for name, key, unit, higher in rows
+    }
+
+
+def memory_results(args, raw: dict) -> dict:
+    """Parameters + AdamW state and the peak RSS of training and of inference, each side and
+    workload in a fresh process."""
+    t0 = time.perf_counter()
+    mem = raw["memory"] = {
+        "train": {side: measure_memory(side, "train", args) for side in SIDES},
+        "infer": {side: measure_memory(side, "infer", args) for side in INFER_SIDES},
+    }
+    results = memory_rows(mem["train"], SIDES, args.memory_steps)
+    results["inference peak RSS above baseline"] = metric_row(
+        {s: mem["infer"][s]["peak_rss_delta_bytes"] for s in INFER_SIDES}, "MiB", False
+    )
+    print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
+    return results
 
 
 def main(argv=None) -> int:
@@ -441,66 +417,13 @@ def main(argv=None) -> int:
     flops = {side: count_train_step_flops(m, batch) for side, m in models.items()}
     print(flops_line(flops), flush=True)
 
-    results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
     contention: dict = {"waited_s": {}}
-    positions = args.batch * args.seq
-
-    # 1. training
-    steps = {side: make_train_step(m, batch) for side, m in models.items()}
-    t0 = time.perf_counter()
-    contention["waited_s"]["train"] = wait_for_idle(args.wait_idle)
-    with Contention() as c:
-        samples = time_alternating(steps, args.rounds, args.train_reps, args.warmup)
-    contention["train"] = c.result
-    raw["train"] = {side: summarize_with_cpu(s, positions) for side, s in samples.items()}
-    for side in SIDES:
-        raw["train"][side]["achieved_gflops"] = flops[side]["total"] / raw["train"][side]["median_s"] / 1e9
-    for name, key, unit, higher in (
-        (f"train positions/s (B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
-        ("train step time", "median_s", "ms", False),
-        ("train step: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
-        ("train step: kernel (sys) CPU time", "median_sys_s", "ms", False),
-        ("train achieved GFLOP/s (fwd + bwd FLOPs / step time)", "achieved_gflops", "GFLOP/s", True),
-        ("train step: minor page faults", "median_minor_faults", "count", False),
-    ):
-        results[name] = metric_row({side: raw["train"][side][key] for side in SIDES}, unit, higher)
-    print(f"training timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
-    for step in steps.values():
-        step.optimizer.state.clear()
-    del steps
+    results = time_training(models, batch, flops, args, contention, raw)  # metric -> {side: value, ...}
     gc.collect()
-
-    # 2. inference
-    fns = {side: make_forward(models[side], batch) for side in INFER_SIDES}
-    t0 = time.perf_counter()
-    contention["waited_s"]["infer"] = wait_for_idle(args.wait_idle)
-    with Contention() as c:
-        samples = time_alternating(fns, args.rounds, args.infer_reps, args.warmup)
-    contention["infer"] = c.result
-    raw["infer"] = {side: summarize_with_cpu(s, positions) for side, s in samples.items()}
-    for name, key, unit, higher in (
-        (f"inference positions/s (eval, no_grad, B={args.batch}, T={args.seq})", "throughput", "pos/s", True),
-        ("inference forward time", "median_s", "ms", False),
-        ("inference forward: CPU time (user + sys, all threads)", "median_cpu_s", "ms", False),
-    ):
-        results[name] = metric_row({side: raw["infer"][side][key] for side in INFER_SIDES}, unit, higher)
-    print(f"inference timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
-
-    # 3. memory
+    results.update(time_inference(models, batch, args, contention, raw))
     if not args.no_memory:
-        t0 = time.perf_counter()
-        mem = {
-            "train": {side: measure_memory(side, "train", args) for side in SIDES},
-            "infer": {side: measure_memory(side, "infer", args) for side in INFER_SIDES},
-        }
-        raw["memory"] = mem
-        results.update(memory_rows(mem["train"], SIDES, args.memory_steps))
-        results["inference peak RSS above baseline"] = metric_row(
-            {s: mem["infer"][s]["peak_rss_delta_bytes"] for s in INFER_SIDES}, "MiB", False
-        )
-        print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
-
+        results.update(memory_results(args, raw))
     for row in results.values():
         den = row["transformers"]
         for side in SIDES[:-1]:
@@ -514,32 +437,15 @@ def main(argv=None) -> int:
     if args.profile:
         profiles = profile_models(models, batch, args, out_path.parent)
         print("profiles written:\n  " + "\n  ".join(profiles))
-
-    report = {
-        "environment": env,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "model": {
-            "params": n_params["hf_lm"],
-            "hf_lm_config": models["hf_lm"].config.to_dict(),
-            "reference": "transformers.BertForMaskedLM, attn_implementation=sdpa, hidden_act gelu",
-            "sides": SIDE_NAMES,
-        },
-        "batch": stats,
-        "sanity": check,
-        "flops": flops,
-        "contention": contention,
-        "results": results,
-        "raw": raw,
-        "profiles": profiles,
-        "method": (
-            "A/B/C alternating rounds in one process after warm-up, median per side; the order reverses "
-            "each round. Contention: share of each phase's wall time with a task waiting for a CPU "
-            "(/proc/pressure/cpu). Memory: fresh subprocess per side/workload, peak RSS above the "
-            "pre-workload RSS (VmHWM reset via /proc/self/clear_refs)."
-        ),
+    model = {
+        "params": n_params["hf_lm"],
+        "hf_lm_config": models["hf_lm"].config.to_dict(),
+        "reference": "transformers.BertForMaskedLM, attn_implementation=sdpa, hidden_act gelu",
+        "sides": SIDE_NAMES,
     }
-    out_path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {out_path}")
+    body = {"model": model, "batch": stats, "sanity": check, "flops": flops, "contention": contention}
+    method = AB_METHOD.format(design="A/B/C", order="the order reverses each round", memory="side/workload")
+    write_ab_report(out_path, env, args, {**body, "results": results, "raw": raw}, profiles, method)
     return 0
 
 

@@ -42,10 +42,10 @@ inflates timings (`--wait-idle S` waits up to S seconds per phase for an idle CP
 is far less sensitive on a shared machine).
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --family llama   # Llama-shaped, vs LlamaForCausalLM
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpt.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --family llama   # Llama-shaped, vs LlamaForCausalLM
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpt --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_gpt.json`, or
 `out/bench_llama.json` with `--family llama`).
@@ -54,44 +54,43 @@ Prints a markdown table and writes JSON to `--output` (default `out/bench_gpt.js
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import gc
 import io
 import json
-import os
-import platform
 import pstats
-import resource
-import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
 
-import torch  # noqa: E402
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for path in (REPO_ROOT, BENCH_DIR):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench_common import (  # noqa: E402
-    available_cores,
-    cpu_model,
-    load_average,
+from benchmarks.bench_common import (
+    AB_METHOD,
+    add_machine_options,
+    add_warmup_and_memory_options,
+    environment,
+    environment_line,
+    error_text,
+    flops_line,
     markdown_table,
-    measure_peak_rss,
+    memory_rows,
+    memory_worker_command,
+    metric_cell,
+    metric_row,
+    ratio,
+    ratio_cell,
     run_json_worker,
-    versions,
+    summarize,
+    time_alternating,
+    timed_phase,
+    worker_memory,
+    write_ab_report,
 )
-from peak_flops import count_train_step_flops  # noqa: E402
-
-from hf_lm import HfLmGPTForCausalLM  # noqa: E402
-from hf_lm.convert import from_transformers  # noqa: E402
+from benchmarks.bench_common import make_train_step as make_train_step_on
+from benchmarks.pairs import build_gpt_hflm, build_gpt_reference, random_ids
+from benchmarks.peak_flops import count_train_step_flops
 
 SIDES = ("hf_lm", "transformers")
 FAMILIES = ("gpt2", "llama")
@@ -101,148 +100,17 @@ REFERENCE_NAMES = {
 }
 
 # --------------------------------------------------------------------------------------------
-# Environment
-# --------------------------------------------------------------------------------------------
-
-
-def cpu_pressure() -> dict | None:
-    """Linux PSI for the CPU: `some` = share of time at least one runnable task waited for a CPU.
-
-    On an otherwise idle machine a run with threads == cores keeps it near 0; anything else running
-    (other jobs, test suites) shows up here, and it distorts timings, OpenMP-threaded ones badly.
-    """
-    try:
-        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    fields = dict(kv.split("=") for kv in line.split()[1:])
-    return {
-        "avg10": float(fields["avg10"]),
-        "avg60": float(fields["avg60"]),
-        "total_us": int(fields["total"]),
-    }
-
-
-class Contention:
-    """Share of a phase's wall time during which some task waited for a CPU (from PSI), and load."""
-
-    def __enter__(self):
-        self.p0, self.t0 = cpu_pressure(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        wall = time.perf_counter() - self.t0
-        p1 = cpu_pressure()
-        self.result = {"wall_s": wall, "loadavg_end": load_average()}
-        if self.p0 and p1:
-            self.result["cpu_pressure_share"] = (p1["total_us"] - self.p0["total_us"]) / 1e6 / wall
-        return False
-
-
-def wait_for_idle(max_wait_s: float, threshold: float = 5.0) -> float:
-    """Wait (at most `max_wait_s`) until PSI cpu `some avg10` drops below `threshold` percent."""
-    t0 = time.perf_counter()
-    while max_wait_s > 0 and time.perf_counter() - t0 < max_wait_s:
-        p = cpu_pressure()
-        if p is None or p["avg10"] < threshold:
-            break
-        time.sleep(2.0)
-    return time.perf_counter() - t0
-
-
-def environment(threads: int) -> dict:
-    """Versions, threads, cores, CPU and its load: the `environment` of every A/B benchmark's JSON."""
-    return {
-        **versions("torch", "transformers"),
-        "python": platform.python_version(),
-        "threads": threads,
-        "cores_available": available_cores(),
-        "cpu_model": cpu_model(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "platform": platform.platform(),
-        "loadavg_start": load_average(),
-        "cpu_pressure_start": cpu_pressure(),
-    }
-
-
-def environment_line(env: dict) -> str:
-    """The line an A/B benchmark prints first: versions, threads and CPU."""
-    return (
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})"
-    )
-
-
-# --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
 
 
-def reference_config(args) -> GPT2Config | LlamaConfig:
-    if args.family == "llama":
-        return LlamaConfig(
-            vocab_size=args.vocab,
-            hidden_size=args.hidden,
-            num_hidden_layers=args.layers,
-            num_attention_heads=args.heads,
-            num_key_value_heads=args.kv_heads,
-            intermediate_size=args.intermediate,
-            hidden_act="silu",  # SwiGLU
-            max_position_embeddings=args.context,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-            rms_norm_eps=1e-5,
-            attention_bias=False,
-            mlp_bias=False,
-            attention_dropout=0.0,
-            tie_word_embeddings=False,
-            pad_token_id=None,
-            bos_token_id=None,  # Llama's defaults (1, 2) would be real tokens of this random vocabulary
-            eos_token_id=None,
-        )
-    return GPT2Config(
-        vocab_size=args.vocab,
-        n_positions=args.context,
-        n_embd=args.hidden,
-        n_layer=args.layers,
-        n_head=args.heads,
-        n_inner=args.intermediate,
-        activation_function="gelu_new",  # GPT-2's own tanh-GELU
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        layer_norm_epsilon=1e-5,
-        tie_word_embeddings=True,
-        bos_token_id=None,  # GPT-2's defaults (50256) lie outside this vocabulary
-        eos_token_id=None,
-    )
-
-
-def build_reference(args) -> GPT2LMHeadModel | LlamaForCausalLM:
-    torch.manual_seed(args.seed)
-    cls = LlamaForCausalLM if args.family == "llama" else GPT2LMHeadModel
-    model = cls._from_config(reference_config(args), attn_implementation="sdpa")
-    model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
-    return model
-
-
-def build_hflm(args) -> HfLmGPTForCausalLM:
-    """hf_lm's GPT computing the reference's function: the reference converted by `from_transformers`."""
-    model = from_transformers(build_reference(args))
-    model.config._attn_implementation = "sdpa"
-    return model.train()
-
-
 def build_pair(args) -> dict[str, torch.nn.Module]:
-    return {"hf_lm": build_hflm(args), "transformers": build_reference(args)}
+    """hf_lm's GPT and its reference (`pairs.build_gpt_hflm`, `pairs.build_gpt_reference`)."""
+    return {side: build_side(side, args) for side in SIDES}
 
 
 def build_side(side: str, args) -> torch.nn.Module:
-    return build_hflm(args) if side == "hf_lm" else build_reference(args)
-
-
-def random_ids(batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, seq), generator=g)
+    return build_gpt_hflm(args) if side == "hf_lm" else build_gpt_reference(args)
 
 
 @torch.no_grad()
@@ -271,36 +139,8 @@ def count_flops(models: dict, ids: torch.Tensor) -> dict:
 
 
 def make_train_step(model: torch.nn.Module, ids: torch.Tensor, lr: float = 3e-4):
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def step():
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
-    step.optimizer = opt
-    return step
-
-
-def make_batch_train_step(model: torch.nn.Module, batch: dict, lr: float):
-    """bench_bert's and bench_seq2seq's training step on a fixed batch (which holds the labels):
-    forward, backward, AdamW step, `zero_grad`; returns the detached loss. `step.optimizer` is the
-    AdamW, for its state's size."""
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
-
-    def step():
-        loss = model(**batch).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    step.optimizer = opt
-    return step
+    """`bench_common.make_train_step` on a causal-LM batch: the ids are their own labels."""
+    return make_train_step_on(model, {"input_ids": ids, "labels": ids}, lr)
 
 
 def generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
@@ -321,140 +161,24 @@ def make_generate(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int)
     return lambda: generate(model, prompt, new_tokens)
 
 
-def time_alternating(fns: dict, rounds: int, reps: int, warmup: int) -> dict[str, dict]:
-    """Per call of each function, one sample per round (the order alternates every round):
-    wall seconds, and this process's user/system CPU seconds and minor page faults (getrusage)."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    names = list(fns)
-    samples = {name: {"wall_s": [], "user_s": [], "sys_s": [], "minor_faults": []} for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            gc.collect()
-            ru0 = resource.getrusage(resource.RUSAGE_SELF)
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fns[name]()
-            wall = time.perf_counter() - t0
-            ru1 = resource.getrusage(resource.RUSAGE_SELF)
-            s = samples[name]
-            s["wall_s"].append(wall / reps)
-            s["user_s"].append((ru1.ru_utime - ru0.ru_utime) / reps)
-            s["sys_s"].append((ru1.ru_stime - ru0.ru_stime) / reps)
-            s["minor_faults"].append((ru1.ru_minflt - ru0.ru_minflt) / reps)
-    return samples
-
-
-def summarize(samples: dict, units_per_call: float) -> dict:
-    wall = samples["wall_s"]
-    med = statistics.median(wall)
-    return {
-        "median_s": med,
-        "min_s": min(wall),
-        "max_s": max(wall),
-        "throughput": units_per_call / med,
-        "median_user_s": statistics.median(samples["user_s"]),
-        "median_sys_s": statistics.median(samples["sys_s"]),
-        "median_minor_faults": statistics.median(samples["minor_faults"]),
-        "samples": samples,
-    }
-
-
-def summarize_with_cpu(samples: dict, units_per_call: float) -> dict:
-    """`summarize` plus the median CPU time (user + sys) per call: on a shared machine the work a
-    side does is steadier than its wall time, which includes waiting for a CPU."""
-    result = summarize(samples, units_per_call)
-    result["median_cpu_s"] = statistics.median(u + s for u, s in zip(samples["user_s"], samples["sys_s"]))
-    return result
-
-
-def metric_row(values: dict, unit: str, higher_is_better: bool) -> dict:
-    """One row of an A/B benchmark's `results`: a value per side, its unit and which way is better."""
-    return {**values, "unit": unit, "higher_is_better": higher_is_better}
-
-
-def flops_line(flops: dict) -> str:
-    """The printed FLOPs of one training step per side (`count_train_step_flops` results)."""
-    return "FLOPs per training step (forward + backward, optimizer not counted): " + ", ".join(
-        f"{side} {counted['total'] / 1e9:.2f} G" for side, counted in flops.items()
-    )
-
-
 # --------------------------------------------------------------------------------------------
 # Memory: one fresh subprocess per side and workload
 # --------------------------------------------------------------------------------------------
-
-
-def tensor_bytes(tensors) -> int:
-    seen, total = set(), 0
-    for t in tensors:
-        if torch.is_tensor(t) and t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
-    return total
-
-
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of an optimizer's state tensors (AdamW: both moments and the step counts)."""
-    return tensor_bytes(t for state in optimizer.state.values() for t in state.values())
-
-
-def memory_rows(train: dict, sides, steps: int, suffix: str = "") -> dict:
-    """The `results` rows of the training memory workers (`train`: side -> worker result):
-    parameters + AdamW state, and the peak RSS of `steps` training steps above baseline."""
-    return {
-        f"parameters + AdamW state{suffix}": metric_row(
-            {s: train[s]["param_bytes"] + train[s]["optimizer_state_bytes"] for s in sides}, "MiB", False
-        ),
-        f"train peak RSS above baseline ({steps} steps){suffix}": metric_row(
-            {s: train[s]["peak_rss_delta_bytes"] for s in sides}, "MiB", False
-        ),
-    }
-
-
-def memory_worker_command(script: str, workload: list[str], args, options: list[str]) -> list[str]:
-    """The command that reruns `script` as a memory worker for `workload` (`--_memory-worker ...`),
-    passing on the `options` of `args` (the ones it needs to rebuild the same model and inputs)."""
-    cmd = [sys.executable, os.path.abspath(script), "--_memory-worker", *workload]
-    return cmd + [f"--{name.replace('_', '-')}={getattr(args, name)}" for name in options]
-
-
-def add_warmup_and_memory_options(p: argparse.ArgumentParser) -> None:
-    """`--warmup`, `--memory-steps`, `--no-memory`: the same in every A/B benchmark."""
-    p.add_argument("--warmup", type=int, default=2, help="warm-up calls per side before timing")
-    p.add_argument("--memory-steps", type=int, default=3, help="training steps in the memory subprocess")
-    p.add_argument("--no-memory", action="store_true", help="skip the memory subprocesses")
-
-
-def add_machine_options(p: argparse.ArgumentParser) -> None:
-    """`--threads`, `--seed`, `--wait-idle`: the same in every A/B benchmark."""
-    p.add_argument("--threads", type=int, default=available_cores())
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--wait-idle",
-        type=float,
-        default=0.0,
-        help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
-    )
 
 
 def memory_worker(side: str, workload: str, args) -> dict:
     """Runs in a fresh process: peak RSS above the pre-workload RSS for one side and workload."""
     torch.set_num_threads(args.threads)
     model = build_side(side, args)
-    result = {"param_bytes": tensor_bytes(model.parameters())}
-    if workload == "train":
-        ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
-        step = make_train_step(model, ids)
-        fn, n = step, args.memory_steps
-    else:
-        prompt = random_ids(8, args.prompt_len, args.vocab, args.seed)
-        fn, n = make_generate(model, prompt, args.new_tokens), 1
-    result.update(measure_peak_rss(fn, n))
-    if workload == "train":
-        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
-    return result
+    ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
+    prompt = random_ids(8, args.prompt_len, args.vocab, args.seed)
+    return worker_memory(
+        model,
+        workload,
+        lambda: make_train_step(model, ids),
+        lambda: make_generate(model, prompt, args.new_tokens),
+        args.memory_steps,
+    )
 
 
 # options a memory worker needs to rebuild the same model and inputs
@@ -465,7 +189,7 @@ WORKER_OPTIONS = (
 
 
 def measure_memory(side: str, workload: str, args) -> dict:
-    cmd = memory_worker_command(__file__, [side, workload], args, WORKER_OPTIONS)
+    cmd = memory_worker_command(__spec__.name, [side, workload], args, WORKER_OPTIONS)
     return run_json_worker(cmd, f"memory worker {side}/{workload}")
 
 
@@ -523,6 +247,76 @@ def profile_models(models: dict, args, out_dir: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------
+# torch.compile (`--_compile-worker OUT.json`, run by suite.py): eager vs compiled hf_lm
+# --------------------------------------------------------------------------------------------
+
+
+def compile_phase(name: str, models: dict, make, args, tokens: int, result: dict) -> None:
+    """Time `make(model)` eager against compiled (the first compiled call compiles, timed apart)
+    into `result["phases"][name]`; a failure is recorded there, not raised."""
+    fns = {side: make(m) for side, m in models.items()}
+    try:
+        t0 = time.perf_counter()
+        fns["compiled"]()  # the first call compiles
+        compile_s = time.perf_counter() - t0
+        samples = time_alternating(fns, args.rounds, args.train_reps, args.warmup)
+    except Exception as exc:  # noqa: BLE001  (any failure is a result to report, not a crash)
+        result["phases"][name] = {"error": error_text(exc)}
+        print(f"torch.compile {name} failed: {error_text(exc)}", flush=True)
+        return
+    summary = {side: summarize(s, tokens) for side, s in samples.items()}
+    result["phases"][name] = {
+        "compile_s": compile_s,
+        "unit": "tok/s",
+        "eager": summary["eager"]["throughput"],
+        "compiled": summary["compiled"]["throughput"],
+        "speedup": ratio(summary["compiled"]["throughput"], summary["eager"]["throughput"]),
+        "step_s": {side: summary[side]["median_s"] for side in summary},
+        "raw": summary,
+    }
+    speedup = result["phases"][name]["speedup"] or float("nan")
+    print(f"{name}: compiled in {compile_s:.1f}s; speed-up {speedup:.3f}", flush=True)
+
+
+def compile_worker(args) -> dict:
+    """Eager vs `torch.compile` hf_lm GPT-2-shaped model (this benchmark's config and inputs):
+    training and forward throughput, compile time, graph breaks."""
+    from torch._dynamo.utils import counters
+
+    torch.set_num_threads(args.threads)
+    result = {
+        "environment": environment(torch.get_num_threads()),
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "model": "hf_lm GPT (bench_gpt --family gpt2 config), torch.compile(model) default mode, inductor",
+        "phases": {},
+    }
+    eager = build_gpt_hflm(args)
+    ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
+    result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
+    try:
+        models = {"eager": eager, "compiled": torch.compile(copy.deepcopy(eager))}
+    except Exception as exc:  # noqa: BLE001
+        result["error"] = error_text(exc)
+        return result
+
+    def make_forward(model):
+        model.eval()
+
+        @torch.no_grad()
+        def forward():
+            return model(input_ids=ids).logits
+
+        return forward
+
+    tokens = args.batch * args.seq
+    compile_phase("train", models, lambda m: make_train_step(m, ids), args, tokens, result)
+    compile_phase("forward", models, make_forward, args, tokens, result)
+    result["graph_breaks"] = sum(counters["graph_break"].values())
+    result["unique_graphs"] = counters["stats"].get("unique_graphs")
+    return result
+
+
+# --------------------------------------------------------------------------------------------
 # Main
 # --------------------------------------------------------------------------------------------
 
@@ -560,6 +354,7 @@ def parse_args(argv=None):
         "--output", type=str, default=None, help="default: out/bench_gpt.json (gpt2) or out/bench_llama.json"
     )
     p.add_argument("--_memory-worker", nargs=2, metavar=("SIDE", "WORKLOAD"), help=argparse.SUPPRESS)
+    p.add_argument("--_compile-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.train_reps, args.warmup = 2, 1, 1
@@ -579,24 +374,83 @@ def parse_args(argv=None):
     return args
 
 
-def busy_note(result: dict) -> str:
-    share = result.get("cpu_pressure_share")
-    if share is None:
-        return ""
-    note = f" (CPU pressure {share:.0%} of the time"
-    if share > 0.05:
-        note += "; the machine was busy: timings are noisy, ratios from alternating rounds less so"
-    return note + ")"
+def time_training(models: dict, ids: torch.Tensor, flops: dict, args, contention: dict, raw: dict) -> dict:
+    """Training throughput, step time, kernel CPU time, achieved FLOP/s and page faults per side."""
+    steps = {side: make_train_step(m, ids) for side, m in models.items()}
+    tokens = args.batch * args.seq
+    train = raw["train"] = timed_phase(
+        steps, args, args.train_reps, tokens, contention, "train", "training", summary=summarize
+    )
+    for step in steps.values():  # the AdamW moments would otherwise stay resident for generation
+        step.optimizer.state.clear()
+    return {
+        f"train tokens/s (B={args.batch}, T={args.seq})": metric_row(
+            {side: train[side]["throughput"] for side in SIDES}, "tok/s", True
+        ),
+        "train step time": metric_row({side: train[side]["median_s"] for side in SIDES}, "ms", False),
+        "train step: kernel (sys) CPU time": metric_row(
+            {side: train[side]["median_sys_s"] for side in SIDES}, "ms", False
+        ),
+        "train achieved GFLOP/s (fwd + bwd FLOPs / step time)": metric_row(
+            {side: flops[side]["total"] / train[side]["median_s"] / 1e9 for side in SIDES}, "GFLOP/s", True
+        ),
+        "train step: minor page faults": metric_row(
+            {side: train[side]["median_minor_faults"] for side in SIDES}, "count", False
+        ),
+    }
 
 
-def fmt(value: float, unit: str) -> str:
-    if unit == "MiB":
-        return f"{value / 2**20:.1f}"
-    if unit == "ms":
-        return f"{value * 1e3:.1f}"
-    if unit == "GFLOP/s":
-        return f"{value:.2f}"
-    return f"{value:,.0f}"
+def time_generation(models: dict, args, contention: dict, raw: dict) -> dict:
+    """Cached greedy generation, new tokens/s and ms per new token, at each `--gen-batches` size."""
+    results = {}
+    for b in (int(x) for x in args.gen_batches.split(",")):
+        prompt = random_ids(b, args.prompt_len, args.vocab, args.seed + 3)
+        fns = {side: make_generate(m, prompt, args.new_tokens) for side, m in models.items()}
+        key = f"generate_b{b}"
+        gen = raw[key] = timed_phase(
+            fns, args, 1, b * args.new_tokens, contention, key, f"generation B={b}", summary=summarize
+        )
+        results[f"generate new tok/s (B={b}, prompt {args.prompt_len}, new {args.new_tokens})"] = metric_row(
+            {side: gen[side]["throughput"] for side in SIDES}, "tok/s", True
+        )
+        results[f"generate ms/new token (B={b})"] = metric_row(
+            {side: gen[side]["median_s"] / args.new_tokens for side in SIDES}, "ms", False
+        )
+    return results
+
+
+def memory_results(args, raw: dict) -> dict:
+    """Parameters + AdamW state and the peak RSS of training and of a batch-8 generation, each side
+    and workload in a fresh process."""
+    t0 = time.perf_counter()
+    mem = raw["memory"] = {
+        w: {side: measure_memory(side, w, args) for side in SIDES} for w in ("train", "generate")
+    }
+    results = memory_rows(mem["train"], SIDES, args.memory_steps)
+    results["generate peak RSS above baseline (B=8)"] = metric_row(
+        {s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES}, "MiB", False
+    )
+    print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
+    return results
+
+
+def ratio_table(results: dict) -> str:
+    """The printed table: each metric's two values and hf_lm / transformers (stored in the rows)."""
+    body = []
+    for name, row in results.items():
+        den = row["transformers"]
+        row["ratio_hf_lm_over_transformers"] = row["hf_lm"] / den if den else None
+        better = "higher is better" if row["higher_is_better"] else "lower is better"
+        body.append(
+            [
+                f"{name} [{row['unit']}]",
+                metric_cell(row["hf_lm"], row["unit"]),
+                metric_cell(row["transformers"], row["unit"]),
+                f"{ratio_cell(row['ratio_hf_lm_over_transformers'])} ({better})",
+            ]
+        )
+    header = ["metric", "hf_lm", "transformers", "ratio hf_lm/transformers"]
+    return "\n" + markdown_table(header, body, align="lrrr")
 
 
 def main(argv=None) -> int:
@@ -604,6 +458,9 @@ def main(argv=None) -> int:
     if args._memory_worker:
         side, workload = args._memory_worker
         print(json.dumps(memory_worker(side, workload, args)))
+        return 0
+    if args._compile_worker:
+        Path(args._compile_worker).write_text(json.dumps(compile_worker(args), indent=2, default=str))
         return 0
 
     torch.set_num_threads(args.threads)
@@ -623,88 +480,14 @@ def main(argv=None) -> int:
     flops = count_flops(models, ids)
     print(flops_line(flops), flush=True)
 
-    results: dict[str, dict] = {}  # metric -> {side: value, unit, higher_is_better}
     raw: dict[str, dict] = {}
     contention: dict = {"waited_s": {}}
-
-    # 1. training
-    steps = {side: make_train_step(m, ids) for side, m in models.items()}
-    t0 = time.perf_counter()
-    contention["waited_s"]["train"] = wait_for_idle(args.wait_idle)
-    with Contention() as c:
-        samples = time_alternating(steps, args.rounds, args.train_reps, args.warmup)
-    contention["train"] = c.result
-    tokens = args.batch * args.seq
-    raw["train"] = {side: summarize(s, tokens) for side, s in samples.items()}
-    train = raw["train"]
-    results[f"train tokens/s (B={args.batch}, T={args.seq})"] = metric_row(
-        {side: train[side]["throughput"] for side in SIDES}, "tok/s", True
-    )
-    results["train step time"] = metric_row({side: train[side]["median_s"] for side in SIDES}, "ms", False)
-    results["train step: kernel (sys) CPU time"] = metric_row(
-        {side: train[side]["median_sys_s"] for side in SIDES}, "ms", False
-    )
-    results["train achieved GFLOP/s (fwd + bwd FLOPs / step time)"] = metric_row(
-        {side: flops[side]["total"] / train[side]["median_s"] / 1e9 for side in SIDES}, "GFLOP/s", True
-    )
-    results["train step: minor page faults"] = metric_row(
-        {side: train[side]["median_minor_faults"] for side in SIDES}, "count", False
-    )
-    print(f"training timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
-    for step in steps.values():
-        step.optimizer.state.clear()
-    del steps
+    results = time_training(models, ids, flops, args, contention, raw)  # metric -> {side: value, ...}
     gc.collect()
-
-    # 2. generation
-    for b in (int(x) for x in args.gen_batches.split(",")):
-        prompt = random_ids(b, args.prompt_len, args.vocab, args.seed + 3)
-        fns = {side: make_generate(m, prompt, args.new_tokens) for side, m in models.items()}
-        t0 = time.perf_counter()
-        key = f"generate_b{b}"
-        contention["waited_s"][key] = wait_for_idle(args.wait_idle)
-        with Contention() as c:
-            samples = time_alternating(fns, args.rounds, 1, args.warmup)
-        contention[key] = c.result
-        raw[key] = {side: summarize(s, b * args.new_tokens) for side, s in samples.items()}
-        results[f"generate new tok/s (B={b}, prompt {args.prompt_len}, new {args.new_tokens})"] = metric_row(
-            {side: raw[key][side]["throughput"] for side in SIDES}, "tok/s", True
-        )
-        results[f"generate ms/new token (B={b})"] = metric_row(
-            {side: raw[key][side]["median_s"] / args.new_tokens for side in SIDES}, "ms", False
-        )
-        print(f"generation B={b} timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
-
-    # 3. memory
+    results.update(time_generation(models, args, contention, raw))
     if not args.no_memory:
-        t0 = time.perf_counter()
-        mem = {w: {side: measure_memory(side, w, args) for side in SIDES} for w in ("train", "generate")}
-        raw["memory"] = mem
-        results.update(memory_rows(mem["train"], SIDES, args.memory_steps))
-        results["generate peak RSS above baseline (B=8)"] = metric_row(
-            {s: mem["generate"][s]["peak_rss_delta_bytes"] for s in SIDES}, "MiB", False
-        )
-        print(f"memory measured in {time.perf_counter() - t0:.0f}s ({mem['train']['hf_lm']['peak_method']})")
-
-    for row in results.values():
-        den = row["transformers"]
-        row["ratio_hf_lm_over_transformers"] = row["hf_lm"] / den if den else None
-
-    body = []
-    for name, row in results.items():
-        better = "higher is better" if row["higher_is_better"] else "lower is better"
-        ratio = row["ratio_hf_lm_over_transformers"]
-        ratio = "n/a" if ratio is None else f"{ratio:.3f}"
-        body.append(
-            [
-                f"{name} [{row['unit']}]",
-                fmt(row["hf_lm"], row["unit"]),
-                fmt(row["transformers"], row["unit"]),
-                f"{ratio} ({better})",
-            ]
-        )
-    header = ["metric", "hf_lm", "transformers", "ratio hf_lm/transformers"]
-    print("\n" + markdown_table(header, body, align="lrrr"))
+        results.update(memory_results(args, raw))
+    print(ratio_table(results))
 
     out_path = Path(args.output)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -712,31 +495,17 @@ def main(argv=None) -> int:
     if args.profile:
         profiles = profile_models(models, args, out_path.parent)
         print("profiles written:\n  " + "\n  ".join(profiles))
-
-    report = {
-        "environment": env,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "model": {
-            "family": args.family,
-            "params": n_params,
-            "hf_lm_config": models["hf_lm"].config.to_dict(),
-            "reference": REFERENCE_NAMES[args.family],
-        },
-        "sanity": check,
-        "flops": flops,
-        "contention": contention,
-        "results": results,
-        "raw": raw,
-        "profiles": profiles,
-        "method": (
-            "A/B alternating rounds in one process after warm-up, median per side; the first side "
-            "alternates each round. Contention: share of each phase's wall time with a task waiting for a CPU "
-            "(/proc/pressure/cpu). Memory: fresh subprocess per side/workload, peak RSS above the "
-            "pre-workload RSS (VmHWM reset via /proc/self/clear_refs)."
-        ),
+    model = {
+        "family": args.family,
+        "params": n_params,
+        "hf_lm_config": models["hf_lm"].config.to_dict(),
+        "reference": REFERENCE_NAMES[args.family],
     }
-    out_path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {out_path}")
+    body = {"model": model, "sanity": check, "flops": flops, "contention": contention, "results": results}
+    method = AB_METHOD.format(
+        design="A/B", order="the first side alternates each round", memory="side/workload"
+    )
+    write_ab_report(out_path, env, args, {**body, "raw": raw}, profiles, method)
     return 0
 
 

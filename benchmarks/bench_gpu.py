@@ -66,11 +66,11 @@ forward twice per batch size): where one command may only run for 10 minutes, ru
 one by one, each into its own `--output_dir`.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py                      # all sections, one GPU
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections gpt_train,head_loss --gpt_batch 32
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections encoders --compile_encoders
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --sections decode --output_dir out/bench_gpu_decode
-    HF_HUB_OFFLINE=1 python benchmarks/bench_gpu.py --smoke --device cpu  # tiny, any machine
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu                      # all sections, one GPU
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections gpt_train,head_loss --gpt_batch 32
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections encoders --compile_encoders
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --sections decode --output_dir out/bench_gpu_decode
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_gpu --smoke --device cpu  # tiny, any machine
 
 Writes `bench_gpu.json` (every row, the peak, the checks, the environment) and `bench_gpu.md` (the
 tables) under `--output_dir` (default `out/bench_gpu`).
@@ -83,7 +83,6 @@ import copy
 import datetime
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -91,39 +90,32 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CompileConfig, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutput
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-from transformers import CompileConfig, GPT2LMHeadModel  # noqa: E402
-from transformers.modeling_outputs import CausalLMOutput  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import bench_bert  # noqa: E402
-import bench_gpt  # noqa: E402
-import bench_seq2seq  # noqa: E402
-from bench_common import (  # noqa: E402
+from benchmarks import pairs
+from benchmarks.bench_common import (
     DEVICE_CHOICES,
     accelerator_info,
     add_preset_options,
     alternating_rounds,
     comma_list,
+    command_line,
     device_synchronizer,
+    environment,
+    environment_line,
+    error_text,
     git_revision,
     markdown_table,
+    ratio,
     resolve,
     resolve_device,
 )
-from peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops  # noqa: E402
-
-from hf_lm.models.hflm_blocks import lm_loss  # noqa: E402
+from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
+from hf_lm.models.hflm_blocks import lm_loss
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
 
@@ -329,7 +321,7 @@ class NanoGPT(nn.Module):
 
 
 def gpt_args(s: dict, seed: int) -> SimpleNamespace:
-    """bench_gpt's arguments for a GPT-2-shaped pair (`bench_gpt.reference_config`)."""
+    """The arguments of a GPT-2-shaped pair (`pairs.gpt_reference_config`)."""
     return SimpleNamespace(
         family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
         layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed,
@@ -358,9 +350,9 @@ def build_gpt(
     """hf_lm, GPT2LMHeadModel and (with `nanogpt`) the nanoGPT-shaped model with one set of
     weights, on `device` in `dtype`."""
     ns = gpt_args(s, seed)
-    reference = bench_gpt.build_reference(ns)
+    reference = pairs.build_gpt_reference(ns)
     models = {
-        "hf_lm": bench_gpt.build_hflm(ns),  # the same seeded reference, converted
+        "hf_lm": pairs.build_gpt_hflm(ns),  # the same seeded reference, converted
         "transformers": reference,
     }
     if nanogpt:
@@ -433,11 +425,6 @@ def dynamo_delta(before: dict, after: dict) -> dict:
     }
 
 
-def _error_text(err: BaseException) -> str:
-    lines = f"{type(err).__name__}: {err}".strip().splitlines()
-    return " ".join(line.strip() for line in lines[:3])[:400]
-
-
 class Rows:
     """Every planned row of the run, by id, in order: filled by the sections, never dropped.
 
@@ -458,7 +445,7 @@ class Rows:
 
     def fail(self, row_id: str, err: BaseException | str) -> None:
         row = self.rows[row_id]
-        row["status"], row["error"] = "error", err if isinstance(err, str) else _error_text(err)
+        row["status"], row["error"] = "error", err if isinstance(err, str) else error_text(err)
         print(f"  {row_id}: FAILED: {row['error']}", flush=True)
 
     def skip_unrun(self, reasons: dict[str, str]) -> None:
@@ -516,7 +503,7 @@ def time_group(rows: Rows, fns: dict, settings: dict, device: torch.device, reps
         samples = alternating_rounds(ok, rounds, reps, settings["warmup"], device_synchronizer(device))
     except Exception as err:  # noqa: BLE001
         for row_id in ok:
-            rows.fail(row_id, f"during the timed rounds: {_error_text(err)}")
+            rows.fail(row_id, f"during the timed rounds: {error_text(err)}")
         return {}
     recompiled = dynamo_delta(before, dynamo_counts())["graphs"]
     for row_id, s in samples.items():
@@ -568,7 +555,8 @@ def logit_check(models: dict, batch: dict, reference: str = "transformers") -> d
 
 
 def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device) -> torch.Tensor:
-    return bench_gpt.random_ids(batch, seq, vocab, seed).to(device)
+    """`pairs.random_ids` (drawn on the CPU, so every device gets the same ids) moved to `device`."""
+    return pairs.random_ids(batch, seq, vocab, seed).to(device)
 
 
 def head_loss_fns(ctx: dict, ids: torch.Tensor) -> dict:
@@ -625,7 +613,7 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
         counted = counted_flops(models["transformers"], batch)
     except Exception as err:  # noqa: BLE001
         counted = None
-        print(f"  FlopCounterMode failed: {_error_text(err)}")
+        print(f"  FlopCounterMode failed: {error_text(err)}")
     ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
     print(
         f"  model FLOPs per step (PaLM 6N + 12LdT) {model_flops / 1e12:.4f} T"
@@ -656,7 +644,7 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
         step_s = _value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
         row.update(
             value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
-            share_of_step=_ratio(row["median_s"], step_s),
+            share_of_step=ratio(row["median_s"], step_s),
         )  # fmt: skip
     del fns
     if with_head_loss:
@@ -702,22 +690,24 @@ def run_encoders(rows: Rows, ctx: dict) -> None:
     # BERT: hf_lm, hf_lm sparse (same weights), BertForMaskedLM
     bns = bert_args(s, seed)
     bert = {
-        "hf_lm": bench_bert.build_hflm(bns, sparse=False),
-        "hf_lm_sparse": bench_bert.build_hflm(bns, sparse=True),
-        "transformers": bench_bert.build_reference(bns),
+        "hf_lm": pairs.build_bert_hflm(bns, sparse=False),
+        "hf_lm_sparse": pairs.build_bert_hflm(bns, sparse=True),
+        "transformers": pairs.build_bert_reference(bns),
     }
     bert = {k: m.to(device) for k, m in bert.items()}
-    batch = to_device(bench_bert.mlm_batch(bns, seed), device)
+    batch = to_device(pairs.mlm_batch(bns, seed), device)
     ctx["checks"]["bert_logits"] = logit_check(
         {k: bert[k] for k in ("hf_lm", "transformers")},
         {k: batch[k] for k in ("input_ids", "attention_mask")},
     )
     positions = s["bert_batch"] * s["bert_seq"]
     t5 = {
-        side: bench_seq2seq.build_side("t5", side, t5_args(s, seed)).to(device)
+        side: (pairs.build_seq2seq_hflm if side == "hf_lm" else pairs.build_seq2seq_reference)(
+            "t5", t5_args(s, seed)
+        ).to(device)
         for side in ("hf_lm", "transformers")
     }
-    t5_batch = to_device(bench_seq2seq.train_batch(t5_args(s, seed), seed), device)
+    t5_batch = to_device(pairs.seq2seq_train_batch(t5_args(s, seed), seed), device)
     ctx["checks"]["t5_logits"] = logit_check(t5, t5_batch)
     tokens = s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])
     for family, models, b, units in (("bert", bert, batch, positions), ("t5", t5, t5_batch, tokens)):
@@ -886,20 +876,16 @@ def _value(rows: Rows, row_id: str, key: str = "value"):
     return row.get(key) if row and row["status"] == "ok" else None
 
 
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
 def targets(rows: Rows, s: dict) -> list[dict]:
     """The issue's targets with the measured values next to them."""
     hf_eager = _value(rows, "gpt2_train/hf_lm/eager")
     decode = _value(rows, "gpt2_decode_b1/hf_lm/static_compiled")
     decode_row = rows.rows.get("gpt2_decode_b1/hf_lm/static_compiled", {})
     measured = {
-        "eager_vs_nanogpt": _ratio(hf_eager, _value(rows, "gpt2_train/nanogpt/eager")),
-        "eager_vs_transformers": _ratio(hf_eager, _value(rows, "gpt2_train/transformers/eager")),
+        "eager_vs_nanogpt": ratio(hf_eager, _value(rows, "gpt2_train/nanogpt/eager")),
+        "eager_vs_transformers": ratio(hf_eager, _value(rows, "gpt2_train/transformers/eager")),
         "compiled_mfu": _value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
-        "static_decode_b1": _ratio(decode, _value(rows, "gpt2_decode_b1/transformers/dynamic")),
+        "static_decode_b1": ratio(decode, _value(rows, "gpt2_decode_b1/transformers/dynamic")),
     }
     notes = {
         "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, "
@@ -951,9 +937,9 @@ def _dynamo(row: dict) -> str:
     return text
 
 
-def render_markdown(result: dict) -> str:
-    env, acc, s = result["environment"], result["accelerator"], result["settings"]
-    rows = {r["id"]: r for r in result["rows"]}
+def _intro_lines(result: dict) -> list[str]:
+    """The title, the machine, the peak, the compile backend and the issue's targets."""
+    env, acc = result["environment"], result["accelerator"]
     peak = result.get("peak") or {}
     device = acc.get("gpu_name") or f"CPU ({env['cpu_model']})"
     lines = [
@@ -991,11 +977,13 @@ def render_markdown(result: dict) -> str:
         body.append([t["text"], threshold, measured, met, t["note"]])
     lines += [markdown_table(["target", "goal", "measured", "", "conditions"], body, align="lrrll"), ""]
 
-    def table(prefixes, header, cells, align):
-        selected = [r for rid, r in rows.items() if rid.startswith(prefixes)]
-        return markdown_table(header, [cells(r) for r in selected], align=align)
+    return lines
 
-    lines += [
+
+def _training_lines(result: dict, table) -> list[str]:
+    """The training-step table, the head + loss table and the profiler's line."""
+    s = result["settings"]
+    lines = [
         f"## Training steps (forward + backward + AdamW, bf16 autocast; GPT-2 B={s['gpt_batch']} T={s['gpt_seq']}, "
         f"BERT B={s['bert_batch']} T={s['bert_seq']}, T5 B={s['t5_batch']} S={s['t5_source_len']} "
         f"T={s['t5_target_len']})",
@@ -1058,7 +1046,13 @@ def render_markdown(result: dict) -> str:
             f"{_pct(prof['vocab_ops_share'])} of {prof['time_attr']}; table in `{Path(prof['path']).name}`.",
             "",
         ]
-    lines += [
+    return lines
+
+
+def _decoding_lines(result: dict, table) -> list[str]:
+    """The greedy decoding table, the checks and the command."""
+    env, s = result["environment"], result["settings"]
+    lines = [
         f"## Greedy decoding (prompt {s['prompt_len']}, {s['new_tokens']} new tokens, {s['decode_dtype']} weights, "
         "prefill included)",
         "",
@@ -1109,6 +1103,17 @@ def render_markdown(result: dict) -> str:
         "```",
         "",
     ]
+    return lines
+
+
+def render_markdown(result: dict) -> str:
+    rows = {r["id"]: r for r in result["rows"]}
+
+    def table(prefixes, header, cells, align):
+        selected = [r for rid, r in rows.items() if rid.startswith(prefixes)]
+        return markdown_table(header, [cells(r) for r in selected], align=align)
+
+    lines = _intro_lines(result) + _training_lines(result, table) + _decoding_lines(result, table)
     return "\n".join(lines)
 
 
@@ -1200,6 +1205,80 @@ def validate(s: dict) -> None:
         raise ValueError("`decode_batches` and `peak_sizes` must name at least one size.")
 
 
+def probe_peak(settings: dict, seed: int, device: torch.device, ctx: dict) -> dict:
+    """The bf16 matmul peak this run's MFU is measured against (also into `ctx["peak_flops"]`);
+    `{"error": ...}` where the probe fails."""
+    print("bf16 matmul peak ...", flush=True)
+    try:
+        peak = measure_peak_flops(
+            tuple(int(n) for n in comma_list(settings["peak_sizes"])), settings["peak_repeats"],
+            settings["peak_min_time"], dtype=torch.bfloat16, seed=seed, device=device,
+        )  # fmt: skip
+        ctx["peak_flops"] = peak["peak_flops"]
+        print(f"  {peak['peak_flops'] / 1e12:.2f} TFLOP/s (n={peak['best_size']})", flush=True)
+    except Exception as err:  # noqa: BLE001
+        peak = {"error": error_text(err)}
+        print(f"  peak probe failed: {peak['error']}", flush=True)
+    return peak
+
+
+def run_sections(rows: Rows, ctx: dict, run: dict, sections: list[str]) -> None:
+    """Run the selected sections in turn; a broken section fails its rows (`run["failures"]`)
+    and the others go on. The outputs are rewritten after each section."""
+    settings, seed, device = ctx["settings"], ctx["seed"], ctx["device"]
+    failures = run["failures"]
+    if {"gpt_train", "head_loss"} & set(sections):
+        ctx["gpt_models"] = build_gpt(settings, seed, device)
+        n_params = sum(p.numel() for p in ctx["gpt_models"]["hf_lm"].parameters())
+        print(f"GPT-2 models built ({n_params / 1e6:.1f}M parameters each)", flush=True)
+        check_ids = random_ids(2, min(64, settings["gpt_seq"]), settings["gpt_vocab"], seed + 1, device)
+        ctx["checks"]["gpt2_logits"] = logit_check(ctx["gpt_models"], {"input_ids": check_ids})
+        print(f"  logits vs GPT2LMHeadModel: {ctx['checks']['gpt2_logits']}", flush=True)
+    runners = {
+        "gpt_train": lambda rows, ctx: run_gpt(rows, ctx, with_head_loss="head_loss" in sections),
+        "encoders": run_encoders,
+        "decode": run_decode,
+    }
+    for section in runners:
+        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
+            continue
+        print(
+            f"== {section}" + (" (+ head_loss)" if section == "gpt_train" and "head_loss" in sections else "")
+        )
+        t0 = time.perf_counter()
+        try:
+            runners[section](rows, ctx)
+        except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
+            traceback.print_exc()
+            failures[section] = error_text(err)
+            covered = {section, "head_loss"} if section == "gpt_train" else {section}
+            for row in rows.rows.values():
+                if row["section"] in covered and row["status"] == "not run":
+                    rows.fail(row["id"], f"section failed: {failures[section]}")
+        print(f"   {section} done in {time.perf_counter() - t0:.0f} s", flush=True)
+        write_outputs(rows, ctx, run, final=False)  # a run cut short keeps what it measured
+        if section == "gpt_train":
+            ctx.pop("gpt_models", None)  # free the GPU for the next sections
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def skip_unrun(rows: Rows, sections: list[str], no_compile: bool) -> None:
+    """Give every row that did not run its reason: section not selected, compilation off."""
+    reasons = {
+        section: "section not selected (--sections)" for section in SECTIONS if section not in sections
+    }
+    if no_compile:
+        for row in rows.rows.values():
+            if "compiled" in row["mode"] and row["status"] == "not run":
+                row.update(status="skipped", reason="--no_compile")
+    for row in rows.rows.values():
+        if row["section"] == "encoders" and row["mode"] == "compiled" and row["status"] == "not run":
+            if "encoders" in sections:
+                row.update(status="skipped", reason="BERT/T5 compilation is off (--compile_encoders)")
+    rows.skip_unrun(reasons)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1235,9 +1314,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     start = time.perf_counter()
-    env = bench_gpt.environment(torch.get_num_threads())
+    env = environment(torch.get_num_threads())
     acc = accelerator_info(device)
-    print(bench_gpt.environment_line(env), flush=True)
+    print(environment_line(env), flush=True)
     print(
         f"device: {acc.get('gpu_name', device)}; sections {sections}; compile backend {backend}", flush=True
     )
@@ -1250,75 +1329,15 @@ def main(argv: list[str] | None = None) -> int:
         compile_backend=backend,
     )  # fmt: skip
     rows = plan_rows(settings)
-    command = " ".join(["python", "benchmarks/bench_gpu.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__spec__.name, argv)
     run = dict(
         smoke=args.smoke, command=command, environment=env, accelerator=acc, sections=sections, seed=args.seed,
         compile_backend=backend, compile_note=compile_note, start=start, failures={},
     )  # fmt: skip
 
-    # 1. the peak this run's MFU is measured against
-    print("bf16 matmul peak ...", flush=True)
-    try:
-        peak = measure_peak_flops(
-            tuple(int(n) for n in comma_list(settings["peak_sizes"])), settings["peak_repeats"],
-            settings["peak_min_time"], dtype=torch.bfloat16, seed=args.seed, device=device,
-        )  # fmt: skip
-        ctx["peak_flops"] = peak["peak_flops"]
-        print(f"  {peak['peak_flops'] / 1e12:.2f} TFLOP/s (n={peak['best_size']})", flush=True)
-    except Exception as err:  # noqa: BLE001
-        peak = {"error": _error_text(err)}
-        print(f"  peak probe failed: {peak['error']}", flush=True)
-    run["peak"] = peak
-
-    # 2. the sections
-    failures = run["failures"]
-    if {"gpt_train", "head_loss"} & set(sections):
-        ctx["gpt_models"] = build_gpt(settings, args.seed, device)
-        n_params = sum(p.numel() for p in ctx["gpt_models"]["hf_lm"].parameters())
-        print(f"GPT-2 models built ({n_params / 1e6:.1f}M parameters each)", flush=True)
-        check_ids = random_ids(2, min(64, settings["gpt_seq"]), settings["gpt_vocab"], args.seed + 1, device)
-        ctx["checks"]["gpt2_logits"] = logit_check(ctx["gpt_models"], {"input_ids": check_ids})
-        print(f"  logits vs GPT2LMHeadModel: {ctx['checks']['gpt2_logits']}", flush=True)
-    runners = {
-        "gpt_train": lambda rows, ctx: run_gpt(rows, ctx, with_head_loss="head_loss" in sections),
-        "encoders": run_encoders,
-        "decode": run_decode,
-    }
-    for section in runners:
-        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
-            continue
-        print(
-            f"== {section}" + (" (+ head_loss)" if section == "gpt_train" and "head_loss" in sections else "")
-        )
-        t0 = time.perf_counter()
-        try:
-            runners[section](rows, ctx)
-        except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
-            traceback.print_exc()
-            failures[section] = _error_text(err)
-            covered = {section, "head_loss"} if section == "gpt_train" else {section}
-            for row in rows.rows.values():
-                if row["section"] in covered and row["status"] == "not run":
-                    rows.fail(row["id"], f"section failed: {failures[section]}")
-        print(f"   {section} done in {time.perf_counter() - t0:.0f} s", flush=True)
-        write_outputs(rows, ctx, run, final=False)  # a run cut short keeps what it measured
-        if section == "gpt_train":
-            ctx.pop("gpt_models", None)  # free the GPU for the next sections
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-
-    reasons = {
-        section: "section not selected (--sections)" for section in SECTIONS if section not in sections
-    }
-    if args.no_compile:
-        for row in rows.rows.values():
-            if "compiled" in row["mode"] and row["status"] == "not run":
-                row.update(status="skipped", reason="--no_compile")
-    for row in rows.rows.values():
-        if row["section"] == "encoders" and row["mode"] == "compiled" and row["status"] == "not run":
-            if "encoders" in sections:
-                row.update(status="skipped", reason="BERT/T5 compilation is off (--compile_encoders)")
-    rows.skip_unrun(reasons)
+    run["peak"] = probe_peak(settings, args.seed, device, ctx)
+    run_sections(rows, ctx, run, sections)
+    skip_unrun(rows, sections, args.no_compile)
 
     result = write_outputs(rows, ctx, run, final=True)
     print("\n" + render_markdown(result))

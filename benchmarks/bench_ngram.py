@@ -19,9 +19,9 @@ Validation perplexity is measured after the timing: every validation token but t
 scored with its full n - 1 token context (blocks overlap by n - 1 tokens).
 
 Usage:
-    python benchmarks/bench_ngram.py                  # both corpora, orders 1-5: a few minutes
-    python benchmarks/bench_ngram.py --quick          # smaller Markov corpus, orders 1-3
-    python benchmarks/bench_ngram.py --markov-tokens 5000000 --orders 2 3
+    python -m benchmarks.bench_ngram                  # both corpora, orders 1-5: a few minutes
+    python -m benchmarks.bench_ngram --quick          # smaller Markov corpus, orders 1-3
+    python -m benchmarks.bench_ngram --markov-tokens 5000000 --orders 2 3
 
 Prints a markdown table to stdout (logs go to stderr) and writes JSON to `--output`.
 """
@@ -32,35 +32,25 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import numpy as np
+import torch
+from tqdm.auto import tqdm
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
+    REPO_ROOT,
     available_cores,
     peak_rss_bytes,
     reset_peak_rss,
     rss_bytes,
     run_json_worker,
 )
-from bench_common import markdown_table as render_table  # noqa: E402
-
-from hf_lm import HfLmNGramConfig, HfLmNGramForCausalLM  # noqa: E402
+from benchmarks.bench_common import markdown_table as render_table
+from hf_lm import HfLmNGramConfig, HfLmNGramForCausalLM
 
 logger = logging.getLogger("bench_ngram")
 DEFAULT_SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
@@ -167,7 +157,7 @@ def worker(corpus: str, order: int, args) -> dict:
 
 
 def run_worker(corpus: str, order: int, args) -> dict:
-    cmd = [sys.executable, __file__, "--worker", corpus, str(order), "--data-dir", args.data_dir]
+    cmd = [sys.executable, "-m", __spec__.name, "--worker", corpus, str(order), "--data-dir", args.data_dir]
     cmd += ["--smoothing", args.smoothing, "--chunk-tokens", str(args.chunk_tokens)]
     cmd += ["--threads", str(args.threads), "--eval-block", str(args.eval_block)]
     return run_json_worker(cmd, f"worker {corpus} order {order}", timeout=900)

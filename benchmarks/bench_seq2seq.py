@@ -18,7 +18,7 @@ within `--tolerance` (1e-4) of the reference's, the eval-mode logits (max |Δ|),
 beam-search tokens of a batch of 2 (printed; not a failure if a near-tie flips a token).
 
 Measured, alternating the two sides round by round in one process (the order reverses every
-round), after warm-up; each metric is the median over rounds (`bench_gpt.time_alternating`):
+round), after warm-up; each metric is the median over rounds (`bench_common.time_alternating`):
 
 1. Training throughput, tokens/s (source + target tokens, B * (S + T)): forward with
    `input_ids`, an all-ones `attention_mask` and `labels` (the decoder inputs are the shifted
@@ -36,14 +36,14 @@ side with `torch.utils.flop_counter.FlopCounterMode` (`peak_flops.count_train_st
 the achieved training FLOP/s (`benchmarks/suite.py` turns it into MFU).
 
 3. Memory: each side in a fresh subprocess, peak RSS above the pre-workload RSS (see
-   `bench_gpt.py`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
+   `bench_common.measure_peak_rss`), measured after `malloc_trim` (see `trim_heap`), for training steps and for one
    batch-B_gen beam-search generation. Parameter and AdamW state bytes are counted exactly from
    the tensors.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py               # full run, a few minutes
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --quick       # smoke run
-    HF_HUB_OFFLINE=1 python benchmarks/bench_seq2seq.py --profile     # also write profiler tables
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq               # full run, a few minutes
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq --quick       # smoke run
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_seq2seq --profile     # also write profiler tables
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_seq2seq.json`). With
 `--profile` it writes, per family and workload, torch.profiler tables of both sides and a table of
@@ -56,126 +56,53 @@ import argparse
 import copy
 import gc
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
 
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
-    BartConfig,
-    BartForConditionalGeneration,
-    T5Config,
-    T5ForConditionalGeneration,
-)
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for path in (REPO_ROOT, BENCH_DIR):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-from bench_common import comma_list, markdown_table, measure_peak_rss, run_json_worker  # noqa: E402
-
-# the measurement machinery is the GPT benchmark's: same timing, contention and memory method
-from bench_gpt import (  # noqa: E402
-    Contention,
+from benchmarks.bench_common import (
+    AB_METHOD,
     add_machine_options,
     add_warmup_and_memory_options,
-    busy_note,
+    comma_list,
     environment,
     environment_line,
-    fmt,
-    make_batch_train_step,
+    markdown_table,
     memory_rows,
     memory_worker_command,
+    metric_cell,
     metric_row,
-    optimizer_state_bytes,
-    summarize_with_cpu,
-    tensor_bytes,
-    time_alternating,
-    wait_for_idle,
+    ratio_cell,
+    run_json_worker,
+    timed_phase,
+    worker_memory,
+    write_ab_report,
 )
-from peak_flops import count_train_step_flops  # noqa: E402
-
-from hf_lm.convert import from_transformers  # noqa: E402
+from benchmarks.bench_common import make_train_step as make_train_step_on
+from benchmarks.pairs import (
+    SEQ2SEQ_FIRST_WORD_ID,
+    build_seq2seq_hflm,
+    build_seq2seq_reference,
+    seq2seq_reference_config,
+    seq2seq_train_batch,
+)
+from benchmarks.pairs import random_ids as any_random_ids
+from benchmarks.peak_flops import count_train_step_flops
 
 SIDES = ("hf_lm", "transformers")
 FAMILIES = ("t5", "bart")
 REFERENCE_NAMES = {"t5": "T5ForConditionalGeneration", "bart": "BartForConditionalGeneration"}
-FIRST_WORD_ID = 3  # below: T5's pad/eos/unk, BART's bos/pad/eos; random ids never hit them
 
 # --------------------------------------------------------------------------------------------
 # Models
 # --------------------------------------------------------------------------------------------
 
 
-def reference_config(family: str, args):
-    if family == "t5":
-        return T5Config(
-            vocab_size=args.vocab,
-            d_model=args.hidden,
-            d_kv=args.hidden // args.heads,
-            d_ff=args.intermediate,
-            num_layers=args.layers,
-            num_decoder_layers=args.layers,
-            num_heads=args.heads,
-            relative_attention_num_buckets=32,
-            relative_attention_max_distance=128,
-            feed_forward_proj="relu",  # T5 v1.0
-            dropout_rate=0.0,
-            layer_norm_epsilon=1e-6,
-            tie_word_embeddings=True,
-            pad_token_id=0,
-            eos_token_id=1,
-            decoder_start_token_id=0,
-        )
-    return BartConfig(
-        vocab_size=args.vocab,
-        d_model=args.hidden,
-        encoder_layers=args.layers,
-        decoder_layers=args.layers,
-        encoder_attention_heads=args.heads,
-        decoder_attention_heads=args.heads,
-        encoder_ffn_dim=args.intermediate,
-        decoder_ffn_dim=args.intermediate,
-        max_position_embeddings=args.max_positions,
-        activation_function="gelu",
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        scale_embedding=False,
-        tie_word_embeddings=True,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        forced_eos_token_id=None,
-    )
-
-
-def build_reference(family: str, args) -> torch.nn.Module:
-    torch.manual_seed(args.seed)
-    cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
-    model = cls._from_config(reference_config(family, args), attn_implementation="sdpa")
-    # see the module docstring: min_new_tokens == max_new_tokens and a forced EOS contradict
-    model.generation_config.forced_eos_token_id = None
-    return model.train()
-
-
-def build_hflm(family: str, args) -> torch.nn.Module:
-    """hf_lm's model computing the reference's function: the reference converted by `from_transformers`
-    (which also copies its generation config)."""
-    model = from_transformers(build_reference(family, args))
-    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
-    return model.train()
-
-
 def build_side(family: str, side: str, args) -> torch.nn.Module:
-    return build_hflm(family, args) if side == "hf_lm" else build_reference(family, args)
+    """The reference, or hf_lm's model converted from it (`pairs`)."""
+    return build_seq2seq_hflm(family, args) if side == "hf_lm" else build_seq2seq_reference(family, args)
 
 
 def build_pair(family: str, args) -> dict[str, torch.nn.Module]:
@@ -183,17 +110,8 @@ def build_pair(family: str, args) -> dict[str, torch.nn.Module]:
 
 
 def random_ids(batch: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(FIRST_WORD_ID, vocab, (batch, seq), generator=g)
-
-
-def train_batch(args, seed: int) -> dict[str, torch.Tensor]:
-    source = random_ids(args.batch, args.source_len, args.vocab, seed)
-    return {
-        "input_ids": source,
-        "attention_mask": torch.ones_like(source),  # what a tokenizer returns for unpadded rows
-        "labels": random_ids(args.batch, args.target_len, args.vocab, seed + 1),
-    }
+    """Random source ids above the special ones (`pairs.SEQ2SEQ_FIRST_WORD_ID`)."""
+    return any_random_ids(batch, seq, vocab, seed, low=SEQ2SEQ_FIRST_WORD_ID)
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,8 +120,8 @@ def train_batch(args, seed: int) -> dict[str, torch.Tensor]:
 
 
 def make_train_step(model: torch.nn.Module, batch: dict, lr: float = 3e-4):
-    """`bench_gpt.make_batch_train_step` on `batch` (AdamW, lr 3e-4 by default)."""
-    return make_batch_train_step(model, batch, lr)
+    """`bench_common.make_train_step` on `batch` (AdamW, lr 3e-4 by default)."""
+    return make_train_step_on(model, batch, lr)
 
 
 def generate(model: torch.nn.Module, source: torch.Tensor, new_tokens: int, num_beams: int) -> torch.Tensor:
@@ -228,7 +146,7 @@ def make_generate(model: torch.nn.Module, source: torch.Tensor, new_tokens: int,
 def sanity(family: str, args) -> dict:
     """Loss parity over two training steps, eval logit parity, and greedy/beam token agreement."""
     models = build_pair(family, args)
-    batch = train_batch(args, args.seed)
+    batch = seq2seq_train_batch(args, args.seed)
     result = {}
     with torch.no_grad():
         logits = {side: m.eval()(**batch).logits for side, m in models.items()}
@@ -261,22 +179,20 @@ def memory_worker(family: str, side: str, workload: str, args) -> dict:
     """Runs in a fresh process: peak RSS above the pre-workload RSS for one side and workload."""
     torch.set_num_threads(args.threads)
     model = build_side(family, side, args)
-    result = {"param_bytes": tensor_bytes(model.parameters())}
-    if workload == "train":
-        step = make_train_step(model, train_batch(args, args.seed))
-        fn, n = step, args.memory_steps
-    else:
-        source = random_ids(args.gen_batch, args.source_len, args.vocab, args.seed + 3)
-        fn, n = make_generate(model, source, args.new_tokens, args.num_beams), 1
+    batch = seq2seq_train_batch(args, args.seed)
+    source = random_ids(args.gen_batch, args.source_len, args.vocab, args.seed + 3)
     # The hf_lm side is built by converting a reference that is then dropped: the trim hands that
     # dead model's heap pages back first, otherwise they raise the baseline and the workload reuses
     # them, so its peak above baseline reads tens of MiB too low (measured: T5 generation 43 vs
     # 110 MiB untrimmed, with equal absolute peaks).
-    with torch.no_grad() if workload != "train" else torch.enable_grad():
-        result.update(measure_peak_rss(fn, n, trim=True))
-    if workload == "train":
-        result["optimizer_state_bytes"] = optimizer_state_bytes(step.optimizer)
-    return result
+    return worker_memory(
+        model,
+        workload,
+        lambda: make_train_step(model, batch),
+        lambda: torch.no_grad()(make_generate(model, source, args.new_tokens, args.num_beams)),
+        args.memory_steps,
+        trim=True,
+    )
 
 
 # options a memory worker needs to rebuild the same models and inputs
@@ -287,7 +203,7 @@ WORKER_OPTIONS = (
 
 
 def measure_memory(family: str, side: str, workload: str, args) -> dict:
-    cmd = memory_worker_command(__file__, [family, side, workload], args, WORKER_OPTIONS)
+    cmd = memory_worker_command(__spec__.name, [family, side, workload], args, WORKER_OPTIONS)
     return run_json_worker(cmd, f"memory worker {family}/{side}/{workload}")
 
 
@@ -329,7 +245,7 @@ def profile_family(family: str, args, out_dir: Path) -> list[str]:
         for side in SIDES:
             model = build_side(family, side, args)
             if gen is None:
-                fn = make_train_step(model, train_batch(args, args.seed))
+                fn = make_train_step(model, seq2seq_train_batch(args, args.seed))
             else:
                 source = random_ids(gen[0], args.source_len, args.vocab, args.seed + 3)
                 fn = make_generate(model, source, args.new_tokens, gen[1])
@@ -396,19 +312,9 @@ def parse_args(argv=None):
         p.error("--hidden must be divisible by --heads")
     if max(args.source_len, args.target_len, args.new_tokens + 1) > args.max_positions:
         p.error("--source-len, --target-len and --new-tokens + 1 must fit in --max-positions (BART)")
-    if args.vocab <= FIRST_WORD_ID:
-        p.error(f"--vocab must exceed {FIRST_WORD_ID}")
+    if args.vocab <= SEQ2SEQ_FIRST_WORD_ID:
+        p.error(f"--vocab must exceed {SEQ2SEQ_FIRST_WORD_ID}")
     return args
-
-
-def timed_phase(fns: dict, args, reps: int, units: float, contention: dict, key: str) -> dict:
-    contention["waited_s"][key] = wait_for_idle(args.wait_idle)
-    t0 = time.perf_counter()
-    with Contention() as c:
-        samples = time_alternating(fns, args.rounds, reps, args.warmup)
-    contention[key] = c.result
-    print(f"  {key} timed in {time.perf_counter() - t0:.0f}s{busy_note(c.result)}", flush=True)
-    return {side: summarize_with_cpu(s, units) for side, s in samples.items()}
 
 
 def add_rows(results: dict, name: str, raw: dict, unit: str) -> None:
@@ -456,7 +362,7 @@ def run_family(family: str, args, contention: dict) -> tuple[dict, dict, dict]:
     gc.collect()
 
     models = build_pair(family, args)
-    batch = train_batch(args, args.seed)
+    batch = seq2seq_train_batch(args, args.seed)
     flops = {side: count_train_step_flops(m, batch) for side, m in models.items()}
     check["flops"] = flops
     steps = {side: make_train_step(m, batch) for side, m in models.items()}
@@ -506,9 +412,9 @@ def format_table(all_results: dict) -> str:
         [
             family,
             name,
-            fmt(row["hf_lm"], row["unit"]),
-            fmt(row["transformers"], row["unit"]),
-            "n/a" if row["ratio"] is None else f"{row['ratio']:.3f}",
+            metric_cell(row["hf_lm"], row["unit"]),
+            metric_cell(row["transformers"], row["unit"]),
+            ratio_cell(row["ratio"]),
         ]
         for family, results in all_results.items()
         for name, row in results.items()
@@ -551,30 +457,18 @@ def main(argv=None) -> int:
             profiles += profile_family(family, args, out_path.parent)
         print("profiles written:\n  " + "\n  ".join(profiles))
 
-    report = {
-        "environment": env,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "models": {
-            f: {
-                "reference": f"transformers.{REFERENCE_NAMES[f]}, attn_implementation=sdpa",
-                "reference_config": reference_config(f, args).to_dict(),
-            }
-            for f in args.families
-        },
-        "sanity": checks,
-        "contention": contention,
-        "results": all_results,
-        "raw": raw,
-        "profiles": profiles,
-        "method": (
-            "A/B alternating rounds in one process after warm-up, median per side; the first side "
-            "alternates each round. Contention: share of each phase's wall time with a task waiting for a CPU "
-            "(/proc/pressure/cpu). Memory: fresh subprocess per family/side/workload, peak RSS above the "
-            "pre-workload RSS (VmHWM reset via /proc/self/clear_refs)."
-        ),
+    models = {
+        f: {
+            "reference": f"transformers.{REFERENCE_NAMES[f]}, attn_implementation=sdpa",
+            "reference_config": seq2seq_reference_config(f, args).to_dict(),
+        }
+        for f in args.families
     }
-    out_path.write_text(json.dumps(report, indent=2, default=str))
-    print(f"\nwrote {out_path}")
+    body = {"models": models, "sanity": checks, "contention": contention, "results": all_results, "raw": raw}
+    method = AB_METHOD.format(
+        design="A/B", order="the first side alternates each round", memory="family/side/workload"
+    )
+    write_ab_report(out_path, env, args, body, profiles, method)
     return 0
 
 

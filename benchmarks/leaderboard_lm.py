@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The language-modeling leaderboard: character-level Tiny Shakespeare, one command.
 
-    python benchmarks/leaderboard_lm.py                        # every entry, 180 s each: ~40 min on CPU
-    python benchmarks/leaderboard_lm.py --entries lstm gpt_rope --budget_seconds 60
-    python benchmarks/leaderboard_lm.py --smoke                # CI: tiny models and budget, a data slice
+    python -m benchmarks.leaderboard_lm                        # every entry, 180 s each: ~40 min on CPU
+    python -m benchmarks.leaderboard_lm --entries lstm gpt_rope --budget_seconds 60
+    python -m benchmarks.leaderboard_lm --smoke                # CI: tiny models and budget, a data slice
 
 The lectures' claim, measured: n-gram < feed-forward < RNN < LSTM/GRU < Transformer in perplexity,
 at an equal wall-clock budget, plus nanoGPT's published small CPU configuration run with hf_lm.
@@ -81,24 +81,22 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from bench_common import available_cores, cpu_model, load_average, pyplot, versions  # noqa: E402
-from bench_common import markdown_table as render_table  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
-
-import hf_lm  # noqa: E402,F401  (registers the Auto classes)
-from training.tokenizer import train_tokenizer  # noqa: E402
+import hf_lm  # noqa: F401  (registers the Auto classes)
+from benchmarks.bench_common import (
+    REPO_ROOT,
+    available_cores,
+    command_line,
+    cpu_model,
+    load_average,
+    pyplot,
+    versions,
+)
+from benchmarks.bench_common import markdown_table as render_table
+from training.tokenizer import train_tokenizer
 
 logger = logging.getLogger("leaderboard_lm")
 
@@ -1071,9 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "leaderboard_lm",
         "created": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "command": " ".join(
-            ["python", "benchmarks/leaderboard_lm.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command_line(__spec__.name, argv),
         "seed": args.seed,
         "budget_seconds": settings.budget_seconds,
         "schedule": args.schedule,

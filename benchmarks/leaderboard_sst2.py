@@ -3,11 +3,11 @@
 after masked-LM pretraining on the available text, under the same fine-tuning budget.
 
     # the full leaderboard (15 min pretraining + 2 x 5 min fine-tuning + evaluation on a CPU)
-    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2
+    python -m benchmarks.leaderboard_sst2 --data_dir ../shared/data/sst2
     # CI's smoke version: a tiny model, 2,000 training phrases, budgets of a few seconds
-    python benchmarks/leaderboard_sst2.py --data_dir ../shared/data/sst2 --smoke
+    python -m benchmarks.leaderboard_sst2 --data_dir ../shared/data/sst2 --smoke
     # also the compute-matched control, with other budgets
-    python benchmarks/leaderboard_sst2.py --entries scratch,mlm,scratch_long \\
+    python -m benchmarks.leaderboard_sst2 --entries scratch,mlm,scratch_long \\
         --pretrain_seconds 1800 --budget_seconds 600
 
 Entries (`--entries`, comma-separated; default `scratch,mlm`):
@@ -53,40 +53,31 @@ model, published references hatched), `tokenizer/`, `init/`, `pretraining_text.t
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
-import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+import torch
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import torch  # noqa: E402
-from bench_common import (  # noqa: E402
-    add_preset_options,
+from benchmarks.bench_common import (
     bar_chart,
     command_line,
     exit_if_failed,
     fmt,
     leaderboard_footer,
-    leaderboard_hardware,
+    leaderboard_parser,
     markdown_table,
     millions,
-    parse_entries,
+    parse_leaderboard_args,
+    preset_table,
     resolve,
     reuse_or_train_tokenizer,
+    run_entry_row,
+    start_leaderboard,
     training_fields,
+    write_results,
 )
 
 logger = logging.getLogger("leaderboard_sst2")
@@ -114,111 +105,57 @@ REFERENCES = [
     ("bag of words", "bag-of-words classifier", 0.80),
 ]
 
-PRESETS = {
-    "full": dict(
-        budget_seconds=300.0,
-        pretrain_seconds=900.0,
-        max_epochs=10.0,
-        vocab_size=8000,
-        hidden_size=256,
-        num_layers=4,
-        num_heads=4,
-        intermediate_size=1024,
-        dropout=0.1,
-        max_seq_length=128,
-        batch_size=32,
-        pretrain_batch_size=32,
-        warmup_steps=100,
-        pretrain_warmup_steps=200,
-        scratch_learning_rate=5e-4,
-        pretrained_learning_rate=1e-4,
-        pretrain_learning_rate=5e-4,
-        pretrain_eval_every=1000,
-        max_train_samples=None,
-        max_eval_samples=None,
-        max_test_samples=None,
-        logging_steps=50,
-    ),
-    "smoke": dict(
-        budget_seconds=2.0,
-        pretrain_seconds=3.0,
-        max_epochs=10.0,
-        vocab_size=500,
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        intermediate_size=64,
-        dropout=0.1,
-        max_seq_length=64,
-        batch_size=32,
-        pretrain_batch_size=16,
-        warmup_steps=5,
-        pretrain_warmup_steps=5,
-        scratch_learning_rate=2e-3,
-        pretrained_learning_rate=2e-3,
-        pretrain_learning_rate=2e-3,
-        pretrain_eval_every=1_000_000,
-        max_train_samples=2000,
-        max_eval_samples=200,
-        max_test_samples=200,
-        logging_steps=10,
-    ),
-}
-
-HELP = {
-    "budget_seconds": "Wall-clock fine-tuning budget per entry, in seconds",
-    "pretrain_seconds": "Wall-clock MLM pretraining budget, in seconds",
-    "max_epochs": "Fine-tuning epoch cap (whichever of budget and epochs ends first)",
-    "vocab_size": "WordPiece vocabulary size",
-    "hidden_size": "Model width",
-    "num_layers": "Transformer blocks",
-    "num_heads": "Attention heads",
-    "intermediate_size": "Feed-forward width",
-    "dropout": "Hidden and attention dropout",
-    "max_seq_length": "Longest input (fine-tuning) and pretraining block, in tokens",
-    "batch_size": "Fine-tuning batch size",
-    "pretrain_batch_size": "Pretraining blocks per batch",
-    "warmup_steps": "Fine-tuning linear warmup steps (then constant)",
-    "pretrain_warmup_steps": "Pretraining linear warmup steps (then constant)",
-    "scratch_learning_rate": "Peak fine-tuning learning rate from scratch",
-    "pretrained_learning_rate": "Peak fine-tuning learning rate after pretraining",
-    "pretrain_learning_rate": "Peak MLM pretraining learning rate",
-    "pretrain_eval_every": "Masked-LM evaluation every N pretraining steps (and at the end)",
-    "max_train_samples": "Use the first N training phrases; None = all",
-    "max_eval_samples": "Evaluate on the first N validation phrases; None = all",
-    "max_test_samples": "Test on the first N test sentences; None = all 872",
-    "logging_steps": "Log the fine-tuning loss every N steps",
-}
+# the full leaderboard and its smoke version, one row per setting: (full, smoke, help);
+# command-line flags override single values
+PRESETS, HELP = preset_table(
+    {
+        "budget_seconds": (300.0, 2.0, "Wall-clock fine-tuning budget per entry, in seconds"),
+        "pretrain_seconds": (900.0, 3.0, "Wall-clock MLM pretraining budget, in seconds"),
+        "max_epochs": (10.0, 10.0, "Fine-tuning epoch cap (whichever of budget and epochs ends first)"),
+        "vocab_size": (8000, 500, "WordPiece vocabulary size"),
+        "hidden_size": (256, 32, "Model width"),
+        "num_layers": (4, 1, "Transformer blocks"),
+        "num_heads": (4, 2, "Attention heads"),
+        "intermediate_size": (1024, 64, "Feed-forward width"),
+        "dropout": (0.1, 0.1, "Hidden and attention dropout"),
+        "max_seq_length": (128, 64, "Longest input (fine-tuning) and pretraining block, in tokens"),
+        "batch_size": (32, 32, "Fine-tuning batch size"),
+        "pretrain_batch_size": (32, 16, "Pretraining blocks per batch"),
+        "warmup_steps": (100, 5, "Fine-tuning linear warmup steps (then constant)"),
+        "pretrain_warmup_steps": (200, 5, "Pretraining linear warmup steps (then constant)"),
+        "scratch_learning_rate": (5e-4, 2e-3, "Peak fine-tuning learning rate from scratch"),
+        "pretrained_learning_rate": (1e-4, 2e-3, "Peak fine-tuning learning rate after pretraining"),
+        "pretrain_learning_rate": (5e-4, 2e-3, "Peak MLM pretraining learning rate"),
+        "pretrain_eval_every": (
+            1000,
+            1_000_000,
+            "Masked-LM evaluation every N pretraining steps (and at the end)",
+        ),
+        "max_train_samples": (None, 2000, "Use the first N training phrases; None = all"),
+        "max_eval_samples": (None, 200, "Evaluate on the first N validation phrases; None = all"),
+        "max_test_samples": (None, 200, "Test on the first N test sentences; None = all 872"),
+        "logging_steps": (50, 10, "Log the fine-tuning loss every N steps"),
+    }
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
+    parser = leaderboard_parser(
+        "SST-2 leaderboard: a BERT-style classifier from scratch vs after MLM pretraining on the "
         "SST-2 training text, same fine-tuning budget; dev and test accuracy.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--data_dir", default="../shared/data/sst2", help="SST-2 folder (train/dev/test .tsv)."
-    )
-    parser.add_argument("--output_dir", default="out/leaderboard_sst2", help="Where results and runs go.")
-    parser.add_argument(
-        "--entries", default=DEFAULT_ENTRIES, help=f"Comma-separated subset of {list(ENTRIES)}."
-    )
-    parser.add_argument(
-        "--smoke", action="store_true", help="Tiny model, data and budgets (CI; under a minute)."
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="Seed of the initialization, masking and data order."
-    )
-    parser.add_argument(
-        "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
+        data_dir="../shared/data/sst2",
+        data_help="SST-2 folder (train/dev/test .tsv).",
+        output_dir="out/leaderboard_sst2",
+        entries=(DEFAULT_ENTRIES, f"Comma-separated subset of {list(ENTRIES)}."),
+        smoke_help="Tiny model, data and budgets (CI; under a minute).",
+        seed_help="Seed of the initialization, masking and data order.",
+        presets=(PRESETS, HELP),
     )
     parser.add_argument(
         "--reuse_pretraining",
         action="store_true",
         help="Reuse a finished pretraining in output_dir/runs/mlm_pretrain made with the same settings.",
     )
-    add_preset_options(parser, PRESETS, HELP)
     return parser
 
 
@@ -384,7 +321,8 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-def write_markdown(path: Path, result: dict) -> str:
+def markdown_lines(result: dict) -> list[str]:
+    """results.md, line by line."""
     s, pre = result["settings"], result.get("pretraining")
     header = [
         "model", "source", "parameters", "pretraining", "fine-tuning steps", "epochs", "fine-tuning time (s)",
@@ -450,33 +388,18 @@ def write_markdown(path: Path, result: dict) -> str:
         "",
         *leaderboard_footer(result, [f"pretraining: {pre['command']}"] if pre is not None else []),
     ]
-    markdown = "\n".join(text)
-    path.write_text(markdown, encoding="utf-8")
-    return markdown
+    return text
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the leaderboard; returns what results.json holds."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        names = parse_entries(args.entries, ENTRIES)
-    except ValueError as err:
-        parser.error(str(err))
-    if not Path(args.data_dir).is_dir():
-        parser.error(f"--data_dir {args.data_dir!r} is not a folder (SST-2: ../shared/data/sst2).")
-    if args.num_threads is not None:
-        torch.set_num_threads(args.num_threads)
+    args, names = parse_leaderboard_args(parser, argv, ENTRIES, "SST-2: ../shared/data/sst2")
     settings = resolve(args, PRESETS["smoke" if args.smoke else "full"])
     for key in ("budget_seconds", "pretrain_seconds"):
         if not settings[key] > 0:
             parser.error(f"--{key} must be > 0.")
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    start = time.perf_counter()
-    hw = leaderboard_hardware()
+    output_dir, started, start, hw = start_leaderboard(args.output_dir)
 
     sentences = training_sentences(args.data_dir, settings["max_train_samples"])
     tokenizer_dir, init_dir = output_dir / "tokenizer", output_dir / "init"
@@ -514,19 +437,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name in names:
         start_dir = pretrained_dir / "final" if ENTRIES[name].pretrained else init_dir
         run_argv = finetune_argv(name, settings, args, start_dir, tokenizer_dir, output_dir / "runs" / name)
-        command = command_line("training.finetune_classification", run_argv)
-        logger.info("=== %s: %s", name, command)
-        try:
-            row = run_entry(name, run_argv)
-        except Exception as err:  # one failing entry must not lose the others' results
-            logger.exception("Entry %s failed.", name)
-            row = {
-                "name": name,
-                "label": ENTRIES[name].label,
-                "pretrained": ENTRIES[name].pretrained,
-                "error": repr(err),
-            }
-        row["command"] = command
+        failed = {"label": ENTRIES[name].label, "pretrained": ENTRIES[name].pretrained}
+        row = run_entry_row(name, "training.finetune_classification", run_argv, run_entry, failed)
         rows.append(row)
         logger.info("=== %s: test accuracy %s%%", name, percent(row.get("test_accuracy")))
 
@@ -560,17 +472,14 @@ def main(argv: list[str] | None = None) -> dict:
             "preset": "bert",
         },
         "pretraining": pretraining,
-        "command": shlex.join(
-            ["python", "benchmarks/leaderboard_sst2.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": command_line(__spec__.name, argv),
         "entries": rows,
         "references": [
             {"model": model, "short": short, "accuracy": accuracy, "approximate": True, "published": True}
             for short, model, accuracy in REFERENCES
         ],
     }
-    (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
-    markdown = write_markdown(output_dir / "results.md", result)
+    markdown = write_results(output_dir, result, markdown_lines)
     bar_chart(
         output_dir / "accuracy.png",
         [row["label"] for row in measured],

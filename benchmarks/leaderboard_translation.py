@@ -3,14 +3,14 @@
 under one shared wall-clock training budget, scored by sacrebleu test BLEU (greedy and beam).
 
     # the full leaderboard (about 6 x (10 min training + decoding) on a CPU; run it on an idle machine)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k
     # CI's smoke version: tiny models, 1,000 training pairs, a 2-second budget (about a minute)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k --smoke
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k --smoke
     # one GPU: at most 10 minutes of training per model, bentrevett's batch of 128 (the default preset
     # when a GPU is visible)
-    python benchmarks/leaderboard_translation.py --data_dir ../shared/data/multi30k --device cuda --preset gpu
+    python -m benchmarks.leaderboard_translation --data_dir ../shared/data/multi30k --device cuda --preset gpu
     # a subset, another budget, LSTM cells
-    python benchmarks/leaderboard_translation.py --entries rnn_bahdanau,transformer \\
+    python -m benchmarks.leaderboard_translation --entries rnn_bahdanau,transformer \\
         --budget_seconds 1200 --cell_type lstm
 
 Entries (`--entries`, comma-separated; default all):
@@ -68,42 +68,30 @@ hatched), `tokenizer/` and `runs/<entry>/` (each run's `metrics.json`, test pred
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import logging
-import os
-import shlex
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (REPO_ROOT, BENCH_DIR):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-import torch  # noqa: E402
-from bench_common import (  # noqa: E402
+from benchmarks.bench_common import (
     DEVICE_CHOICES,
-    add_preset_options,
     bar_chart,
     command_line,
     exit_if_failed,
     fmt,
     leaderboard_footer,
-    leaderboard_hardware,
+    leaderboard_parser,
     markdown_table,
     millions,
-    parse_entries,
+    parse_leaderboard_args,
+    preset_table,
     resolve,
     resolve_device,
     reuse_or_train_tokenizer,
+    run_entry_row,
+    start_leaderboard,
     training_fields,
+    write_results,
 )
 
 logger = logging.getLogger("leaderboard_translation")
@@ -145,62 +133,48 @@ REFERENCES = [
     ("Transformer", "Transformer (3+3 layers, 256 hidden)", 36.52),
 ]
 
-# the full leaderboard and its smoke version; command-line flags override single values
-PRESETS = {
-    "full": dict(
-        budget_seconds=600.0,
-        max_epochs=10.0,
-        vocab_size=8000,
-        hidden_size=256,
-        num_layers=3,
-        num_heads=8,
-        intermediate_size=512,
-        rnn_hidden_size=512,
-        rnn_embedding_size=256,
-        rnn_layers=1,
-        dropout=0.1,
-        batch_size=64,
-        warmup_steps=100,
-        rnn_learning_rate=1e-3,
-        transformer_learning_rate=5e-4,
-        num_beams=5,
-        generation_max_length=64,
-        max_length=128,
-        max_train_samples=None,
-        max_test_samples=None,
-        logging_steps=50,
-        mixed_precision="no",
-    ),
-    "smoke": dict(
-        budget_seconds=2.0,
-        max_epochs=10.0,
-        vocab_size=400,
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        intermediate_size=64,
-        rnn_hidden_size=32,
-        rnn_embedding_size=32,
-        rnn_layers=1,
-        dropout=0.1,
-        batch_size=32,
-        warmup_steps=5,
-        rnn_learning_rate=3e-3,
-        transformer_learning_rate=3e-3,
-        num_beams=2,
-        generation_max_length=20,
-        max_length=48,
-        max_train_samples=1000,
-        max_test_samples=32,
-        logging_steps=10,
-        mixed_precision="no",
-    ),
-}
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+# the full leaderboard and its smoke version, one row per setting: (full, smoke, help);
+# command-line flags override single values
+PRESETS, HELP = preset_table(
+    {
+        "budget_seconds": (600.0, 2.0, "Wall-clock training budget per entry, in seconds"),
+        "max_epochs": (10.0, 10.0, "Epoch cap per entry (whichever of budget and epochs ends first)"),
+        "vocab_size": (8000, 400, "Joint BPE vocabulary size"),
+        "hidden_size": (256, 32, "Transformer width"),
+        "num_layers": (3, 1, "Transformer encoder (= decoder) layers"),
+        "num_heads": (8, 2, "Transformer attention heads"),
+        "intermediate_size": (512, 64, "Transformer feed-forward width"),
+        "rnn_hidden_size": (
+            512,
+            32,
+            "RNN state width (the bidirectional encoder splits it in two directions)",
+        ),
+        "rnn_embedding_size": (256, 32, "RNN token embedding width"),
+        "rnn_layers": (1, 1, "RNN encoder (= decoder) layers"),
+        "dropout": (0.1, 0.1, "Dropout of every entry"),
+        "batch_size": (64, 32, "Training pairs per batch"),
+        "warmup_steps": (100, 5, "Linear learning-rate warmup steps (then constant)"),
+        "rnn_learning_rate": (1e-3, 3e-3, "Peak AdamW learning rate of the RNN entries"),
+        "transformer_learning_rate": (5e-4, 3e-3, "Peak AdamW learning rate of the Transformer entries"),
+        "num_beams": (5, 2, "Beam size of the beam-search test decoding"),
+        "generation_max_length": (64, 20, "Longest generated translation in tokens"),
+        "max_length": (128, 48, "Longest source/target in training, in tokens"),
+        "max_train_samples": (None, 1000, "Use the first N training pairs; None = all"),
+        "max_test_samples": (None, 32, "Score the first N test pairs; None = all 1,000"),
+        "logging_steps": (50, 10, "Log the training loss every N steps"),
+        "mixed_precision": (
+            "no",
+            "no",
+            f"Autocast of training and decoding, one of {MIXED_PRECISIONS} (Trainer's --bf16/--fp16)",
+        ),
+    }
+)
+
 # one GPU: the full leaderboard's models and 10-minute budget with bentrevett's batch of 128 (these
 # models are too small to be limited by a GPU's arithmetic, so a larger batch mostly means fewer
 # steps per epoch); not yet measured on a GPU
 PRESETS["gpu"] = dict(PRESETS["full"], batch_size=128)
-MIXED_PRECISIONS = ("no", "bf16", "fp16")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,26 +183,16 @@ MIXED_PRECISIONS = ("no", "bf16", "fp16")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description="Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
+    parser = leaderboard_parser(
+        "Multi30k De->En translation leaderboard: RNN seq2seq (no attention, Bahdanau, Luong), "
         "Transformer, T5-style and BART-style from scratch under one wall-clock budget; sacrebleu test BLEU.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument(
-        "--data_dir",
-        default="../shared/data/multi30k",
-        help="Multi30k folder (train/val/test_2016_flickr .de/.en[.gz]).",
-    )
-    parser.add_argument(
-        "--output_dir", default="out/leaderboard_translation", help="Where results and runs go."
-    )
-    parser.add_argument(
-        "--entries", default=None, help=f"Comma-separated subset of {list(ENTRIES)} (default all)."
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="Tiny models, data and budget (CI; about a minute); = --preset smoke.",
+        data_dir="../shared/data/multi30k",
+        data_help="Multi30k folder (train/val/test_2016_flickr .de/.en[.gz]).",
+        output_dir="out/leaderboard_translation",
+        entries=(None, f"Comma-separated subset of {list(ENTRIES)} (default all)."),
+        smoke_help="Tiny models, data and budget (CI; about a minute); = --preset smoke.",
+        seed_help="Seed of every run (init and data order).",
+        presets=(PRESETS, HELP),
     )
     parser.add_argument(
         "--preset",
@@ -242,36 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="Where every entry trains and decodes: auto = the GPU if torch sees one.",
     )
-    parser.add_argument("--seed", type=int, default=0, help="Seed of every run (init and data order).")
     parser.add_argument("--cell_type", default="gru", help="Recurrent cell of the RNN entries (gru or lstm).")
-    parser.add_argument(
-        "--num_threads", type=int, default=None, help="torch threads (default: torch's choice)."
-    )
-    help_of = {
-        "budget_seconds": "Wall-clock training budget per entry, in seconds",
-        "max_epochs": "Epoch cap per entry (whichever of budget and epochs ends first)",
-        "vocab_size": "Joint BPE vocabulary size",
-        "hidden_size": "Transformer width",
-        "num_layers": "Transformer encoder (= decoder) layers",
-        "num_heads": "Transformer attention heads",
-        "intermediate_size": "Transformer feed-forward width",
-        "rnn_hidden_size": "RNN state width (the bidirectional encoder splits it in two directions)",
-        "rnn_embedding_size": "RNN token embedding width",
-        "rnn_layers": "RNN encoder (= decoder) layers",
-        "dropout": "Dropout of every entry",
-        "batch_size": "Training pairs per batch",
-        "warmup_steps": "Linear learning-rate warmup steps (then constant)",
-        "rnn_learning_rate": "Peak AdamW learning rate of the RNN entries",
-        "transformer_learning_rate": "Peak AdamW learning rate of the Transformer entries",
-        "num_beams": "Beam size of the beam-search test decoding",
-        "generation_max_length": "Longest generated translation in tokens",
-        "max_length": "Longest source/target in training, in tokens",
-        "max_train_samples": "Use the first N training pairs; None = all",
-        "max_test_samples": "Score the first N test pairs; None = all 1,000",
-        "logging_steps": "Log the training loss every N steps",
-        "mixed_precision": f"Autocast of training and decoding, one of {MIXED_PRECISIONS} (Trainer's --bf16/--fp16)",
-    }
-    add_preset_options(parser, PRESETS, help_of)
     return parser
 
 
@@ -427,7 +362,8 @@ def reference_cells(row: dict) -> list[str]:
     return [fmt(published), goal]
 
 
-def write_markdown(path: Path, result: dict) -> str:
+def markdown_lines(result: dict) -> list[str]:
+    """results.md, line by line."""
     s, cell = result["settings"], result["cell_type"]
     beams = s["num_beams"]
     header = [
@@ -494,26 +430,15 @@ def write_markdown(path: Path, result: dict) -> str:
         "",
         *leaderboard_footer(result),
     ]
-    markdown = "\n".join(text)
-    path.write_text(markdown, encoding="utf-8")
-    return markdown
+    return text
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the leaderboard; returns what results.json holds."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    try:
-        names = parse_entries(args.entries, ENTRIES)
-    except ValueError as err:
-        parser.error(str(err))
+    args, names = parse_leaderboard_args(parser, argv, ENTRIES, "Multi30k: ../shared/data/multi30k")
     if args.cell_type not in ("gru", "lstm", "rnn_tanh", "rnn_relu"):
         parser.error(f"--cell_type must be gru, lstm, rnn_tanh or rnn_relu, got {args.cell_type!r}.")
-    if not Path(args.data_dir).is_dir():
-        parser.error(f"--data_dir {args.data_dir!r} is not a folder (Multi30k: ../shared/data/multi30k).")
-    if args.num_threads is not None:
-        torch.set_num_threads(args.num_threads)
     try:
         device = resolve_device(args.device)
     except ValueError as err:
@@ -530,11 +455,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"--mixed_precision must be one of {MIXED_PRECISIONS}, got {settings['mixed_precision']!r}."
         )
     logger.info("Device %s, preset %s.", device, preset)
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    start = time.perf_counter()
-    hw = leaderboard_hardware()
+    output_dir, started, start, hw = start_leaderboard(args.output_dir)
     if device == "cpu" and hw["gpu"]:  # a GPU that this run did not use is not its hardware
         hw["gpu_present_unused"], hw["gpu"] = hw["gpu"], None
 
@@ -544,19 +465,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name in names:
         run_dir = output_dir / "runs" / name
         run_argv = entry_argv(name, settings, args, tokenizer_dir, run_dir)
-        command = command_line("training.finetune_translation", run_argv)
-        logger.info("=== %s: %s", name, command)
-        try:
-            row = run_entry(name, run_argv)
-        except Exception as err:  # one failing entry must not lose the others' results
-            logger.exception("Entry %s failed.", name)
-            row = {
-                "name": name,
-                "label": ENTRIES[name].label,
-                "family": ENTRIES[name].family,
-                "error": repr(err),
-            }
-        row["command"] = command
+        failed = {"label": ENTRIES[name].label, "family": ENTRIES[name].family}
+        row = run_entry_row(name, "training.finetune_translation", run_argv, run_entry, failed)
         row.update(reference_fields(row))
         rows.append(row)
         logger.info(
@@ -591,9 +501,7 @@ def main(argv: list[str] | None = None) -> dict:
             "vocab_size": len(tokenizer),
             "reused": reused,
         },
-        "command": shlex.join(
-            ["python", "benchmarks/leaderboard_translation.py", *(sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": command_line(__spec__.name, argv),
         "entries": rows,
         "references": [
             {
@@ -607,8 +515,7 @@ def main(argv: list[str] | None = None) -> dict:
             for short, model, bleu in REFERENCES
         ],
     }
-    (output_dir / "results.json").write_text(json.dumps(result, indent=2, default=str))
-    markdown = write_markdown(output_dir / "results.md", result)
+    markdown = write_results(output_dir, result, markdown_lines)
     labels = [display_label(row, args.cell_type) for row in measured]
     bar_chart(
         output_dir / "bleu.png",

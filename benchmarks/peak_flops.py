@@ -28,9 +28,9 @@ the thread count all move it), so the peak here is measured:
   recomputes the scores), which the counter reproduces exactly (tests/test_bench_suite.py).
 
 Usage:
-    python benchmarks/peak_flops.py                       # all cores, sizes 1024,2048,4096
-    python benchmarks/peak_flops.py --threads 1 --sizes 1024,2048 --output out/peak.json
-    python benchmarks/peak_flops.py --device cuda --dtype bfloat16 --sizes 4096,8192   # a GPU's bf16 peak
+    python -m benchmarks.peak_flops                       # all cores, sizes 1024,2048,4096
+    python -m benchmarks.peak_flops --threads 1 --sizes 1024,2048 --output out/peak.json
+    python -m benchmarks.peak_flops --device cuda --dtype bfloat16 --sizes 4096,8192   # a GPU's bf16 peak
 """
 
 from __future__ import annotations
@@ -46,11 +46,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-BENCH_DIR = Path(__file__).resolve().parent
-if str(BENCH_DIR) not in sys.path:  # bench_common, however this file is loaded
-    sys.path.insert(0, str(BENCH_DIR))
-
-from bench_common import available_cores, comma_list, device_synchronizer  # noqa: E402
+from benchmarks.bench_common import available_cores, comma_list, device_synchronizer
 
 logger = logging.getLogger("peak_flops")
 

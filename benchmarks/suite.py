@@ -25,23 +25,22 @@ Two more processes measure:
   positions only) gets the credit in its MFU. HFU (each side's own counted FLOPs) is in the JSON.
 - the `torch.compile` speed-up of hf_lm's GPT-2-shaped model (inductor, CPU; needs a C++
   compiler): the training step (forward + backward through the compiled module, eager AdamW) and
-  the eval forward, compiled vs eager alternating after warm-up. The first compiled call (the
-  compilation) is timed separately. If compilation fails, the table says so with the reason.
+  the eval forward, compiled vs eager alternating after warm-up (bench_gpt's `--_compile-worker`,
+  on bench_gpt's model and inputs). The first compiled call (the compilation) is timed separately. If compilation fails, the table says so with the reason.
 
 Outputs, under `--output_dir` (default `out/suite`): `suite.md` (the tables), `suite.json`
 (everything: hardware, versions, peak, per-family numbers, the commands run), and per benchmark its
 own JSON and log. Ratios are hf_lm / transformers: above 1, hf_lm is faster.
 
 Usage:
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py                 # full run: tens of minutes, idle machine
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py --smoke         # tiny models, about a minute
-    HF_HUB_OFFLINE=1 python benchmarks/suite.py --families gpt2,llama --threads 1
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite                 # full run: tens of minutes, idle machine
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite --smoke         # tiny models, about a minute
+    HF_HUB_OFFLINE=1 python -m benchmarks.suite --families gpt2,llama --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import logging
@@ -54,15 +53,16 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-if str(BENCH_DIR) not in sys.path:  # the benchmarks and bench_common, however this file is loaded
-    sys.path.insert(0, str(BENCH_DIR))
-
-from bench_common import available_cores, comma_list, git_revision, markdown_table  # noqa: E402
+from benchmarks.bench_common import (
+    REPO_ROOT,
+    available_cores,
+    comma_list,
+    environment,
+    error_text,
+    git_revision,
+    markdown_table,
+    ratio,
+)
 
 logger = logging.getLogger("suite")
 
@@ -95,7 +95,6 @@ SMOKE_ARGS = {
     "peak": "--sizes 512,1024 --repeats 3 --min-time 0.1",
 }
 SMOKE_ARGS["bart"] = SMOKE_ARGS["t5"]
-COMPILE_WORKER = "--_compile-worker"
 FULL_ARGS = {"peak": "--sizes 1024,2048,4096 --repeats 5 --min-time 0.25", "compile": ""}
 
 # --------------------------------------------------------------------------------------------
@@ -106,12 +105,12 @@ FULL_ARGS = {"peak": "--sizes 1024,2048,4096 --repeats 5 --min-time 0.25", "comp
 def bench_command(family: str, args, json_path: Path) -> list[str]:
     """The command line of one family's benchmark."""
     if family in ("gpt2", "llama"):
-        cmd = ["bench_gpt.py", f"--family={family}"]
+        cmd = ["bench_gpt", f"--family={family}"]
     elif family == "bert":
-        cmd = ["bench_bert.py"]
+        cmd = ["bench_bert"]
     else:
-        cmd = ["bench_seq2seq.py", f"--families={family}"]
-    cmd = [sys.executable, str(BENCH_DIR / cmd[0]), *cmd[1:]]
+        cmd = ["bench_seq2seq", f"--families={family}"]
+    cmd = [sys.executable, "-m", f"benchmarks.{cmd[0]}", *cmd[1:]]
     cmd += [f"--threads={args.threads}", f"--seed={args.seed}", f"--wait-idle={args.wait_idle}"]
     cmd += [f"--output={json_path}"]
     if args.smoke or args.no_memory:
@@ -161,15 +160,9 @@ def last_error_line(log_path: Path) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or not b or not math.isfinite(a) or not math.isfinite(b):
-        return None
-    return a / b
-
-
 def _pair(raw_phase: dict, key: str = "throughput", sides=SIDES) -> dict:
     values = {side: raw_phase[side][key] for side in sides}
-    values["ratio"] = _ratio(values["hf_lm"], values["transformers"])
+    values["ratio"] = ratio(values["hf_lm"], values["transformers"])
     return values
 
 
@@ -215,9 +208,7 @@ def collect_family(family: str, report: dict) -> dict:
             **_pair(raw["train"]),
             "hf_lm_sparse": raw["train"]["hf_lm_sparse"]["throughput"],
         }
-        rec["train"]["ratio_hf_lm_sparse"] = _ratio(
-            rec["train"]["hf_lm_sparse"], rec["train"]["transformers"]
-        )
+        rec["train"]["ratio_hf_lm_sparse"] = ratio(rec["train"]["hf_lm_sparse"], rec["train"]["transformers"])
         rec["generate"] = [
             {
                 "name": f"inference forward (eval, B={args['batch']}, T={args['seq']})",
@@ -269,87 +260,13 @@ def add_utilization(rec: dict, peak_flops: float | None) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# torch.compile: a worker process (`--_compile-worker`)
+# torch.compile: bench_gpt's worker process (`--_compile-worker`)
 # --------------------------------------------------------------------------------------------
 
 
-def _reason(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return " ".join(line.strip() for line in text[:3])[:400]
-
-
-def compile_worker(argv: list[str]) -> dict:
-    """Eager vs `torch.compile` hf_lm GPT-2-shaped model (bench_gpt's config and inputs), in this process."""
-    import bench_gpt
-    import torch
-    from peak_flops import count_train_step_flops
-    from torch._dynamo.utils import counters
-
-    bargs = bench_gpt.parse_args(argv)
-    torch.set_num_threads(bargs.threads)
-    result = {
-        "environment": bench_gpt.environment(torch.get_num_threads()),
-        "args": {k: v for k, v in vars(bargs).items() if not k.startswith("_")},
-        "model": "hf_lm GPT (bench_gpt --family gpt2 config), torch.compile(model) default mode, inductor",
-        "phases": {},
-    }
-    eager = bench_gpt.build_hflm(bargs)
-    ids = bench_gpt.random_ids(bargs.batch, bargs.seq, bargs.vocab, bargs.seed)
-    result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
-    tokens = bargs.batch * bargs.seq
-    try:
-        compiled = torch.compile(copy.deepcopy(eager))
-    except Exception as exc:  # noqa: BLE001  (any failure is a result to report, not a crash)
-        result["error"] = _reason(exc)
-        return result
-
-    def phase(name: str, make) -> None:
-        fns = {"eager": make(eager), "compiled": make(compiled)}
-        try:
-            t0 = time.perf_counter()
-            fns["compiled"]()  # the first call compiles
-            compile_s = time.perf_counter() - t0
-            samples = bench_gpt.time_alternating(fns, bargs.rounds, bargs.train_reps, bargs.warmup)
-        except Exception as exc:  # noqa: BLE001
-            result["phases"][name] = {"error": _reason(exc)}
-            logger.warning("torch.compile %s failed: %s", name, _reason(exc))
-            return
-        summary = {side: bench_gpt.summarize(s, tokens) for side, s in samples.items()}
-        result["phases"][name] = {
-            "compile_s": compile_s,
-            "unit": "tok/s",
-            "eager": summary["eager"]["throughput"],
-            "compiled": summary["compiled"]["throughput"],
-            "speedup": _ratio(summary["compiled"]["throughput"], summary["eager"]["throughput"]),
-            "step_s": {side: summary[side]["median_s"] for side in summary},
-            "raw": summary,
-        }
-        logger.info(
-            "%s: compiled in %.1fs; speed-up %.3f",
-            name,
-            compile_s,
-            result["phases"][name]["speedup"] or float("nan"),
-        )
-
-    phase("train", lambda m: bench_gpt.make_train_step(m, ids))
-
-    def make_forward(model):
-        model.eval()
-
-        @torch.no_grad()
-        def forward():
-            return model(input_ids=ids).logits
-
-        return forward
-
-    phase("forward", make_forward)
-    result["graph_breaks"] = sum(counters["graph_break"].values())
-    result["unique_graphs"] = counters["stats"].get("unique_graphs")
-    return result
-
-
 def compile_command(args, json_path: Path) -> list[str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), COMPILE_WORKER, str(json_path)]
+    """bench_gpt's torch.compile worker: eager vs compiled hf_lm GPT, written to `json_path`."""
+    cmd = [sys.executable, "-m", "benchmarks.bench_gpt", f"--_compile-worker={json_path}"]
     cmd += [f"--threads={args.threads}", f"--seed={args.seed}"]
     cmd += shlex.split(SMOKE_ARGS["compile"] if args.smoke else FULL_ARGS["compile"])
     return cmd
@@ -423,11 +340,11 @@ def details_table(families: dict) -> str:
         body += [
             [
                 family, "training FLOPs per step (fwd + bwd, counted)", "GFLOP", f"{fl['hf_lm'] / 1e9:.3f}",
-                f"{fl['transformers'] / 1e9:.3f}", _num(_ratio(fl["hf_lm"], fl["transformers"])),
+                f"{fl['transformers'] / 1e9:.3f}", _num(ratio(fl["hf_lm"], fl["transformers"])),
             ],
             [
                 family, "train model FLOP/s (reference FLOPs / step time)", "GFLOP/s", f"{ach['hf_lm'] / 1e9:.2f}",
-                f"{ach['transformers'] / 1e9:.2f}", _num(_ratio(ach["hf_lm"], ach["transformers"])),
+                f"{ach['transformers'] / 1e9:.2f}", _num(ratio(ach["hf_lm"], ach["transformers"])),
             ],
             [
                 family, "train MFU (HFU)", "% of peak", f"{_pct(mfu.get('hf_lm'))} ({_pct(hfu.get('hf_lm'))})",
@@ -557,16 +474,11 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    if argv[:1] == [COMPILE_WORKER]:  # internal: `suite.py --_compile-worker OUT.json BENCH_GPT_ARGS...`
-        result = compile_worker(argv[2:])
-        Path(argv[1]).write_text(json.dumps(result, indent=2, default=str))
-        return 0
     args = parse_args(argv)
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     import torch
-    from bench_gpt import environment
 
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
@@ -584,7 +496,8 @@ def main(argv=None) -> int:
     peak_json = out / "peak.json"
     cmd = [
         sys.executable,
-        str(BENCH_DIR / "peak_flops.py"),
+        "-m",
+        "benchmarks.peak_flops",
         f"--threads={args.threads}",
         f"--output={peak_json}",
     ]
@@ -612,7 +525,7 @@ def main(argv=None) -> int:
                 rec.update(collect_family(family, json.loads(json_path.read_text())))
                 add_utilization(rec, peak_flops)
             except (OSError, KeyError, TypeError, ValueError) as exc:
-                rec["error"] = f"could not read {json_path.name}: {_reason(exc)}"
+                rec["error"] = f"could not read {json_path.name}: {error_text(exc)}"
         else:
             rec["error"] = run["error"]
         if rec.get("error"):

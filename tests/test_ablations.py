@@ -1,24 +1,16 @@
 """The ablation runner (`benchmarks/ablations.py`): the grid, its flags, its bookkeeping, a smoke run."""
 
 import csv
-import importlib.util
 import json
 import math
 import os
-import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import SHARED_DATA
 
+from benchmarks import ablations
 from hf_lm import HfLmGPTForCausalLM
-
-_spec = importlib.util.spec_from_file_location(
-    "ablations", os.path.join(REPO_ROOT, "benchmarks", "ablations.py")
-)
-ablations = importlib.util.module_from_spec(_spec)
-sys.modules["ablations"] = ablations
-_spec.loader.exec_module(ablations)
 
 TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 SIZE = ablations.ModelSize(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128)

@@ -3,20 +3,13 @@ built from: the nanoGPT-shaped model, the device helpers of bench_common, the bf
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 from transformers import GPT2Config, GPT2LMHeadModel
 
-BENCH_DIR = Path(REPO_ROOT) / "benchmarks"
-sys.path.insert(0, str(BENCH_DIR))
-
-import bench_common  # noqa: E402
-import bench_gpu  # noqa: E402
-from peak_flops import analytic_decoder_train_flops, measure_peak_flops  # noqa: E402
+from benchmarks import bench_common, bench_gpu
+from benchmarks.peak_flops import analytic_decoder_train_flops, measure_peak_flops
 
 # every row the smoke run must write, in order (decoding at batch 1 and 8)
 DECODE_ROWS = [

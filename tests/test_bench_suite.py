@@ -6,6 +6,8 @@ decoder-only Transformer, one forward + backward is 6 N B T + 14 L d B T^2 with 
 6 N B T + 12 L d B T^2 with eager attention, N the weights inside matmuls (lm head included).
 """
 
+import ast
+import importlib
 import json
 import math
 import subprocess
@@ -18,19 +20,15 @@ import torch.nn.functional as F
 from conftest import REPO_ROOT, VARIANTS, tiny_gpt_config
 from transformers import LlamaForCausalLM
 
-from hf_lm import HfLmGPTForCausalLM
-
-BENCH_DIR = Path(REPO_ROOT) / "benchmarks"
-sys.path.insert(0, str(BENCH_DIR))
-
-import bench_gpt  # noqa: E402
-import suite  # noqa: E402
-from peak_flops import (  # noqa: E402
+from benchmarks import bench_gpt, suite
+from benchmarks.pairs import random_ids
+from benchmarks.peak_flops import (
     analytic_decoder_train_flops,
     count_flops,
     count_train_step_flops,
     measure_peak_flops,
 )
+from hf_lm import HfLmGPTForCausalLM
 
 
 def matmul_params(model) -> int:
@@ -97,7 +95,7 @@ def test_bench_gpt_builds_an_identical_llama_pair():
     check = bench_gpt.sanity(models, args)
     assert check["max_abs_logit_diff"] < 1e-5
     assert check["greedy_32_token_agreement"] == 1.0
-    flops = bench_gpt.count_flops(models, bench_gpt.random_ids(2, 16, 300, 0))
+    flops = bench_gpt.count_flops(models, random_ids(2, 16, 300, 0))
     assert flops["hf_lm"]["total"] == flops["transformers"]["total"] > 0
     gpt2 = bench_gpt.parse_args(["--hidden", "64", "--heads", "4"])
     assert (gpt2.family, gpt2.intermediate, gpt2.output) == ("gpt2", 256, "out/bench_gpt.json")
@@ -170,7 +168,7 @@ def test_run_process_reports_failures_and_timeouts(tmp_path):
 @pytest.mark.slow
 def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
     out = tmp_path / "suite"
-    cmd = [sys.executable, str(BENCH_DIR / "suite.py"), "--smoke", "--threads", "1", "--output_dir", str(out)]
+    cmd = [sys.executable, "-m", "benchmarks.suite", "--smoke", "--threads", "1", "--output_dir", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     md = (out / "suite.md").read_text()
@@ -194,3 +192,50 @@ def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
     for phase in phases.values():
         assert phase.get("error") or (math.isfinite(phase["speedup"]) and phase["speedup"] > 0)
     assert "## torch.compile" in md
+
+
+# --------------------------------------------------------------------------------------------
+# The package: every script runs as `python -m benchmarks.<script>`, sharing only the shared modules
+# --------------------------------------------------------------------------------------------
+
+SHARED_MODULES = {"benchmarks.bench_common", "benchmarks.pairs", "benchmarks.peak_flops"}
+SCRIPTS = sorted(
+    p.stem
+    for p in (Path(REPO_ROOT) / "benchmarks").glob("*.py")
+    if p.stem not in ("__init__", "bench_common", "pairs")
+)
+
+
+def package_imports(path: Path) -> set[str]:
+    """The `benchmarks...` modules a file imports (`from benchmarks import x` counts as benchmarks.x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+            if node.module == "benchmarks":
+                found |= {f"benchmarks.{alias.name}" for alias in node.names}
+            else:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("benchmarks")}
+    return found
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_import_only_the_shared_modules_and_leave_sys_path_alone(script):
+    path = Path(REPO_ROOT) / "benchmarks" / f"{script}.py"
+    assert package_imports(path) <= SHARED_MODULES - {f"benchmarks.{script}"}, package_imports(path)
+    assert "sys.path" not in path.read_text()
+    before = list(sys.path)
+    module = importlib.import_module(f"benchmarks.{script}")
+    assert sys.path == before and callable(module.main)
+
+
+def test_a_script_runs_as_a_module_from_the_repository_root():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.peak_flops", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--sizes" in proc.stdout, proc.stderr[-2000:]

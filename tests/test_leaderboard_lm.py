@@ -1,26 +1,18 @@
 """The Tiny Shakespeare LM leaderboard (`benchmarks/leaderboard_lm.py`): split, calibration, scoring, smoke runs."""
 
-import importlib.util
 import json
 import math
 import os
 import string
-import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SHARED_DATA, tiny_gpt_config
+from conftest import SHARED_DATA, tiny_gpt_config
 
+from benchmarks import leaderboard_lm as leaderboard
 from hf_lm import HfLmGPTForCausalLM
 from training.args import parse_args as parse_train_args
 from training.train import build_model
-
-_spec = importlib.util.spec_from_file_location(
-    "leaderboard_lm", os.path.join(REPO_ROOT, "benchmarks", "leaderboard_lm.py")
-)
-leaderboard = importlib.util.module_from_spec(_spec)
-sys.modules["leaderboard_lm"] = leaderboard
-_spec.loader.exec_module(leaderboard)
 
 TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 needs_data = pytest.mark.skipif(

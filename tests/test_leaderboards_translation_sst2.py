@@ -4,15 +4,14 @@
 import json
 import math
 import os
-import sys
 
 import pytest
-from conftest import REPO_ROOT, SHARED_DATA
+import torch
+from conftest import SHARED_DATA
 
-sys.path.insert(0, os.path.join(REPO_ROOT, "benchmarks"))
-
-import leaderboard_sst2 as sst2  # noqa: E402
-import leaderboard_translation as translation  # noqa: E402
+from benchmarks import leaderboard_sst2 as sst2
+from benchmarks import leaderboard_translation as translation
+from benchmarks.bench_common import parse_entries
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 SST2 = os.path.join(SHARED_DATA, "sst2")
@@ -26,10 +25,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def test_parse_entries():
     known = translation.ENTRIES
-    assert translation.parse_entries(None, known) == list(known)
-    assert translation.parse_entries("t5, rnn,t5", known) == ["t5", "rnn"]  # order kept, duplicates dropped
+    assert parse_entries(None, known) == list(known)
+    assert parse_entries("t5, rnn,t5", known) == ["t5", "rnn"]  # order kept, duplicates dropped
     with pytest.raises(ValueError, match=r"unknown \['gpt'\]"):
-        translation.parse_entries("t5,gpt", known)
+        parse_entries("t5,gpt", known)
     with pytest.raises(SystemExit):
         translation.main(["--entries", "lstm_only", "--data_dir", MULTI30K])
     with pytest.raises(SystemExit):
@@ -94,7 +93,7 @@ def test_translation_device_and_gpu_preset(tmp_path, monkeypatch):
     _, _, training_args = parse_args(argv)
     assert training_args.use_cpu and training_args.bf16 and training_args.per_device_train_batch_size == 128
     assert training_args.max_train_seconds == 600
-    monkeypatch.setattr(translation.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
         translation.main(["--device", "cuda", "--data_dir", str(tmp_path)])
     with pytest.raises(SystemExit):

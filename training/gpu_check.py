@@ -533,20 +533,10 @@ def run_demo(workdir: Path, precision: str) -> str:
 
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 LEADERBOARDS = {
-    "leaderboard_lm": [
-        "benchmarks/leaderboard_lm.py",
-        "--smoke",
-        "--data_file",
-        "{data}/tinyshakespeare/input.txt",
-    ],
-    "leaderboard_translation": [
-        "benchmarks/leaderboard_translation.py",
-        "--smoke",
-        "--data_dir",
-        "{data}/multi30k",
-    ],
-    "leaderboard_sst2": ["benchmarks/leaderboard_sst2.py", "--smoke", "--data_dir", "{data}/sst2"],
-    "ablations": ["benchmarks/ablations.py", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_lm": ["--smoke", "--data_file", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_translation": ["--smoke", "--data_dir", "{data}/multi30k"],
+    "leaderboard_sst2": ["--smoke", "--data_dir", "{data}/sst2"],
+    "ablations": ["--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
 }
 
 
@@ -557,6 +547,8 @@ def run_leaderboard(name: str, workdir: Path, data_dir: Path = SHARED_DATA) -> s
     output_dir = workdir / name
     command = [
         sys.executable,
+        "-m",
+        f"benchmarks.{name}",  # run from the repository root (`_run`)
         *(a.format(data=data_dir) for a in LEADERBOARDS[name]),
         "--output_dir",
         str(output_dir),
