@@ -123,7 +123,7 @@ from bench_common import (  # noqa: E402
 )
 from peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops  # noqa: E402
 
-from hf_lm.models.hflm_blocks import lm_loss  # noqa: E402
+from hf_lm.models.hflm_common import lm_loss  # noqa: E402
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
 

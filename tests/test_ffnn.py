@@ -287,8 +287,7 @@ def test_save_and_load_round_trip(tmp_path, variant):
 
 
 SHIPPED_FFNN_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_configuration_ffnn.py",
     "hflm_modeling_ffnn.py",
 }

@@ -351,8 +351,7 @@ def test_unfitted_checkpoint_loads_but_refuses_to_score(tmp_path):
 
 
 SHIPPED_NGRAM_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_configuration_ngram.py",
     "hflm_modeling_ngram.py",
 }

@@ -285,6 +285,7 @@ def test_bad_inputs_and_configs():
 
 SHIPPED = {
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_seq2seq.py",
     "hflm_modeling_seq2seq.py",

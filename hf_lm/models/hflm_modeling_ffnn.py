@@ -26,7 +26,7 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
-from .hflm_blocks import (
+from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
     check_labels,

@@ -23,25 +23,27 @@ from transformers.modeling_outputs import (
 
 from .hflm_blocks import (
     POSITION_ENCODINGS,
-    HfLmPreTrainedModel,
     VocabProjection,
     build_attention_mask,
     build_blocks,
     build_embedding_projection,
     build_norm,
+    check_positions_in_range,
+    check_prefix_lengths,
+    keys_padding_mask,
+    layer_to_block,
+    real_token_positions,
+    widen_to_keys,
+)
+from .hflm_common import (
+    HfLmPreTrainedModel,
     cache_lengths,
     check_labels,
     check_position_ids,
-    check_positions_in_range,
-    check_prefix_lengths,
     embed_inputs,
-    keys_padding_mask,
-    layer_to_block,
     lm_loss,
     logits_positions,
-    real_token_positions,
     sequence_classification_loss,
-    widen_to_keys,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
 

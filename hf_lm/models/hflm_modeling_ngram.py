@@ -30,7 +30,7 @@ from transformers import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.utils import logging
 
-from .hflm_blocks import (
+from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
     check_input_ids,

@@ -17,7 +17,7 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from .hflm_blocks import (
+from .hflm_common import (
     HfLmPreTrainedModel,
     check_cache_type,
     check_labels,

@@ -30,7 +30,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils import ModelOutput
 
-from .hflm_blocks import (
+from .hflm_common import (
     HfLmPreTrainedModel,
     check_cache_type,
     check_encoder_states,
