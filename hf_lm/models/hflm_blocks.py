@@ -18,7 +18,9 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
 from .hflm_common import (
     FEED_FORWARD_NAMES,
@@ -27,6 +29,11 @@ from .hflm_common import (
     _padding_mask_is_full,
     _require_integer,
     _require_tensor,
+    cache_lengths,
+    check_encoder_states,
+    check_padding_mask,
+    check_position_ids,
+    is_integer_dtype,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -128,7 +135,8 @@ class VocabProjection(nn.Linear):
         out = (self.weight @ x.reshape(rows, -1).t()).t()  # (V, rows) viewed as (rows, V)
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], -1)  # (..., V)
+        # contiguous (a copy of a few rows): callers may `.view()` the logits
+        return out.contiguous().reshape(*x.shape[:-1], -1)  # (..., V)
 
 
 # name -> (module class, activation)
@@ -685,33 +693,6 @@ class TransformerBlock(GradientCheckpointingLayer):
         return x, weights.get("self"), weights.get("cross")
 
 
-def build_blocks(config, is_causal: bool = True, cross_attention: bool = False) -> nn.ModuleList:
-    """The distinct blocks of a stack: `config.num_hidden_groups` of them (one per layer by default).
-
-    ALBERT's cross-layer sharing (Lan et al., 2020): with fewer groups than layers, consecutive
-    layers run the same block (`layer_to_block`), so the stack's parameters shrink by the
-    factor layers / groups while its depth, and so its compute, stay the same.
-    """
-    return nn.ModuleList(
-        TransformerBlock(config, i, is_causal=is_causal, cross_attention=cross_attention)
-        for i in range(config.num_hidden_groups)
-    )
-
-
-def layer_to_block(config) -> list[int]:
-    """The block each layer runs: layer i runs block `i * groups // layers` (ALBERT's grouping)."""
-    layers, groups = config.num_hidden_layers, config.num_hidden_groups
-    return [i * groups // layers for i in range(layers)]
-
-
-def build_embedding_projection(config) -> nn.Module:
-    """ALBERT's factorized embeddings: the E-wide embeddings projected up to the model width H
-    (V*E + E*H parameters instead of V*H); the identity when E == H."""
-    if config.embedding_size == config.hidden_size:
-        return nn.Identity()
-    return nn.Linear(config.embedding_size, config.hidden_size)  # (B, T, E) -> (B, T, H)
-
-
 def widen_to_keys(
     x: torch.Tensor | None,
     name: str,
@@ -736,11 +717,12 @@ def widen_to_keys(
     if not wrong and width != kv_len and not torch.compiler.is_compiling():
         wrong = width != int(past_len) + q_len  # a static cache's count: read only outside compiled graphs
     if wrong:
+        cached = not isinstance(past_len, int) or past_len > 0 or kv_len > q_len
         expected = f"({batch}, {int(past_len) + q_len})"
         if kv_len != int(past_len) + q_len:
             expected += f" or, with this static cache, ({batch}, {kv_len})"
         raise ValueError(
-            f"`{name}` must have shape (batch, past + seq_len) = {expected}, got {tuple(x.shape)}."
+            f"`{name}` must have shape (batch, {'past + ' if cached else ''}seq_len) = {expected}, got {tuple(x.shape)}."
         )
     return F.pad(x, (0, kv_len - width), value=fill) if width < kv_len else x
 
@@ -818,3 +800,234 @@ def check_prefix_lengths(prefix_lengths, batch: int) -> None:
         raise ValueError(
             f"`prefix_lengths` must be non-negative token counts, got {prefix_lengths.tolist()}."
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# The Transformer stack: GPT's and BERT's base models and the encoder and decoder of T5/BART
+# ----------------------------------------------------------------------------------------------
+
+
+class TransformerStack:
+    """Embeddings in, N blocks, final norm out: the one stack of every Transformer family.
+
+    A mixin for the module that owns the parts (`HfLmGPTModel`, `HfLmBertModel`, `HfLmSeq2SeqStack`),
+    so the parameter names stay those of saved checkpoints (`layers.0.self_attn...`, `norm.weight`).
+    `build_stack` registers the parts in `__init__`; `run_stack` runs them on embedded tokens:
+
+        positions -> + absolute position embeddings -> embed_norm -> dropout -> embed_proj
+        -> for each layer: block (self-attention, cross-attention, feed-forward) -> norm
+
+    ALBERT's options: with `embedding_size` E < C the embeddings are E wide and `embed_proj` maps them
+    to C (V*E + E*C parameters instead of V*C); with `num_hidden_groups` G < N, `layers` holds G
+    blocks and layer i runs `layers[layer_to_block[i]]`, block `i * G // N` (cross-layer sharing).
+    """
+
+    def build_stack(
+        self,
+        config,
+        num_layers: int,
+        is_causal: bool,
+        cross_attention: bool = False,
+        embedding_norm: bool = False,
+        final_dropout: bool = False,
+        type_vocab_size: int = 0,
+    ) -> None:
+        """Register the stack's parts on `self` (an `nn.Module` whose `config` is `config`).
+
+        Args:
+            num_layers: N (an encoder-decoder's decoder may differ from its encoder).
+            is_causal: a decoder (causal self-attention, a cache) or an encoder (bidirectional).
+            cross_attention: every block also attends to an encoder's output.
+            embedding_norm: normalize the summed embeddings (BERT, BART).
+            final_dropout: dropout after the final norm too (T5).
+            type_vocab_size: BERT's segment (token type) embeddings, `token_type_embeddings`; 0: none.
+        """
+        C = config.hidden_size
+        E = getattr(config, "embedding_size", None) or C
+        groups = getattr(config, "num_hidden_groups", None) or num_layers
+        self.is_causal, self.cross_attention, self.final_dropout = is_causal, cross_attention, final_dropout
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E, causal=is_causal)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, E) if type_vocab_size > 0 else None
+        self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps) if embedding_norm else nn.Identity()
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.embed_proj = nn.Linear(E, C) if E != C else nn.Identity()  # (B, T, E) -> (B, T, C)
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, i, is_causal=is_causal, cross_attention=cross_attention)
+            for i in range(groups)
+        )
+        self.layer_to_block = [i * groups // num_layers for i in range(num_layers)]
+        # a post-norm stack already ends in a norm; a pre-norm stack needs one
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.gradient_checkpointing = False
+
+    def stack_use_cache(self, use_cache: bool | None) -> bool:
+        """The one cache policy: a decoder caches by default in eval mode (`config.use_cache`); an
+        encoder never does, nor does a layer recomputed by activation checkpointing (its attention
+        would append to the cache a second time)."""
+        if not self.is_causal or (self.gradient_checkpointing and self.training):
+            return False
+        return self.config.use_cache and not self.training if use_cache is None else bool(use_cache)
+
+    def run_stack(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values=None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        prefix_lengths: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        names_prefix: str = "",
+        too_long_advice: str = "Truncate the input.",
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """Run the stack on embedded tokens.
+
+        Args:
+            inputs_embeds: (B, T, E) checked token embeddings (plus segment embeddings, BERT).
+            attention_mask: (B, S) 1 for tokens, 0 for padding, S = past + T (with a static cache
+                also its full length, the empty slots 0, as `generate()` passes it).
+            position_ids: (B|1, T); by default each real token's index among the real tokens, so a
+                left-padded sequence gets the positions it has alone (right padding: past..past+T-1).
+            past_key_values: a transformers `Cache` (an `EncoderDecoderCache` with cross-attention),
+                made when `use_cache` and None; static or dynamic, masks are sized by it.
+            prefix_lengths: (B,) prefix-LM: the first `prefix_lengths[b]` keys are visible to every query.
+            document_ids: (B, S) for packed documents: attention stays inside each document.
+            encoder_hidden_states, encoder_attention_mask: (B, S_enc, C) and (B, S_enc), cross-attention only.
+            token_type_ids: (B, T) segment ids, with segment embeddings (BERT); ignored without.
+            names_prefix: the prefix of the user's argument names in error messages ("decoder_").
+            too_long_advice: what an error about positions beyond a learned table tells the user to do.
+        """
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        use_cache = self.stack_use_cache(use_cache)
+        B, T = inputs_embeds.shape[:2]
+        device, dtype = inputs_embeds.device, inputs_embeds.dtype
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+            if self.cross_attention:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        if not self.is_causal:
+            past_key_values = None  # an encoder's keys are all of its input
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
+        past_len, kv_len = cache_lengths(past_key_values, T)
+
+        # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
+        attention_mask = keys_padding_mask(
+            attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
+        )
+        document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
+        check_prefix_lengths(prefix_lengths, B)
+        if position_ids is None:
+            position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
+            check_positions_in_range(self.positions, position_ids, too_long_advice, past_len)
+        else:
+            check_position_ids(
+                position_ids, B, T, self.positions.max_positions, f"{names_prefix}position_ids"
+            )
+        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B)
+
+        hidden_states = inputs_embeds
+        pos_embeds = self.positions.embed(position_ids, dtype)
+        if pos_embeds is not None:
+            hidden_states = hidden_states + pos_embeds  # (B, T, E)
+        if self.token_type_embeddings is not None:
+            hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T)
+        hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
+        rotary = self.positions.rotary(position_ids, dtype)
+        bias = self.positions.attention_bias(T, kv_len, past_len, device, dtype)
+        mask, is_causal = build_attention_mask(
+            attention_mask,
+            T,
+            kv_len,
+            device,
+            dtype,
+            self.is_causal,
+            prefix_lengths,
+            bias,
+            past_len,
+            document_ids,
+        )
+
+        all_hidden = () if output_hidden_states else None
+        all_self = () if output_attentions else None
+        all_cross = () if output_attentions and self.cross_attention else None
+        for i, block in enumerate(self.layer_to_block):
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            hidden_states, self_weights, cross_weights = self.layers[block](
+                hidden_states,
+                attention_mask=mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
+            )
+            if output_attentions:
+                all_self += (self_weights,)
+                if self.cross_attention:
+                    all_cross += (cross_weights,)
+        hidden_states = self.norm(hidden_states)
+        if self.final_dropout:
+            hidden_states = self.dropout(hidden_states)
+        if output_hidden_states:
+            all_hidden += (hidden_states,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden,
+            attentions=all_self,
+            cross_attentions=all_cross,
+        )
+
+    def segment_embeddings(self, token_type_ids, B: int, T: int) -> torch.Tensor:
+        """The (B, T, E) segment embeddings of checked `token_type_ids` (row 0, segment A, by default).
+
+        A model without them (RoBERTa-style, `type_vocab_size=0`) ignores the ids a BERT-style
+        tokenizer sends: they mean nothing there."""
+        if token_type_ids is None:
+            # segment A everywhere: adding row 0 is the same as looking it up for every token
+            return self.token_type_embeddings.weight[0]
+        num_types = self.token_type_embeddings.num_embeddings
+        if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
+            got = (
+                tuple(token_type_ids.shape)
+                if torch.is_tensor(token_type_ids)
+                else type(token_type_ids).__name__
+            )
+            raise ValueError(f"`token_type_ids` must be a ({B}, {T}) tensor like the input, got {got}.")
+        if not is_integer_dtype(token_type_ids.dtype):
+            raise ValueError(
+                f"`token_type_ids` must hold integer segment ids, got dtype {token_type_ids.dtype}."
+            )
+        if not torch.compiler.is_compiling() and bool(
+            ((token_type_ids < 0) | (token_type_ids >= num_types)).any()
+        ):
+            raise ValueError(
+                f"`token_type_ids` must be segment ids in [0, type_vocab_size={num_types}), "
+                f"got values {sorted(set(token_type_ids.unique().tolist()))}."
+            )
+        return self.token_type_embeddings(token_type_ids)
+
+    def _cross_attention_mask(self, encoder_hidden_states, encoder_attention_mask, batch: int):
+        """The (B, 1, 1, S_enc) bool mask of the source tokens cross-attention sees (None: all of them)."""
+        if not self.cross_attention:
+            return None
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder first).")
+        check_encoder_states(encoder_hidden_states, batch, self.config.hidden_size)
+        # the source's padding mask, which the model received as `attention_mask`
+        source_mask = check_padding_mask(encoder_attention_mask, batch, encoder_hidden_states.shape[1])
+        if source_mask is None:
+            return None
+        return source_mask.to(encoder_hidden_states.device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)

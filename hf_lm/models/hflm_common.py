@@ -493,6 +493,31 @@ def logits_positions(logits_to_keep, length: int) -> slice | torch.Tensor:
     return slice(-logits_to_keep, None) if logits_to_keep else slice(None)
 
 
+def pool_last_token(
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    pad_token_id,
+) -> torch.Tensor:
+    """(B, C) the state of each row's last real token, the only one a causal stack showed the whole
+    text: the rightmost 1 of `attention_mask` (left or right padding), else the last id that is not
+    `pad_token_id`, else the last position.
+
+    Args:
+        hidden_states: (B, T, C); attention_mask: (B, S >= T) checked by the model, or None.
+    """
+    B, T = hidden_states.shape[:2]
+    device = hidden_states.device
+    if attention_mask is not None:
+        real = attention_mask[:, -T:].to(device).bool()  # the last T keys are the new tokens
+    elif input_ids is not None and pad_token_id is not None:
+        real = input_ids.to(device) != pad_token_id
+    else:
+        real = torch.ones(B, T, dtype=torch.bool, device=device)
+    last = torch.where(real, torch.arange(T, device=device), -1).amax(dim=-1).clamp(min=0)  # (B,)
+    return hidden_states[torch.arange(B, device=device), last]  # (B, C)
+
+
 def num_items_error(num_items_in_batch) -> ValueError:
     value = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
     return ValueError(

@@ -26,25 +26,16 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_blocks import (
     FEED_FORWARDS,
     NORMS,
-    POSITION_ENCODINGS,
-    build_attention_mask,
-    build_blocks,
-    build_embedding_projection,
-    build_norm,
-    check_positions_in_range,
-    layer_to_block,
-    real_token_positions,
+    TransformerStack,
 )
 from .hflm_common import (
     HfLmPreTrainedModel,
     check_labels,
-    check_padding_mask,
-    check_position_ids,
     embed_inputs,
     host_read,
     is_integer_dtype,
@@ -78,37 +69,28 @@ class HfLmBertPreTrainedModel(HfLmPreTrainedModel):
     config: HfLmBertConfig
 
 
-class HfLmBertModel(HfLmBertPreTrainedModel):
-    """Embeddings (token + position + segment, normalized) -> N bidirectional blocks -> pooler.
+class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
+    """Embeddings (token + segment + position, normalized) -> N bidirectional blocks -> pooler.
 
-    The pooler (a tanh layer on the first token, `[CLS]`) feeds the sentence-level heads; the
-    masked-LM head does not need it (`add_pooling_layer=False`), as in transformers' BERT.
+    The stack is `TransformerStack`. The pooler (a tanh layer on the first token, `[CLS]`) feeds the
+    sentence-level heads; the masked-LM head does not need it (`add_pooling_layer=False`), as in
+    transformers' BERT.
     """
 
     def __init__(self, config: HfLmBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         E, C = config.embedding_size, config.hidden_size
         self.embed_tokens = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
-        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E, causal=False)
-        self.token_type_embeddings = (
-            nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
-        )
         # BERT normalizes the summed embeddings even though its blocks are post-norm: the sum of
         # three embeddings would otherwise enter the first block at an arbitrary scale
-        self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        # ALBERT: embeddings live in a small space E and are projected up to the model width C
-        self.embed_proj = build_embedding_projection(config)
-        # cross-layer sharing: `num_hidden_groups` distinct blocks, layer i runs block layer_to_block[i]
-        self.layers = build_blocks(config, is_causal=False)
-        self.layer_to_block = layer_to_block(config)
-        # a post-norm stack already ends in a norm; a pre-norm stack needs one
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        if add_pooling_layer:
-            self.pooler = nn.Sequential(nn.Linear(C, C), nn.Tanh())
-        else:
-            self.pooler = None
-        self.gradient_checkpointing = False
+        self.build_stack(
+            config,
+            config.num_hidden_layers,
+            is_causal=False,
+            embedding_norm=True,
+            type_vocab_size=config.type_vocab_size,
+        )
+        self.pooler = nn.Sequential(nn.Linear(C, C), nn.Tanh()) if add_pooling_layer else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -117,6 +99,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -126,9 +109,8 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPooling | tuple:
+    ) -> BaseModelOutputWithPooling:
         """Encode a batch; every position sees every non-padding position.
 
         Args:
@@ -145,95 +127,25 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
             `last_hidden_state` (B, T, C) and `pooler_output` (B, C) (None without the pooler).
         """
         cfg = self.config
-        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = cfg.return_dict if return_dict is None else return_dict
-
         inputs_embeds = embed_inputs(
             input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, "embedding_size"
-        )  # (B, T, E)
-        B, T = inputs_embeds.shape[:2]
-        device = inputs_embeds.device
-        eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
-
-        attention_mask = check_padding_mask(attention_mask, B, T)  # None when nothing is padded
-        if position_ids is None:
-            position_ids = real_token_positions(attention_mask, 0, T, device)  # (1|B, T)
-            check_positions_in_range(
-                self.positions,
-                position_ids,
-                "Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
-            )
-        else:
-            check_position_ids(position_ids, B, T, self.positions.max_positions)
-
-        hidden_states = inputs_embeds
-        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
-        if pos_embeds is not None:
-            hidden_states = hidden_states + pos_embeds
-        if cfg.type_vocab_size == 0:
-            # no segment embeddings (RoBERTa): segment ids a BERT-style tokenizer sends mean nothing here
-            token_type_ids = None
-        if token_type_ids is not None:
-            if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
-                got = (
-                    tuple(token_type_ids.shape)
-                    if torch.is_tensor(token_type_ids)
-                    else type(token_type_ids).__name__
-                )
-                raise ValueError(f"`token_type_ids` must be a ({B}, {T}) tensor like the input, got {got}.")
-            if not is_integer_dtype(token_type_ids.dtype):
-                raise ValueError(
-                    f"`token_type_ids` must hold integer segment ids, got dtype {token_type_ids.dtype}."
-                )
-            if eager and bool(((token_type_ids < 0) | (token_type_ids >= cfg.type_vocab_size)).any()):
-                raise ValueError(
-                    f"`token_type_ids` must be segment ids in [0, type_vocab_size={cfg.type_vocab_size}), "
-                    f"got values {sorted(set(token_type_ids.unique().tolist()))}."
-                )
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                # segment A everywhere: adding row 0 is the same as looking it up for every token
-                hidden_states = hidden_states + self.token_type_embeddings.weight[0]
-            else:
-                hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
-        hidden_states = self.dropout(self.embed_norm(hidden_states))  # (B, T, E)
-        hidden_states = self.embed_proj(hidden_states)  # (B, T, C)
-
-        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
-        bias = self.positions.attention_bias(T, T, 0, device, hidden_states.dtype)
-        attn_mask, is_causal = build_attention_mask(
-            attention_mask, T, T, device, hidden_states.dtype, causal=False, bias=bias
         )
-
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for block in self.layer_to_block:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            hidden_states, weights, _ = self.layers[block](
-                hidden_states,
-                attention_mask=attn_mask,
-                is_causal=is_causal,
-                position_embeddings=rotary,
-                output_attentions=output_attentions,
-            )
-            if output_attentions:
-                all_attentions += (weights,)
-        hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        pooled = self.pooler(hidden_states[:, 0]) if self.pooler is not None else None  # (B, C)
-
-        out = BaseModelOutputWithPooling(
+        out = self.run_stack(
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            token_type_ids=token_type_ids,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            too_long_advice="Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
+        )
+        hidden_states = out.last_hidden_state  # (B, T, C)
+        return BaseModelOutputWithPooling(
             last_hidden_state=hidden_states,
-            pooler_output=pooled,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
+            pooler_output=self.pooler(hidden_states[:, 0]) if self.pooler is not None else None,  # (B, C)
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertLMHead(nn.Module):
@@ -249,6 +161,7 @@ class HfLmBertLMHead(nn.Module):
         self.norm = NORMS[config.norm_type](config.embedding_size, eps=config.norm_eps)
         self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
 
+    @can_return_tuple
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
 
@@ -299,6 +212,7 @@ class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -309,15 +223,13 @@ class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> MaskedLMOutput | tuple:
+    ) -> MaskedLMOutput:
         """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked).
 
         With `num_items_in_batch` (passed by `Trainer`) the loss is a sum over the masked tokens
         divided by it, so gradient accumulation equals one big batch.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -332,10 +244,9 @@ class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
         loss, logits = _masked_lm(
             self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
         )
-        out = MaskedLMOutput(
+        return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
@@ -361,6 +272,7 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head.decoder = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -372,12 +284,10 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
         next_sentence_label: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> HfLmBertForPreTrainingOutput | tuple:
+    ) -> HfLmBertForPreTrainingOutput:
         """Args: `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label` (B,)
         in {0, 1}. The loss is the sum of the two losses given (as in BERT)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -414,14 +324,13 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
                 sentence_logits.float(), next_sentence_label.view(-1).to(sentence_logits.device)
             )
             loss = nsp if loss is None else loss + nsp
-        out = HfLmBertForPreTrainingOutput(
+        return HfLmBertForPreTrainingOutput(
             loss=loss,
             prediction_logits=logits,
             seq_relationship_logits=sentence_logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
@@ -440,6 +349,7 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -450,12 +360,10 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
+    ) -> SequenceClassifierOutput:
         """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
         (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -472,10 +380,9 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
             if labels is not None
             else None
         )
-        out = SequenceClassifierOutput(
+        return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
@@ -489,6 +396,7 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -499,11 +407,9 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> TokenClassifierOutput | tuple:
+    ) -> TokenClassifierOutput:
         """Logits (B, T, num_labels); the loss is the mean cross-entropy over labelled tokens."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -522,10 +428,9 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
                 labels, logits.shape[:2], self.num_labels, num_items_in_batch=n_items, what="class ids"
             )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        out = TokenClassifierOutput(
+        return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
@@ -537,6 +442,7 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -548,13 +454,11 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         end_positions: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> QuestionAnsweringModelOutput | tuple:
+    ) -> QuestionAnsweringModelOutput:
         """`start_logits`, `end_logits`: (B, T). With `start_positions` and `end_positions` (B,)
         the loss is the mean of the two cross-entropies; positions outside [0, T) are ignored
         (as in transformers: an answer cut off by truncation does not count)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -589,14 +493,13 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
                 F.cross_entropy(start_logits.float(), start, ignore_index=T)
                 + F.cross_entropy(end_logits.float(), end, ignore_index=T)
             ) / 2
-        out = QuestionAnsweringModelOutput(
+        return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
             end_logits=end_logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
@@ -610,6 +513,7 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -620,12 +524,10 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> MultipleChoiceModelOutput | tuple:
+    ) -> MultipleChoiceModelOutput:
         """Inputs are (B, nc, T) (`inputs_embeds` (B, nc, T, E)); logits (B, nc); `labels` (B,) the
         index of the right choice."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         source = input_ids if input_ids is not None else inputs_embeds
         if not torch.is_tensor(source) or source.dim() != (3 if input_ids is not None else 4):
             raise ValueError(
@@ -679,10 +581,9 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
             )
             if n is not None:
                 loss = loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
-        out = MultipleChoiceModelOutput(
+        return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
 __all__ = [

@@ -168,6 +168,21 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
         )
         self.post_init()
 
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        """Resize the embeddings and the head as transformers does, and the direct connections W
+        (one row per token) with them: a new token's row starts at 0, no direct evidence yet."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        old = self.direct
+        if isinstance(old, nn.Linear) and old.out_features != embeddings.num_embeddings:
+            new = nn.Linear(old.in_features, embeddings.num_embeddings, bias=False)
+            new.to(device=old.weight.device, dtype=old.weight.dtype)
+            with torch.no_grad():
+                new.weight.zero_()
+                kept = min(old.out_features, new.out_features)
+                new.weight[:kept] = old.weight[:kept]
+            self.direct = new
+        return embeddings
+
     def get_output_embeddings(self):
         return self.lm_head
 
