@@ -167,7 +167,7 @@ class HfLmBertLMHead(nn.Module):
 
 
 def _masked_lm(
-    head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, kwargs
+    head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, n_items=None
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(loss, logits) of the masked-LM head. Labels are not shifted: position t predicts itself.
 
@@ -180,7 +180,6 @@ def _masked_lm(
     """
     if labels is None:
         return None, head(hidden_states)  # (B, T, V)
-    n_items = kwargs.get("num_items_in_batch")
     check_labels(labels, hidden_states.shape[:2], vocab_size, num_items_in_batch=n_items)
     labels = labels.to(hidden_states.device)
     selected = labels != -100  # (B, T)
@@ -195,159 +194,21 @@ def _masked_lm(
     return lm_loss(picked[None], targets, shift=False, num_items_in_batch=n_items), logits
 
 
-class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
-    """The encoder with the masked-LM head (`AutoModelForMaskedLM`, the `fill-mask` pipeline)."""
+class HfLmBertTaskModel(HfLmBertPreTrainedModel):
+    """The encoder with a task head: `forward` is written once here.
 
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    A head class builds its modules in `__init__` (after `super().__init__`, then `self.post_init()`)
+    and maps the encoder's output to its own output in `head(outputs, labels, ...)`; a head whose
+    targets have other names (`start_positions`, `next_sentence_label`) names them in its `forward`
+    signature, where `Trainer` finds them, and passes them on.
+    """
 
-    def __init__(self, config: HfLmBertConfig):
-        super().__init__(config)
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
-        self.lm_head = HfLmBertLMHead(config)
-        self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> MaskedLMOutput:
-        """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked).
-
-        With `num_items_in_batch` (passed by `Trainer`) the loss is a sum over the masked tokens
-        divided by it, so gradient accumulation equals one big batch.
-        """
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        sparse = self.config.sparse_prediction and self.training
-        loss, logits = _masked_lm(
-            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
-        )
-        return MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-
-
-class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
-    """Masked LM plus a sentence-pair head on the pooled `[CLS]`: BERT's next-sentence prediction
-    (label 1 = B is a random sentence) or ALBERT's sentence-order prediction (label 1 = swapped).
-    Which one is decided by the data collator, not the model."""
-
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
-    # two losses normalized differently (masked tokens, sentence pairs): Trainer must not pass
-    # `num_items_in_batch` (it counts the MLM labels only) and divides by the accumulation steps itself
-    accepts_loss_kwargs = False
-
-    def __init__(self, config: HfLmBertConfig):
-        super().__init__(config)
-        self.model = HfLmBertModel(config)
-        self.lm_head = HfLmBertLMHead(config)
-        self.sentence_head = nn.Linear(config.hidden_size, 2)
-        self.post_init()
-
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        next_sentence_label: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> HfLmBertForPreTrainingOutput:
-        """Args: `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label` (B,)
-        in {0, 1}. The loss is the sum of the two losses given (as in BERT)."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
-        sparse = self.config.sparse_prediction and self.training
-        loss, logits = _masked_lm(
-            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
-        )
-        sentence_logits = self.sentence_head(outputs.pooler_output)  # (B, 2)
-        if next_sentence_label is not None:
-            B = sentence_logits.shape[0]
-            if (
-                not torch.is_tensor(next_sentence_label)
-                or tuple(next_sentence_label.shape) not in ((B,), (B, 1))
-                or not is_integer_dtype(next_sentence_label.dtype)
-                or bool(((next_sentence_label < 0) | (next_sentence_label > 1)).any())
-            ):
-                got = (
-                    f"a {next_sentence_label.dtype} tensor of shape {tuple(next_sentence_label.shape)} with values "
-                    f"{next_sentence_label.unique().tolist()}"
-                    if torch.is_tensor(next_sentence_label)
-                    else type(next_sentence_label).__name__
-                )
-                raise ValueError(
-                    f"`next_sentence_label` must be ({B},) integer labels in {{0, 1}}, got {got}."
-                )
-            nsp = F.cross_entropy(
-                sentence_logits.float(), next_sentence_label.view(-1).to(sentence_logits.device)
-            )
-            loss = nsp if loss is None else loss + nsp
-        return HfLmBertForPreTrainingOutput(
-            loss=loss,
-            prediction_logits=logits,
-            seq_relationship_logits=sentence_logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-        )
-
-
-def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
-    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
-    return nn.Dropout(p)
-
-
-class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
-    """A classifier (or regressor) on the pooled `[CLS]` state; loss by `config.problem_type`."""
+    add_pooling_layer = True  # the sentence-level heads read the pooled `[CLS]`
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.model = HfLmBertModel(config)
-        self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+        self.model = HfLmBertModel(config, add_pooling_layer=self.add_pooling_layer)
 
     @can_return_tuple
     def forward(
@@ -361,9 +222,13 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> SequenceClassifierOutput:
-        """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
-        (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
+    ) -> ModelOutput:
+        """Encode the inputs (see `HfLmBertModel.forward`) and run the head on them.
+
+        `labels` and the other targets are those the head's `head` documents. With
+        `num_items_in_batch` (passed by `Trainer`) a loss is a sum divided by it instead of a mean,
+        so gradient accumulation equals one big batch.
+        """
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -374,29 +239,67 @@ class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = (
-            sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
-            if labels is not None
-            else None
+        return self.head(outputs, labels, **kwargs)
+
+    def head(self, outputs: BaseModelOutputWithPooling, labels, **kwargs) -> ModelOutput:
+        raise NotImplementedError
+
+
+class HfLmBertForMaskedLM(HfLmBertTaskModel):
+    """The encoder with the masked-LM head (`AutoModelForMaskedLM`, the `fill-mask` pipeline)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    add_pooling_layer = False
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.lm_head = HfLmBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> MaskedLMOutput:
+        """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked)."""
+        sparse = self.config.sparse_prediction and self.training
+        loss, logits = _masked_lm(
+            self.lm_head,
+            outputs.last_hidden_state,
+            labels,
+            self.config.vocab_size,
+            sparse,
+            num_items_in_batch,
         )
-        return SequenceClassifierOutput(
+        return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
-class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
-    """A classifier on every token (NER, POS tagging); `labels` (B, T) with -100 ignored."""
+class HfLmBertForPreTraining(HfLmBertTaskModel):
+    """Masked LM plus a sentence-pair head on the pooled `[CLS]`: BERT's next-sentence prediction
+    (label 1 = B is a random sentence) or ALBERT's sentence-order prediction (label 1 = swapped).
+    Which one is decided by the data collator, not the model."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    # two losses normalized differently (masked tokens, sentence pairs): Trainer must not pass
+    # `num_items_in_batch` (it counts the MLM labels only) and divides by the accumulation steps itself
+    accepts_loss_kwargs = False
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
-        self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.lm_head = HfLmBertLMHead(config)
+        self.sentence_head = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -405,25 +308,102 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
+        next_sentence_label: torch.LongTensor | None = None,
         **kwargs,
-    ) -> TokenClassifierOutput:
-        """Logits (B, T, num_labels); the loss is the mean cross-entropy over labelled tokens."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+    ) -> HfLmBertForPreTrainingOutput:
+        """`HfLmBertTaskModel.forward` with the sentence-pair target (named here, where `Trainer` looks
+        for targets): `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label`
+        (B,) in {0, 1}."""
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels)
+        return super().forward(*inputs, next_sentence_label=next_sentence_label, **kwargs)
+
+    def head(self, outputs, labels, next_sentence_label=None, num_items_in_batch=None, **kwargs):
+        """The loss is the sum of the two losses given (as in BERT)."""
+        sparse = self.config.sparse_prediction and self.training
+        loss, logits = _masked_lm(
+            self.lm_head,
+            outputs.last_hidden_state,
+            labels,
+            self.config.vocab_size,
+            sparse,
+            num_items_in_batch,
         )
+        sentence_logits = self.sentence_head(outputs.pooler_output)  # (B, 2)
+        if next_sentence_label is not None:
+            nsp = F.cross_entropy(
+                sentence_logits.float(),
+                _checked_sentence_labels(next_sentence_label, sentence_logits.shape[0]),
+            )
+            loss = nsp if loss is None else loss + nsp
+        return HfLmBertForPreTrainingOutput(
+            loss=loss,
+            prediction_logits=logits,
+            seq_relationship_logits=sentence_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+def _checked_sentence_labels(labels, B: int) -> torch.Tensor:
+    """(B,) sentence-pair labels in {0, 1}, or a ValueError saying what was given."""
+    if (
+        not torch.is_tensor(labels)
+        or tuple(labels.shape) not in ((B,), (B, 1))
+        or not is_integer_dtype(labels.dtype)
+        or bool(((labels < 0) | (labels > 1)).any())
+    ):
+        got = (
+            f"a {labels.dtype} tensor of shape {tuple(labels.shape)} with values {labels.unique().tolist()}"
+            if torch.is_tensor(labels)
+            else type(labels).__name__
+        )
+        raise ValueError(f"`next_sentence_label` must be ({B},) integer labels in {{0, 1}}, got {got}.")
+    return labels.view(-1)
+
+
+def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout
+    return nn.Dropout(p)
+
+
+class HfLmBertForSequenceClassification(HfLmBertTaskModel):
+    """A classifier (or regressor) on the pooled `[CLS]` state; loss by `config.problem_type`."""
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> SequenceClassifierOutput:
+        """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
+        (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class HfLmBertForTokenClassification(HfLmBertTaskModel):
+    """A classifier on every token (NER, POS tagging); `labels` (B, T) with -100 ignored."""
+
+    add_pooling_layer = False
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.dropout = _classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> TokenClassifierOutput:
+        """Logits (B, T, num_labels); the loss is the mean cross-entropy over labelled tokens."""
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
+            n_items = num_items_in_batch
             check_labels(
                 labels, logits.shape[:2], self.num_labels, num_items_in_batch=n_items, what="class ids"
             )
@@ -433,16 +413,16 @@ class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
         )
 
 
-class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
+class HfLmBertForQuestionAnswering(HfLmBertTaskModel):
     """Extractive QA (SQuAD): start and end logits for every token of `[CLS] question [SEP] context [SEP]`."""
+
+    add_pooling_layer = False
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -452,23 +432,19 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
+        """`HfLmBertTaskModel.forward` with the answer span as targets (named here, where `Trainer`
+        looks for targets): `start_positions` and `end_positions` (B,) token indices."""
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        return super().forward(
+            *inputs, start_positions=start_positions, end_positions=end_positions, **kwargs
+        )
+
+    def head(self, outputs, labels, start_positions=None, end_positions=None, **kwargs):
         """`start_logits`, `end_logits`: (B, T). With `start_positions` and `end_positions` (B,)
         the loss is the mean of the two cross-entropies; positions outside [0, T) are ignored
         (as in transformers: an answer cut off by truncation does not count)."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (
             x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1)
@@ -502,18 +478,16 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         )
 
 
-class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
+class HfLmBertForMultipleChoice(HfLmBertTaskModel):
     """SWAG-style multiple choice: each (context, choice) pair is encoded and scored by one Linear
     on its pooled `[CLS]`; the scores of the choices are compared by a softmax."""
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -522,12 +496,10 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> MultipleChoiceModelOutput:
+    ):
         """Inputs are (B, nc, T) (`inputs_embeds` (B, nc, T, E)); logits (B, nc); `labels` (B,) the
-        index of the right choice."""
+        index of the right choice. Every pair is encoded as one row of a (B * nc, T) batch."""
         source = input_ids if input_ids is not None else inputs_embeds
         if not torch.is_tensor(source) or source.dim() != (3 if input_ids is not None else 4):
             raise ValueError(
@@ -546,22 +518,27 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
                 )
             return x.reshape(B * nc, *x.shape[2:])
 
-        outputs = self.model(
-            input_ids=flat(input_ids),
-            attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids),
-            position_ids=flat(position_ids)
-            if position_ids is not None and position_ids.dim() == 3
-            else position_ids,
-            inputs_embeds=flat(inputs_embeds),
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+        position_ids = (
+            flat(position_ids) if position_ids is not None and position_ids.dim() == 3 else position_ids
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(B, nc)  # (B, nc)
+        return super().forward(
+            flat(input_ids),
+            flat(attention_mask),
+            flat(token_type_ids),
+            position_ids,
+            flat(inputs_embeds),
+            labels,
+            num_choices=nc,
+            **kwargs,
+        )
+
+    def head(self, outputs, labels, num_choices: int, num_items_in_batch=None, **kwargs):
+        nc = num_choices
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, nc)  # (B, nc)
+        B = logits.shape[0]
         loss = None
         if labels is not None:
-            n = kwargs.get("num_items_in_batch")  # Trainer's count of labels in the accumulated batch
+            n = num_items_in_batch  # Trainer's count of labels in the accumulated batch
             count_ok = num_items_flag(n)
             if not torch.is_tensor(labels) or labels.numel() != B or not is_integer_dtype(labels.dtype):
                 raise ValueError(
@@ -589,6 +566,7 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
 __all__ = [
     "HfLmBertPreTrainedModel",
     "HfLmBertModel",
+    "HfLmBertTaskModel",
     "HfLmBertForMaskedLM",
     "HfLmBertForPreTraining",
     "HfLmBertForSequenceClassification",
