@@ -908,14 +908,79 @@ class TransformerStack:
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = self.stack_use_cache(use_cache)
-        B, T = inputs_embeds.shape[:2]
-        device, dtype = inputs_embeds.device, inputs_embeds.dtype
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
             if self.cross_attention:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
         if not self.is_causal:
             past_key_values = None  # an encoder's keys are all of its input
+        hidden_states, mask, is_causal, rotary, cross_mask = self.stack_inputs(
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            past_key_values,
+            prefix_lengths,
+            document_ids,
+            token_type_ids,
+            encoder_hidden_states,
+            encoder_attention_mask,
+            names_prefix,
+            too_long_advice,
+        )
+
+        all_hidden = () if output_hidden_states else None
+        all_self = () if output_attentions else None
+        all_cross = () if output_attentions and self.cross_attention else None
+        for i, block in enumerate(self.layer_to_block):
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            hidden_states, self_weights, cross_weights = self.layers[block](
+                hidden_states,
+                attention_mask=mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
+            )
+            if output_attentions:
+                all_self += (self_weights,)
+                if self.cross_attention:
+                    all_cross += (cross_weights,)
+        hidden_states = self.norm(hidden_states)
+        if self.final_dropout:
+            hidden_states = self.dropout(hidden_states)
+        if output_hidden_states:
+            all_hidden += (hidden_states,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden,
+            attentions=all_self,
+            cross_attentions=all_cross,
+        )
+
+    def stack_inputs(
+        self,
+        inputs_embeds,
+        attention_mask,
+        position_ids,
+        past_key_values,
+        prefix_lengths,
+        document_ids,
+        token_type_ids,
+        encoder_hidden_states,
+        encoder_attention_mask,
+        names_prefix,
+        too_long_advice,
+    ):
+        """What the blocks read, from checked inputs (see `run_stack`): the (B, T, C) embedded
+        input, the self-attention mask and whether it is plain causal, RoPE's (cos, sin) and the
+        cross-attention mask. Masks are sized by the cache, static or dynamic (`cache_lengths`)."""
+        B, T = inputs_embeds.shape[:2]
+        device, dtype = inputs_embeds.device, inputs_embeds.dtype
         # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
         past_len, kv_len = cache_lengths(past_key_values, T)
 
@@ -956,39 +1021,7 @@ class TransformerStack:
             document_ids,
         )
 
-        all_hidden = () if output_hidden_states else None
-        all_self = () if output_attentions else None
-        all_cross = () if output_attentions and self.cross_attention else None
-        for i, block in enumerate(self.layer_to_block):
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states, self_weights, cross_weights = self.layers[block](
-                hidden_states,
-                attention_mask=mask,
-                is_causal=is_causal,
-                position_embeddings=rotary,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-                layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
-            )
-            if output_attentions:
-                all_self += (self_weights,)
-                if self.cross_attention:
-                    all_cross += (cross_weights,)
-        hidden_states = self.norm(hidden_states)
-        if self.final_dropout:
-            hidden_states = self.dropout(hidden_states)
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
-            hidden_states=all_hidden,
-            attentions=all_self,
-            cross_attentions=all_cross,
-        )
+        return hidden_states, mask, is_causal, rotary, cross_mask
 
     def segment_embeddings(self, token_type_ids, B: int, T: int) -> torch.Tensor:
         """The (B, T, E) segment embeddings of checked `token_type_ids` (row 0, segment A, by default).

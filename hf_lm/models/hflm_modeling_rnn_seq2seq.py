@@ -255,6 +255,26 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         return out if return_dict else out.to_tuple()
 
 
+def _decoder_step_mask(attention_mask, B: int, T: int, past: int) -> torch.Tensor | None:
+    """The (B, T) padding mask of the T new target steps, from a (B, T) or (B, past + T) mask; None
+    when nothing is padded."""
+    if attention_mask is None:
+        return None
+    if (
+        not torch.is_tensor(attention_mask)
+        or attention_mask.dim() != 2
+        or attention_mask.shape[0] != B
+        or attention_mask.shape[1] not in (T, past + T)
+    ):
+        got = (
+            tuple(attention_mask.shape) if torch.is_tensor(attention_mask) else type(attention_mask).__name__
+        )
+        raise ValueError(
+            f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), got {got}."
+        )
+    return check_padding_mask(attention_mask[:, -T:], B, T, "decoder_attention_mask")
+
+
 class HfLmRNNSeq2SeqDecoder(nn.Module):
     """The attentional decoder, run one token at a time (see the module docstring).
 
@@ -301,6 +321,33 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
                 torch.tanh(bridge(final)).view(B, self.config.decoder_layers, -1).transpose(0, 1).contiguous()
             )
         return tuple(state)  # ((L, B, H), ...)
+
+    def resume(self, cache: RecurrentCache | None, encoder_outputs, B: int):
+        """(state, input-feeding vector, attention memory keys) to decode from: the cache's after
+        earlier steps, else the bridged encoder state, a zero feed and keys computed once."""
+        check_cache_type(cache, RecurrentCache, "the `RecurrentCache` this model returned")
+        if cache is not None and cache.is_initialized:
+            return (
+                self.rnn.check_state(cache.state, B),
+                cache.extras["input_feed"],
+                cache.extras["memory_keys"],
+            )
+        values = encoder_outputs.last_hidden_state  # (B, S, H)
+        feed = values.new_zeros(B, self.feed_size)  # (B, H) or (B, 0): no attentional vector yet
+        return (
+            self.initial_state(encoder_outputs),
+            feed,
+            self.attention.memory_keys(values),
+        )  # keys (B, S, H) or None
+
+    def sampled_input(self, x_t: torch.Tensor, previous_output: torch.Tensor, p: float, next_token_logits):
+        """Scheduled sampling (Bengio et al., 2015): with probability p a row reads the model's own
+        (detached) guess for the previous token instead of the true one. x_t: (B, E)."""
+        with torch.no_grad():
+            probs = next_token_logits(previous_output).float().softmax(dim=-1)  # (B, V)
+            sampled = torch.multinomial(probs, 1).squeeze(1)  # (B,)
+        coin = torch.rand(x_t.shape[0], device=x_t.device) < p  # (B,)
+        return torch.where(coin[:, None], self.dropout(self.embed_tokens(sampled)), x_t)
 
     def forward(
         self,
@@ -352,34 +399,9 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         src_mask = _real_token_mask(encoder_attention_mask, B, values.shape[1])  # (B, S) or None
 
         cache = past_key_values
-        check_cache_type(cache, RecurrentCache, "the `RecurrentCache` this model returned")
-        if cache is not None and cache.is_initialized:
-            state = self.rnn.check_state(cache.state, B)
-            feed, keys = cache.extras["input_feed"], cache.extras["memory_keys"]
-        else:
-            state = self.initial_state(encoder_outputs)
-            feed = values.new_zeros(B, self.feed_size)  # (B, H) or (B, 0): no attentional vector yet
-            keys = self.attention.memory_keys(values)  # (B, S, H) or None
+        state, feed, keys = self.resume(cache, encoder_outputs, B)
         past = cache.get_seq_length() if cache is not None else 0
-
-        step_mask = None
-        if attention_mask is not None:
-            if (
-                not torch.is_tensor(attention_mask)
-                or attention_mask.dim() != 2
-                or attention_mask.shape[0] != B
-                or attention_mask.shape[1] not in (T, past + T)
-            ):
-                got = (
-                    tuple(attention_mask.shape)
-                    if torch.is_tensor(attention_mask)
-                    else type(attention_mask).__name__
-                )
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), got {got}."
-                )
-            # None when nothing is padded
-            step_mask = check_padding_mask(attention_mask[:, -T:], B, T, "decoder_attention_mask")
+        step_mask = _decoder_step_mask(attention_mask, B, T, past)  # (B, T), None when nothing is padded
 
         sampling = scheduled_sampling_probability > 0.0 and next_token_logits is not None
         x = self.dropout(embeds)  # (B, T, E)
@@ -387,12 +409,7 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         for t in range(T):
             x_t = x[:, t]  # (B, E)
             if sampling and t > 0:
-                # Bengio et al. (2015): with probability p the model reads its own guess for the previous token
-                with torch.no_grad():
-                    probs = next_token_logits(outputs[-1]).float().softmax(dim=-1)  # (B, V)
-                    sampled = torch.multinomial(probs, 1).squeeze(1)  # (B,)
-                coin = torch.rand(B, device=x.device) < scheduled_sampling_probability  # (B,)
-                x_t = torch.where(coin[:, None], self.dropout(self.embed_tokens(sampled)), x_t)
+                x_t = self.sampled_input(x_t, outputs[-1], scheduled_sampling_probability, next_token_logits)
             context, weights = self.attention.before_step(state[0][-1], keys, values, src_mask)
             rnn_out, new_state = self.rnn.step(torch.cat([x_t, context, feed], dim=-1), state)  # (B, H)
             out, weights = self.attention.after_step(rnn_out, context, weights, keys, values, src_mask)
