@@ -216,27 +216,13 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values=None,
-        inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutputWithPast:
-        """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or multi-label)."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+        """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or
+        multi-label). The other arguments are `HfLmGPTModel.forward`'s."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
         pooled = pool_last_token(
             outputs.last_hidden_state, attention_mask, input_ids, self.config.pad_token_id
         )
@@ -244,7 +230,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
 
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
+            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
 
         return SequenceClassifierOutputWithPast(
             loss=loss,

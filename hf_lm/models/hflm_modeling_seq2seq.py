@@ -396,26 +396,18 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> Seq2SeqSequenceClassifierOutput:
-        """Logits (B, num_labels) from the decoder state at the last real token of `input_ids`."""
+        """Logits (B, num_labels) from the decoder state at the last real token of `input_ids`.
+
+        Without `decoder_input_ids` the decoder reads the same text, shifted right (BART). The other
+        arguments are the bare model's (`decoder_input_ids`, `decoder_attention_mask`, `output_*`)."""
         if input_ids is None:
             raise ValueError("Sequence classification needs `input_ids`.")
-        # without `decoder_input_ids` the decoder reads the same text, shifted right (BART)
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            use_cache=False,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True, **kwargs
         )
         # the decoder state at the last real token (BART's last EOS)
         pooled = pool_last_token(
@@ -424,7 +416,7 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         logits = self.classifier(pooled)  # (B, num_labels)
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
+            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
