@@ -518,6 +518,17 @@ def pool_last_token(
     return hidden_states[torch.arange(B, device=device), last]  # (B, C)
 
 
+def classify_last_token(
+    classifier, config, hidden_states, attention_mask, input_ids, labels, num_items_in_batch=None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits (B, num_labels), loss or None) of `classifier` on each row's last real token
+    (`pool_last_token`); the loss by `config.problem_type` (`sequence_classification_loss`)."""
+    logits = classifier(pool_last_token(hidden_states, attention_mask, input_ids, config.pad_token_id))
+    if labels is None:
+        return logits, None
+    return logits, sequence_classification_loss(config, logits, labels, num_items_in_batch)
+
+
 def num_items_error(num_items_in_batch) -> ValueError:
     value = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
     return ValueError(

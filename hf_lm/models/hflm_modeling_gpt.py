@@ -29,11 +29,10 @@ from .hflm_blocks import (
 from .hflm_common import (
     HfLmPreTrainedModel,
     check_labels,
+    classify_last_token,
     embed_inputs,
     lm_loss,
     logits_positions,
-    pool_last_token,
-    sequence_classification_loss,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
 
@@ -223,14 +222,16 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         multi-label). The other arguments are `HfLmGPTModel.forward`'s."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
-        pooled = pool_last_token(
-            outputs.last_hidden_state, attention_mask, input_ids, self.config.pad_token_id
+        # the last real token, the only one that saw the whole text
+        logits, loss = classify_last_token(
+            self.score,
+            self.config,
+            outputs.last_hidden_state,
+            attention_mask,
+            input_ids,
+            labels,
+            num_items_in_batch,
         )
-        logits = self.score(pooled)  # (B, num_labels)
-
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
 
         return SequenceClassifierOutputWithPast(
             loss=loss,

@@ -28,7 +28,7 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_common import (
     HfLmPreTrainedModel,
@@ -217,6 +217,7 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         )
         self.dropout = nn.Dropout(config.hidden_dropout)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -224,9 +225,8 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> HfLmRNNSeq2SeqEncoderOutput | tuple:
+    ) -> HfLmRNNSeq2SeqEncoderOutput:
         """Encode a source batch.
 
         Args:
@@ -234,7 +234,6 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
             attention_mask: (B, S) 1 for tokens, 0 for padding (left or right).
         """
         cfg = self.config
-        return_dict = cfg.return_dict if return_dict is None else return_dict
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
@@ -246,13 +245,12 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         D = self.rnn.num_directions
         # the top layer's directions are the last D rows of torch's layer-major state
         finals = [s[-D:].transpose(0, 1).reshape(B, D * self.rnn.hidden_size) for s in state]  # (B, H) each
-        out = HfLmRNNSeq2SeqEncoderOutput(
+        return HfLmRNNSeq2SeqEncoderOutput(
             last_hidden_state=layer_outputs[-1],
             final_hidden_state=finals[0],
             final_cell_state=finals[1] if len(finals) > 1 else None,
             hidden_states=(embeds, *layer_outputs) if output_hidden_states else None,
         )
-        return out if return_dict else out.to_tuple()
 
 
 def _decoder_step_mask(attention_mask, B: int, T: int, past: int) -> torch.Tensor | None:
@@ -554,23 +552,35 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
-    def encode_and_decode(
+    @can_return_tuple
+    def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        decoder_input_ids=None,
-        decoder_attention_mask=None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs=None,
-        past_key_values=None,
-        inputs_embeds=None,
-        decoder_inputs_embeds=None,
-        use_cache=None,
-        output_attentions=None,
-        output_hidden_states=None,
+        past_key_values: RecurrentCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         scheduled_sampling_probability: float = 0.0,
         next_token_logits=None,
+        **kwargs,
     ) -> Seq2SeqModelOutput:
-        """`forward`'s work, plus the scheduled-sampling hooks the conditional-generation head passes."""
+        """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
+
+        Args:
+            input_ids: (B, S) source ids; attention_mask: (B, S) source padding mask.
+            decoder_input_ids: (B, T) decoder inputs (the shifted targets);
+            decoder_attention_mask: (B, T) target padding mask.
+            encoder_outputs: `get_encoder()`'s output (or its tuple), reused by `generate()`.
+            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`).
+            scheduled_sampling_probability, next_token_logits: the scheduled-sampling hooks the
+                conditional-generation head passes (see `HfLmRNNSeq2SeqDecoder.forward`).
+        """
         cfg = self.config
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -613,47 +623,6 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs=None,
-        past_key_values: RecurrentCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput | tuple:
-        """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
-
-        Args:
-            input_ids: (B, S) source ids; attention_mask: (B, S) source padding mask.
-            decoder_input_ids: (B, T) decoder inputs (the shifted targets);
-            decoder_attention_mask: (B, T) target padding mask.
-            encoder_outputs: `get_encoder()`'s output (or its tuple), reused by `generate()`.
-            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`).
-        """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        out = self.encode_and_decode(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        return out if return_dict else out.to_tuple()
 
 
 def _check_sampling_probability(p) -> float:
@@ -721,6 +690,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         """(..., H) output vectors -> (..., V) logits, without dropout (scheduled sampling's guesses)."""
         return self.lm_head(self.output_projection(hidden))
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -735,10 +705,9 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         scheduled_sampling_probability: float | None = None,
         **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
+    ) -> Seq2SeqLMOutput:
         """Next-token logits (B, T, V), and the loss when `labels` are given.
 
         Args:
@@ -759,7 +728,6 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             weights with `output_attentions` (rows sum to 1 over the real source tokens, 0 on
             padding; None for `attention="none"`).
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         p = _check_sampling_probability(scheduled_sampling_probability)
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
@@ -767,7 +735,8 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         sampling = p > 0.0 and self.training and labels is not None
-        outputs = self.model.encode_and_decode(
+        outputs = self.model(
+            return_dict=True,
             input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
@@ -791,7 +760,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
                     f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder inputs, got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -800,7 +769,6 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
         )
-        return out if return_dict else out.to_tuple()
 
 
 __all__ = [

@@ -39,11 +39,10 @@ from .hflm_blocks import (
 from .hflm_common import (
     HfLmPreTrainedModel,
     check_seq2seq_labels,
+    classify_last_token,
     embed_inputs,
     lm_loss,
     logits_positions,
-    pool_last_token,
-    sequence_classification_loss,
     shift_tokens_right,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
@@ -410,13 +409,15 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True, **kwargs
         )
         # the decoder state at the last real token (BART's last EOS)
-        pooled = pool_last_token(
-            outputs.last_hidden_state, attention_mask, input_ids, self.config.pad_token_id
+        logits, loss = classify_last_token(
+            self.classifier,
+            self.config,
+            outputs.last_hidden_state,
+            attention_mask,
+            input_ids,
+            labels,
+            num_items_in_batch,
         )
-        logits = self.classifier(pooled)  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
