@@ -1,11 +1,14 @@
-"""Shared Transformer building blocks for every hf_lm family.
+"""The Transformer building blocks of hf_lm's GPT, BERT, T5 and BART families, and their one stack.
 
 Shipped model code: `save_pretrained` copies this file next to the weights, so it imports only torch,
-transformers and sibling files (`from .x import Y`).
+transformers and sibling files (`from .x import Y`). What every family shares, Transformer or not
+(the base model class, input checks, losses), is in `hflm_common`; the recurrent, feed-forward and
+n-gram families never import this file.
 
-Every variant is chosen by a validated config string that indexes one of the tables at the bottom
-(`NORMS`, `FEED_FORWARDS`, `POSITION_ENCODINGS`, keyed by the names in `hflm_common`); modules are built once in
-`__init__` and `forward` never branches on variant names.
+Every variant is chosen by a validated config string that indexes one of the tables (`NORMS`,
+`FEED_FORWARDS`, `POSITION_ENCODINGS`, keyed by the names in `hflm_common`); modules are built once
+in `__init__` and `forward` never branches on variant names. `TransformerStack` (at the bottom) runs
+embeddings -> blocks -> final norm for every family.
 
 Shape legend: B batch, T query length, S key length (past + T), C hidden size, nh query heads,
 nkv key/value heads, hs head size, V vocabulary.
