@@ -115,7 +115,7 @@ from benchmarks.bench_common import (
     resolve_device,
 )
 from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
-from hf_lm.models.hflm_blocks import lm_loss
+from hf_lm.models.hflm_common import lm_loss
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
 

@@ -35,7 +35,7 @@ from transformers import (
     PreTrainedModel,
 )
 
-from .models.hflm_blocks import _PIPELINE_TAGS
+from .models.hflm_common import _PIPELINE_TAGS
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig

@@ -375,6 +375,7 @@ HEADS = [
 ]
 SHIPPED_BERT_FILES = {
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_bert.py",
     "hflm_modeling_bert.py",

@@ -28,6 +28,7 @@ from training.tokenizer import train_tokenizer
 
 SHIPPED_BERT_FILES = {
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_bert.py",
     "hflm_modeling_bert.py",

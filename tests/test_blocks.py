@@ -195,6 +195,9 @@ def test_vocab_projection_equals_linear(shape, bias):
     x = torch.randn(*shape, 16, requires_grad=True)
     out = head(x)
     assert out.shape == (*shape, 50)
+    assert (
+        out.is_contiguous()
+    )  # callers `.view()` logits; the small-row path must not return a transposed view
     ref = torch.nn.functional.linear(x, head.weight, head.bias)
     torch.testing.assert_close(out, ref)
     (g_out,) = torch.autograd.grad(out.square().sum(), x)

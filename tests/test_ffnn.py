@@ -252,8 +252,7 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
 
 
 SHIPPED_FFNN_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_configuration_ffnn.py",
     "hflm_modeling_ffnn.py",
 }
@@ -322,3 +321,21 @@ def test_bad_inputs_give_clear_errors():
         model(torch.tensor([[1, 2]]), labels=torch.tensor([[1]]))
     with pytest.raises(ValueError, match="input_ids"):
         model.generate(inputs_embeds=torch.zeros(1, 2, 8), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_resize_token_embeddings_resizes_the_direct_connections(direct):
+    """W has one row per token like the head: a resize that missed it broke the forward."""
+    model = HfLmFFNNForCausalLM(tiny_config(direct_connections=direct)).eval()
+    x = ids()
+    with torch.no_grad():
+        before = model(x).logits
+        model.resize_token_embeddings(V + 5, mean_resizing=False)
+        after = model(x).logits
+    assert after.shape == (*x.shape, V + 5) and model.config.vocab_size == V + 5
+    torch.testing.assert_close(after[..., :V], before)  # old tokens score as before
+    if direct:
+        assert model.direct.weight.shape == (V + 5, model.direct.in_features)
+        assert not model.direct.weight[V:].any()  # new tokens: no direct evidence yet
+    model.resize_token_embeddings(V - 4)
+    assert model(x.clamp(max=V - 5)).logits.shape == (*x.shape, V - 4)

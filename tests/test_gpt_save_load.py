@@ -14,6 +14,7 @@ from hf_lm import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification
 
 SHIPPED_GPT_FILES = {
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_gpt.py",
     "hflm_modeling_gpt.py",

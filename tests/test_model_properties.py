@@ -34,23 +34,11 @@ import transformers
 from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
 
 from hf_lm.families import all_heads
+from hf_lm.models.hflm_common import shift_tokens_right
 from hf_lm.testing import FAMILY_CASES, VOCAB
 
 AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}
 GENERATING = [case for case in FAMILY_CASES if case.generates]
-
-# the model bugs this suite found: case name -> reason, per property
-RESIZE_BUGS = {
-    "ffnn-causal-lm": "FFNN: resize_token_embeddings leaves the direct connections (V_old, n*m) behind: "
-    "forward adds (B, T, V_old) to (B, T, V_new) logits",
-}
-FEATURE_EXTRACTION_BUGS = {
-    "bart": "HfLmBartModel refuses input_ids alone; transformers' BartModel shifts them into decoder inputs",
-}
-CONTIGUITY_BUGS = {
-    name: "VocabProjection returns a transposed view for 2-4 rows on CPU: logits are not contiguous"
-    for name in ("gpt-causal-lm", "t5-seq2seq-lm", "bart-seq2seq-lm")
-}
 
 
 def cases(selected=FAMILY_CASES, xfail: dict[str, str] | None = None) -> list:
@@ -105,15 +93,11 @@ def test_save_and_load_give_the_same_outputs(case, tmp_path):
 
 
 NO_ATTENTION = ["rnn-causal-lm", "rnn-seq2seq-lm", "ffnn-causal-lm", "ngram-causal-lm"]
-SHIPS_ATTENTION_BUG = "hflm_blocks.py (attention, RoPE, ALiBi) ships with every family's folder (issue 15)"
 
 
 @pytest.mark.parametrize(
     "case",
-    cases(
-        [c for c in FAMILY_CASES if c.name in NO_ATTENTION],
-        xfail=dict.fromkeys(NO_ATTENTION, SHIPS_ATTENTION_BUG),
-    ),
+    cases([c for c in FAMILY_CASES if c.name in NO_ATTENTION]),
 )
 def test_families_without_attention_ship_no_attention_code(case, tmp_path):
     """A folder ships only the code its family uses: no attention kernels next to an LSTM's weights."""
@@ -231,7 +215,7 @@ def test_a_padded_prompt_generates_what_it_generates_alone(case):
 RESIZABLE = [case for case in FAMILY_CASES if case.name != "ngram-causal-lm"]  # counts, no embeddings
 
 
-@pytest.mark.parametrize("case", cases(RESIZABLE, xfail=RESIZE_BUGS))
+@pytest.mark.parametrize("case", cases(RESIZABLE))
 def test_resize_token_embeddings_keeps_forward_working(case):
     model, batch = case.make_model(), case.make_batch()
     with torch.no_grad():
@@ -256,19 +240,26 @@ def test_every_family_has_a_bare_model():
     assert {case.name for case in BARE} == {"gpt", "bert", "t5", "bart", "rnn", "rnn-seq2seq", "ffnn"}
 
 
-@pytest.mark.parametrize("case", cases(BARE, xfail=FEATURE_EXTRACTION_BUGS))
+@pytest.mark.parametrize("case", cases(BARE))
 def test_feature_extraction_from_input_ids_alone(case):
-    """What the feature-extraction pipeline calls: `AutoModel(input_ids, attention_mask)`. transformers'
-    BartModel shifts the ids into decoder inputs; T5Model refuses (so do ours, and the RNN encoder-decoder,
-    with a ValueError that says what to pass)."""
-    model, batch = case.make_model(), case.make_batch()
+    """What the feature-extraction pipeline calls: `AutoModel(input_ids, attention_mask)`. As in
+    transformers' BartModel, the T5/BART decoder then reads the ids shifted right (under the source's
+    padding mask); the RNN encoder-decoder refuses with a ValueError that says what to pass."""
+    model, batch = case.make_model().eval(), case.make_batch()
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    if case.name in ("t5", "rnn-seq2seq"):
+    if case.name == "rnn-seq2seq":
         with pytest.raises(ValueError, match="decoder_input_ids"):
             model(input_ids=ids, attention_mask=mask)
         return
     hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
     assert hidden.shape[:2] == ids.shape and torch.isfinite(hidden).all()
+    if case.name in ("t5", "bart"):
+        config = model.config
+        shifted = shift_tokens_right(ids, config.pad_token_id, config.decoder_start_token_id)
+        explicit = model(
+            input_ids=ids, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=mask
+        ).last_hidden_state
+        torch.testing.assert_close(hidden, explicit, rtol=0, atol=0)
 
 
 # ---------------------------------------------------------------- outputs and losses
@@ -279,7 +270,7 @@ def _first_tokens(case, batch: dict, n: int) -> dict:
     return {k: v[:1, ..., :n] for k, v in inputs_only(case, batch).items() if v.dim() >= 2}
 
 
-@pytest.mark.parametrize("case", cases(xfail=CONTIGUITY_BUGS))
+@pytest.mark.parametrize("case", cases())
 def test_logits_are_contiguous_for_every_batch_size(case):
     model, batch = case.make_model(), case.make_batch()
     for n in (1, 2, 3, 4, 5):

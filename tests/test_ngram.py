@@ -315,8 +315,7 @@ def test_sampling_is_seeded_and_follows_the_distribution():
 
 
 SHIPPED_NGRAM_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_configuration_ngram.py",
     "hflm_modeling_ngram.py",
 }

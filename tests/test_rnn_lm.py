@@ -429,8 +429,7 @@ def test_clear_errors():
 # ---------------------------------------------------------------- save, load, remote code
 
 SHIPPED_RNN_FILES = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_configuration_rnn.py",
     "hflm_modeling_rnn.py",
     "hflm_rnn_blocks.py",

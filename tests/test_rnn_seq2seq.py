@@ -555,8 +555,7 @@ def test_tied_embeddings_and_init():
 # ---------------------------------------------------------------- saving, remote code, pipeline
 
 SHIPPED = {
-    "hflm_blocks.py",
-    "hflm_configuration_base.py",
+    "hflm_common.py",
     "hflm_rnn_blocks.py",
     "hflm_configuration_rnn_seq2seq.py",
     "hflm_modeling_rnn_seq2seq.py",

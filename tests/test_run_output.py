@@ -31,6 +31,7 @@ SHIPPED = {
     "config.json",
     "generation_config.json",
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_gpt.py",
     "hflm_modeling_gpt.py",

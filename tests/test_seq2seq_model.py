@@ -25,7 +25,7 @@ from hf_lm import (
     HfLmT5Model,
 )
 from hf_lm.convert import from_transformers
-from hf_lm.models.hflm_blocks import shift_tokens_right
+from hf_lm.models.hflm_common import shift_tokens_right
 
 V = 99
 SIZES = dict(
@@ -292,6 +292,7 @@ def test_bad_inputs_and_configs():
 
 SHIPPED = {
     "hflm_blocks.py",
+    "hflm_common.py",
     "hflm_configuration_base.py",
     "hflm_configuration_seq2seq.py",
     "hflm_modeling_seq2seq.py",
@@ -368,3 +369,37 @@ def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
     monkeypatch.setattr(type(model), "_reorder_cache", spy)
     model.generate(x, attention_mask=mask, max_new_tokens=5, min_new_tokens=5, num_beams=3)
     assert calls and calls[0] == (9,)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_bare_model_extracts_features_from_input_ids_alone(name):
+    """As transformers' BartModel: without decoder inputs the decoder reads the source shifted right."""
+    config_cls, model_cls, overrides = VARIANTS[name]
+    bare = {"t5": HfLmT5Model, "bart": HfLmBartModel}[name]
+    model = bare(config_cls(**{**SIZES, "hidden_dropout": 0.0, **overrides})).eval()
+    x, mask = source()
+    start = model.config.decoder_start_token_id
+    shifted = torch.cat([torch.full((3, 1), start), x[:, :-1]], dim=1)
+    with torch.no_grad():
+        alone = model(input_ids=x, attention_mask=mask).last_hidden_state
+        explicit = model(
+            input_ids=x, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=mask
+        ).last_hidden_state
+    torch.testing.assert_close(alone, explicit)
+    with pytest.raises(ValueError, match="decoder_input_ids"):
+        model(inputs_embeds=model.embed_tokens(x))  # nothing to shift
+
+
+@pytest.mark.parametrize("cls", [HfLmT5ForSequenceClassification, HfLmBartForSequenceClassification])
+def test_sequence_classifier_pools_the_last_real_token_without_a_mask(cls):
+    """Without an attention mask the padding is found from the pad id, as GPT's classifier does."""
+    cfg = HfLmT5Config if cls is HfLmT5ForSequenceClassification else HfLmBartConfig
+    model = cls(cfg(**SIZES, num_labels=3)).eval()
+    x, mask = source()
+    pad = model.config.pad_token_id
+    x = x.masked_fill(mask == 0, pad)
+    with torch.no_grad():
+        out = model(input_ids=x[2:], output_hidden_states=True)  # row 2: 4 real tokens, then padding
+    # pooled at index 3, the last real token, not at the last position
+    torch.testing.assert_close(out.logits, model.classifier(out.decoder_hidden_states[-1][:, 3]))
+    assert not torch.allclose(out.logits, model.classifier(out.decoder_hidden_states[-1][:, -1]))

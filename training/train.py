@@ -131,7 +131,7 @@ from hf_lm import (
 )
 from hf_lm.cards import write_model_card
 from hf_lm.metrics.sliding_window import bits_per_unit
-from hf_lm.models.hflm_blocks import lm_loss
+from hf_lm.models.hflm_common import lm_loss
 from hf_lm.models.hflm_configuration_ffnn import HfLmFFNNConfig
 from hf_lm.models.hflm_configuration_ngram import HfLmNGramConfig
 from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig

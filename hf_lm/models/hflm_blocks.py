@@ -1,11 +1,14 @@
-"""Shared Transformer building blocks for every hf_lm family.
+"""The Transformer building blocks of hf_lm's GPT, BERT, T5 and BART families, and their one stack.
 
 Shipped model code: `save_pretrained` copies this file next to the weights, so it imports only torch,
-transformers and sibling files (`from .x import Y`).
+transformers and sibling files (`from .x import Y`). What every family shares, Transformer or not
+(the base model class, input checks, losses), is in `hflm_common`; the recurrent, feed-forward and
+n-gram families never import this file.
 
-Every variant is chosen by a validated config string that indexes one of the tables at the bottom
-(`NORMS`, `FEED_FORWARDS`, `POSITION_ENCODINGS`, `NORM_POSITIONS`); modules are built once in
-`__init__` and `forward` never branches on variant names.
+Every variant is chosen by a validated config string that indexes one of the tables (`NORMS`,
+`FEED_FORWARDS`, `POSITION_ENCODINGS`, keyed by the names in `hflm_common`); modules are built once
+in `__init__` and `forward` never branches on variant names. `TransformerStack` (at the bottom) runs
+embeddings -> blocks -> final norm for every family.
 
 Shape legend: B batch, T query length, S key length (past + T), C hidden size, nh query heads,
 nkv key/value heads, hs head size, V vocabulary.
@@ -14,15 +17,27 @@ nkv key/value heads, hs head size, V vocabulary.
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Cache, PreTrainedModel
-from transformers import initialization as init
+from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
+
+from .hflm_common import (
+    FEED_FORWARD_NAMES,
+    NORM_NAMES,
+    POSITION_ENCODING_NAMES,
+    _padding_mask_is_full,
+    _require_integer,
+    _require_tensor,
+    cache_lengths,
+    check_encoder_states,
+    check_padding_mask,
+    check_position_ids,
+    is_integer_dtype,
+)
 
 # ----------------------------------------------------------------------------------------------
 # Norms: computed in fp32 and cast back, as LlamaRMSNorm does, so bf16/fp16 runs stay stable.
@@ -31,6 +46,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 
 class LayerNorm(nn.Module):
     """LayerNorm (Ba et al., 2016) with a learned gain and bias."""
+
+    init_role = "norm"  # `HfLmPreTrainedModel._init_weights` sets gain 1, bias 0
 
     def __init__(self, hidden_size: int, eps: float = 1e-5):
         super().__init__()
@@ -46,6 +63,8 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """RMSNorm (Zhang & Sennrich, 2019): no mean subtraction, no bias; Llama's and T5's norm."""
+
+    init_role = "norm"
 
     def __init__(self, hidden_size: int, eps: float = 1e-6):
         super().__init__()
@@ -119,7 +138,8 @@ class VocabProjection(nn.Linear):
         out = (self.weight @ x.reshape(rows, -1).t()).t()  # (V, rows) viewed as (rows, V)
         if self.bias is not None:
             out = out + self.bias
-        return out.reshape(*x.shape[:-1], -1)  # (..., V)
+        # contiguous (a copy of a few rows): callers may `.view()` the logits
+        return out.contiguous().reshape(*x.shape[:-1], -1)  # (..., V)
 
 
 # name -> (module class, activation)
@@ -134,6 +154,7 @@ FEED_FORWARDS = {
 }
 
 NORMS = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+assert tuple(FEED_FORWARDS) == FEED_FORWARD_NAMES and tuple(NORMS) == NORM_NAMES  # the configs' names
 
 
 def build_feed_forward(config) -> nn.Module:
@@ -323,6 +344,7 @@ POSITION_ENCODINGS = {
     "none": NoPositions,
     "relative_buckets": RelativeBucketPositions,
 }
+assert tuple(POSITION_ENCODINGS) == POSITION_ENCODING_NAMES
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -600,8 +622,6 @@ class CrossAttention(nn.Module):
 # The residual block
 # ----------------------------------------------------------------------------------------------
 
-NORM_POSITIONS = ("pre", "post")
-
 
 class TransformerBlock(GradientCheckpointingLayer):
     """Self-attention, optional cross-attention and feed-forward, each in a residual branch.
@@ -676,352 +696,6 @@ class TransformerBlock(GradientCheckpointingLayer):
         return x, weights.get("self"), weights.get("cross")
 
 
-def build_blocks(config, is_causal: bool = True, cross_attention: bool = False) -> nn.ModuleList:
-    """The distinct blocks of a stack: `config.num_hidden_groups` of them (one per layer by default).
-
-    ALBERT's cross-layer sharing (Lan et al., 2020): with fewer groups than layers, consecutive
-    layers run the same block (`layer_to_block`), so the stack's parameters shrink by the
-    factor layers / groups while its depth, and so its compute, stay the same.
-    """
-    return nn.ModuleList(
-        TransformerBlock(config, i, is_causal=is_causal, cross_attention=cross_attention)
-        for i in range(config.num_hidden_groups)
-    )
-
-
-def layer_to_block(config) -> list[int]:
-    """The block each layer runs: layer i runs block `i * groups // layers` (ALBERT's grouping)."""
-    layers, groups = config.num_hidden_layers, config.num_hidden_groups
-    return [i * groups // layers for i in range(layers)]
-
-
-def build_embedding_projection(config) -> nn.Module:
-    """ALBERT's factorized embeddings: the E-wide embeddings projected up to the model width H
-    (V*E + E*H parameters instead of V*H); the identity when E == H."""
-    if config.embedding_size == config.hidden_size:
-        return nn.Identity()
-    return nn.Linear(config.embedding_size, config.hidden_size)  # (B, T, E) -> (B, T, H)
-
-
-# ----------------------------------------------------------------------------------------------
-# Base class shared by every family
-# ----------------------------------------------------------------------------------------------
-
-
-# model-class suffix -> the Hub's pipeline tag for the model card
-_PIPELINE_TAGS = {
-    "ForCausalLM": "text-generation",
-    "ForMaskedLM": "fill-mask",
-    "ForPreTraining": "fill-mask",
-    "ForSequenceClassification": "text-classification",
-    "ForTokenClassification": "token-classification",
-    "ForQuestionAnswering": "question-answering",
-    "ForMultipleChoice": "multiple-choice",
-    "ForConditionalGeneration": "text2text-generation",
-    "Model": "feature-extraction",
-}
-
-
-class HfLmPreTrainedModel(PreTrainedModel):
-    """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
-
-    base_model_prefix = "model"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
-    _no_split_modules = ["TransformerBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
-
-    def _init_weights(self, module):
-        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
-
-        Written per leaf module (Linear, Embedding, norm): for remote-code models transformers 5 skips
-        `_init_weights` on modules without parameters of their own (Attention, MLP), so the Linears
-        carry their role (`init_role`, set where they are built) instead.
-        """
-        std = self.config.initializer_range
-        if isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.bias is not None:
-                init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=std)
-            if module.padding_idx is not None:
-                init.zeros_(module.weight[module.padding_idx])  # padding embeds to zero, as in BERT
-        elif isinstance(module, (LayerNorm, RMSNorm)):
-            init.ones_(module.weight)
-            if getattr(module, "bias", None) is not None:
-                init.zeros_(module.bias)
-        if getattr(module, "init_role", None) in ("attn_out", "ff_out"):
-            # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
-            init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
-
-    def create_masks_for_generate(
-        self, attention_mask=None, past_key_values=None, inputs_embeds=None, **kwargs
-    ):
-        """Keep generate()'s (B, S) padding mask 2D; widen it to a static cache's full length.
-
-        transformers calls this for compileable (static) caches only, and would turn the mask into a
-        4D one with its own masking utilities; hf_lm models build their masks themselves (padding,
-        causality, prefix, ALiBi bias) in one place. Widened (empty slots = padding), the mask has
-        the same shape at every decoding step, so a compiled step is not recompiled as it grows.
-        """
-        if attention_mask is None or attention_mask.dim() != 2 or past_key_values is None:
-            return attention_mask
-        _, kv_len = cache_lengths(past_key_values, inputs_embeds.shape[1])
-        width = attention_mask.shape[-1]
-        return F.pad(attention_mask, (0, kv_len - width)) if kv_len > width else attention_mask
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """Save as transformers does, with every Auto class of this family in `config.json`'s `auto_map`.
-
-        transformers writes only the saved class's entry; `AutoModel` (and so feature extraction)
-        on a folder saved from the LM head would then fail under `trust_remote_code`.
-        """
-        module = sys.modules[type(self).__module__]
-        file_stem = type(self).__module__.rsplit(".", 1)[-1]
-        auto_map = dict(getattr(self.config, "auto_map", None) or {})
-        for name, obj in vars(module).items():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, PreTrainedModel)
-                and obj.__module__ == module.__name__
-                and obj.config_class is type(self.config)  # one modeling file may serve several families
-            ):
-                if obj._auto_class is not None:
-                    auto_map[obj._auto_class] = f"{file_stem}.{name}"
-        if auto_map:
-            self.config.auto_map = auto_map
-        result = super().save_pretrained(save_directory, *args, **kwargs)
-        card = os.path.join(save_directory, "README.md")
-        if kwargs.get("is_main_process", True) and not os.path.exists(card):
-            # every saved model gets a card; hf_lm.cards writes a fuller one (data, metrics) over it
-            with open(card, "w", encoding="utf-8") as f:
-                f.write(self._default_model_card())
-        return result
-
-    def _default_model_card(self) -> str:
-        """A minimal Hugging Face model card: front matter the Hub indexes, the architecture, usage."""
-        cfg, name = self.config, type(self).__name__
-        auto_class = self._auto_class or "AutoModel"
-        task = next((tag for suffix, tag in _PIPELINE_TAGS.items() if name.endswith(suffix)), None)
-        rows = "\n".join(f"| {k} | {v} |" for k, v in self._card_fields())
-        return (
-            "---\nlibrary_name: transformers\nlicense: apache-2.0\n"
-            + (f"pipeline_tag: {task}\n" if task else "")
-            + f"tags:\n- hf_lm\n- {cfg.model_type}\n---\n\n"
-            + f"# {name}\n\nAn hf_lm model (`{name}`). Its modeling code ships in this folder: load it with "
-            + "`trust_remote_code=True`, no hf_lm install needed.\n\n"
-            + f"| | |\n|---|---|\n{rows}\n\n## Usage\n\n```python\n"
-            + f"from transformers import {auto_class}\n\n"
-            + f'model = {auto_class}.from_pretrained("path/or/hub-id", trust_remote_code=True)\n```\n'
-        )
-
-    def _card_fields(self) -> list[tuple[str, object]]:
-        """(name, value) rows of the default card's architecture table; non-Transformer families override it."""
-        cfg = self.config
-        rows = [
-            ("model_type", cfg.model_type),
-            ("layers", cfg.num_hidden_layers),
-            ("hidden_size", cfg.hidden_size),
-            ("attention heads / key-value heads", f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
-            ("feed-forward", f"{cfg.hidden_act}, {cfg.intermediate_size}"),
-            ("positions", cfg.position_embedding_type),
-            ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
-            ("vocabulary", cfg.vocab_size),
-        ]
-        # ALBERT's options, where a family uses them
-        embedding_size = getattr(cfg, "embedding_size", None)
-        if embedding_size not in (None, cfg.hidden_size):
-            rows.append(("embedding_size (factorized)", embedding_size))
-        groups = getattr(cfg, "num_hidden_groups", None)
-        if groups not in (None, cfg.num_hidden_layers):
-            rows.append(("distinct blocks (shared across layers)", groups))
-        return rows + [("parameters", f"{self.num_parameters():,}")]
-
-
-# ----------------------------------------------------------------------------------------------
-# Input checks and losses shared by the heads.
-#
-# Bad input fails here, with a ValueError naming the argument, not as a torch error deep inside
-# `forward` (or, worse, as silently wrong numbers). Types, shapes and dtypes are checked always:
-# they are static inside a compiled graph. Values are checked outside compiled graphs only (they
-# are read on the host, which would break the graph), and the value checks of one call are read
-# together: each host read of a GPU tensor (`bool(t)`, `.item()`, `.tolist()`) waits for the
-# device to finish all the work queued before it.
-# ----------------------------------------------------------------------------------------------
-
-
-def is_integer_dtype(dtype: torch.dtype) -> bool:
-    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-
-
-def _require_tensor(x, name: str, what: str) -> None:
-    if not torch.is_tensor(x):
-        raise ValueError(f"`{name}` must be a tensor of {what}, got {type(x).__name__}.")
-
-
-def _require_integer(x: torch.Tensor, name: str, what: str) -> None:
-    if not is_integer_dtype(x.dtype):
-        raise ValueError(f"`{name}` must hold integer {what}, got dtype {x.dtype}.")
-
-
-def host_read(*flags: torch.Tensor) -> list[bool]:
-    """Several 0-dim bool checks read on the host at once: one device sync instead of one per check."""
-    device = flags[0].device
-    return torch.stack([flag.reshape(()).to(device) for flag in flags]).tolist()
-
-
-def _min_max(x: torch.Tensor) -> tuple[int, int]:
-    """(min, max) of a non-empty integer tensor, in one host read."""
-    lo, hi = torch.stack(torch.aminmax(x)).tolist()
-    return lo, hi
-
-
-def check_input_ids(input_ids, vocab_size: int, name: str = "input_ids", values: bool = True) -> None:
-    """A (B, T) tensor of token ids in [0, vocab_size): a message a user can act on, not an index
-    error deep inside the embedding. `values=False` skips the host read of the values, for ids that
-    are checked again where they are embedded."""
-    _require_tensor(input_ids, name, "token ids")
-    if input_ids.dim() != 2:
-        raise ValueError(f"`{name}` must be a (batch, seq_len) tensor, got shape {tuple(input_ids.shape)}.")
-    if input_ids.numel() == 0:
-        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}): pass at least one token.")
-    _require_integer(input_ids, name, "token ids")
-    if not values or torch.compiler.is_compiling():
-        return
-    lo, hi = _min_max(input_ids)
-    if lo < 0 or hi >= vocab_size:
-        bad = lo if lo < 0 else hi
-        raise ValueError(
-            f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}). "
-            "Was the input made with a different tokenizer than this model's?"
-        )
-
-
-def embed_inputs(
-    input_ids: torch.Tensor | None,
-    inputs_embeds: torch.Tensor | None,
-    embed_tokens: nn.Embedding,
-    vocab_size: int,
-    width_name: str = "hidden_size",
-    names: tuple[str, str] = ("input_ids", "inputs_embeds"),
-) -> torch.Tensor:
-    """The (B, T, width) input embeddings: looked up from checked `input_ids`, or `inputs_embeds` checked.
-
-    `names`: the two arguments as the caller's user passed them (a decoder's are
-    `decoder_input_ids` and `decoder_inputs_embeds`), for the error messages.
-    """
-    ids_name, embeds_name = names
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError(f"Pass exactly one of `{ids_name}` or `{embeds_name}`.")
-    if input_ids is not None:
-        check_input_ids(input_ids, vocab_size, ids_name)
-        if input_ids.dtype not in (torch.int64, torch.int32):
-            input_ids = input_ids.long()  # the lookup takes int64 or int32 indices (uint8 ids are fine ids)
-        return embed_tokens(input_ids)  # (B, T, width)
-    width = embed_tokens.embedding_dim
-    _require_tensor(inputs_embeds, embeds_name, "embeddings")
-    if inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != width:
-        raise ValueError(
-            f"`{embeds_name}` must be a non-empty (batch, seq_len, {width_name}={width}) tensor, "
-            f"got {tuple(inputs_embeds.shape)}."
-        )
-    if not inputs_embeds.is_floating_point():
-        raise ValueError(
-            f"`{embeds_name}` must hold floating-point vectors, got dtype {inputs_embeds.dtype}."
-        )
-    return inputs_embeds
-
-
-def _padding_mask_is_full(mask: torch.Tensor, name: str, require_token: bool = False) -> bool:
-    """Whether a padding mask is all ones (nothing padded), after checking, in one host read, that it
-    holds only 1 (token) and 0 (padding), and with `require_token` a token in every row. A mask
-    holding 2 or 0.5 would otherwise pass as "attend" everywhere it is not 0. Inside a compiled
-    graph nothing is read and the answer is False (the mask is applied as it is)."""
-    if torch.compiler.is_compiling():
-        return False
-    ones = mask == 1
-    binary = ones | (mask == 0)
-    flags = [ones.all(), binary.all()]
-    if require_token:
-        flags.append(ones.any(dim=-1).all())
-    full, is_binary, *has_tokens = host_read(*flags)
-    if not is_binary:
-        raise ValueError(
-            f"`{name}` must hold 1 for tokens and 0 for padding, got the value {mask[~binary][0].item()}."
-        )
-    if has_tokens and not has_tokens[0]:
-        row = int((~ones.any(dim=-1)).nonzero()[0, 0])
-        raise ValueError(f"`{name}` row {row} has no real token: every source needs at least one.")
-    return full
-
-
-def check_padding_mask(
-    attention_mask: torch.Tensor | None,
-    batch: int,
-    length: int,
-    name: str = "attention_mask",
-    require_token: bool = False,
-) -> torch.Tensor | None:
-    """Check a (B, S) padding mask (its shape, and that it holds only 1 and 0); return None when nothing
-    is padded, so attention can take its unmasked fast path (the value check and the fast path are
-    skipped inside a compiled graph). `require_token`: every row must hold a token (a source the
-    decoder attends to)."""
-    if attention_mask is None:
-        return None
-    _require_tensor(attention_mask, name, "1 (token) and 0 (padding) values")
-    if tuple(attention_mask.shape) != (batch, length):
-        raise ValueError(
-            f"`{name}` must have shape (batch, seq_len) = ({batch}, {length}), got {tuple(attention_mask.shape)}."
-        )
-    return None if _padding_mask_is_full(attention_mask, name, require_token) else attention_mask
-
-
-def check_cache_type(past_key_values, cache_class: type, what: str) -> None:
-    """`past_key_values` is None or a cache of the model's kind (not a legacy tuple, not a stray value)."""
-    if past_key_values is not None and not isinstance(past_key_values, cache_class):
-        hint = (
-            " (tuple caches were removed in transformers 5)"
-            if isinstance(past_key_values, (tuple, list))
-            else ""
-        )
-        raise ValueError(f"`past_key_values` must be {what}, got {type(past_key_values).__name__}{hint}.")
-
-
-def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]:
-    """Where T new tokens sit among the keys attention sees, for any transformers `Cache` (or None).
-
-    Returns:
-        `(past_len, kv_len)`. `past_len`: tokens already cached. An int, except for a filled
-        `StaticCache`, which counts in a 0-dim tensor on its device so that a compiled decoding
-        step neither reads the device nor recompiles as it grows: use it in tensor arithmetic only
-        (`torch.arange(T) + past_len`), never in Python branches or slices, and before the layers
-        run (it is the cache's own counter, which their `update` increments in place). `kv_len`
-        (an int): the keys attention sees, past + T for a dynamic cache and the preallocated length
-        for a static one, whose still empty slots follow the new tokens and must be masked.
-    """
-    if past_key_values is None:
-        return 0, q_len
-    check_cache_type(
-        past_key_values,
-        Cache,
-        "a transformers `Cache` (a `DynamicCache`, `StaticCache` or `EncoderDecoderCache`, such as an "
-        "earlier call with `use_cache=True` returned)",
-    )
-    # an EncoderDecoderCache answers for its self-attention cache
-    past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
-    # a full static cache would fail inside its own update with an index error; a static count is
-    # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T)
-    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len:
-        raise ValueError(
-            f"The static cache holds {kv_len} tokens: {int(past_len)} cached and {q_len} new ones do not fit. "
-            "Give it a larger `max_cache_len`."
-        )
-    return past_len, kv_len
-
-
 def widen_to_keys(
     x: torch.Tensor | None,
     name: str,
@@ -1046,11 +720,12 @@ def widen_to_keys(
     if not wrong and width != kv_len and not torch.compiler.is_compiling():
         wrong = width != int(past_len) + q_len  # a static cache's count: read only outside compiled graphs
     if wrong:
+        cached = not isinstance(past_len, int) or past_len > 0 or kv_len > q_len
         expected = f"({batch}, {int(past_len) + q_len})"
         if kv_len != int(past_len) + q_len:
             expected += f" or, with this static cache, ({batch}, {kv_len})"
         raise ValueError(
-            f"`{name}` must have shape (batch, past + seq_len) = {expected}, got {tuple(x.shape)}."
+            f"`{name}` must have shape (batch, {'past + ' if cached else ''}seq_len) = {expected}, got {tuple(x.shape)}."
         )
     return F.pad(x, (0, kv_len - width), value=fill) if width < kv_len else x
 
@@ -1070,35 +745,6 @@ def keys_padding_mask(
     if mask is None or _padding_mask_is_full(attention_mask, name):
         return None
     return mask
-
-
-def check_position_ids(
-    position_ids,
-    batch: int,
-    length: int,
-    max_positions: int | None = None,
-    name: str = "position_ids",
-    values: bool = True,
-) -> None:
-    """User-given (B|1, T) positions: integers, non-negative and, for a learned table of
-    `max_positions` vectors, below it (one host read, skipped in compiled graphs or with
-    `values=False`, for a model that ignores the values)."""
-    _require_tensor(position_ids, name, "positions")
-    if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
-        raise ValueError(
-            f"`{name}` must have shape ({batch}, {length}) or (1, {length}), got {tuple(position_ids.shape)}."
-        )
-    _require_integer(position_ids, name, "positions")
-    if not values or torch.compiler.is_compiling():
-        return
-    lo, hi = _min_max(position_ids)
-    if lo < 0:
-        raise ValueError(f"`{name}` must hold non-negative positions, got {lo}.")
-    if max_positions is not None and hi >= max_positions:
-        raise ValueError(
-            f"`{name}` holds position {hi}, beyond this model's learned positions: "
-            f"max_position_embeddings={max_positions} allows 0 to {max_positions - 1}."
-        )
 
 
 def real_token_positions(
@@ -1159,257 +805,265 @@ def check_prefix_lengths(prefix_lengths, batch: int) -> None:
         )
 
 
-def check_encoder_states(states, batch: int, width: int) -> None:
-    """The encoder output a decoder attends to: (B, S, width), with the decoder's batch B."""
-    if not torch.is_tensor(states) or states.dim() != 3 or states.shape[1] == 0 or states.shape[2] != width:
-        got = tuple(states.shape) if torch.is_tensor(states) else type(states).__name__
-        raise ValueError(
-            f"`encoder_outputs` must hold the encoder's (batch, source_len, {width}) last_hidden_state, got {got}."
-        )
-    if states.shape[0] != batch:
-        raise ValueError(
-            f"The decoder inputs (`decoder_input_ids`, or the `labels` they are made from) have batch size {batch}, "
-            f"but the encoder output (of `input_ids`, or the `encoder_outputs` given) has {states.shape[0]}: "
-            "pass one target row per source row."
-        )
+# ----------------------------------------------------------------------------------------------
+# The Transformer stack: GPT's and BERT's base models and the encoder and decoder of T5/BART
+# ----------------------------------------------------------------------------------------------
 
 
-def logits_positions(logits_to_keep, length: int) -> slice | torch.Tensor:
-    """The sequence index of the positions that get logits (`hidden_states[:, index]`): the last
-    `logits_to_keep` (0 = all; `generate()` passes 1, so the prompt's (B, T, V) logits are never
-    built), or those of a 1-D tensor of positions."""
-    if torch.is_tensor(logits_to_keep):
-        if logits_to_keep.dim() != 1 or not is_integer_dtype(logits_to_keep.dtype):
-            raise ValueError(
-                "`logits_to_keep` as a tensor must be a 1-D tensor of integer positions, got a "
-                f"{logits_to_keep.dtype} tensor of shape {tuple(logits_to_keep.shape)}."
+class TransformerStack:
+    """Embeddings in, N blocks, final norm out: the one stack of every Transformer family.
+
+    A mixin for the module that owns the parts (`HfLmGPTModel`, `HfLmBertModel`, `HfLmSeq2SeqStack`),
+    so the parameter names stay those of saved checkpoints (`layers.0.self_attn...`, `norm.weight`).
+    `build_stack` registers the parts in `__init__`; `run_stack` runs them on embedded tokens:
+
+        positions -> + absolute position embeddings -> embed_norm -> dropout -> embed_proj
+        -> for each layer: block (self-attention, cross-attention, feed-forward) -> norm
+
+    ALBERT's options: with `embedding_size` E < C the embeddings are E wide and `embed_proj` maps them
+    to C (V*E + E*C parameters instead of V*C); with `num_hidden_groups` G < N, `layers` holds G
+    blocks and layer i runs `layers[layer_to_block[i]]`, block `i * G // N` (cross-layer sharing).
+    """
+
+    def build_stack(
+        self,
+        config,
+        num_layers: int,
+        is_causal: bool,
+        cross_attention: bool = False,
+        embedding_norm: bool = False,
+        final_dropout: bool = False,
+        type_vocab_size: int = 0,
+    ) -> None:
+        """Register the stack's parts on `self` (an `nn.Module` whose `config` is `config`).
+
+        Args:
+            num_layers: N (an encoder-decoder's decoder may differ from its encoder).
+            is_causal: a decoder (causal self-attention, a cache) or an encoder (bidirectional).
+            cross_attention: every block also attends to an encoder's output.
+            embedding_norm: normalize the summed embeddings (BERT, BART).
+            final_dropout: dropout after the final norm too (T5).
+            type_vocab_size: BERT's segment (token type) embeddings, `token_type_embeddings`; 0: none.
+        """
+        C = config.hidden_size
+        E = getattr(config, "embedding_size", None) or C
+        groups = getattr(config, "num_hidden_groups", None) or num_layers
+        self.is_causal, self.cross_attention, self.final_dropout = is_causal, cross_attention, final_dropout
+        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E, causal=is_causal)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, E) if type_vocab_size > 0 else None
+        self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps) if embedding_norm else nn.Identity()
+        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.embed_proj = nn.Linear(E, C) if E != C else nn.Identity()  # (B, T, E) -> (B, T, C)
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, i, is_causal=is_causal, cross_attention=cross_attention)
+            for i in range(groups)
+        )
+        self.layer_to_block = [i * groups // num_layers for i in range(num_layers)]
+        # a post-norm stack already ends in a norm; a pre-norm stack needs one
+        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
+        self.gradient_checkpointing = False
+
+    def stack_use_cache(self, use_cache: bool | None) -> bool:
+        """The one cache policy: a decoder caches by default in eval mode (`config.use_cache`); an
+        encoder never does, nor does a layer recomputed by activation checkpointing (its attention
+        would append to the cache a second time)."""
+        if not self.is_causal or (self.gradient_checkpointing and self.training):
+            return False
+        return self.config.use_cache and not self.training if use_cache is None else bool(use_cache)
+
+    def run_stack(
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values=None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        prefix_lengths: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        names_prefix: str = "",
+        too_long_advice: str = "Truncate the input.",
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """Run the stack on embedded tokens.
+
+        Args:
+            inputs_embeds: (B, T, E) checked token embeddings (plus segment embeddings, BERT).
+            attention_mask: (B, S) 1 for tokens, 0 for padding, S = past + T (with a static cache
+                also its full length, the empty slots 0, as `generate()` passes it).
+            position_ids: (B|1, T); by default each real token's index among the real tokens, so a
+                left-padded sequence gets the positions it has alone (right padding: past..past+T-1).
+            past_key_values: a transformers `Cache` (an `EncoderDecoderCache` with cross-attention),
+                made when `use_cache` and None; static or dynamic, masks are sized by it.
+            prefix_lengths: (B,) prefix-LM: the first `prefix_lengths[b]` keys are visible to every query.
+            document_ids: (B, S) for packed documents: attention stays inside each document.
+            encoder_hidden_states, encoder_attention_mask: (B, S_enc, C) and (B, S_enc), cross-attention only.
+            token_type_ids: (B, T) segment ids, with segment embeddings (BERT); ignored without.
+            names_prefix: the prefix of the user's argument names in error messages ("decoder_").
+            too_long_advice: what an error about positions beyond a learned table tells the user to do.
+        """
+        cfg = self.config
+        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        use_cache = self.stack_use_cache(use_cache)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache()
+            if self.cross_attention:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        if not self.is_causal:
+            past_key_values = None  # an encoder's keys are all of its input
+        hidden_states, mask, is_causal, rotary, cross_mask = self.stack_inputs(
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            past_key_values,
+            prefix_lengths,
+            document_ids,
+            token_type_ids,
+            encoder_hidden_states,
+            encoder_attention_mask,
+            names_prefix,
+            too_long_advice,
+        )
+
+        all_hidden = () if output_hidden_states else None
+        all_self = () if output_attentions else None
+        all_cross = () if output_attentions and self.cross_attention else None
+        for i, block in enumerate(self.layer_to_block):
+            if output_hidden_states:
+                all_hidden += (hidden_states,)
+            hidden_states, self_weights, cross_weights = self.layers[block](
+                hidden_states,
+                attention_mask=mask,
+                is_causal=is_causal,
+                position_embeddings=rotary,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=cross_mask,
+                layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
             )
-        if logits_to_keep.numel() and not torch.compiler.is_compiling():
-            lo, hi = _min_max(logits_to_keep)
-            if lo < -length or hi >= length:
-                raise ValueError(
-                    f"`logits_to_keep` holds position {lo if lo < -length else hi}, outside the input's "
-                    f"{length} positions."
-                )
-        return logits_to_keep
-    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
-        raise ValueError(
-            "`logits_to_keep` must be a non-negative int (score the last that many positions, 0 = all) or a "
-            f"1-D tensor of positions, got {logits_to_keep!r}."
+            if output_attentions:
+                all_self += (self_weights,)
+                if self.cross_attention:
+                    all_cross += (cross_weights,)
+        hidden_states = self.norm(hidden_states)
+        if self.final_dropout:
+            hidden_states = self.dropout(hidden_states)
+        if output_hidden_states:
+            all_hidden += (hidden_states,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden,
+            attentions=all_self,
+            cross_attentions=all_cross,
         )
-    return slice(-logits_to_keep, None) if logits_to_keep else slice(None)
 
+    def stack_inputs(
+        self,
+        inputs_embeds,
+        attention_mask,
+        position_ids,
+        past_key_values,
+        prefix_lengths,
+        document_ids,
+        token_type_ids,
+        encoder_hidden_states,
+        encoder_attention_mask,
+        names_prefix,
+        too_long_advice,
+    ):
+        """What the blocks read, from checked inputs (see `run_stack`): the (B, T, C) embedded
+        input, the self-attention mask and whether it is plain causal, RoPE's (cos, sin) and the
+        cross-attention mask. Masks are sized by the cache, static or dynamic (`cache_lengths`)."""
+        B, T = inputs_embeds.shape[:2]
+        device, dtype = inputs_embeds.device, inputs_embeds.dtype
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
+        past_len, kv_len = cache_lengths(past_key_values, T)
 
-def num_items_error(num_items_in_batch) -> ValueError:
-    value = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
-    return ValueError(
-        f"`num_items_in_batch` must be a finite positive count of the target items the summed loss is divided "
-        f"by, got {value!r}. (An accumulated batch whose labels are all -100 has nothing to learn from: "
-        "skip it rather than divide by 0.)"
-    )
-
-
-def num_items_flag(num_items_in_batch) -> torch.Tensor | None:
-    """Check `num_items_in_batch` (the count `Trainer`, or a gradient-accumulation loop, divides a
-    summed loss by; 0 would make the loss 0/0 = nan): a Python number now; for a tensor, its shape and
-    dtype now and its value as a returned 0-dim bool flag, for the caller to read with its own value
-    checks in one host read (raise `num_items_error` when it is False)."""
-    n = num_items_in_batch
-    if n is None:
-        return None
-    if torch.is_tensor(n):
-        if n.numel() != 1 or n.dtype == torch.bool or n.dtype.is_complex:
-            raise ValueError(
-                "`num_items_in_batch` must be a number or a one-element tensor, got a "
-                f"{n.dtype} tensor of shape {tuple(n.shape)}."
-            )
-        n = n.reshape(())
-        return torch.isfinite(n) & (n > 0)
-    if isinstance(n, bool) or not isinstance(n, (int, float)) or not (math.isfinite(n) and n > 0):
-        raise num_items_error(n)
-    return None
-
-
-def check_labels(
-    labels,
-    expected_shape,
-    num_classes: int,
-    ignore_index: int = -100,
-    num_items_in_batch=None,
-    what: str = "token ids",
-) -> None:
-    """Token-level `labels`: the expected shape (None: any non-empty (batch, length)), integer ids in
-    [0, num_classes) or `ignore_index`; `num_items_in_batch` is checked in the same host read."""
-    _require_tensor(labels, "labels", what)
-    if expected_shape is None:
-        if labels.dim() != 2:
-            raise ValueError(
-                f"`labels` must be a (batch, target_len) tensor, got shape {tuple(labels.shape)}."
-            )
-    elif tuple(labels.shape) != tuple(expected_shape):
-        raise ValueError(
-            f"`labels` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
+        # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
+        attention_mask = keys_padding_mask(
+            attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
         )
-    if labels.numel() == 0:
-        raise ValueError(f"`labels` is empty (shape {tuple(labels.shape)}).")
-    _require_integer(labels, "labels", what)
-    count_ok = num_items_flag(num_items_in_batch)
-    if torch.compiler.is_compiling():
-        return
-    valid = (labels == ignore_index) | ((labels >= 0) & (labels < num_classes))
-    flags = host_read(valid.all(), *([] if count_ok is None else [count_ok]))
-    if not flags[0]:
-        raise ValueError(
-            f"`labels` contains {int(labels[~valid][0])}: labels must be {what} in [0, {num_classes}) "
-            f"or {ignore_index} (ignored)."
-        )
-    if not all(flags):
-        raise num_items_error(num_items_in_batch)
-
-
-def check_seq2seq_labels(
-    labels: torch.Tensor,
-    input_ids: torch.Tensor | None,
-    encoder_outputs,
-    vocab_size: int,
-    num_items_in_batch=None,
-) -> None:
-    """Check an encoder-decoder's `labels` before they become decoder inputs, so a bad label is
-    reported as a label (and an empty or malformed source, read first by the encoder, as the source)."""
-    if input_ids is not None and encoder_outputs is None:
-        check_input_ids(input_ids, vocab_size, values=False)
-    check_labels(labels, None, vocab_size, num_items_in_batch=num_items_in_batch)
-
-
-def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
-    """Decoder inputs from targets (every encoder-decoder family): the start token, then the targets
-    moved one step right.
-
-    Args:
-        labels: (B, T) target ids, -100 where ignored.
-
-    Returns:
-        (B, T) decoder input ids, -100 replaced by the pad id (the decoder never reads them as
-        targets, and an embedding lookup of -100 would fail).
-    """
-    shifted = labels.new_full(labels.shape, decoder_start_token_id)
-    shifted[:, 1:] = labels[:, :-1]
-    return shifted.masked_fill(shifted == -100, pad_token_id)
-
-
-class FixedWindowGeneration:
-    """Generation for models that read a fixed window of the last tokens and nothing else (the
-    n-gram model, Bengio's feed-forward LM): there is no cache, and each step feeds only the window,
-    which is the whole context of the next prediction, so a step costs the same at any length.
-
-    Mix in before `GenerationMixin`; the model names its window in `generation_window()`.
-    """
-
-    def generation_window(self) -> int:
-        raise NotImplementedError
-
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # nothing to cache: rescoring the window is exact and cheap
-
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, inputs_embeds=None, **kwargs):
-        if inputs_embeds is not None:
-            raise ValueError(f"{type(self).__name__} generates from `input_ids` only, not `inputs_embeds`.")
-        window = self.generation_window()
-        inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
-        if attention_mask is not None:
-            inputs["attention_mask"] = attention_mask[:, -window:]
-        return inputs
-
-
-def lm_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    shift: bool,
-    num_items_in_batch: torch.Tensor | int | None = None,
-    ignore_index: int = -100,
-) -> torch.Tensor:
-    """Token-level cross-entropy in fp32.
-
-    Args:
-        logits: (B, T, V).
-        labels: (B, T); with `shift` position t is scored against label t+1 (causal LMs).
-        num_items_in_batch: the number of target tokens in the whole accumulated batch; when given
-            the loss is a sum divided by it, so gradient accumulation equals one large batch.
-
-    The labels (and `num_items_in_batch`) are those `check_labels` accepted.
-    """
-    if shift:
-        # shift the (small) labels rather than the (large) logits: no copy of the (B, T, V) tensor
-        labels = F.pad(labels, (0, 1), value=ignore_index)[:, 1:]
-    logits = logits.reshape(-1, logits.shape[-1]).float()
-    labels = labels.reshape(-1).to(device=logits.device, dtype=torch.long)  # int32 ids are ids too
-    if num_items_in_batch is None:
-        return F.cross_entropy(logits, labels, ignore_index=ignore_index)
-    total = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
-    if torch.is_tensor(num_items_in_batch):
-        num_items_in_batch = num_items_in_batch.to(total.device).reshape(())  # a (1,) count: a 0-dim loss
-    return total / num_items_in_batch
-
-
-def sequence_classification_loss(
-    config, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
-) -> torch.Tensor:
-    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), as transformers decides it.
-
-    With `num_items_in_batch` (Trainer passes the number of label values in the whole accumulated
-    batch: examples, or examples x labels for multi-label and multi-output regression) the loss is a
-    sum divided by it, so gradient accumulation equals one big batch instead of being
-    `gradient_accumulation_steps` times too large.
-    """
-    reduction = "mean" if num_items_in_batch is None else "sum"
-
-    def reduce(loss: torch.Tensor) -> torch.Tensor:
-        if num_items_in_batch is None:
-            return loss
-        n = num_items_in_batch
-        return loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
-
-    _require_tensor(labels, "labels", "class ids or targets")
-    count_ok = num_items_flag(num_items_in_batch)
-    flags = [] if count_ok is None else [count_ok]  # value checks, read on the host together
-    num_labels = logits.shape[-1]
-    if config.problem_type is None:
-        if num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
+        document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
+        check_prefix_lengths(prefix_lengths, B)
+        if position_ids is None:
+            position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
+            check_positions_in_range(self.positions, position_ids, too_long_advice, past_len)
         else:
-            config.problem_type = "multi_label_classification"
-    labels = labels.to(logits.device)
-    B = logits.shape[0]
-    if config.problem_type == "single_label_classification":
-        if labels.dim() != 1 or labels.shape[0] != B:
-            raise ValueError(f"`labels` must have shape ({B},) of class ids, got {tuple(labels.shape)}.")
-        _require_integer(labels, "labels", "class ids")
-        flags.insert(0, ((labels >= 0) & (labels < num_labels)).all())
-    elif labels.dtype.is_complex:
-        raise ValueError(f"`labels` must hold real targets, got dtype {labels.dtype}.")
-    elif config.problem_type == "regression" and num_labels == 1:
-        if labels.numel() != B:
-            raise ValueError(
-                f"`labels` must hold one target per example ({B}), got shape {tuple(labels.shape)}."
+            check_position_ids(
+                position_ids, B, T, self.positions.max_positions, f"{names_prefix}position_ids"
             )
-    elif tuple(labels.shape) != tuple(logits.shape):
-        kind = "regression" if config.problem_type == "regression" else "multi-label"
-        raise ValueError(f"{kind} `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}.")
-    if flags and not torch.compiler.is_compiling():
-        ok = host_read(*flags)
-        if not ok[0] and config.problem_type == "single_label_classification":
-            raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
-        if not all(ok):
-            raise num_items_error(num_items_in_batch)
-    if config.problem_type == "regression":
-        return reduce(
-            F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1), reduction=reduction)
-            if num_labels == 1
-            else F.mse_loss(logits.float(), labels.float(), reduction=reduction)
+        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B)
+
+        hidden_states = inputs_embeds
+        pos_embeds = self.positions.embed(position_ids, dtype)
+        if pos_embeds is not None:
+            hidden_states = hidden_states + pos_embeds  # (B, T, E)
+        if self.token_type_embeddings is not None:
+            hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T)
+        hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
+        rotary = self.positions.rotary(position_ids, dtype)
+        bias = self.positions.attention_bias(T, kv_len, past_len, device, dtype)
+        mask, is_causal = build_attention_mask(
+            attention_mask,
+            T,
+            kv_len,
+            device,
+            dtype,
+            self.is_causal,
+            prefix_lengths,
+            bias,
+            past_len,
+            document_ids,
         )
-    if config.problem_type == "single_label_classification":
-        return reduce(F.cross_entropy(logits.float(), labels.long(), reduction=reduction))
-    return reduce(F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction))
+
+        return hidden_states, mask, is_causal, rotary, cross_mask
+
+    def segment_embeddings(self, token_type_ids, B: int, T: int) -> torch.Tensor:
+        """The (B, T, E) segment embeddings of checked `token_type_ids` (row 0, segment A, by default).
+
+        A model without them (RoBERTa-style, `type_vocab_size=0`) ignores the ids a BERT-style
+        tokenizer sends: they mean nothing there."""
+        if token_type_ids is None:
+            # segment A everywhere: adding row 0 is the same as looking it up for every token
+            return self.token_type_embeddings.weight[0]
+        num_types = self.token_type_embeddings.num_embeddings
+        if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
+            got = (
+                tuple(token_type_ids.shape)
+                if torch.is_tensor(token_type_ids)
+                else type(token_type_ids).__name__
+            )
+            raise ValueError(f"`token_type_ids` must be a ({B}, {T}) tensor like the input, got {got}.")
+        if not is_integer_dtype(token_type_ids.dtype):
+            raise ValueError(
+                f"`token_type_ids` must hold integer segment ids, got dtype {token_type_ids.dtype}."
+            )
+        if not torch.compiler.is_compiling() and bool(
+            ((token_type_ids < 0) | (token_type_ids >= num_types)).any()
+        ):
+            raise ValueError(
+                f"`token_type_ids` must be segment ids in [0, type_vocab_size={num_types}), "
+                f"got values {sorted(set(token_type_ids.unique().tolist()))}."
+            )
+        return self.token_type_embeddings(token_type_ids)
+
+    def _cross_attention_mask(self, encoder_hidden_states, encoder_attention_mask, batch: int):
+        """The (B, 1, 1, S_enc) bool mask of the source tokens cross-attention sees (None: all of them)."""
+        if not self.cross_attention:
+            return None
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder first).")
+        check_encoder_states(encoder_hidden_states, batch, self.config.hidden_size)
+        # the source's padding mask, which the model received as `attention_mask`
+        source_mask = check_padding_mask(encoder_attention_mask, batch, encoder_hidden_states.shape[1])
+        if source_mask is None:
+            return None
+        return source_mask.to(encoder_hidden_states.device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)

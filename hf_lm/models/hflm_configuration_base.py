@@ -5,73 +5,22 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
-import math
-
 from transformers import PreTrainedConfig
 
-from .hflm_blocks import FEED_FORWARDS, NORM_POSITIONS, NORMS, POSITION_ENCODINGS
-
-
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-
-
-def _number(
-    name: str, value, low: float = -math.inf, high: float = math.inf, *, low_open=False, high_open=False
-) -> None:
-    """A finite real number in [low, high] (`low_open`/`high_open` exclude the bound).
-
-    nan and inf are refused whatever the interval: a non-finite init scale, RoPE base or pseudo-count
-    is accepted by every comparison with nan, or by an open bound with inf, and only surfaces later as
-    non-finite weights or logits.
-    """
-    finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    above = finite and (value > low if low_open else value >= low)
-    if above and (value < high if high_open else value <= high):
-        return
-    if (low, high, low_open) == (0, math.inf, True):
-        what = "a finite positive number"
-    elif (low, high) == (0, math.inf):
-        what = "a finite non-negative number"
-    elif (low, high) == (-math.inf, math.inf):
-        what = "a finite number"
-    else:
-        what = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    raise ValueError(f"`{name}` must be {what}, got {value!r}.")
-
-
-def _positive(name: str, value) -> None:
-    _number(name, value, 0, low_open=True)
-
-
-def _non_negative(name: str, value) -> None:
-    _number(name, value, 0)
-
-
-def _probability(name: str, value) -> None:
-    _number(name, value, 0, 1, high_open=True)
-
-
-def _bool(name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-
-
-def _token_ids(name: str, value, vocab_size: int) -> None:
-    """A special token field: None, an id in [0, vocab_size), or (eos) a list of such ids."""
-    for token_id in value if isinstance(value, list) else [value]:
-        if token_id is not None and (
-            isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size
-        ):
-            raise ValueError(
-                f"`{name}` must be None or an id in [0, vocab_size={vocab_size}), got {value!r}."
-            )
+from .hflm_common import (
+    FEED_FORWARD_NAMES,
+    NORM_NAMES,
+    NORM_POSITIONS,
+    POSITION_ENCODING_NAMES,
+    _bool,
+    _choice,
+    _non_negative,
+    _number,
+    _positive,
+    _positive_int,
+    _probability,
+    _token_ids,
+)
 
 
 class HfLmTransformerConfig(PreTrainedConfig):
@@ -85,7 +34,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
         num_key_value_heads: key/value heads nkv; nh = MHA, 1 = MQA, in between = GQA. Defaults to nh.
         head_dim: size of one head; defaults to `hidden_size // num_attention_heads`.
         intermediate_size: feed-forward width; defaults to `4 * hidden_size`.
-        hidden_act: feed-forward variant, one of `FEED_FORWARDS` ("relu", "gelu", "gelu_tanh",
+        hidden_act: feed-forward variant, one of `FEED_FORWARD_NAMES` ("relu", "gelu", "gelu_tanh",
             "swiglu", "geglu", "reglu").
         position_embedding_type: one of "learned", "sinusoidal", "rope", "alibi",
             "relative_buckets" (T5), "none".
@@ -185,9 +134,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"`num_key_value_heads` ({self.num_key_value_heads}) must divide `num_attention_heads` "
                 f"({self.num_attention_heads}): use {self.num_attention_heads} for MHA, 1 for MQA, a divisor for GQA."
             )
-        _choice("hidden_act", self.hidden_act, FEED_FORWARDS)
-        _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODINGS)
-        _choice("norm_type", self.norm_type, NORMS)
+        _choice("hidden_act", self.hidden_act, FEED_FORWARD_NAMES)
+        _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODING_NAMES)
+        _choice("norm_type", self.norm_type, NORM_NAMES)
         _choice("norm_position", self.norm_position, NORM_POSITIONS)
         if self.position_embedding_type == "rope" and self.head_dim % 2:
             raise ValueError(

@@ -5,7 +5,8 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
-from .hflm_configuration_base import HfLmTransformerConfig, _probability
+from .hflm_common import _probability
+from .hflm_configuration_base import HfLmTransformerConfig
 
 # Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are
 # left to the caller (`HfLmBertConfig.from_preset("roberta", hidden_size=256, ...)`).

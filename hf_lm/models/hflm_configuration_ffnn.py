@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import _bool, _non_negative, _positive_int, _probability, _token_ids
+from .hflm_common import _bool, _non_negative, _positive_int, _probability, _token_ids
 
 
 class HfLmFFNNConfig(PreTrainedConfig):

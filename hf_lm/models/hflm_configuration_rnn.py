@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import (
+from .hflm_common import (
+    RNN_CELL_NAMES,
+    RNN_IMPLEMENTATIONS,
     _bool,
     _choice,
     _non_negative,
@@ -16,7 +18,6 @@ from .hflm_configuration_base import (
     _probability,
     _token_ids,
 )
-from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
 
 
 class HfLmRNNConfig(PreTrainedConfig):
@@ -26,7 +27,7 @@ class HfLmRNNConfig(PreTrainedConfig):
 
     Args:
         vocab_size: number of tokens V.
-        cell_type: the recurrent cell, one of `RNN_CELLS`: "rnn_tanh" (Elman, 1990), "rnn_relu",
+        cell_type: the recurrent cell, one of `RNN_CELL_NAMES`: "rnn_tanh" (Elman, 1990), "rnn_relu",
             "lstm" (Hochreiter & Schmidhuber, 1997), "gru" (Cho et al., 2014).
         hidden_size: H, the state size of every layer.
         embedding_size: E, the token-embedding size (defaults to `hidden_size`).
@@ -84,7 +85,7 @@ class HfLmRNNConfig(PreTrainedConfig):
         """Raise `ValueError` naming the field for every invalid value."""
         for name in ("vocab_size", "hidden_size", "embedding_size", "num_hidden_layers"):
             _positive_int(name, getattr(self, name))
-        _choice("cell_type", self.cell_type, RNN_CELLS)
+        _choice("cell_type", self.cell_type, RNN_CELL_NAMES)
         _choice("rnn_implementation", self.rnn_implementation, RNN_IMPLEMENTATIONS)
         _probability("hidden_dropout", self.hidden_dropout)
         _non_negative("initializer_range", self.initializer_range)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_configuration_base import (
+from .hflm_common import (
+    RNN_CELL_NAMES,
+    RNN_IMPLEMENTATIONS,
     _bool,
     _choice,
     _non_negative,
@@ -15,7 +17,6 @@ from .hflm_configuration_base import (
     _probability,
     _token_ids,
 )
-from .hflm_rnn_blocks import RNN_CELLS, RNN_IMPLEMENTATIONS
 
 # attention kinds, documented in `HfLmRNNSeq2SeqConfig`; the modeling file maps each to its module
 ATTENTION_TYPES = ("none", "bahdanau", "luong_dot", "luong_general")
@@ -118,7 +119,7 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
         """Raise `ValueError` naming the field for every invalid value or contradictory combination."""
         for name in ("vocab_size", "embedding_size", "hidden_size", "encoder_layers", "decoder_layers"):
             _positive_int(name, getattr(self, name))
-        _choice("cell_type", self.cell_type, RNN_CELLS)
+        _choice("cell_type", self.cell_type, RNN_CELL_NAMES)
         _choice("attention", self.attention, ATTENTION_TYPES)
         _choice("rnn_implementation", self.rnn_implementation, RNN_IMPLEMENTATIONS)
         for name in ("bidirectional_encoder", "input_feeding", "tie_word_embeddings", "use_cache"):

@@ -6,7 +6,8 @@ Both families share one implementation (`hflm_modeling_seq2seq`) and differ only
 
 from __future__ import annotations
 
-from .hflm_configuration_base import HfLmTransformerConfig, _bool, _positive_int, _probability, _token_ids
+from .hflm_common import _bool, _positive_int, _probability, _token_ids
+from .hflm_configuration_base import HfLmTransformerConfig
 
 
 class HfLmEncoderDecoderConfig(HfLmTransformerConfig):

@@ -26,29 +26,22 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_blocks import (
     FEED_FORWARDS,
     NORMS,
-    POSITION_ENCODINGS,
+    TransformerStack,
+)
+from .hflm_common import (
     HfLmPreTrainedModel,
-    build_attention_mask,
-    build_blocks,
-    build_embedding_projection,
-    build_norm,
     check_labels,
-    check_padding_mask,
-    check_position_ids,
-    check_positions_in_range,
     embed_inputs,
     host_read,
     is_integer_dtype,
-    layer_to_block,
     lm_loss,
     num_items_error,
     num_items_flag,
-    real_token_positions,
     sequence_classification_loss,
 )
 from .hflm_configuration_bert import HfLmBertConfig
@@ -76,37 +69,28 @@ class HfLmBertPreTrainedModel(HfLmPreTrainedModel):
     config: HfLmBertConfig
 
 
-class HfLmBertModel(HfLmBertPreTrainedModel):
-    """Embeddings (token + position + segment, normalized) -> N bidirectional blocks -> pooler.
+class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
+    """Embeddings (token + segment + position, normalized) -> N bidirectional blocks -> pooler.
 
-    The pooler (a tanh layer on the first token, `[CLS]`) feeds the sentence-level heads; the
-    masked-LM head does not need it (`add_pooling_layer=False`), as in transformers' BERT.
+    The stack is `TransformerStack`. The pooler (a tanh layer on the first token, `[CLS]`) feeds the
+    sentence-level heads; the masked-LM head does not need it (`add_pooling_layer=False`), as in
+    transformers' BERT.
     """
 
     def __init__(self, config: HfLmBertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         E, C = config.embedding_size, config.hidden_size
         self.embed_tokens = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
-        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, width=E, causal=False)
-        self.token_type_embeddings = (
-            nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
-        )
         # BERT normalizes the summed embeddings even though its blocks are post-norm: the sum of
         # three embeddings would otherwise enter the first block at an arbitrary scale
-        self.embed_norm = NORMS[config.norm_type](E, eps=config.norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        # ALBERT: embeddings live in a small space E and are projected up to the model width C
-        self.embed_proj = build_embedding_projection(config)
-        # cross-layer sharing: `num_hidden_groups` distinct blocks, layer i runs block layer_to_block[i]
-        self.layers = build_blocks(config, is_causal=False)
-        self.layer_to_block = layer_to_block(config)
-        # a post-norm stack already ends in a norm; a pre-norm stack needs one
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        if add_pooling_layer:
-            self.pooler = nn.Sequential(nn.Linear(C, C), nn.Tanh())
-        else:
-            self.pooler = None
-        self.gradient_checkpointing = False
+        self.build_stack(
+            config,
+            config.num_hidden_layers,
+            is_causal=False,
+            embedding_norm=True,
+            type_vocab_size=config.type_vocab_size,
+        )
+        self.pooler = nn.Sequential(nn.Linear(C, C), nn.Tanh()) if add_pooling_layer else None
         self.post_init()
 
     def get_input_embeddings(self):
@@ -115,6 +99,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -124,9 +109,8 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPooling | tuple:
+    ) -> BaseModelOutputWithPooling:
         """Encode a batch; every position sees every non-padding position.
 
         Args:
@@ -143,95 +127,25 @@ class HfLmBertModel(HfLmBertPreTrainedModel):
             `last_hidden_state` (B, T, C) and `pooler_output` (B, C) (None without the pooler).
         """
         cfg = self.config
-        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = cfg.return_dict if return_dict is None else return_dict
-
         inputs_embeds = embed_inputs(
             input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, "embedding_size"
-        )  # (B, T, E)
-        B, T = inputs_embeds.shape[:2]
-        device = inputs_embeds.device
-        eager = not torch.compiler.is_compiling()  # host-side checks would break a compiled graph
-
-        attention_mask = check_padding_mask(attention_mask, B, T)  # None when nothing is padded
-        if position_ids is None:
-            position_ids = real_token_positions(attention_mask, 0, T, device)  # (1|B, T)
-            check_positions_in_range(
-                self.positions,
-                position_ids,
-                "Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
-            )
-        else:
-            check_position_ids(position_ids, B, T, self.positions.max_positions)
-
-        hidden_states = inputs_embeds
-        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
-        if pos_embeds is not None:
-            hidden_states = hidden_states + pos_embeds
-        if cfg.type_vocab_size == 0:
-            # no segment embeddings (RoBERTa): segment ids a BERT-style tokenizer sends mean nothing here
-            token_type_ids = None
-        if token_type_ids is not None:
-            if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
-                got = (
-                    tuple(token_type_ids.shape)
-                    if torch.is_tensor(token_type_ids)
-                    else type(token_type_ids).__name__
-                )
-                raise ValueError(f"`token_type_ids` must be a ({B}, {T}) tensor like the input, got {got}.")
-            if not is_integer_dtype(token_type_ids.dtype):
-                raise ValueError(
-                    f"`token_type_ids` must hold integer segment ids, got dtype {token_type_ids.dtype}."
-                )
-            if eager and bool(((token_type_ids < 0) | (token_type_ids >= cfg.type_vocab_size)).any()):
-                raise ValueError(
-                    f"`token_type_ids` must be segment ids in [0, type_vocab_size={cfg.type_vocab_size}), "
-                    f"got values {sorted(set(token_type_ids.unique().tolist()))}."
-                )
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                # segment A everywhere: adding row 0 is the same as looking it up for every token
-                hidden_states = hidden_states + self.token_type_embeddings.weight[0]
-            else:
-                hidden_states = hidden_states + self.token_type_embeddings(token_type_ids)
-        hidden_states = self.dropout(self.embed_norm(hidden_states))  # (B, T, E)
-        hidden_states = self.embed_proj(hidden_states)  # (B, T, C)
-
-        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
-        bias = self.positions.attention_bias(T, T, 0, device, hidden_states.dtype)
-        attn_mask, is_causal = build_attention_mask(
-            attention_mask, T, T, device, hidden_states.dtype, causal=False, bias=bias
         )
-
-        all_hidden_states = () if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for block in self.layer_to_block:
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            hidden_states, weights, _ = self.layers[block](
-                hidden_states,
-                attention_mask=attn_mask,
-                is_causal=is_causal,
-                position_embeddings=rotary,
-                output_attentions=output_attentions,
-            )
-            if output_attentions:
-                all_attentions += (weights,)
-        hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden_states += (hidden_states,)
-        pooled = self.pooler(hidden_states[:, 0]) if self.pooler is not None else None  # (B, C)
-
-        out = BaseModelOutputWithPooling(
+        out = self.run_stack(
+            inputs_embeds,
+            attention_mask,
+            position_ids,
+            token_type_ids=token_type_ids,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            too_long_advice="Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
+        )
+        hidden_states = out.last_hidden_state  # (B, T, C)
+        return BaseModelOutputWithPooling(
             last_hidden_state=hidden_states,
-            pooler_output=pooled,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
+            pooler_output=self.pooler(hidden_states[:, 0]) if self.pooler is not None else None,  # (B, C)
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmBertLMHead(nn.Module):
@@ -247,12 +161,13 @@ class HfLmBertLMHead(nn.Module):
         self.norm = NORMS[config.norm_type](config.embedding_size, eps=config.norm_eps)
         self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
 
+    @can_return_tuple
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.norm(self.act(self.dense(hidden_states))))  # (..., C) -> (..., V)
 
 
 def _masked_lm(
-    head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, kwargs
+    head: HfLmBertLMHead, hidden_states: torch.Tensor, labels, vocab_size: int, sparse: bool, n_items=None
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(loss, logits) of the masked-LM head. Labels are not shifted: position t predicts itself.
 
@@ -265,7 +180,6 @@ def _masked_lm(
     """
     if labels is None:
         return None, head(hidden_states)  # (B, T, V)
-    n_items = kwargs.get("num_items_in_batch")
     check_labels(labels, hidden_states.shape[:2], vocab_size, num_items_in_batch=n_items)
     labels = labels.to(hidden_states.device)
     selected = labels != -100  # (B, T)
@@ -280,23 +194,23 @@ def _masked_lm(
     return lm_loss(picked[None], targets, shift=False, num_items_in_batch=n_items), logits
 
 
-class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
-    """The encoder with the masked-LM head (`AutoModelForMaskedLM`, the `fill-mask` pipeline)."""
+class HfLmBertTaskModel(HfLmBertPreTrainedModel):
+    """The encoder with a task head: `forward` is written once here.
 
-    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    A head class builds its modules in `__init__` (after `super().__init__`, then `self.post_init()`)
+    and maps the encoder's output to its own output in `head(outputs, labels, ...)`; a head whose
+    targets have other names (`start_positions`, `next_sentence_label`) names them in its `forward`
+    signature, where `Trainer` finds them, and passes them on.
+    """
+
+    add_pooling_layer = True  # the sentence-level heads read the pooled `[CLS]`
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
-        self.lm_head = HfLmBertLMHead(config)
-        self.post_init()
+        self.num_labels = config.num_labels
+        self.model = HfLmBertModel(config, add_pooling_layer=self.add_pooling_layer)
 
-    def get_output_embeddings(self):
-        return self.lm_head.decoder
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head.decoder = new_embeddings
-
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -304,18 +218,17 @@ class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> MaskedLMOutput | tuple:
-        """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked).
+    ) -> ModelOutput:
+        """Encode the inputs (see `HfLmBertModel.forward`) and run the head on them.
 
-        With `num_items_in_batch` (passed by `Trainer`) the loss is a sum over the masked tokens
-        divided by it, so gradient accumulation equals one big batch.
+        `labels` and the other targets are those the head's `head` documents. With
+        `num_items_in_batch` (passed by `Trainer`) a loss is a sum divided by it instead of a mean,
+        so gradient accumulation equals one big batch.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -326,17 +239,46 @@ class HfLmBertForMaskedLM(HfLmBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
+        return self.head(outputs, labels, **kwargs)
+
+    def head(self, outputs: BaseModelOutputWithPooling, labels, **kwargs) -> ModelOutput:
+        raise NotImplementedError
+
+
+class HfLmBertForMaskedLM(HfLmBertTaskModel):
+    """The encoder with the masked-LM head (`AutoModelForMaskedLM`, the `fill-mask` pipeline)."""
+
+    _tied_weights_keys = {"lm_head.decoder.weight": "model.embed_tokens.weight"}
+    add_pooling_layer = False
+
+    def __init__(self, config: HfLmBertConfig):
+        super().__init__(config)
+        self.lm_head = HfLmBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> MaskedLMOutput:
+        """Token logits (B, T, V), and the loss when `labels` (B, T) are given (-100 = not masked)."""
         sparse = self.config.sparse_prediction and self.training
         loss, logits = _masked_lm(
-            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
+            self.lm_head,
+            outputs.last_hidden_state,
+            labels,
+            self.config.vocab_size,
+            sparse,
+            num_items_in_batch,
         )
-        out = MaskedLMOutput(
+        return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
-class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
+class HfLmBertForPreTraining(HfLmBertTaskModel):
     """Masked LM plus a sentence-pair head on the pooled `[CLS]`: BERT's next-sentence prediction
     (label 1 = B is a random sentence) or ALBERT's sentence-order prediction (label 1 = swapped).
     Which one is decided by the data collator, not the model."""
@@ -348,7 +290,6 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config)
         self.lm_head = HfLmBertLMHead(config)
         self.sentence_head = nn.Linear(config.hidden_size, 2)
         self.post_init()
@@ -368,58 +309,56 @@ class HfLmBertForPreTraining(HfLmBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         next_sentence_label: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> HfLmBertForPreTrainingOutput | tuple:
-        """Args: `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label` (B,)
-        in {0, 1}. The loss is the sum of the two losses given (as in BERT)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
+    ) -> HfLmBertForPreTrainingOutput:
+        """`HfLmBertTaskModel.forward` with the sentence-pair target (named here, where `Trainer` looks
+        for targets): `labels` (B, T) masked-LM targets (-100 = not masked); `next_sentence_label`
+        (B,) in {0, 1}."""
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels)
+        return super().forward(*inputs, next_sentence_label=next_sentence_label, **kwargs)
+
+    def head(self, outputs, labels, next_sentence_label=None, num_items_in_batch=None, **kwargs):
+        """The loss is the sum of the two losses given (as in BERT)."""
         sparse = self.config.sparse_prediction and self.training
         loss, logits = _masked_lm(
-            self.lm_head, outputs.last_hidden_state, labels, self.config.vocab_size, sparse, kwargs
+            self.lm_head,
+            outputs.last_hidden_state,
+            labels,
+            self.config.vocab_size,
+            sparse,
+            num_items_in_batch,
         )
         sentence_logits = self.sentence_head(outputs.pooler_output)  # (B, 2)
         if next_sentence_label is not None:
-            B = sentence_logits.shape[0]
-            if (
-                not torch.is_tensor(next_sentence_label)
-                or tuple(next_sentence_label.shape) not in ((B,), (B, 1))
-                or not is_integer_dtype(next_sentence_label.dtype)
-                or bool(((next_sentence_label < 0) | (next_sentence_label > 1)).any())
-            ):
-                got = (
-                    f"a {next_sentence_label.dtype} tensor of shape {tuple(next_sentence_label.shape)} with values "
-                    f"{next_sentence_label.unique().tolist()}"
-                    if torch.is_tensor(next_sentence_label)
-                    else type(next_sentence_label).__name__
-                )
-                raise ValueError(
-                    f"`next_sentence_label` must be ({B},) integer labels in {{0, 1}}, got {got}."
-                )
             nsp = F.cross_entropy(
-                sentence_logits.float(), next_sentence_label.view(-1).to(sentence_logits.device)
+                sentence_logits.float(),
+                _checked_sentence_labels(next_sentence_label, sentence_logits.shape[0]),
             )
             loss = nsp if loss is None else loss + nsp
-        out = HfLmBertForPreTrainingOutput(
+        return HfLmBertForPreTrainingOutput(
             loss=loss,
             prediction_logits=logits,
             seq_relationship_logits=sentence_logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
+
+
+def _checked_sentence_labels(labels, B: int) -> torch.Tensor:
+    """(B,) sentence-pair labels in {0, 1}, or a ValueError saying what was given."""
+    if (
+        not torch.is_tensor(labels)
+        or tuple(labels.shape) not in ((B,), (B, 1))
+        or not is_integer_dtype(labels.dtype)
+        or bool(((labels < 0) | (labels > 1)).any())
+    ):
+        got = (
+            f"a {labels.dtype} tensor of shape {tuple(labels.shape)} with values {labels.unique().tolist()}"
+            if torch.is_tensor(labels)
+            else type(labels).__name__
+        )
+        raise ValueError(f"`next_sentence_label` must be ({B},) integer labels in {{0, 1}}, got {got}.")
+    return labels.view(-1)
 
 
 def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
@@ -427,111 +366,60 @@ def _classifier_dropout(config: HfLmBertConfig) -> nn.Dropout:
     return nn.Dropout(p)
 
 
-class HfLmBertForSequenceClassification(HfLmBertPreTrainedModel):
+class HfLmBertForSequenceClassification(HfLmBertTaskModel):
     """A classifier (or regressor) on the pooled `[CLS]` state; loss by `config.problem_type`."""
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = HfLmBertModel(config)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> SequenceClassifierOutput:
         """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
         (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = (
-            sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
-            if labels is not None
-            else None
-        )
-        out = SequenceClassifierOutput(
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
+        return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
-class HfLmBertForTokenClassification(HfLmBertPreTrainedModel):
+class HfLmBertForTokenClassification(HfLmBertTaskModel):
     """A classifier on every token (NER, POS tagging); `labels` (B, T) with -100 ignored."""
+
+    add_pooling_layer = False
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.num_labels = config.num_labels
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput | tuple:
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> TokenClassifierOutput:
         """Logits (B, T, num_labels); the loss is the mean cross-entropy over labelled tokens."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (B, T, num_labels)
         loss = None
         if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
+            n_items = num_items_in_batch
             check_labels(
                 labels, logits.shape[:2], self.num_labels, num_items_in_batch=n_items, what="class ids"
             )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        out = TokenClassifierOutput(
+        return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
-class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
+class HfLmBertForQuestionAnswering(HfLmBertTaskModel):
     """Extractive QA (SQuAD): start and end logits for every token of `[CLS] question [SEP] context [SEP]`."""
+
+    add_pooling_layer = False
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.post_init()
 
@@ -544,25 +432,19 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> QuestionAnsweringModelOutput | tuple:
+    ) -> QuestionAnsweringModelOutput:
+        """`HfLmBertTaskModel.forward` with the answer span as targets (named here, where `Trainer`
+        looks for targets): `start_positions` and `end_positions` (B,) token indices."""
+        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        return super().forward(
+            *inputs, start_positions=start_positions, end_positions=end_positions, **kwargs
+        )
+
+    def head(self, outputs, labels, start_positions=None, end_positions=None, **kwargs):
         """`start_logits`, `end_logits`: (B, T). With `start_positions` and `end_positions` (B,)
         the loss is the mean of the two cross-entropies; positions outside [0, T) are ignored
         (as in transformers: an answer cut off by truncation does not count)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
-        )
         logits = self.qa_outputs(outputs.last_hidden_state)  # (B, T, 2)
         start_logits, end_logits = (
             x.squeeze(-1).contiguous() for x in logits.split(1, dim=-1)
@@ -587,23 +469,21 @@ class HfLmBertForQuestionAnswering(HfLmBertPreTrainedModel):
                 F.cross_entropy(start_logits.float(), start, ignore_index=T)
                 + F.cross_entropy(end_logits.float(), end, ignore_index=T)
             ) / 2
-        out = QuestionAnsweringModelOutput(
+        return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
             end_logits=end_logits,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
-class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
+class HfLmBertForMultipleChoice(HfLmBertTaskModel):
     """SWAG-style multiple choice: each (context, choice) pair is encoded and scored by one Linear
     on its pooled `[CLS]`; the scores of the choices are compared by a softmax."""
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)
-        self.model = HfLmBertModel(config)
         self.dropout = _classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
@@ -616,14 +496,10 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
         position_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> MultipleChoiceModelOutput | tuple:
+    ):
         """Inputs are (B, nc, T) (`inputs_embeds` (B, nc, T, E)); logits (B, nc); `labels` (B,) the
-        index of the right choice."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+        index of the right choice. Every pair is encoded as one row of a (B * nc, T) batch."""
         source = input_ids if input_ids is not None else inputs_embeds
         if not torch.is_tensor(source) or source.dim() != (3 if input_ids is not None else 4):
             raise ValueError(
@@ -642,22 +518,27 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
                 )
             return x.reshape(B * nc, *x.shape[2:])
 
-        outputs = self.model(
-            input_ids=flat(input_ids),
-            attention_mask=flat(attention_mask),
-            token_type_ids=flat(token_type_ids),
-            position_ids=flat(position_ids)
-            if position_ids is not None and position_ids.dim() == 3
-            else position_ids,
-            inputs_embeds=flat(inputs_embeds),
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+        position_ids = (
+            flat(position_ids) if position_ids is not None and position_ids.dim() == 3 else position_ids
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(B, nc)  # (B, nc)
+        return super().forward(
+            flat(input_ids),
+            flat(attention_mask),
+            flat(token_type_ids),
+            position_ids,
+            flat(inputs_embeds),
+            labels,
+            num_choices=nc,
+            **kwargs,
+        )
+
+    def head(self, outputs, labels, num_choices: int, num_items_in_batch=None, **kwargs):
+        nc = num_choices
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, nc)  # (B, nc)
+        B = logits.shape[0]
         loss = None
         if labels is not None:
-            n = kwargs.get("num_items_in_batch")  # Trainer's count of labels in the accumulated batch
+            n = num_items_in_batch  # Trainer's count of labels in the accumulated batch
             count_ok = num_items_flag(n)
             if not torch.is_tensor(labels) or labels.numel() != B or not is_integer_dtype(labels.dtype):
                 raise ValueError(
@@ -677,15 +558,15 @@ class HfLmBertForMultipleChoice(HfLmBertPreTrainedModel):
             )
             if n is not None:
                 loss = loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
-        out = MultipleChoiceModelOutput(
+        return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return out if return_dict else out.to_tuple()
 
 
 __all__ = [
     "HfLmBertPreTrainedModel",
     "HfLmBertModel",
+    "HfLmBertTaskModel",
     "HfLmBertForMaskedLM",
     "HfLmBertForPreTraining",
     "HfLmBertForSequenceClassification",

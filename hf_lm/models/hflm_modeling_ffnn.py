@@ -25,8 +25,9 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
+from transformers.utils import can_return_tuple
 
-from .hflm_blocks import (
+from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
     check_labels,
@@ -112,15 +113,15 @@ class HfLmFFNNModel(HfLmFFNNPreTrainedModel):
         windows = padded.unfold(1, n, 1)  # (B, T, m, n): window t covers padded[t : t + n]
         return windows.transpose(2, 3).reshape(B, T, n * m)  # (B, T, n * m)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutput | tuple:
+    ) -> BaseModelOutput:
         """The tanh hidden layer at every position.
 
         Args:
@@ -130,16 +131,14 @@ class HfLmFFNNModel(HfLmFFNNPreTrainedModel):
             output_hidden_states: also return `(x, tanh layer)`.
         """
         cfg = self.config
-        return_dict = cfg.return_dict if return_dict is None else return_dict
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         x = self.windows(input_ids, attention_mask, inputs_embeds)  # (B, T, n * m)
         hidden = self.dropout(torch.tanh(self.hidden(x)))  # (B, T, h)
-        out = BaseModelOutput(
+        return BaseModelOutput(
             last_hidden_state=hidden, hidden_states=(x, hidden) if output_hidden_states else None
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, GenerationMixin):
@@ -168,12 +167,28 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
         )
         self.post_init()
 
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        """Resize the embeddings and the head as transformers does, and the direct connections W
+        (one row per token) with them: a new token's row starts at 0, no direct evidence yet."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        old = self.direct
+        if isinstance(old, nn.Linear) and old.out_features != embeddings.num_embeddings:
+            new = nn.Linear(old.in_features, embeddings.num_embeddings, bias=False)
+            new.to(device=old.weight.device, dtype=old.weight.dtype)
+            with torch.no_grad():
+                new.weight.zero_()
+                kept = min(old.out_features, new.out_features)
+                new.weight[:kept] = old.weight[:kept]
+            self.direct = new
+        return embeddings
+
     def get_output_embeddings(self):
         return self.lm_head
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -181,10 +196,9 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> CausalLMOutput | tuple:
+    ) -> CausalLMOutput:
         """Next-token logits and, with `labels`, the cross-entropy.
 
         Args:
@@ -197,7 +211,6 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all),
                 or the positions of a 1-D index tensor; `generate()` passes 1.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -218,10 +231,9 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
         want_hidden = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        out = CausalLMOutput(
+        return CausalLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states if want_hidden else None
         )
-        return out if return_dict else out.to_tuple()
 
     def generation_window(self) -> int:
         return self.config.context_size

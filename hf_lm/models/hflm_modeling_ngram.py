@@ -28,9 +28,9 @@ from collections.abc import Iterable
 import torch
 from transformers import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutput
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, logging
 
-from .hflm_blocks import (
+from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
     check_input_ids,
@@ -586,15 +586,15 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
             probs[selected] = rows
         return probs
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> CausalLMOutput | tuple:
+    ) -> CausalLMOutput:
         """Next-token log-probabilities and, with `labels`, the cross-entropy.
 
         Args:
@@ -609,7 +609,6 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
             `CausalLMOutput` with `logits` (B, T, V) = log p(token t+1 | tokens up to t) (a proper
             distribution: `logits.exp().sum(-1) == 1`) and `loss` when labels are given.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         if input_ids is None:
             raise ValueError("Pass `input_ids`: an n-gram model scores token ids (it has no embeddings).")
         check_input_ids(input_ids, self.config.vocab_size)
@@ -636,8 +635,7 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
             if Tk != T:
                 raise ValueError("`labels` need the logits of every position: leave `logits_to_keep` at 0.")
             loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
-        out = CausalLMOutput(loss=loss, logits=logits)
-        return out if return_dict else out.to_tuple()
+        return CausalLMOutput(loss=loss, logits=logits)
 
     # ------------------------------------------------------------------ generation
 

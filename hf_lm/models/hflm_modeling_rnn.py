@@ -16,8 +16,9 @@ from torch import nn
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.utils import can_return_tuple
 
-from .hflm_blocks import (
+from .hflm_common import (
     HfLmPreTrainedModel,
     check_cache_type,
     check_labels,
@@ -149,6 +150,7 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
             state = past_key_values.state
         return inputs_embeds, attention_mask, state
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -158,9 +160,8 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPast | tuple:
+    ) -> BaseModelOutputWithPast:
         """Run the recurrent stack over the new tokens, starting from the cached state.
 
         Args:
@@ -180,7 +181,6 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        return_dict = cfg.return_dict if return_dict is None else return_dict
         if use_cache is None:
             use_cache = cfg.use_cache and not self.training
 
@@ -195,12 +195,11 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
         if use_cache:
             cache = past_key_values if past_key_values is not None else RecurrentCache()
             cache.update(state, inputs_embeds.shape[1])
-        out = BaseModelOutputWithPast(
+        return BaseModelOutputWithPast(
             last_hidden_state=last_hidden_state,
             past_key_values=cache,
             hidden_states=(hidden_states, *layer_outputs) if output_hidden_states else None,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
@@ -258,6 +257,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
     def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.output_projection(hidden_states))  # (..., H) -> (..., V)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -268,11 +268,10 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         scheduled_sampling_probability: float | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> CausalLMOutputWithPast | tuple:
+    ) -> CausalLMOutputWithPast:
         """Next-token logits, and the loss when `labels` are given.
 
         Args:
@@ -284,7 +283,6 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all).
             See `HfLmRNNModel.forward` for the other arguments.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         p = scheduled_sampling_probability
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0):
             raise ValueError(
@@ -321,10 +319,9 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
             loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
 
-        out = CausalLMOutputWithPast(
+        return CausalLMOutputWithPast(
             loss=loss, logits=logits, past_key_values=cache, hidden_states=all_hidden_states
         )
-        return out if return_dict else out.to_tuple()
 
     def _scheduled_sampling(
         self, p, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache

@@ -28,9 +28,9 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
-from .hflm_blocks import (
+from .hflm_common import (
     HfLmPreTrainedModel,
     check_cache_type,
     check_encoder_states,
@@ -217,6 +217,7 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         )
         self.dropout = nn.Dropout(config.hidden_dropout)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -224,9 +225,8 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> HfLmRNNSeq2SeqEncoderOutput | tuple:
+    ) -> HfLmRNNSeq2SeqEncoderOutput:
         """Encode a source batch.
 
         Args:
@@ -234,7 +234,6 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
             attention_mask: (B, S) 1 for tokens, 0 for padding (left or right).
         """
         cfg = self.config
-        return_dict = cfg.return_dict if return_dict is None else return_dict
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
@@ -246,13 +245,32 @@ class HfLmRNNSeq2SeqEncoder(nn.Module):
         D = self.rnn.num_directions
         # the top layer's directions are the last D rows of torch's layer-major state
         finals = [s[-D:].transpose(0, 1).reshape(B, D * self.rnn.hidden_size) for s in state]  # (B, H) each
-        out = HfLmRNNSeq2SeqEncoderOutput(
+        return HfLmRNNSeq2SeqEncoderOutput(
             last_hidden_state=layer_outputs[-1],
             final_hidden_state=finals[0],
             final_cell_state=finals[1] if len(finals) > 1 else None,
             hidden_states=(embeds, *layer_outputs) if output_hidden_states else None,
         )
-        return out if return_dict else out.to_tuple()
+
+
+def _decoder_step_mask(attention_mask, B: int, T: int, past: int) -> torch.Tensor | None:
+    """The (B, T) padding mask of the T new target steps, from a (B, T) or (B, past + T) mask; None
+    when nothing is padded."""
+    if attention_mask is None:
+        return None
+    if (
+        not torch.is_tensor(attention_mask)
+        or attention_mask.dim() != 2
+        or attention_mask.shape[0] != B
+        or attention_mask.shape[1] not in (T, past + T)
+    ):
+        got = (
+            tuple(attention_mask.shape) if torch.is_tensor(attention_mask) else type(attention_mask).__name__
+        )
+        raise ValueError(
+            f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), got {got}."
+        )
+    return check_padding_mask(attention_mask[:, -T:], B, T, "decoder_attention_mask")
 
 
 class HfLmRNNSeq2SeqDecoder(nn.Module):
@@ -301,6 +319,33 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
                 torch.tanh(bridge(final)).view(B, self.config.decoder_layers, -1).transpose(0, 1).contiguous()
             )
         return tuple(state)  # ((L, B, H), ...)
+
+    def resume(self, cache: RecurrentCache | None, encoder_outputs, B: int):
+        """(state, input-feeding vector, attention memory keys) to decode from: the cache's after
+        earlier steps, else the bridged encoder state, a zero feed and keys computed once."""
+        check_cache_type(cache, RecurrentCache, "the `RecurrentCache` this model returned")
+        if cache is not None and cache.is_initialized:
+            return (
+                self.rnn.check_state(cache.state, B),
+                cache.extras["input_feed"],
+                cache.extras["memory_keys"],
+            )
+        values = encoder_outputs.last_hidden_state  # (B, S, H)
+        feed = values.new_zeros(B, self.feed_size)  # (B, H) or (B, 0): no attentional vector yet
+        return (
+            self.initial_state(encoder_outputs),
+            feed,
+            self.attention.memory_keys(values),
+        )  # keys (B, S, H) or None
+
+    def sampled_input(self, x_t: torch.Tensor, previous_output: torch.Tensor, p: float, next_token_logits):
+        """Scheduled sampling (Bengio et al., 2015): with probability p a row reads the model's own
+        (detached) guess for the previous token instead of the true one. x_t: (B, E)."""
+        with torch.no_grad():
+            probs = next_token_logits(previous_output).float().softmax(dim=-1)  # (B, V)
+            sampled = torch.multinomial(probs, 1).squeeze(1)  # (B,)
+        coin = torch.rand(x_t.shape[0], device=x_t.device) < p  # (B,)
+        return torch.where(coin[:, None], self.dropout(self.embed_tokens(sampled)), x_t)
 
     def forward(
         self,
@@ -352,34 +397,9 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         src_mask = _real_token_mask(encoder_attention_mask, B, values.shape[1])  # (B, S) or None
 
         cache = past_key_values
-        check_cache_type(cache, RecurrentCache, "the `RecurrentCache` this model returned")
-        if cache is not None and cache.is_initialized:
-            state = self.rnn.check_state(cache.state, B)
-            feed, keys = cache.extras["input_feed"], cache.extras["memory_keys"]
-        else:
-            state = self.initial_state(encoder_outputs)
-            feed = values.new_zeros(B, self.feed_size)  # (B, H) or (B, 0): no attentional vector yet
-            keys = self.attention.memory_keys(values)  # (B, S, H) or None
+        state, feed, keys = self.resume(cache, encoder_outputs, B)
         past = cache.get_seq_length() if cache is not None else 0
-
-        step_mask = None
-        if attention_mask is not None:
-            if (
-                not torch.is_tensor(attention_mask)
-                or attention_mask.dim() != 2
-                or attention_mask.shape[0] != B
-                or attention_mask.shape[1] not in (T, past + T)
-            ):
-                got = (
-                    tuple(attention_mask.shape)
-                    if torch.is_tensor(attention_mask)
-                    else type(attention_mask).__name__
-                )
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape ({B}, {T}) or ({B}, {past + T}), got {got}."
-                )
-            # None when nothing is padded
-            step_mask = check_padding_mask(attention_mask[:, -T:], B, T, "decoder_attention_mask")
+        step_mask = _decoder_step_mask(attention_mask, B, T, past)  # (B, T), None when nothing is padded
 
         sampling = scheduled_sampling_probability > 0.0 and next_token_logits is not None
         x = self.dropout(embeds)  # (B, T, E)
@@ -387,12 +407,7 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         for t in range(T):
             x_t = x[:, t]  # (B, E)
             if sampling and t > 0:
-                # Bengio et al. (2015): with probability p the model reads its own guess for the previous token
-                with torch.no_grad():
-                    probs = next_token_logits(outputs[-1]).float().softmax(dim=-1)  # (B, V)
-                    sampled = torch.multinomial(probs, 1).squeeze(1)  # (B,)
-                coin = torch.rand(B, device=x.device) < scheduled_sampling_probability  # (B,)
-                x_t = torch.where(coin[:, None], self.dropout(self.embed_tokens(sampled)), x_t)
+                x_t = self.sampled_input(x_t, outputs[-1], scheduled_sampling_probability, next_token_logits)
             context, weights = self.attention.before_step(state[0][-1], keys, values, src_mask)
             rnn_out, new_state = self.rnn.step(torch.cat([x_t, context, feed], dim=-1), state)  # (B, H)
             out, weights = self.attention.after_step(rnn_out, context, weights, keys, values, src_mask)
@@ -537,23 +552,35 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
-    def encode_and_decode(
+    @can_return_tuple
+    def forward(
         self,
-        input_ids=None,
-        attention_mask=None,
-        decoder_input_ids=None,
-        decoder_attention_mask=None,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs=None,
-        past_key_values=None,
-        inputs_embeds=None,
-        decoder_inputs_embeds=None,
-        use_cache=None,
-        output_attentions=None,
-        output_hidden_states=None,
+        past_key_values: RecurrentCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         scheduled_sampling_probability: float = 0.0,
         next_token_logits=None,
+        **kwargs,
     ) -> Seq2SeqModelOutput:
-        """`forward`'s work, plus the scheduled-sampling hooks the conditional-generation head passes."""
+        """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
+
+        Args:
+            input_ids: (B, S) source ids; attention_mask: (B, S) source padding mask.
+            decoder_input_ids: (B, T) decoder inputs (the shifted targets);
+            decoder_attention_mask: (B, T) target padding mask.
+            encoder_outputs: `get_encoder()`'s output (or its tuple), reused by `generate()`.
+            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`).
+            scheduled_sampling_probability, next_token_logits: the scheduled-sampling hooks the
+                conditional-generation head passes (see `HfLmRNNSeq2SeqDecoder.forward`).
+        """
         cfg = self.config
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -596,47 +623,6 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
         )
-
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs=None,
-        past_key_values: RecurrentCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput | tuple:
-        """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
-
-        Args:
-            input_ids: (B, S) source ids; attention_mask: (B, S) source padding mask.
-            decoder_input_ids: (B, T) decoder inputs (the shifted targets);
-            decoder_attention_mask: (B, T) target padding mask.
-            encoder_outputs: `get_encoder()`'s output (or its tuple), reused by `generate()`.
-            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`).
-        """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
-        out = self.encode_and_decode(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        return out if return_dict else out.to_tuple()
 
 
 def _check_sampling_probability(p) -> float:
@@ -704,6 +690,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         """(..., H) output vectors -> (..., V) logits, without dropout (scheduled sampling's guesses)."""
         return self.lm_head(self.output_projection(hidden))
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -718,10 +705,9 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         scheduled_sampling_probability: float | None = None,
         **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
+    ) -> Seq2SeqLMOutput:
         """Next-token logits (B, T, V), and the loss when `labels` are given.
 
         Args:
@@ -742,7 +728,6 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             weights with `output_attentions` (rows sum to 1 over the real source tokens, 0 on
             padding; None for `attention="none"`).
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         p = _check_sampling_probability(scheduled_sampling_probability)
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
@@ -750,7 +735,8 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
         sampling = p > 0.0 and self.training and labels is not None
-        outputs = self.model.encode_and_decode(
+        outputs = self.model(
+            return_dict=True,
             input_ids=input_ids,
             attention_mask=attention_mask,
             decoder_input_ids=decoder_input_ids,
@@ -774,7 +760,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
                     f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder inputs, got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -783,7 +769,6 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             encoder_hidden_states=outputs.encoder_hidden_states,
         )
-        return out if return_dict else out.to_tuple()
 
 
 __all__ = [

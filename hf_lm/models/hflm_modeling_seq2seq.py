@@ -21,7 +21,7 @@ import math
 
 import torch
 from torch import nn
-from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
+from transformers import EncoderDecoderCache, GenerationMixin
 from transformers import initialization as init
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -30,35 +30,26 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
     Seq2SeqSequenceClassifierOutput,
 )
+from transformers.utils import can_return_tuple
 
 from .hflm_blocks import (
-    NORMS,
-    POSITION_ENCODINGS,
-    HfLmPreTrainedModel,
-    TransformerBlock,
+    TransformerStack,
     VocabProjection,
-    build_attention_mask,
-    build_norm,
-    cache_lengths,
-    check_encoder_states,
-    check_input_ids,
-    check_padding_mask,
-    check_position_ids,
-    check_positions_in_range,
+)
+from .hflm_common import (
+    HfLmPreTrainedModel,
     check_seq2seq_labels,
+    classify_last_token,
     embed_inputs,
-    keys_padding_mask,
     lm_loss,
     logits_positions,
-    real_token_positions,
-    sequence_classification_loss,
     shift_tokens_right,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
 
 
-class HfLmSeq2SeqStack(nn.Module):
-    """An encoder stack (bidirectional) or a decoder stack (causal + cross-attention).
+class HfLmSeq2SeqStack(nn.Module, TransformerStack):
+    """An encoder stack (bidirectional) or a decoder stack (causal + cross-attention): a `TransformerStack`.
 
     The token embedding is owned by the parent model and shared by both stacks (and the LM head):
     the stack keeps a plain reference to it, not a registered submodule, so the weights have one
@@ -73,22 +64,16 @@ class HfLmSeq2SeqStack(nn.Module):
         self.is_decoder = is_decoder
         object.__setattr__(self, "embed_tokens", embed_tokens)  # shared, not registered (see above)
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
-        self.positions = POSITION_ENCODINGS[config.position_embedding_type](config, causal=is_decoder)
-        self.embed_norm = (
-            NORMS[config.norm_type](config.hidden_size, eps=config.norm_eps)
-            if config.embedding_norm
-            else nn.Identity()
+        self.build_stack(
+            config,
+            config.decoder_layers if is_decoder else config.num_hidden_layers,
+            is_causal=is_decoder,
+            cross_attention=is_decoder,
+            embedding_norm=config.embedding_norm,
+            final_dropout=True,  # T5 drops out the final norm's output too
         )
-        self.dropout = nn.Dropout(config.hidden_dropout)
-        n_layers = config.decoder_layers if is_decoder else config.num_hidden_layers
-        self.layers = nn.ModuleList(
-            TransformerBlock(config, i, is_causal=is_decoder, cross_attention=is_decoder)
-            for i in range(n_layers)
-        )
-        # a post-norm stack already ends in a norm; a pre-norm stack needs one
-        self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
-        self.gradient_checkpointing = False
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -101,9 +86,8 @@ class HfLmSeq2SeqStack(nn.Module):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ):
+    ) -> BaseModelOutput | BaseModelOutputWithPastAndCrossAttentions:
         """Run the stack.
 
         Args:
@@ -115,113 +99,33 @@ class HfLmSeq2SeqStack(nn.Module):
             encoder_attention_mask: (B, S) the source padding mask (decoder only).
             past_key_values: an `EncoderDecoderCache` (decoder only).
         """
-        cfg = self.config
-        output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        return_dict = cfg.return_dict if return_dict is None else return_dict
         # the user passed the decoder's arguments to the model under their `decoder_` names
         prefix = "decoder_" if self.is_decoder else ""
         scale = self.embed_scale if input_ids is not None else 1.0  # given embeddings are used as they are
-        inputs_embeds = (
-            embed_inputs(
-                input_ids,
-                inputs_embeds,
-                self.embed_tokens,
-                cfg.vocab_size,
-                names=(f"{prefix}input_ids", f"{prefix}inputs_embeds"),
-            )
-            * scale
-        )  # (B, T, C)
-        B, T = inputs_embeds.shape[:2]
-        device = inputs_embeds.device
-
-        if self.is_decoder:
-            if encoder_hidden_states is None:
-                raise ValueError("The decoder needs `encoder_hidden_states` (run the encoder first).")
-            check_encoder_states(encoder_hidden_states, B, cfg.hidden_size)
-            if use_cache and past_key_values is None:
-                past_key_values = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        else:
-            past_key_values = None
-        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
-        past_len, kv_len = cache_lengths(past_key_values, T)
-
-        # (B, kv_len), a static cache's empty slots padding; None when nothing is padded
-        attention_mask = keys_padding_mask(attention_mask, B, past_len, T, kv_len, f"{prefix}attention_mask")
-        if position_ids is None:
-            position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
-            check_positions_in_range(
-                self.positions,
-                position_ids,
-                f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
-                past_len,
-            )
-        else:
-            check_position_ids(position_ids, B, T, self.positions.max_positions, f"{prefix}position_ids")
-
-        hidden_states = inputs_embeds
-        pos_embeds = self.positions.embed(position_ids, hidden_states.dtype)
-        if pos_embeds is not None:
-            hidden_states = hidden_states + pos_embeds
-        hidden_states = self.dropout(self.embed_norm(hidden_states))
-        rotary = self.positions.rotary(position_ids, hidden_states.dtype)
-        bias = self.positions.attention_bias(T, kv_len, past_len, device, hidden_states.dtype)
-        mask, is_causal = build_attention_mask(
-            attention_mask,
-            T,
-            kv_len,
-            device,
-            hidden_states.dtype,
-            self.is_decoder,
-            bias=bias,
-            past_len=past_len,
+        names = (f"{prefix}input_ids", f"{prefix}inputs_embeds")
+        inputs_embeds = embed_inputs(
+            input_ids, inputs_embeds, self.embed_tokens, self.config.vocab_size, names=names
         )
-        cross_mask = None
+        out = self.run_stack(
+            inputs_embeds * scale,  # (B, T, C)
+            attention_mask,
+            position_ids,
+            past_key_values,
+            use_cache,
+            output_attentions,
+            output_hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            names_prefix=prefix,
+            too_long_advice=f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
+        )
         if self.is_decoder:
-            # the source's padding mask, which the model received as `attention_mask`; None when nothing is padded
-            source_mask = check_padding_mask(encoder_attention_mask, B, encoder_hidden_states.shape[1])
-            if source_mask is not None:
-                cross_mask = source_mask.to(device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)
-
-        all_hidden = () if output_hidden_states else None
-        all_self = () if output_attentions else None
-        all_cross = () if output_attentions and self.is_decoder else None
-        for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states, self_weights, cross_weights = layer(
-                hidden_states,
-                attention_mask=mask,
-                is_causal=is_causal,
-                position_embeddings=rotary,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-            )
-            if output_attentions:
-                all_self += (self_weights,)
-                if self.is_decoder:
-                    all_cross += (cross_weights,)
-        hidden_states = self.dropout(self.norm(hidden_states))
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
-
-        if not self.is_decoder:
-            out = BaseModelOutput(
-                last_hidden_state=hidden_states, hidden_states=all_hidden, attentions=all_self
-            )
-        else:
-            out = BaseModelOutputWithPastAndCrossAttentions(
-                last_hidden_state=hidden_states,
-                past_key_values=past_key_values if use_cache else None,
-                hidden_states=all_hidden,
-                attentions=all_self,
-                cross_attentions=all_cross,
-            )
-        return out if return_dict else out.to_tuple()
+            return out
+        return BaseModelOutput(
+            last_hidden_state=out.last_hidden_state,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
 
 
 class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
@@ -231,6 +135,12 @@ class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
     # a decoding step with an EncoderDecoderCache of StaticCaches traces as one graph
     # (tests/test_static_cache.py): no host-side check runs under torch.compile
     _can_compile_fullgraph = True
+
+    def _start_token_id(self) -> int:
+        start = self.config.decoder_start_token_id
+        if start is None:
+            raise ValueError("config.decoder_start_token_id is not set: the decoder needs a start token.")
+        return start
 
 
 class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
@@ -259,6 +169,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -273,9 +184,8 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqModelOutput | tuple:
+    ) -> Seq2SeqModelOutput:
         """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
 
         Args:
@@ -285,14 +195,6 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             encoder_outputs: a `BaseModelOutput` (or tuple) from `get_encoder()`, reused by `generate()`.
             past_key_values: an `EncoderDecoderCache` (made when `use_cache`).
         """
-        cfg = self.config
-        return_dict = cfg.return_dict if return_dict is None else return_dict
-        if use_cache is None:
-            use_cache = cfg.use_cache and not self.training
-        if (
-            self.training and self.is_activation_checkpointing
-        ):  # the property walks every module: test training first
-            use_cache = False  # recomputed layers would append to the cache a second time
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -310,9 +212,18 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                 f"got {type(encoder_outputs).__name__}."
             )
         if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError(
-                "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds them)."
+            if input_ids is None:
+                raise ValueError(
+                    "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds "
+                    "them, or `input_ids`, which the decoder then reads shifted right)."
+                )
+            # feature extraction from the text alone, as transformers' BartModel does it: the decoder
+            # reads the same text shifted right, under the source's padding mask
+            decoder_input_ids = shift_tokens_right(
+                input_ids, self.config.pad_token_id, self._start_token_id()
             )
+            if decoder_attention_mask is None:
+                decoder_attention_mask = attention_mask
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -326,7 +237,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        out = Seq2SeqModelOutput(
+        return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
@@ -336,7 +247,6 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMixin):
@@ -382,12 +292,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
         """What `DataCollatorForSeq2Seq(model=...)` calls to add `decoder_input_ids` to a batch."""
         return shift_tokens_right(labels, self.config.pad_token_id, self._start_token_id())
 
-    def _start_token_id(self) -> int:
-        start = self.config.decoder_start_token_id
-        if start is None:
-            raise ValueError("config.decoder_start_token_id is not set: the decoder needs a start token.")
-        return start
-
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -403,10 +308,9 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int = 0,
         **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
+    ) -> Seq2SeqLMOutput:
         """Next-token logits of the decoder (B, T, V), and the loss when `labels` are given.
 
         Args:
@@ -415,12 +319,17 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                 is scored against `labels[:, t]`. With `num_items_in_batch` (from `Trainer`) the
                 loss is a sum divided by it, so gradient accumulation equals one big batch.
         """
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
             check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        elif decoder_input_ids is None and decoder_inputs_embeds is None:
+            # the bare model would decode the source itself (feature extraction): here that is a
+            # forgotten `labels`, not a request for logits over the source
+            raise ValueError(
+                "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds them)."
+            )
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -450,7 +359,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                     f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -461,7 +370,6 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
@@ -482,53 +390,35 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         )
         self.post_init()
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqSequenceClassifierOutput | tuple:
-        """Logits (B, num_labels) from the decoder state at the last real token of `input_ids`."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
+    ) -> Seq2SeqSequenceClassifierOutput:
+        """Logits (B, num_labels) from the decoder state at the last real token of `input_ids`.
+
+        Without `decoder_input_ids` the decoder reads the same text, shifted right (BART). The other
+        arguments are the bare model's (`decoder_input_ids`, `decoder_attention_mask`, `output_*`)."""
         if input_ids is None:
             raise ValueError("Sequence classification needs `input_ids`.")
-        # the type and shape before they are shifted into decoder inputs (the encoder reads the values)
-        check_input_ids(input_ids, self.config.vocab_size, values=False)
-        if decoder_input_ids is None:
-            # the decoder reads the same text, shifted right (BART)
-            decoder_input_ids = shift_tokens_right(
-                input_ids, self.config.pad_token_id, self.config.decoder_start_token_id or 0
-            )
-            decoder_attention_mask = attention_mask
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            use_cache=False,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True, **kwargs
         )
-        hidden = outputs.last_hidden_state  # (B, T, C)
-        B, T = hidden.shape[:2]
-        real = (
-            attention_mask.to(hidden.device).bool()
-            if attention_mask is not None
-            else torch.ones(B, T, dtype=torch.bool, device=hidden.device)
+        # the decoder state at the last real token (BART's last EOS)
+        logits, loss = classify_last_token(
+            self.classifier,
+            self.config,
+            outputs.last_hidden_state,
+            attention_mask,
+            input_ids,
+            labels,
+            num_items_in_batch,
         )
-        last = torch.where(real, torch.arange(T, device=hidden.device), -1).amax(-1).clamp(min=0)  # (B,)
-        logits = self.classifier(hidden[torch.arange(B, device=hidden.device), last])  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, kwargs.get("num_items_in_batch"))
-        out = Seq2SeqSequenceClassifierOutput(
+        return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
             decoder_hidden_states=outputs.decoder_hidden_states,
@@ -538,7 +428,6 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-        return out if return_dict else out.to_tuple()
 
 
 # The two families: the same classes with their own config (Auto classes key on the config class).

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .hflm_common import RNN_CELL_NAMES, RNN_IMPLEMENTATIONS, _choice, _positive_int
+
 State = tuple[torch.Tensor, ...]
 
 # ----------------------------------------------------------------------------------------------
@@ -101,19 +103,7 @@ RNN_CELLS = {
     "gru": RNNCell(gru_step, 3, 1, torch.gru, nn.GRU, None),
 }
 
-# "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
-# "loop": the step functions above in a Python loop, the readable reference (always used with padding).
-RNN_IMPLEMENTATIONS = ("fused", "loop")
-
-
-def _check_choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+assert tuple(RNN_CELLS) == RNN_CELL_NAMES  # the names the configs validate against
 
 
 def _check_state(state, num_states: int, shape: tuple[int, ...], what: str) -> State:
@@ -187,9 +177,9 @@ class RecurrentLayer(nn.Module):
 
     def __init__(self, cell_type: str, input_size: int, hidden_size: int, bias: bool = True):
         super().__init__()
-        _check_choice("cell_type", cell_type, RNN_CELLS)
-        _check_positive_int("input_size", input_size)
-        _check_positive_int("hidden_size", hidden_size)
+        _choice("cell_type", cell_type, RNN_CELLS)
+        _positive_int("input_size", input_size)
+        _positive_int("hidden_size", hidden_size)
         self.cell_type = cell_type
         self.cell = RNN_CELLS[cell_type]
         self.input_size = input_size
@@ -315,11 +305,11 @@ class StackedRNN(nn.Module):
         rnn_implementation: str = "fused",
     ):
         super().__init__()
-        _check_choice("cell_type", cell_type, RNN_CELLS)
-        _check_positive_int("input_size", input_size)
-        _check_positive_int("hidden_size", hidden_size)
-        _check_positive_int("num_layers", num_layers)
-        _check_choice("rnn_implementation", rnn_implementation, RNN_IMPLEMENTATIONS)
+        _choice("cell_type", cell_type, RNN_CELLS)
+        _positive_int("input_size", input_size)
+        _positive_int("hidden_size", hidden_size)
+        _positive_int("num_layers", num_layers)
+        _choice("rnn_implementation", rnn_implementation, RNN_IMPLEMENTATIONS)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be a number in [0, 1), got {dropout!r}.")
         for name, value in (("bidirectional", bidirectional), ("bias", bias)):

@@ -1,0 +1,744 @@
+"""What every hf_lm family shares, Transformer or not: config validators, the variant names configs
+validate against, the base model class, input checks and losses.
+
+Shipped model code: `save_pretrained` copies this file next to the weights, so it imports only torch
+and transformers. It holds no attention, positions or recurrent cells: configuration files import
+only this file (so a config-only load imports no modeling code), and the RNN, feed-forward and
+n-gram families ship without the Transformer blocks.
+
+Shape legend: B batch, T query length, S key length, C hidden size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Cache, PreTrainedModel
+from transformers import initialization as init
+
+# ----------------------------------------------------------------------------------------------
+# Variant names. Configs validate their string fields against these; the modeling tables
+# (`hflm_blocks.FEED_FORWARDS`, `NORMS`, `POSITION_ENCODINGS`, `hflm_rnn_blocks.RNN_CELLS`) are keyed
+# by exactly these names, which they assert at import.
+# ----------------------------------------------------------------------------------------------
+
+FEED_FORWARD_NAMES = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh", "reglu")
+NORM_NAMES = ("layernorm", "rmsnorm")
+NORM_POSITIONS = ("pre", "post")
+POSITION_ENCODING_NAMES = ("learned", "sinusoidal", "rope", "alibi", "none", "relative_buckets")
+RNN_CELL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
+# "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
+# "loop": the step functions in a Python loop, the readable reference (always used with padding).
+RNN_IMPLEMENTATIONS = ("fused", "loop")
+
+
+# ----------------------------------------------------------------------------------------------
+# Config validators: each raises a ValueError naming the field and what it accepts.
+# ----------------------------------------------------------------------------------------------
+
+
+def _choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+
+def _number(
+    name: str, value, low: float = -math.inf, high: float = math.inf, *, low_open=False, high_open=False
+) -> None:
+    """A finite real number in [low, high] (`low_open`/`high_open` exclude the bound).
+
+    nan and inf are refused whatever the interval: a non-finite init scale, RoPE base or pseudo-count
+    is accepted by every comparison with nan, or by an open bound with inf, and only surfaces later as
+    non-finite weights or logits.
+    """
+    finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    above = finite and (value > low if low_open else value >= low)
+    if above and (value < high if high_open else value <= high):
+        return
+    if (low, high, low_open) == (0, math.inf, True):
+        what = "a finite positive number"
+    elif (low, high) == (0, math.inf):
+        what = "a finite non-negative number"
+    elif (low, high) == (-math.inf, math.inf):
+        what = "a finite number"
+    else:
+        what = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    raise ValueError(f"`{name}` must be {what}, got {value!r}.")
+
+
+def _positive(name: str, value) -> None:
+    _number(name, value, 0, low_open=True)
+
+
+def _non_negative(name: str, value) -> None:
+    _number(name, value, 0)
+
+
+def _probability(name: str, value) -> None:
+    _number(name, value, 0, 1, high_open=True)
+
+
+def _bool(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+
+
+def _token_ids(name: str, value, vocab_size: int) -> None:
+    """A special token field: None, an id in [0, vocab_size), or (eos) a list of such ids."""
+    for token_id in value if isinstance(value, list) else [value]:
+        if token_id is not None and (
+            isinstance(token_id, bool) or not isinstance(token_id, int) or not 0 <= token_id < vocab_size
+        ):
+            raise ValueError(
+                f"`{name}` must be None or an id in [0, vocab_size={vocab_size}), got {value!r}."
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# Base class shared by every family
+# ----------------------------------------------------------------------------------------------
+
+
+# model-class suffix -> the Hub's pipeline tag for the model card
+_PIPELINE_TAGS = {
+    "ForCausalLM": "text-generation",
+    "ForMaskedLM": "fill-mask",
+    "ForPreTraining": "fill-mask",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForMultipleChoice": "multiple-choice",
+    "ForConditionalGeneration": "text2text-generation",
+    "Model": "feature-extraction",
+}
+
+
+class HfLmPreTrainedModel(PreTrainedModel):
+    """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
+
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _no_split_modules = ["TransformerBlock"]
+    _skip_keys_device_placement = ["past_key_values"]
+
+    def _init_weights(self, module):
+        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
+
+        Written per leaf module (Linear, Embedding, norm): for remote-code models transformers 5 skips
+        `_init_weights` on modules without parameters of their own (Attention, MLP), so the Linears
+        carry their role (`init_role`, set where they are built) instead.
+        """
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])  # padding embeds to zero, as in BERT
+        elif getattr(module, "init_role", None) == "norm":  # LayerNorm, RMSNorm (hflm_blocks)
+            init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        if getattr(module, "init_role", None) in ("attn_out", "ff_out"):
+            # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
+            init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
+
+    def create_masks_for_generate(
+        self, attention_mask=None, past_key_values=None, inputs_embeds=None, **kwargs
+    ):
+        """Keep generate()'s (B, S) padding mask 2D; widen it to a static cache's full length.
+
+        transformers calls this for compileable (static) caches only, and would turn the mask into a
+        4D one with its own masking utilities; hf_lm models build their masks themselves (padding,
+        causality, prefix, ALiBi bias) in one place. Widened (empty slots = padding), the mask has
+        the same shape at every decoding step, so a compiled step is not recompiled as it grows.
+        """
+        if attention_mask is None or attention_mask.dim() != 2 or past_key_values is None:
+            return attention_mask
+        _, kv_len = cache_lengths(past_key_values, inputs_embeds.shape[1])
+        width = attention_mask.shape[-1]
+        return F.pad(attention_mask, (0, kv_len - width)) if kv_len > width else attention_mask
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Save as transformers does, with every Auto class of this family in `config.json`'s `auto_map`.
+
+        transformers writes only the saved class's entry; `AutoModel` (and so feature extraction)
+        on a folder saved from the LM head would then fail under `trust_remote_code`.
+        """
+        module = sys.modules[type(self).__module__]
+        file_stem = type(self).__module__.rsplit(".", 1)[-1]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name, obj in vars(module).items():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, PreTrainedModel)
+                and obj.__module__ == module.__name__
+                and obj.config_class is type(self.config)  # one modeling file may serve several families
+            ):
+                if obj._auto_class is not None:
+                    auto_map[obj._auto_class] = f"{file_stem}.{name}"
+        if auto_map:
+            self.config.auto_map = auto_map
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        card = os.path.join(save_directory, "README.md")
+        if kwargs.get("is_main_process", True) and not os.path.exists(card):
+            # every saved model gets a card; hf_lm.cards writes a fuller one (data, metrics) over it
+            with open(card, "w", encoding="utf-8") as f:
+                f.write(self._default_model_card())
+        return result
+
+    def _default_model_card(self) -> str:
+        """A minimal Hugging Face model card: front matter the Hub indexes, the architecture, usage."""
+        cfg, name = self.config, type(self).__name__
+        auto_class = self._auto_class or "AutoModel"
+        task = next((tag for suffix, tag in _PIPELINE_TAGS.items() if name.endswith(suffix)), None)
+        rows = "\n".join(f"| {k} | {v} |" for k, v in self._card_fields())
+        return (
+            "---\nlibrary_name: transformers\nlicense: apache-2.0\n"
+            + (f"pipeline_tag: {task}\n" if task else "")
+            + f"tags:\n- hf_lm\n- {cfg.model_type}\n---\n\n"
+            + f"# {name}\n\nAn hf_lm model (`{name}`). Its modeling code ships in this folder: load it with "
+            + "`trust_remote_code=True`, no hf_lm install needed.\n\n"
+            + f"| | |\n|---|---|\n{rows}\n\n## Usage\n\n```python\n"
+            + f"from transformers import {auto_class}\n\n"
+            + f'model = {auto_class}.from_pretrained("path/or/hub-id", trust_remote_code=True)\n```\n'
+        )
+
+    def _card_fields(self) -> list[tuple[str, object]]:
+        """(name, value) rows of the default card's architecture table; non-Transformer families override it."""
+        cfg = self.config
+        rows = [
+            ("model_type", cfg.model_type),
+            ("layers", cfg.num_hidden_layers),
+            ("hidden_size", cfg.hidden_size),
+            ("attention heads / key-value heads", f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
+            ("feed-forward", f"{cfg.hidden_act}, {cfg.intermediate_size}"),
+            ("positions", cfg.position_embedding_type),
+            ("norm", f"{cfg.norm_type}, {cfg.norm_position}-norm"),
+            ("vocabulary", cfg.vocab_size),
+        ]
+        # ALBERT's options, where a family uses them
+        embedding_size = getattr(cfg, "embedding_size", None)
+        if embedding_size not in (None, cfg.hidden_size):
+            rows.append(("embedding_size (factorized)", embedding_size))
+        groups = getattr(cfg, "num_hidden_groups", None)
+        if groups not in (None, cfg.num_hidden_layers):
+            rows.append(("distinct blocks (shared across layers)", groups))
+        return rows + [("parameters", f"{self.num_parameters():,}")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks and losses shared by the heads.
+#
+# Bad input fails here, with a ValueError naming the argument, not as a torch error deep inside
+# `forward` (or, worse, as silently wrong numbers). Types, shapes and dtypes are checked always:
+# they are static inside a compiled graph. Values are checked outside compiled graphs only (they
+# are read on the host, which would break the graph), and the value checks of one call are read
+# together: each host read of a GPU tensor (`bool(t)`, `.item()`, `.tolist()`) waits for the
+# device to finish all the work queued before it.
+# ----------------------------------------------------------------------------------------------
+
+
+def is_integer_dtype(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
+def _require_tensor(x, name: str, what: str) -> None:
+    if not torch.is_tensor(x):
+        raise ValueError(f"`{name}` must be a tensor of {what}, got {type(x).__name__}.")
+
+
+def _require_integer(x: torch.Tensor, name: str, what: str) -> None:
+    if not is_integer_dtype(x.dtype):
+        raise ValueError(f"`{name}` must hold integer {what}, got dtype {x.dtype}.")
+
+
+def host_read(*flags: torch.Tensor) -> list[bool]:
+    """Several 0-dim bool checks read on the host at once: one device sync instead of one per check."""
+    device = flags[0].device
+    return torch.stack([flag.reshape(()).to(device) for flag in flags]).tolist()
+
+
+def _min_max(x: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor, in one host read."""
+    lo, hi = torch.stack(torch.aminmax(x)).tolist()
+    return lo, hi
+
+
+def check_input_ids(input_ids, vocab_size: int, name: str = "input_ids", values: bool = True) -> None:
+    """A (B, T) tensor of token ids in [0, vocab_size): a message a user can act on, not an index
+    error deep inside the embedding. `values=False` skips the host read of the values, for ids that
+    are checked again where they are embedded."""
+    _require_tensor(input_ids, name, "token ids")
+    if input_ids.dim() != 2:
+        raise ValueError(f"`{name}` must be a (batch, seq_len) tensor, got shape {tuple(input_ids.shape)}.")
+    if input_ids.numel() == 0:
+        raise ValueError(f"`{name}` is empty (shape {tuple(input_ids.shape)}): pass at least one token.")
+    _require_integer(input_ids, name, "token ids")
+    if not values or torch.compiler.is_compiling():
+        return
+    lo, hi = _min_max(input_ids)
+    if lo < 0 or hi >= vocab_size:
+        bad = lo if lo < 0 else hi
+        raise ValueError(
+            f"`{name}` contains token id {bad}, outside the vocabulary [0, {vocab_size}). "
+            "Was the input made with a different tokenizer than this model's?"
+        )
+
+
+def embed_inputs(
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    embed_tokens: nn.Embedding,
+    vocab_size: int,
+    width_name: str = "hidden_size",
+    names: tuple[str, str] = ("input_ids", "inputs_embeds"),
+) -> torch.Tensor:
+    """The (B, T, width) input embeddings: looked up from checked `input_ids`, or `inputs_embeds` checked.
+
+    `names`: the two arguments as the caller's user passed them (a decoder's are
+    `decoder_input_ids` and `decoder_inputs_embeds`), for the error messages.
+    """
+    ids_name, embeds_name = names
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{ids_name}` or `{embeds_name}`.")
+    if input_ids is not None:
+        check_input_ids(input_ids, vocab_size, ids_name)
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            input_ids = input_ids.long()  # the lookup takes int64 or int32 indices (uint8 ids are fine ids)
+        return embed_tokens(input_ids)  # (B, T, width)
+    width = embed_tokens.embedding_dim
+    _require_tensor(inputs_embeds, embeds_name, "embeddings")
+    if inputs_embeds.dim() != 3 or 0 in inputs_embeds.shape[:2] or inputs_embeds.shape[2] != width:
+        raise ValueError(
+            f"`{embeds_name}` must be a non-empty (batch, seq_len, {width_name}={width}) tensor, "
+            f"got {tuple(inputs_embeds.shape)}."
+        )
+    if not inputs_embeds.is_floating_point():
+        raise ValueError(
+            f"`{embeds_name}` must hold floating-point vectors, got dtype {inputs_embeds.dtype}."
+        )
+    return inputs_embeds
+
+
+def _padding_mask_is_full(mask: torch.Tensor, name: str, require_token: bool = False) -> bool:
+    """Whether a padding mask is all ones (nothing padded), after checking, in one host read, that it
+    holds only 1 (token) and 0 (padding), and with `require_token` a token in every row. A mask
+    holding 2 or 0.5 would otherwise pass as "attend" everywhere it is not 0. Inside a compiled
+    graph nothing is read and the answer is False (the mask is applied as it is)."""
+    if torch.compiler.is_compiling():
+        return False
+    ones = mask == 1
+    binary = ones | (mask == 0)
+    flags = [ones.all(), binary.all()]
+    if require_token:
+        flags.append(ones.any(dim=-1).all())
+    full, is_binary, *has_tokens = host_read(*flags)
+    if not is_binary:
+        raise ValueError(
+            f"`{name}` must hold 1 for tokens and 0 for padding, got the value {mask[~binary][0].item()}."
+        )
+    if has_tokens and not has_tokens[0]:
+        row = int((~ones.any(dim=-1)).nonzero()[0, 0])
+        raise ValueError(f"`{name}` row {row} has no real token: every source needs at least one.")
+    return full
+
+
+def check_padding_mask(
+    attention_mask: torch.Tensor | None,
+    batch: int,
+    length: int,
+    name: str = "attention_mask",
+    require_token: bool = False,
+) -> torch.Tensor | None:
+    """Check a (B, S) padding mask (its shape, and that it holds only 1 and 0); return None when nothing
+    is padded, so attention can take its unmasked fast path (the value check and the fast path are
+    skipped inside a compiled graph). `require_token`: every row must hold a token (a source the
+    decoder attends to)."""
+    if attention_mask is None:
+        return None
+    _require_tensor(attention_mask, name, "1 (token) and 0 (padding) values")
+    if tuple(attention_mask.shape) != (batch, length):
+        raise ValueError(
+            f"`{name}` must have shape (batch, seq_len) = ({batch}, {length}), got {tuple(attention_mask.shape)}."
+        )
+    return None if _padding_mask_is_full(attention_mask, name, require_token) else attention_mask
+
+
+def check_cache_type(past_key_values, cache_class: type, what: str) -> None:
+    """`past_key_values` is None or a cache of the model's kind (not a legacy tuple, not a stray value)."""
+    if past_key_values is not None and not isinstance(past_key_values, cache_class):
+        hint = (
+            " (tuple caches were removed in transformers 5)"
+            if isinstance(past_key_values, (tuple, list))
+            else ""
+        )
+        raise ValueError(f"`past_key_values` must be {what}, got {type(past_key_values).__name__}{hint}.")
+
+
+def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]:
+    """Where T new tokens sit among the keys attention sees, for any transformers `Cache` (or None).
+
+    Returns:
+        `(past_len, kv_len)`. `past_len`: tokens already cached. An int, except for a filled
+        `StaticCache`, which counts in a 0-dim tensor on its device so that a compiled decoding
+        step neither reads the device nor recompiles as it grows: use it in tensor arithmetic only
+        (`torch.arange(T) + past_len`), never in Python branches or slices, and before the layers
+        run (it is the cache's own counter, which their `update` increments in place). `kv_len`
+        (an int): the keys attention sees, past + T for a dynamic cache and the preallocated length
+        for a static one, whose still empty slots follow the new tokens and must be masked.
+    """
+    if past_key_values is None:
+        return 0, q_len
+    check_cache_type(
+        past_key_values,
+        Cache,
+        "a transformers `Cache` (a `DynamicCache`, `StaticCache` or `EncoderDecoderCache`, such as an "
+        "earlier call with `use_cache=True` returned)",
+    )
+    # an EncoderDecoderCache answers for its self-attention cache
+    past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
+    # a full static cache would fail inside its own update with an index error; a static count is
+    # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T)
+    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len:
+        raise ValueError(
+            f"The static cache holds {kv_len} tokens: {int(past_len)} cached and {q_len} new ones do not fit. "
+            "Give it a larger `max_cache_len`."
+        )
+    return past_len, kv_len
+
+
+def check_position_ids(
+    position_ids,
+    batch: int,
+    length: int,
+    max_positions: int | None = None,
+    name: str = "position_ids",
+    values: bool = True,
+) -> None:
+    """User-given (B|1, T) positions: integers, non-negative and, for a learned table of
+    `max_positions` vectors, below it (one host read, skipped in compiled graphs or with
+    `values=False`, for a model that ignores the values)."""
+    _require_tensor(position_ids, name, "positions")
+    if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"`{name}` must have shape ({batch}, {length}) or (1, {length}), got {tuple(position_ids.shape)}."
+        )
+    _require_integer(position_ids, name, "positions")
+    if not values or torch.compiler.is_compiling():
+        return
+    lo, hi = _min_max(position_ids)
+    if lo < 0:
+        raise ValueError(f"`{name}` must hold non-negative positions, got {lo}.")
+    if max_positions is not None and hi >= max_positions:
+        raise ValueError(
+            f"`{name}` holds position {hi}, beyond this model's learned positions: "
+            f"max_position_embeddings={max_positions} allows 0 to {max_positions - 1}."
+        )
+
+
+def check_encoder_states(states, batch: int, width: int) -> None:
+    """The encoder output a decoder attends to: (B, S, width), with the decoder's batch B."""
+    if not torch.is_tensor(states) or states.dim() != 3 or states.shape[1] == 0 or states.shape[2] != width:
+        got = tuple(states.shape) if torch.is_tensor(states) else type(states).__name__
+        raise ValueError(
+            f"`encoder_outputs` must hold the encoder's (batch, source_len, {width}) last_hidden_state, got {got}."
+        )
+    if states.shape[0] != batch:
+        raise ValueError(
+            f"The decoder inputs (`decoder_input_ids`, or the `labels` they are made from) have batch size {batch}, "
+            f"but the encoder output (of `input_ids`, or the `encoder_outputs` given) has {states.shape[0]}: "
+            "pass one target row per source row."
+        )
+
+
+def logits_positions(logits_to_keep, length: int) -> slice | torch.Tensor:
+    """The sequence index of the positions that get logits (`hidden_states[:, index]`): the last
+    `logits_to_keep` (0 = all; `generate()` passes 1, so the prompt's (B, T, V) logits are never
+    built), or those of a 1-D tensor of positions."""
+    if torch.is_tensor(logits_to_keep):
+        if logits_to_keep.dim() != 1 or not is_integer_dtype(logits_to_keep.dtype):
+            raise ValueError(
+                "`logits_to_keep` as a tensor must be a 1-D tensor of integer positions, got a "
+                f"{logits_to_keep.dtype} tensor of shape {tuple(logits_to_keep.shape)}."
+            )
+        if logits_to_keep.numel() and not torch.compiler.is_compiling():
+            lo, hi = _min_max(logits_to_keep)
+            if lo < -length or hi >= length:
+                raise ValueError(
+                    f"`logits_to_keep` holds position {lo if lo < -length else hi}, outside the input's "
+                    f"{length} positions."
+                )
+        return logits_to_keep
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+        raise ValueError(
+            "`logits_to_keep` must be a non-negative int (score the last that many positions, 0 = all) or a "
+            f"1-D tensor of positions, got {logits_to_keep!r}."
+        )
+    return slice(-logits_to_keep, None) if logits_to_keep else slice(None)
+
+
+def pool_last_token(
+    hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    pad_token_id,
+) -> torch.Tensor:
+    """(B, C) the state of each row's last real token, the only one a causal stack showed the whole
+    text: the rightmost 1 of `attention_mask` (left or right padding), else the last id that is not
+    `pad_token_id`, else the last position.
+
+    Args:
+        hidden_states: (B, T, C); attention_mask: (B, S >= T) checked by the model, or None.
+    """
+    B, T = hidden_states.shape[:2]
+    device = hidden_states.device
+    if attention_mask is not None:
+        real = attention_mask[:, -T:].to(device).bool()  # the last T keys are the new tokens
+    elif input_ids is not None and pad_token_id is not None:
+        real = input_ids.to(device) != pad_token_id
+    else:
+        real = torch.ones(B, T, dtype=torch.bool, device=device)
+    last = torch.where(real, torch.arange(T, device=device), -1).amax(dim=-1).clamp(min=0)  # (B,)
+    return hidden_states[torch.arange(B, device=device), last]  # (B, C)
+
+
+def classify_last_token(
+    classifier, config, hidden_states, attention_mask, input_ids, labels, num_items_in_batch=None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(logits (B, num_labels), loss or None) of `classifier` on each row's last real token
+    (`pool_last_token`); the loss by `config.problem_type` (`sequence_classification_loss`)."""
+    logits = classifier(pool_last_token(hidden_states, attention_mask, input_ids, config.pad_token_id))
+    if labels is None:
+        return logits, None
+    return logits, sequence_classification_loss(config, logits, labels, num_items_in_batch)
+
+
+def num_items_error(num_items_in_batch) -> ValueError:
+    value = num_items_in_batch.item() if torch.is_tensor(num_items_in_batch) else num_items_in_batch
+    return ValueError(
+        f"`num_items_in_batch` must be a finite positive count of the target items the summed loss is divided "
+        f"by, got {value!r}. (An accumulated batch whose labels are all -100 has nothing to learn from: "
+        "skip it rather than divide by 0.)"
+    )
+
+
+def num_items_flag(num_items_in_batch) -> torch.Tensor | None:
+    """Check `num_items_in_batch` (the count `Trainer`, or a gradient-accumulation loop, divides a
+    summed loss by; 0 would make the loss 0/0 = nan): a Python number now; for a tensor, its shape and
+    dtype now and its value as a returned 0-dim bool flag, for the caller to read with its own value
+    checks in one host read (raise `num_items_error` when it is False)."""
+    n = num_items_in_batch
+    if n is None:
+        return None
+    if torch.is_tensor(n):
+        if n.numel() != 1 or n.dtype == torch.bool or n.dtype.is_complex:
+            raise ValueError(
+                "`num_items_in_batch` must be a number or a one-element tensor, got a "
+                f"{n.dtype} tensor of shape {tuple(n.shape)}."
+            )
+        n = n.reshape(())
+        return torch.isfinite(n) & (n > 0)
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or not (math.isfinite(n) and n > 0):
+        raise num_items_error(n)
+    return None
+
+
+def check_labels(
+    labels,
+    expected_shape,
+    num_classes: int,
+    ignore_index: int = -100,
+    num_items_in_batch=None,
+    what: str = "token ids",
+) -> None:
+    """Token-level `labels`: the expected shape (None: any non-empty (batch, length)), integer ids in
+    [0, num_classes) or `ignore_index`; `num_items_in_batch` is checked in the same host read."""
+    _require_tensor(labels, "labels", what)
+    if expected_shape is None:
+        if labels.dim() != 2:
+            raise ValueError(
+                f"`labels` must be a (batch, target_len) tensor, got shape {tuple(labels.shape)}."
+            )
+    elif tuple(labels.shape) != tuple(expected_shape):
+        raise ValueError(
+            f"`labels` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
+        )
+    if labels.numel() == 0:
+        raise ValueError(f"`labels` is empty (shape {tuple(labels.shape)}).")
+    _require_integer(labels, "labels", what)
+    count_ok = num_items_flag(num_items_in_batch)
+    if torch.compiler.is_compiling():
+        return
+    valid = (labels == ignore_index) | ((labels >= 0) & (labels < num_classes))
+    flags = host_read(valid.all(), *([] if count_ok is None else [count_ok]))
+    if not flags[0]:
+        raise ValueError(
+            f"`labels` contains {int(labels[~valid][0])}: labels must be {what} in [0, {num_classes}) "
+            f"or {ignore_index} (ignored)."
+        )
+    if not all(flags):
+        raise num_items_error(num_items_in_batch)
+
+
+def check_seq2seq_labels(
+    labels: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    encoder_outputs,
+    vocab_size: int,
+    num_items_in_batch=None,
+) -> None:
+    """Check an encoder-decoder's `labels` before they become decoder inputs, so a bad label is
+    reported as a label (and an empty or malformed source, read first by the encoder, as the source)."""
+    if input_ids is not None and encoder_outputs is None:
+        check_input_ids(input_ids, vocab_size, values=False)
+    check_labels(labels, None, vocab_size, num_items_in_batch=num_items_in_batch)
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder inputs from targets (every encoder-decoder family): the start token, then the targets
+    moved one step right.
+
+    Args:
+        labels: (B, T) target ids, -100 where ignored.
+
+    Returns:
+        (B, T) decoder input ids, -100 replaced by the pad id (the decoder never reads them as
+        targets, and an embedding lookup of -100 would fail).
+    """
+    shifted = labels.new_full(labels.shape, decoder_start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class FixedWindowGeneration:
+    """Generation for models that read a fixed window of the last tokens and nothing else (the
+    n-gram model, Bengio's feed-forward LM): there is no cache, and each step feeds only the window,
+    which is the whole context of the next prediction, so a step costs the same at any length.
+
+    Mix in before `GenerationMixin`; the model names its window in `generation_window()`.
+    """
+
+    def generation_window(self) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # nothing to cache: rescoring the window is exact and cheap
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, inputs_embeds=None, **kwargs):
+        if inputs_embeds is not None:
+            raise ValueError(f"{type(self).__name__} generates from `input_ids` only, not `inputs_embeds`.")
+        window = self.generation_window()
+        inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
+        if attention_mask is not None:
+            inputs["attention_mask"] = attention_mask[:, -window:]
+        return inputs
+
+
+def lm_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    shift: bool,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    ignore_index: int = -100,
+) -> torch.Tensor:
+    """Token-level cross-entropy in fp32.
+
+    Args:
+        logits: (B, T, V).
+        labels: (B, T); with `shift` position t is scored against label t+1 (causal LMs).
+        num_items_in_batch: the number of target tokens in the whole accumulated batch; when given
+            the loss is a sum divided by it, so gradient accumulation equals one large batch.
+
+    The labels (and `num_items_in_batch`) are those `check_labels` accepted.
+    """
+    if shift:
+        # shift the (small) labels rather than the (large) logits: no copy of the (B, T, V) tensor
+        labels = F.pad(labels, (0, 1), value=ignore_index)[:, 1:]
+    logits = logits.reshape(-1, logits.shape[-1]).float()
+    labels = labels.reshape(-1).to(device=logits.device, dtype=torch.long)  # int32 ids are ids too
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits, labels, ignore_index=ignore_index)
+    total = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(total.device).reshape(())  # a (1,) count: a 0-dim loss
+    return total / num_items_in_batch
+
+
+def sequence_classification_loss(
+    config, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
+) -> torch.Tensor:
+    """Regression (MSE), single-label (cross-entropy) or multi-label (BCE), as transformers decides it.
+
+    With `num_items_in_batch` (Trainer passes the number of label values in the whole accumulated
+    batch: examples, or examples x labels for multi-label and multi-output regression) the loss is a
+    sum divided by it, so gradient accumulation equals one big batch instead of being
+    `gradient_accumulation_steps` times too large.
+    """
+    reduction = "mean" if num_items_in_batch is None else "sum"
+
+    def reduce(loss: torch.Tensor) -> torch.Tensor:
+        if num_items_in_batch is None:
+            return loss
+        n = num_items_in_batch
+        return loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
+
+    _require_tensor(labels, "labels", "class ids or targets")
+    count_ok = num_items_flag(num_items_in_batch)
+    flags = [] if count_ok is None else [count_ok]  # value checks, read on the host together
+    num_labels = logits.shape[-1]
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    labels = labels.to(logits.device)
+    B = logits.shape[0]
+    if config.problem_type == "single_label_classification":
+        if labels.dim() != 1 or labels.shape[0] != B:
+            raise ValueError(f"`labels` must have shape ({B},) of class ids, got {tuple(labels.shape)}.")
+        _require_integer(labels, "labels", "class ids")
+        flags.insert(0, ((labels >= 0) & (labels < num_labels)).all())
+    elif labels.dtype.is_complex:
+        raise ValueError(f"`labels` must hold real targets, got dtype {labels.dtype}.")
+    elif config.problem_type == "regression" and num_labels == 1:
+        if labels.numel() != B:
+            raise ValueError(
+                f"`labels` must hold one target per example ({B}), got shape {tuple(labels.shape)}."
+            )
+    elif tuple(labels.shape) != tuple(logits.shape):
+        kind = "regression" if config.problem_type == "regression" else "multi-label"
+        raise ValueError(f"{kind} `labels` must have shape {tuple(logits.shape)}, got {tuple(labels.shape)}.")
+    if flags and not torch.compiler.is_compiling():
+        ok = host_read(*flags)
+        if not ok[0] and config.problem_type == "single_label_classification":
+            raise ValueError(f"`labels` must be class ids in [0, {num_labels}), got {labels.tolist()}.")
+        if not all(ok):
+            raise num_items_error(num_items_in_batch)
+    if config.problem_type == "regression":
+        return reduce(
+            F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1), reduction=reduction)
+            if num_labels == 1
+            else F.mse_loss(logits.float(), labels.float(), reduction=reduction)
+        )
+    if config.problem_type == "single_label_classification":
+        return reduce(F.cross_entropy(logits.float(), labels.long(), reduction=reduction))
+    return reduce(F.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction=reduction))

@@ -1,0 +1,77 @@
+"""What `save_pretrained` ships for each family: exactly the files the family needs.
+
+Every model class of the registry is saved (one tiny model per class, from `hf_lm.testing`), and the
+folder's `.py` files are compared with the family's exact list. The non-Transformer families (RNN,
+RNN seq2seq, feed-forward, n-gram) ship no attention code, and a config-only remote load imports no
+modeling file.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from hf_lm.testing import FAMILY_CASES
+
+COMMON = {"hflm_common.py"}
+TRANSFORMER = COMMON | {"hflm_blocks.py", "hflm_configuration_base.py"}
+SHIPPED = {
+    "gpt": TRANSFORMER | {"hflm_configuration_gpt.py", "hflm_modeling_gpt.py"},
+    "bert": TRANSFORMER | {"hflm_configuration_bert.py", "hflm_modeling_bert.py"},
+    "t5": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
+    "bart": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
+    "rnn": COMMON | {"hflm_rnn_blocks.py", "hflm_configuration_rnn.py", "hflm_modeling_rnn.py"},
+    "rnn-seq2seq": COMMON
+    | {"hflm_rnn_blocks.py", "hflm_configuration_rnn_seq2seq.py", "hflm_modeling_rnn_seq2seq.py"},
+    "ffnn": COMMON | {"hflm_configuration_ffnn.py", "hflm_modeling_ffnn.py"},
+    "ngram": COMMON | {"hflm_configuration_ngram.py", "hflm_modeling_ngram.py"},
+}
+NOT_TRANSFORMERS = ("rnn", "rnn-seq2seq", "ffnn", "ngram")
+
+
+def family(case) -> str:
+    """The family of a case: its name up to the head ("rnn-seq2seq-lm" -> "rnn-seq2seq")."""
+    return max((f for f in SHIPPED if case.name == f or case.name.startswith(f + "-")), key=len)
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+def test_each_class_ships_exactly_its_family_files(tmp_path, case):
+    case.make_model(seed=0).save_pretrained(tmp_path)
+    shipped = {p.name for p in tmp_path.glob("*.py")}
+    assert shipped == SHIPPED[family(case)]
+    if family(case) in NOT_TRANSFORMERS:
+        for path in tmp_path.glob("*.py"):
+            assert "scaled_dot_product_attention" not in path.read_text(), path.name
+
+
+CONFIG_ONLY = textwrap.dedent(
+    """
+    import sys
+    sys.modules["hf_lm"] = None  # the shipped files alone
+    from transformers import AutoConfig
+    config = AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)
+    modeling = sorted(name for name in sys.modules if "hflm_modeling" in name or "hflm_blocks" in name
+                      or "hflm_rnn_blocks" in name)
+    print("LOADED", config.model_type, "MODELING", modeling)
+    """
+)
+
+
+@pytest.mark.parametrize("name", ["gpt-causal-lm", "rnn-causal-lm", "t5-seq2seq-lm", "ngram-causal-lm"])
+def test_config_only_remote_load_imports_no_modeling_code(tmp_path, name):
+    case = next(c for c in FAMILY_CASES if c.name == name)
+    model = case.make_model(seed=0)
+    model.save_pretrained(tmp_path / "model")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
+    result = subprocess.run(
+        [sys.executable, "-c", CONFIG_ONLY, str(tmp_path / "model")],
+        cwd=tmp_path,  # not the repo: nothing local shadows the shipped files
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"LOADED {model.config.model_type} MODELING []" in result.stdout, result.stdout
