@@ -5,19 +5,9 @@ auto class, so `save_pretrained` writes `auto_map` and copies the model code nex
 (checkpoints then load with `trust_remote_code=True` where hf_lm is not installed).
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from transformers import AutoConfig
 
+from .families import FAMILIES, Family, family_of, head_info
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
@@ -66,68 +56,14 @@ from .utils import kv_cache_bytes
 
 __version__ = "0.1.0"
 
-# (config, [(auto class, model class), ...]) for every family
-_REGISTRY = [
-    (
-        HfLmGPTConfig,
-        [
-            (AutoModel, HfLmGPTModel),
-            (AutoModelForCausalLM, HfLmGPTForCausalLM),
-            (AutoModelForSequenceClassification, HfLmGPTForSequenceClassification),
-        ],
-    ),
-    (
-        HfLmBertConfig,
-        [
-            (AutoModel, HfLmBertModel),
-            (AutoModelForMaskedLM, HfLmBertForMaskedLM),
-            (AutoModelForPreTraining, HfLmBertForPreTraining),
-            (AutoModelForSequenceClassification, HfLmBertForSequenceClassification),
-            (AutoModelForTokenClassification, HfLmBertForTokenClassification),
-            (AutoModelForQuestionAnswering, HfLmBertForQuestionAnswering),
-            (AutoModelForMultipleChoice, HfLmBertForMultipleChoice),
-        ],
-    ),
-    (
-        HfLmT5Config,
-        [
-            (AutoModel, HfLmT5Model),
-            (AutoModelForSeq2SeqLM, HfLmT5ForConditionalGeneration),
-            (AutoModelForSequenceClassification, HfLmT5ForSequenceClassification),
-        ],
-    ),
-    (
-        HfLmBartConfig,
-        [
-            (AutoModel, HfLmBartModel),
-            (AutoModelForSeq2SeqLM, HfLmBartForConditionalGeneration),
-            (AutoModelForSequenceClassification, HfLmBartForSequenceClassification),
-        ],
-    ),
-    (
-        HfLmRNNConfig,
-        [
-            (AutoModel, HfLmRNNModel),
-            (AutoModelForCausalLM, HfLmRNNForCausalLM),
-        ],
-    ),
-    (
-        HfLmRNNSeq2SeqConfig,
-        [
-            (AutoModel, HfLmRNNSeq2SeqModel),
-            (AutoModelForSeq2SeqLM, HfLmRNNSeq2SeqForConditionalGeneration),
-        ],
-    ),
-    (HfLmNGramConfig, [(AutoModelForCausalLM, HfLmNGramForCausalLM)]),
-    (HfLmFFNNConfig, [(AutoModel, HfLmFFNNModel), (AutoModelForCausalLM, HfLmFFNNForCausalLM)]),
-]
-
 
 def _register() -> None:
-    for config_class, models in _REGISTRY:
+    """Register every family of the table with transformers' Auto classes, and for remote code."""
+    for family in FAMILIES.values():
+        config_class = family.config_class
         AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
         config_class.register_for_auto_class()
-        for auto_class, model_class in models:
+        for auto_class, model_class in family.heads.items():
             auto_class.register(config_class, model_class, exist_ok=True)
             model_class.register_for_auto_class(auto_class.__name__)
 
@@ -135,6 +71,10 @@ def _register() -> None:
 _register()
 
 __all__ = [
+    "FAMILIES",
+    "Family",
+    "family_of",
+    "head_info",
     "HfLmNGramConfig",
     "HfLmNGramPreTrainedModel",
     "HfLmNGramForCausalLM",

@@ -28,6 +28,8 @@ from string import Template
 
 from huggingface_hub import EvalResult, ModelCardData
 
+from .families import head_info
+
 logger = logging.getLogger(__name__)
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "model_cards"
@@ -77,26 +79,7 @@ model = $auto_class.from_pretrained($model_id_repr, trust_remote_code=True)
 $notes
 """
 
-# class-name suffix -> (Hub pipeline tag, Auto class); the transformers naming convention
-_HEADS = (
-    ("ForCausalLM", "text-generation", "AutoModelForCausalLM"),
-    ("ForMaskedLM", "fill-mask", "AutoModelForMaskedLM"),
-    ("ForSequenceClassification", "text-classification", "AutoModelForSequenceClassification"),
-    ("ForTokenClassification", "token-classification", "AutoModelForTokenClassification"),
-    ("ForConditionalGeneration", "text2text-generation", "AutoModelForSeq2SeqLM"),
-    ("ForSeq2SeqLM", "text2text-generation", "AutoModelForSeq2SeqLM"),
-)
-_BASE_HEAD = ("feature-extraction", "AutoModel")
-
 _NOT_SET = "n/a"
-
-
-def _head(model) -> tuple[str, str]:
-    name = type(model).__name__
-    for suffix, pipeline_tag, auto_class in _HEADS:
-        if name.endswith(suffix):
-            return pipeline_tag, auto_class
-    return _BASE_HEAD
 
 
 def _count(n: int) -> str:
@@ -198,7 +181,7 @@ def _fields(
     model, save_directory: Path, dataset, metrics, tokenizer, hyperparameters, training_time_s
 ) -> dict[str, str]:
     config = model.config
-    pipeline_tag, auto_class = _head(model)
+    pipeline_tag, auto_class = head_info(model)  # from the family table
     model_id = save_directory.as_posix()
 
     def get(name, default=_NOT_SET):

@@ -19,38 +19,12 @@ import logging
 
 import torch
 
+from .families import FAMILIES
 from .models.hflm_configuration_bert import HfLmBertConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
 from .models.hflm_configuration_seq2seq import HfLmBartConfig, HfLmT5Config
-from .models.hflm_modeling_bert import (
-    HfLmBertForMaskedLM,
-    HfLmBertForPreTraining,
-    HfLmBertForSequenceClassification,
-    HfLmBertModel,
-)
-from .models.hflm_modeling_gpt import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification, HfLmGPTModel
-from .models.hflm_modeling_seq2seq import (
-    HfLmBartForConditionalGeneration,
-    HfLmBartModel,
-    HfLmT5ForConditionalGeneration,
-    HfLmT5Model,
-)
 
 logger = logging.getLogger(__name__)
-
-# reference class-name suffix -> hf_lm class, per family (checked in order: "Model" last)
-_GPT_HEADS = {
-    "LMHeadModel": HfLmGPTForCausalLM,
-    "ForCausalLM": HfLmGPTForCausalLM,
-    "ForSequenceClassification": HfLmGPTForSequenceClassification,
-    "Model": HfLmGPTModel,
-}
-_BERT_HEADS = {
-    "ForMaskedLM": HfLmBertForMaskedLM,
-    "ForPreTraining": HfLmBertForPreTraining,
-    "ForSequenceClassification": HfLmBertForSequenceClassification,
-    "Model": HfLmBertModel,
-}
 
 _GPT2_ACTS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
 _LLAMA_ACTS = {"silu": "swiglu", "gelu": "geglu", "relu": "reglu"}
@@ -106,8 +80,9 @@ def _gpt2_config(ref) -> HfLmGPTConfig:
     )
 
 
-def _gpt2_state_dict(sd: dict, num_layers: int) -> dict:
+def _gpt2_state_dict(sd: dict, config, ref_config) -> dict:
     """GPT-2 uses Conv1D, whose weights are (in, out): transpose them for nn.Linear."""
+    num_layers = config.num_hidden_layers
     out = {}
     p = "transformer." if any(k.startswith("transformer.") for k in sd) else ""
     out["model.embed_tokens.weight"] = sd[f"{p}wte.weight"]
@@ -163,8 +138,9 @@ def _llama_config(ref) -> HfLmGPTConfig:
     )
 
 
-def _llama_state_dict(sd: dict, num_layers: int) -> dict:
+def _llama_state_dict(sd: dict, config, ref_config) -> dict:
     """Llama keeps q/k/v and gate/up as separate Linears; hf_lm stacks each group into one."""
+    num_layers = config.num_hidden_layers
     p = "model." if any(k.startswith("model.") for k in sd) else ""  # LlamaModel has no prefix
     out = {
         "model.embed_tokens.weight": sd[f"{p}embed_tokens.weight"],
@@ -225,8 +201,13 @@ def _bert_config(ref) -> HfLmBertConfig:
     )
 
 
-def _bert_state_dict(sd: dict, num_layers: int, model_type: str = "bert", pad_token_id: int = 0) -> dict:
+def _bert_state_dict(sd: dict, config, ref_config) -> dict:
     """Rename BERT/RoBERTa weights; q, k and v are stacked into one `qkv_proj`."""
+    num_layers, model_type, pad_token_id = (
+        config.num_hidden_layers,
+        ref_config.model_type,
+        ref_config.pad_token_id or 0,
+    )
     prefix = next((p for p in ("bert.", "roberta.") if any(k.startswith(p) for k in sd)), "")
     out = {}
     emb = f"{prefix}embeddings."
@@ -304,7 +285,7 @@ def _t5_config(ref) -> HfLmT5Config:
     )
 
 
-def _t5_state_dict(sd: dict, config) -> dict:
+def _t5_state_dict(sd: dict, config, ref_config) -> dict:
     out = {"model.embed_tokens.weight": sd["shared.weight"]}
     gated = config.hidden_act != "relu"
     for stack, n_layers in (("encoder", config.num_hidden_layers), ("decoder", config.decoder_layers)):
@@ -373,7 +354,7 @@ def _bart_config(ref) -> HfLmBartConfig:
     )
 
 
-def _bart_state_dict(sd: dict, config) -> dict:
+def _bart_state_dict(sd: dict, config, ref_config) -> dict:
     """BART: separate q/k/v Linears (stacked here); positions offset by 2 rows (dropped)."""
     bias = sd.get("final_logits_bias")
     if bias is not None and bool(bias.any()):
@@ -415,17 +396,16 @@ def _bart_state_dict(sd: dict, config) -> dict:
     return out
 
 
-_T5_HEADS = {"ForConditionalGeneration": HfLmT5ForConditionalGeneration, "Model": HfLmT5Model}
-_BART_HEADS = {"ForConditionalGeneration": HfLmBartForConditionalGeneration, "Model": HfLmBartModel}
-
-# model_type -> (config converter, state-dict converter, heads)
-_FAMILIES = {
-    "gpt2": (_gpt2_config, _gpt2_state_dict, _GPT_HEADS),
-    "llama": (_llama_config, _llama_state_dict, _GPT_HEADS),
-    "bert": (_bert_config, _bert_state_dict, _BERT_HEADS),
-    "roberta": (_bert_config, _bert_state_dict, _BERT_HEADS),
-    "t5": (_t5_config, _t5_state_dict, _T5_HEADS),
-    "bart": (_bart_config, _bart_state_dict, _BART_HEADS),
+# transformers model_type -> (config converter, state-dict converter). Which hf_lm family each
+# model type converts into is the family table's `convert_from`; which head, the Auto class the
+# reference class is registered under (GPT2LMHeadModel: AutoModelForCausalLM -> HfLmGPTForCausalLM).
+_CONVERTERS = {
+    "gpt2": (_gpt2_config, _gpt2_state_dict),
+    "llama": (_llama_config, _llama_state_dict),
+    "bert": (_bert_config, _bert_state_dict),
+    "roberta": (_bert_config, _bert_state_dict),
+    "t5": (_t5_config, _t5_state_dict),
+    "bart": (_bart_config, _bart_state_dict),
 }
 
 # the reference classes each model type converts from (RoBERTa's classifier has another head shape)
@@ -437,6 +417,17 @@ _SUPPORTED = {
     "t5": ("T5ForConditionalGeneration", "T5Model"),
     "bart": ("BartForConditionalGeneration", "BartModel"),
 }
+
+
+def _hf_lm_head(model: torch.nn.Module) -> type:
+    """The hf_lm class of a reference model: the head its family registers under the reference's Auto class."""
+    family = next(f for f in FAMILIES.values() if model.config.model_type in f.convert_from)
+    for auto_class, head in family.heads.items():
+        # the reference class transformers registers under this Auto class for the reference's config
+        reference = auto_class._model_mapping.get(type(model.config), None)
+        if type(model) in (reference if isinstance(reference, (list, tuple)) else (reference,)):
+            return head
+    raise ValueError(f"{type(model).__name__} maps to no head of the hf_lm family {family.name!r}.")
 
 
 def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) -> torch.nn.Module:
@@ -456,22 +447,15 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     ref_config = model.config
     model_type = ref_config.model_type
     name = type(model).__name__
-    if model_type not in _FAMILIES or name not in _SUPPORTED[model_type]:
+    if model_type not in _CONVERTERS or name not in _SUPPORTED[model_type]:
         supported = ", ".join(n for names in _SUPPORTED.values() for n in names)
         raise ValueError(
             f"from_transformers does not support {name} (model_type={model_type!r}); supported: {supported}."
         )
-    make_config, convert_state_dict, heads = _FAMILIES[model_type]
-    head = next(cls for suffix, cls in heads.items() if name.endswith(suffix))
+    make_config, convert_state_dict = _CONVERTERS[model_type]
+    head = _hf_lm_head(model)
     config = make_config(ref_config)
-    if convert_state_dict is _bert_state_dict:
-        state_dict = _bert_state_dict(
-            model.state_dict(), config.num_hidden_layers, model_type, ref_config.pad_token_id or 0
-        )
-    elif convert_state_dict in (_t5_state_dict, _bart_state_dict):
-        state_dict = convert_state_dict(model.state_dict(), config)
-    else:
-        state_dict = convert_state_dict(model.state_dict(), config.num_hidden_layers)
+    state_dict = convert_state_dict(model.state_dict(), config, ref_config)
     if head.base_model_prefix and head.__name__.endswith("Model"):
         state_dict = {k.removeprefix("model."): v for k, v in state_dict.items() if k.startswith("model.")}
     ref_dtype = next(model.parameters()).dtype

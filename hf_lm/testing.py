@@ -1,7 +1,7 @@
 """Every hf_lm model class as a tiny, ready-to-run test case, for suites that must cover all families
 (the test suite, and `make gpu-check` on a GPU machine).
 
-`FAMILY_CASES` has one `FamilyCase` per model class registered in `hf_lm._REGISTRY` (the test
+`FAMILY_CASES` has one `FamilyCase` per model class of the family table `hf_lm.FAMILIES` (the test
 `test_precision.py::test_family_table_covers_the_registry` fails when a class is added without one).
 A case builds a tiny model (vocab 64, width 16-32, 1-2 layers, no dropout) and a valid batch for its
 head, labels included, so a suite needs no per-family code:

@@ -8,7 +8,9 @@ import random
 
 import pytest
 from conftest import REPO_ROOT, SHARED_DATA
+from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
+from training import finetune_classification
 from training.finetune_classification import (
     ClassificationDataArguments,
     ClassificationModelArguments,
@@ -220,38 +222,8 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
     _toy_sentiment(tmp_path / "train.tsv", 64, seed=0)
     texts = [line.split("\t")[0] for line in (tmp_path / "train.tsv").read_text().splitlines()[1:]]
     pretrained = _masked_lm_folder(tmp_path / "mlm", texts)
-    histories = {}
-    for name, batch, accumulation in (("large", 16, 1), ("accumulated", 8, 2)):
-        args = parse_args(
-            [
-                "--data_dir", str(tmp_path), "--model_name_or_path", str(pretrained),
-                "--output_dir", str(tmp_path / name), "--max_seq_length", "16",
-                "--optim", "sgd", "--learning_rate", "0.5", "--lr_scheduler_type", "constant",
-                "--weight_decay", "0", "--max_grad_norm", "1e9", "--max_steps", "4",
-                "--per_device_train_batch_size", str(batch),
-                "--gradient_accumulation_steps", str(accumulation),
-                "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "1",
-                "--disable_tqdm", "true", "--seed", "0",
-            ]
-        )  # fmt: skip
-        finetune(*args)
-        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
-        histories[name] = [log for log in state["log_history"] if "loss" in log]
-
-    large, accumulated = histories["large"], histories["accumulated"]
-    assert len(large) == len(accumulated) == 4
-    for a, b in zip(large, accumulated):
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    # the trajectory moved: the comparison would see a wrong step size
-    assert large[-1]["loss"] != pytest.approx(large[0]["loss"], rel=1e-3)
-
-    from safetensors.torch import load_file
-
-    weights = {name: load_file(tmp_path / name / "final" / "model.safetensors") for name in histories}
-    assert weights["large"].keys() == weights["accumulated"].keys()
-    for key, value in weights["large"].items():
-        assert weights["accumulated"][key].allclose(value, rtol=1e-4, atol=1e-6), key
+    flags = ["--data_dir", str(tmp_path), "--model_name_or_path", str(pretrained), "--max_seq_length", "16"]
+    assert_accumulation_equals_large_batch(finetune_classification, tmp_path, flags)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,31 +373,8 @@ def test_inputs_are_truncated_to_the_models_positions(tmp_path):
     pretrained = _masked_lm_folder(tmp_path / "mlm", [text for text, _ in long_rows])
 
     def run(*flags):
-        return finetune(
-            *parse_args(
-                [
-                    "--data_dir",
-                    str(tmp_path),
-                    "--model_name_or_path",
-                    str(pretrained),
-                    "--output_dir",
-                    str(tmp_path / "out"),
-                    "--max_steps",
-                    "2",
-                    "--per_device_train_batch_size",
-                    "8",
-                    "--eval_strategy",
-                    "no",
-                    "--save_strategy",
-                    "no",
-                    "--disable_tqdm",
-                    "true",
-                    "--report_to",
-                    "none",
-                    *flags,
-                ]
-            )  # fmt: skip
-        )
+        flags = ["--data_dir", str(tmp_path), "--model_name_or_path", str(pretrained), *QUICK_RUN, *flags]
+        return finetune(*parse_args(["--output_dir", str(tmp_path / "out"), *flags]))
 
     with pytest.raises(ValueError, match=r"`max_seq_length`=17 is longer than .*max_position_embeddings=16"):
         run("--max_seq_length", "17")

@@ -4,11 +4,14 @@ import gzip
 import json
 import os
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from conftest import SHARED_DATA
+from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
+from training import finetune_translation
 from training.finetune_translation import (
     TranslationDataArguments,
     TranslationMetrics,
@@ -109,6 +112,46 @@ def test_argument_errors(tmp_path):
     assert (data_args.source_lang, data_args.target_lang, model_args.family) == ("de", "en", "transformer")
     assert training_args.predict_with_generate and training_args.generation_num_beams == 5
     assert training_args.eval_strategy == "epoch" and training_args.report_to == []
+
+
+def test_from_scratch_families_are_the_tables_encoder_decoders_and_presets(tmp_path):
+    """`--family` takes a family of hf_lm.families or one of its presets, and the fresh model is
+    that family's Seq2SeqLM head built from the preset, with the family's tokens and decoder start."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_lm.families import FAMILIES
+    from training.finetune_translation import SCRATCH_FAMILIES, build_tokenizer_and_model
+
+    t5, bart, rnn = FAMILIES["t5"], FAMILIES["bart"], FAMILIES["rnn_seq2seq"]
+    assert SCRATCH_FAMILIES == {
+        "t5": (t5, "t5"),
+        "t5_v1_1": (t5, "t5_v1_1"),
+        "bart": (bart, "bart"),
+        "transformer": (bart, "transformer"),
+        "rnn_seq2seq": (rnn, None),
+    }
+    texts = ["ein kleiner hund", "a small dog", "zwei katzen", "two cats"] * 10
+    expected = {
+        "t5_v1_1": ("geglu_tanh", "pad_token"),  # T5 v1.1's gated GELU; T5 starts decoding from <pad>
+        "transformer": ("relu", "eos_token"),  # Vaswani et al.'s ReLU; BART starts from </s>
+    }
+    for name, (act, start) in expected.items():
+        model_args = TranslationModelArguments(
+            from_scratch=True,
+            family=name,
+            vocab_size=300,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        )
+        data_args = TranslationDataArguments(data_dir=str(tmp_path))
+        generation = SimpleNamespace(generation_max_length=None)  # the one training argument it reads
+        tokenizer, model = build_tokenizer_and_model(model_args, data_args, generation, texts)
+        family = SCRATCH_FAMILIES[name][0]
+        assert type(model) is family.head(AutoModelForSeq2SeqLM)
+        assert model.config.hidden_act == act
+        assert model.config.decoder_start_token_id == getattr(tokenizer, f"{start}_id")
+        assert tokenizer.eos_token == family.special_tokens["eos_token"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,37 +306,9 @@ def test_gradient_accumulation_equals_large_batch(tmp_path, label_smoothing):
     data.mkdir()
     texts = _toy_parallel(data, 64, seed=0)
     pretrained = _seq2seq_folder(tmp_path / "pretrained", texts)
-    histories = {}
-    for name, batch, accumulation in (("large", 16, 1), ("accumulated", 8, 2)):
-        args = parse_args(
-            [
-                "--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy",
-                "--model_name_or_path", str(pretrained), "--output_dir", str(tmp_path / name),
-                "--optim", "sgd", "--learning_rate", "0.5", "--lr_scheduler_type", "constant",
-                "--weight_decay", "0", "--max_grad_norm", "1e9", "--max_steps", "4",
-                "--per_device_train_batch_size", str(batch),
-                "--gradient_accumulation_steps", str(accumulation),
-                "--label_smoothing_factor", label_smoothing, "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "1",
-                "--disable_tqdm", "true", "--seed", "0",
-            ]
-        )  # fmt: skip
-        finetune(*args)
-        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
-        histories[name] = [log for log in state["log_history"] if "loss" in log]
-
-    large, accumulated = histories["large"], histories["accumulated"]
-    assert len(large) == len(accumulated) == 4
-    for a, b in zip(large, accumulated):
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert large[-1]["loss"] != pytest.approx(large[0]["loss"], rel=1e-3)  # the weights moved
-
-    from safetensors.torch import load_file
-
-    weights = {name: load_file(tmp_path / name / "final" / "model.safetensors") for name in histories}
-    assert weights["large"].keys() == weights["accumulated"].keys()
-    for key, value in weights["large"].items():
-        assert weights["accumulated"][key].allclose(value, rtol=1e-4, atol=1e-6), key
+    flags = ["--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy"]
+    flags += ["--model_name_or_path", str(pretrained), "--label_smoothing_factor", label_smoothing]
+    assert_accumulation_equals_large_batch(finetune_translation, tmp_path, flags)
 
 
 def test_lengths_fit_the_models_learned_positions(tmp_path):
@@ -310,35 +325,9 @@ def test_lengths_fit_the_models_learned_positions(tmp_path):
     pretrained = _seq2seq_folder(tmp_path / "bart", texts, preset="bart", max_position_embeddings=16)
 
     def run(*flags):
-        return finetune(
-            *parse_args(
-                [
-                    "--data_dir",
-                    str(data),
-                    "--source_lang",
-                    "xx",
-                    "--target_lang",
-                    "yy",
-                    "--model_name_or_path",
-                    str(pretrained),
-                    "--output_dir",
-                    str(tmp_path / "out"),
-                    "--max_steps",
-                    "2",
-                    "--per_device_train_batch_size",
-                    "8",
-                    "--eval_strategy",
-                    "no",
-                    "--save_strategy",
-                    "no",
-                    "--generation_num_beams",
-                    "1",
-                    "--disable_tqdm",
-                    "true",
-                    *flags,
-                ]
-            )  # fmt: skip
-        )
+        flags = ["--data_dir", str(data), "--source_lang", "xx", "--target_lang", "yy", *QUICK_RUN, *flags]
+        flags += ["--model_name_or_path", str(pretrained), "--generation_num_beams", "1"]
+        return finetune(*parse_args(["--output_dir", str(tmp_path / "out"), *flags]))
 
     for flag in ("--max_source_length", "--max_target_length", "--generation_max_length"):
         with pytest.raises(ValueError, match=rf"`{flag[2:]}`=17 is longer than .*max_position_embeddings=16"):

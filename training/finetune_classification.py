@@ -60,11 +60,9 @@ from pathlib import Path
 import datasets
 import evaluate
 import numpy as np
-import torch
 from tokenizers import processors
 from transformers import (
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     DataCollatorWithPadding,
     PreTrainedModel,
     Trainer,
@@ -73,36 +71,21 @@ from transformers import (
 )
 
 import hf_lm
-from hf_lm import BERT_PRESETS, HfLmBertConfig, HfLmBertForSequenceClassification
 from hf_lm.cards import write_model_card
+from hf_lm.families import FAMILIES
+from training import trainer_common as common
 from training.args import optional_positive, parse_dataclasses
 from training.tokenizer import train_tokenizer
-from training.trainer_common import (
-    DEFAULT_MAX_SEQ_LENGTH,
-    WallClockBudgetCallback,
-    budget_field,
-    budget_metrics,
-    card_hyperparameters,
-    check_budget,
-    position_limit,
-    resolve_max_length,
-    save_run_summary,
-    script_main,
-)
 
 logger = logging.getLogger(__name__)
 
 # the offline `evaluate` module of this package (accuracy, precision, recall, F1)
 ACCURACY_METRIC = Path(hf_lm.__file__).resolve().parent / "metrics" / "accuracy"
 
-# BERT's special tokens (Devlin et al., 2019): inputs are "[CLS] sentence [SEP]"
-SPECIAL_TOKENS = {
-    "unk_token": "[UNK]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "pad_token": "[PAD]",
-    "mask_token": "[MASK]",
-}
+# a fresh model is a BERT (Devlin et al., 2019), its inputs "[CLS] sentence [SEP]": the family's
+# tokens, the same as an MLM-pretrained hf_lm BERT's
+BERT = FAMILIES["bert"]
+SPECIAL_TOKENS = BERT.special_tokens
 
 # GLUE's SST-2: 0 = negative, 1 = positive
 SST2_LABEL_NAMES = ("negative", "positive")
@@ -141,7 +124,7 @@ class ClassificationDataArguments:
     max_seq_length: int | None = field(
         default=None,
         metadata={
-            "help": f"Longest input in tokens; longer is truncated. Default {DEFAULT_MAX_SEQ_LENGTH}, at most the "
+            "help": f"Longest input in tokens; longer is truncated. Default {common.DEFAULT_MAX_SEQ_LENGTH}, at most the "
             "model's max_position_embeddings (a longer request is an error)."
         },
     )
@@ -192,16 +175,11 @@ class ClassificationModelArguments:
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Re-initialize a pretrained classifier whose label count differs."}
     )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
-        },
-    )
+    trust_remote_code: bool = common.trust_remote_code_field()
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a WordPiece tokenizer and a fresh HfLmBert model."}
     )
-    preset: str = field(default="bert", metadata={"help": f"From scratch: one of {sorted(BERT_PRESETS)}."})
+    preset: str = field(default="bert", metadata={"help": f"From scratch: one of {sorted(BERT.presets)}."})
     vocab_size: int = field(default=8000, metadata={"help": "From scratch: WordPiece vocabulary size."})
     hidden_size: int = field(default=128, metadata={"help": "From scratch: model width."})
     num_hidden_layers: int = field(default=2, metadata={"help": "From scratch: Transformer blocks."})
@@ -216,44 +194,21 @@ class ClassificationModelArguments:
     )
 
     def __post_init__(self) -> None:
-        if self.from_scratch == (self.model_name_or_path is not None):
-            raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
-        if self.preset not in BERT_PRESETS:
-            raise ValueError(f"`preset` must be one of {sorted(BERT_PRESETS)}, got {self.preset!r}.")
+        common.check_model_arguments(self, "hidden_dropout", "attention_dropout", "classifier_dropout")
+        if self.preset not in BERT.presets:
+            raise ValueError(f"`preset` must be one of {sorted(BERT.presets)}, got {self.preset!r}.")
         optional_positive(
             self, "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"
         )
-        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
 
 
 @dataclass
-class ClassificationTrainingArguments(TrainingArguments):
+class ClassificationTrainingArguments(common.ScriptTrainingArguments, TrainingArguments):
     """`transformers.TrainingArguments`: evaluate and save every epoch, log every 50 steps, no trackers."""
 
     output_dir: str | None = field(
         default="out/classification", metadata={"help": "Run folder: checkpoints, metrics.json, final/."}
     )
-    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps, epoch."})
-    save_strategy: str = field(
-        default="epoch", metadata={"help": "When to checkpoint: no, steps, epoch, best."}
-    )
-    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept (the best one too)."})
-    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N updates."})
-    report_to: None | str | list[str] = field(
-        default="none", metadata={"help": "Trackers (tensorboard, wandb, all ...); none unless asked."}
-    )
-    dataloader_pin_memory: bool = field(
-        default=torch.cuda.is_available(),
-        metadata={"help": "Pin batches in memory (useful with a GPU only)."},
-    )
-    max_train_seconds: float | None = budget_field()
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_budget(self.max_train_seconds)
 
 
 ARGUMENT_CLASSES = (
@@ -318,11 +273,7 @@ def load_classification_dataset(data_args: ClassificationDataArguments) -> datas
     Raises:
         ValueError: no training file, or a text/label column missing from a split.
     """
-    limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_test_samples,
-    }
+    limits = common.split_limits(data_args)
     splits = {}
     for split, path in _split_files(data_args).items():
         suffix = Path(path).suffix.lower()
@@ -419,7 +370,7 @@ def tokenize_dataset(
             batch[data_args.text_column],
             batch[pair] if pair else None,
             truncation=True,
-            max_length=data_args.max_seq_length or DEFAULT_MAX_SEQ_LENGTH,
+            max_length=data_args.max_seq_length or common.DEFAULT_MAX_SEQ_LENGTH,
         )
         encoded["labels"] = [value_to_id[value] for value in batch[data_args.label_column]]
         return encoded
@@ -436,6 +387,54 @@ def tokenize_dataset(
 # ---------------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------------
+
+
+def _scratch_tokenizer(model_args: ClassificationModelArguments, train_texts: list[str], max_length: int):
+    """`tokenizer_name_or_path`, else a WordPiece tokenizer trained on `train_texts`, adding [CLS] ... [SEP]."""
+    if model_args.tokenizer_name_or_path:
+        return common.load_tokenizer(model_args)
+    tokenizer = train_tokenizer(
+        train_texts,
+        kind="wordpiece",
+        vocab_size=model_args.vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        model_max_length=max_length,
+        padding_side="right",  # encoders pad on the right; [CLS] stays at position 0
+    )
+    if not _starts_with_cls(tokenizer):
+        _add_cls_sep(tokenizer)
+    return tokenizer
+
+
+def _scratch_model(
+    model_args: ClassificationModelArguments, tokenizer, max_length: int, id2label: dict[int, str]
+) -> PreTrainedModel:
+    config = BERT.config_from_preset(
+        model_args.preset,
+        vocab_size=len(tokenizer),
+        hidden_size=model_args.hidden_size,
+        num_hidden_layers=model_args.num_hidden_layers,
+        num_attention_heads=model_args.num_attention_heads,
+        intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+        max_position_embeddings=max_length,
+        hidden_dropout=model_args.hidden_dropout,
+        attention_dropout=model_args.attention_dropout,
+        classifier_dropout=model_args.classifier_dropout,
+        pad_token_id=tokenizer.pad_token_id,
+        num_labels=len(id2label),
+        id2label=id2label,
+        label2id={name: i for i, name in id2label.items()},
+    )
+    model = BERT.head(AutoModelForSequenceClassification)(config)
+    logger.info(
+        "From scratch: %s preset, %d layers x %d wide, %s parameters, %d-token WordPiece vocabulary.",
+        model_args.preset,
+        config.num_hidden_layers,
+        config.hidden_size,
+        f"{model.num_parameters():,}",
+        len(tokenizer),
+    )
+    return model
 
 
 def build_tokenizer_and_model(
@@ -457,60 +456,18 @@ def build_tokenizer_and_model(
     Returns:
         `(tokenizer, model)`.
     """
-    label2id = {name: i for i, name in id2label.items()}
     if model_args.from_scratch:
-        max_seq_length = resolve_max_length(data_args.max_seq_length, None, "max_seq_length")
-        if model_args.tokenizer_name_or_path:
-            tokenizer = AutoTokenizer.from_pretrained(
-                model_args.tokenizer_name_or_path, trust_remote_code=model_args.trust_remote_code
-            )
-        else:
-            tokenizer = train_tokenizer(
-                train_texts,
-                kind="wordpiece",
-                vocab_size=model_args.vocab_size,
-                special_tokens=SPECIAL_TOKENS,
-                model_max_length=max_seq_length,
-                padding_side="right",  # encoders pad on the right; [CLS] stays at position 0
-            )
-            if not _starts_with_cls(tokenizer):
-                _add_cls_sep(tokenizer)
-        config = HfLmBertConfig.from_preset(
-            model_args.preset,
-            vocab_size=len(tokenizer),
-            hidden_size=model_args.hidden_size,
-            num_hidden_layers=model_args.num_hidden_layers,
-            num_attention_heads=model_args.num_attention_heads,
-            intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
-            max_position_embeddings=max_seq_length,
-            hidden_dropout=model_args.hidden_dropout,
-            attention_dropout=model_args.attention_dropout,
-            classifier_dropout=model_args.classifier_dropout,
-            pad_token_id=tokenizer.pad_token_id,
-            num_labels=len(id2label),
-            id2label=id2label,
-            label2id=label2id,
-        )
-        model = HfLmBertForSequenceClassification(config)
-        logger.info(
-            "From scratch: %s preset, %d layers x %d wide, %s parameters, %d-token WordPiece vocabulary.",
-            model_args.preset,
-            config.num_hidden_layers,
-            config.hidden_size,
-            f"{model.num_parameters():,}",
-            len(tokenizer),
-        )
-        return tokenizer, model
+        max_seq_length = common.resolve_max_length(data_args.max_seq_length, None, "max_seq_length")
+        tokenizer = _scratch_tokenizer(model_args, train_texts, max_seq_length)
+        return tokenizer, _scratch_model(model_args, tokenizer, max_seq_length, id2label)
 
     path = model_args.model_name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
-    )
+    tokenizer = common.load_tokenizer(model_args, path)
     model = AutoModelForSequenceClassification.from_pretrained(
         path,
         num_labels=len(id2label),
         id2label=id2label,
-        label2id=label2id,
+        label2id={name: i for i, name in id2label.items()},
         ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
         trust_remote_code=model_args.trust_remote_code,
     )
@@ -545,14 +502,46 @@ def make_compute_metrics(metric: evaluate.EvaluationModule):
 # ---------------------------------------------------------------------------------------------
 
 
-def _card_hyperparameters(data_args, model_args, args: TrainingArguments, n_train: int) -> dict:
-    return card_hyperparameters(
-        args,
-        head={
-            "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
-            "training examples": n_train,
+def _write_card(
+    trainer, tokenizer, final: Path, data_args, model_args, metrics: dict, encoded, id2label
+) -> None:
+    """The model card: the data and labels, validation/test metrics, hyperparameters, `model-index`."""
+    reported = common.reported_split(encoded)
+    source = data_args.data_dir or data_args.train_file
+    write_model_card(
+        trainer.model,
+        final,
+        dataset=(
+            f"`{source}`: {common.split_sizes(encoded, 'examples')}"
+            + f"; labels {', '.join(f'{i} = {name}' for i, name in id2label.items())}."
+        ),
+        tokenizer=tokenizer,
+        metrics={
+            f"{split} {name}": metrics[f"{prefix}_{name}"]
+            for prefix, split in (("eval", "validation"), ("test", "test"))
+            for name in ("accuracy", "f1", "precision", "recall", "loss")
+            if f"{prefix}_{name}" in metrics
         },
-        tail={"max sequence length": data_args.max_seq_length},
+        hyperparameters=common.card_hyperparameters(
+            trainer.args,
+            head={
+                "start": "from scratch" if model_args.from_scratch else model_args.model_name_or_path,
+                "training examples": len(encoded["train"]),
+            },
+            tail={"max sequence length": data_args.max_seq_length},
+        ),
+        training_time_s=metrics["train_runtime"],
+        eval_results=(
+            {
+                name: metrics[f"{reported}_{name}"]
+                for name in ("accuracy", "f1")
+                if f"{reported}_{name}" in metrics
+            }
+            if reported
+            else None
+        ),
+        dataset_name=Path(source).resolve().name if data_args.data_dir else Path(source).stem,
+        extra={"model_name": final.parent.resolve().name},  # the run's name, not "final"
     )
 
 
@@ -580,11 +569,7 @@ def finetune(
     start = time.perf_counter()
     output_dir = Path(training_args.output_dir)
     raw = load_classification_dataset(data_args)
-    if "validation" not in raw and training_args.eval_strategy != "no":
-        raise ValueError(
-            "Evaluation during training needs a validation split (dev/validation file); "
-            "pass one, or `--eval_strategy no`."
-        )
+    common.require_validation(raw, training_args, "a dev/validation file")
     value_to_id, id2label = label_mapping(raw, data_args.label_column, data_args.class_name_list())
     logger.info("%d classes: %s", len(id2label), id2label)
 
@@ -594,33 +579,22 @@ def finetune(
         train_texts += raw["train"][data_args.text_pair_column]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, train_texts, id2label)
     # truncate to what the model takes, checked before training rather than failing at a long batch
-    limit = position_limit(model.config)
-    max_seq_length = resolve_max_length(data_args.max_seq_length, limit, "max_seq_length")
+    limit = common.position_limit(model.config)
+    max_seq_length = common.resolve_max_length(data_args.max_seq_length, limit, "max_seq_length")
     data_args = dataclasses.replace(data_args, max_seq_length=max_seq_length)
     logger.info(
         "Inputs truncated to %d tokens (the model's positions: %s).", max_seq_length, limit or "any length"
     )
 
     encoded = tokenize_dataset(raw, tokenizer, data_args, value_to_id)
-    budget = None
-    if getattr(training_args, "max_train_seconds", None) is not None:
-        budget = WallClockBudgetCallback(training_args.max_train_seconds)
-    trainer = Trainer(
+    trainer, metrics = common.train_with_budget(
+        Trainer,
+        training_args,
+        encoded,
         model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded.get("validation"),
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=make_compute_metrics(accuracy_metric()),
-        callbacks=[budget] if budget is not None else None,
-    )
-    train_result = trainer.train()
-    metrics = dict(
-        train_result.metrics,
-        train_samples=len(encoded["train"]),
-        num_parameters=model.num_parameters(),
-        **budget_metrics(trainer, train_result, budget),
     )
     if "validation" in encoded:
         metrics.update(trainer.evaluate(metric_key_prefix="eval"), eval_samples=len(encoded["validation"]))
@@ -630,55 +604,18 @@ def finetune(
             test_samples=len(encoded["test"]),
         )
     metrics["seconds"] = time.perf_counter() - start
-    for name, value in metrics.items():
-        logger.info("%s = %s", name, value)
+    common.log_metrics(metrics)
 
     if trainer.is_world_process_zero():
-        final = output_dir / "final"
-        trainer.model.save_pretrained(final)
-        tokenizer.save_pretrained(final)
-        reported = "test" if "test" in encoded else "eval" if "validation" in encoded else None
-        source = data_args.data_dir or data_args.train_file
-        dataset_name = Path(source).resolve().name if data_args.data_dir else Path(source).stem
-        write_model_card(
-            trainer.model,
-            final,
-            dataset=(
-                f"`{source}`: {len(encoded['train']):,} training examples"
-                + (f", {len(encoded['validation']):,} validation" if "validation" in encoded else "")
-                + (f", {len(encoded['test']):,} test" if "test" in encoded else "")
-                + f"; labels {', '.join(f'{i} = {name}' for i, name in id2label.items())}."
-            ),
-            tokenizer=tokenizer,
-            metrics={
-                f"{split} {name}": metrics[f"{prefix}_{name}"]
-                for prefix, split in (("eval", "validation"), ("test", "test"))
-                for name in ("accuracy", "f1", "precision", "recall", "loss")
-                if f"{prefix}_{name}" in metrics
-            },
-            hyperparameters=_card_hyperparameters(
-                data_args, model_args, training_args, len(encoded["train"])
-            ),
-            training_time_s=metrics["train_runtime"],
-            eval_results=(
-                {
-                    name: metrics[f"{reported}_{name}"]
-                    for name in ("accuracy", "f1")
-                    if f"{reported}_{name}" in metrics
-                }
-                if reported
-                else None
-            ),
-            dataset_name=dataset_name,
-            extra={"model_name": output_dir.resolve().name},  # the run's name, not "final"
-        )
-        save_run_summary(trainer, output_dir, metrics, final)
+        final = common.save_final(trainer, tokenizer, output_dir)
+        _write_card(trainer, tokenizer, final, data_args, model_args, metrics, encoded, id2label)
+        common.save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and fine-tune."""
-    return script_main(parse_args, finetune, argv)
+    return common.script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":

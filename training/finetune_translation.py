@@ -73,11 +73,9 @@ from pathlib import Path
 import datasets
 import evaluate
 import numpy as np
-import torch
 from tokenizers import processors
 from transformers import (
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     PreTrainedModel,
     Seq2SeqTrainer,
@@ -86,52 +84,34 @@ from transformers import (
 )
 
 import hf_lm
-from hf_lm import (
-    HfLmBartConfig,
-    HfLmBartForConditionalGeneration,
-    HfLmT5Config,
-    HfLmT5ForConditionalGeneration,
-)
 from hf_lm.cards import write_model_card
-from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES, HfLmRNNSeq2SeqConfig
-from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
+from hf_lm.families import FAMILIES, Family
+from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
+from training import trainer_common as common
 from training.args import optional_positive, parse_dataclasses
-from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, TOKENIZER_KINDS, train_tokenizer
-from training.trainer_common import (
-    DEFAULT_MAX_SEQ_LENGTH,
-    WallClockBudgetCallback,
-    budget_field,
-    budget_metrics,
-    card_hyperparameters,
-    check_budget,
-    position_limit,
-    resolve_max_length,
-    save_run_summary,
-    script_main,
-)
+from training.tokenizer import TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
 
 # the offline `evaluate` module of this package (corpus BLEU with sacrebleu)
 BLEU_METRIC = Path(hf_lm.__file__).resolve().parent / "metrics" / "bleu"
 
-# family -> (config class, preset, model class, special tokens). "transformer" is Vaswani et al.
-# (2017) in BART's shape: sinusoidal positions, post-norm, ReLU, scaled embeddings.
-FAMILIES = {
-    "t5": (HfLmT5Config, "t5", HfLmT5ForConditionalGeneration, T5_SPECIAL_TOKENS),
-    "t5_v1_1": (HfLmT5Config, "t5_v1_1", HfLmT5ForConditionalGeneration, T5_SPECIAL_TOKENS),
-    "bart": (HfLmBartConfig, "bart", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
-    "transformer": (HfLmBartConfig, "transformer", HfLmBartForConditionalGeneration, BART_SPECIAL_TOKENS),
-    # the recurrent encoder-decoder (Sutskever et al. 2014; Bahdanau et al. 2015; Luong et al. 2015)
-    "rnn_seq2seq": (
-        HfLmRNNSeq2SeqConfig,
-        None,
-        HfLmRNNSeq2SeqForConditionalGeneration,
-        BART_SPECIAL_TOKENS,
-    ),
-}
+
+def _scratch_choices() -> dict[str, tuple[Family, str | None]]:
+    """`--family` -> (family, preset): every encoder-decoder family of the table, and each of its
+    presets by name ("t5_v1_1"; "transformer", Vaswani et al. (2017) in BART's shape: sinusoidal
+    positions, post-norm, ReLU, scaled embeddings)."""
+    choices = {}
+    for family in FAMILIES.values():
+        if family.is_encoder_decoder:
+            choices[family.name] = (family, family.name if family.name in family.presets else None)
+            choices.update({preset: (family, preset) for preset in family.presets if preset not in choices})
+    return choices
+
+
+SCRATCH_FAMILIES = _scratch_choices()
 
 # model types trained with T5's task prefixes (Raffel et al., 2020, appendix D)
 T5_MODEL_TYPES = ("hflm_t5", "t5", "mt5", "umt5")
@@ -171,14 +151,14 @@ class TranslationDataArguments:
         default=None,
         metadata={
             "help": f"Longest source in tokens (prefix and EOS included); longer is cut. Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     max_target_length: int | None = field(
         default=None,
         metadata={
             "help": f"Longest training target in tokens (EOS included); longer is cut. Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training pairs."})
@@ -229,16 +209,16 @@ class TranslationModelArguments:
         default=None,
         metadata={"help": "The tokenizer folder; default model_name_or_path (from scratch: train one)."},
     )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata={
-            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
-        },
-    )
+    trust_remote_code: bool = common.trust_remote_code_field()
     from_scratch: bool = field(
         default=False, metadata={"help": "Train a joint tokenizer on both languages and a fresh model."}
     )
-    family: str = field(default="transformer", metadata={"help": f"From scratch: one of {sorted(FAMILIES)}."})
+    family: str = field(
+        default="transformer",
+        metadata={
+            "help": f"From scratch: an encoder-decoder family or preset, one of {sorted(SCRATCH_FAMILIES)}."
+        },
+    )
     tokenizer_kind: str = field(
         default="byte_bpe",
         metadata={"help": f"From scratch: tokenizer kind, one of {list(TOKENIZER_KINDS)}."},
@@ -267,10 +247,9 @@ class TranslationModelArguments:
     )
 
     def __post_init__(self) -> None:
-        if self.from_scratch == (self.model_name_or_path is not None):
-            raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
-        if self.family not in FAMILIES:
-            raise ValueError(f"`family` must be one of {sorted(FAMILIES)}, got {self.family!r}.")
+        common.check_model_arguments(self, "hidden_dropout", "attention_dropout")
+        if self.family not in SCRATCH_FAMILIES:
+            raise ValueError(f"`family` must be one of {sorted(SCRATCH_FAMILIES)}, got {self.family!r}.")
         if self.cell_type not in RNN_CELLS:
             raise ValueError(f"`cell_type` must be one of {sorted(RNN_CELLS)}, got {self.cell_type!r}.")
         if self.rnn_attention not in ATTENTION_TYPES:
@@ -291,32 +270,15 @@ class TranslationModelArguments:
             "intermediate_size",
             "embedding_size",
         )
-        for name in ("hidden_dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if not 0 <= value < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
 
 
 @dataclass
-class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+class TranslationTrainingArguments(common.ScriptTrainingArguments, Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments`: generate (beam 5) to evaluate, every epoch; log every 50 steps."""
 
     output_dir: str | None = field(
         default="out/translation",
         metadata={"help": "Run folder: checkpoints, metrics.json, test predictions, final/."},
-    )
-    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps, epoch."})
-    save_strategy: str = field(
-        default="epoch", metadata={"help": "When to checkpoint: no, steps, epoch, best."}
-    )
-    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept (the best one too)."})
-    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N updates."})
-    report_to: None | str | list[str] = field(
-        default="none", metadata={"help": "Trackers (tensorboard, wandb, all ...); none unless asked."}
-    )
-    dataloader_pin_memory: bool = field(
-        default=torch.cuda.is_available(),
-        metadata={"help": "Pin batches in memory (useful with a GPU only)."},
     )
     per_device_eval_batch_size: int = field(
         default=64, metadata={"help": "Sentences per generate() call when evaluating."}
@@ -331,21 +293,19 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=None,
         metadata={
             "help": f"Longest generated translation in tokens (decoder start included). Default "
-            f"{DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
+            f"{common.DEFAULT_MAX_SEQ_LENGTH}, at most a pretrained model's learned positions (more is an error)."
         },
     )
     test_greedy: bool = field(
         default=True,
         metadata={"help": "Also decode the test split greedily, for comparison with beam search."},
     )
-    max_train_seconds: float | None = budget_field()
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # the budget too
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
         optional_positive(self, "generation_num_beams", "generation_max_length")
-        check_budget(self.max_train_seconds)
 
 
 ARGUMENT_CLASSES = (TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)
@@ -467,11 +427,7 @@ def load_translation_dataset(data_args: TranslationDataArguments) -> datasets.Da
     Returns:
         "train" and whichever of "validation" and "test" exist, each cut to its `max_*_samples`.
     """
-    limits = {
-        "train": data_args.max_train_samples,
-        "validation": data_args.max_eval_samples,
-        "test": data_args.max_test_samples,
-    }
+    limits = common.split_limits(data_args)
     splits = {}
     for split, (source, target) in parallel_split_files(data_args).items():
         ds = load_parallel_files(source, target, data_args.source_lang, data_args.target_lang, limits[split])
@@ -494,8 +450,8 @@ def tokenize_dataset(
     it). Padding is left to `DataCollatorForSeq2Seq`, per batch.
     """
     src, tgt = data_args.source_lang, data_args.target_lang
-    source_length = resolve_max_length(data_args.max_source_length, None, "max_source_length")
-    target_length = resolve_max_length(data_args.max_target_length, None, "max_target_length")
+    source_length = common.resolve_max_length(data_args.max_source_length, None, "max_source_length")
+    target_length = common.resolve_max_length(data_args.max_target_length, None, "max_target_length")
 
     def encode(batch: dict) -> dict:
         sources = [prefix + pair[src] for pair in batch["translation"]]
@@ -562,6 +518,80 @@ def ensure_eos(tokenizer) -> bool:
     return True
 
 
+def _scratch_tokenizer(
+    model_args: TranslationModelArguments, family: Family, train_texts: list[str], length: int
+):
+    """`tokenizer_name_or_path`, else one tokenizer trained on both languages with the family's tokens."""
+    if model_args.tokenizer_name_or_path:
+        return common.load_tokenizer(model_args)
+    # one vocabulary for both languages: names, numbers and cognates share tokens, and the
+    # embedding can be tied between encoder, decoder and output (Press & Wolf, 2017)
+    return train_tokenizer(
+        train_texts,
+        kind=model_args.tokenizer_kind,
+        vocab_size=model_args.vocab_size,
+        special_tokens=family.special_tokens,
+        model_max_length=length,
+        padding_side="right",
+    )
+
+
+def _scratch_config(model_args: TranslationModelArguments, family: Family, preset, tokenizer, positions: int):
+    """A fresh config of `family` (and `preset`) sized by the arguments, with the tokenizer's special ids."""
+    special_ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        # T5 starts decoding from <pad>, BART (fairseq) and the RNN from </s>
+        "decoder_start_token_id": getattr(tokenizer, f"{family.decoder_start}_id"),
+    }
+    if tokenizer.bos_token_id is not None:
+        special_ids["bos_token_id"] = tokenizer.bos_token_id
+    if family.name == "rnn_seq2seq":
+        return family.config_class(
+            vocab_size=len(tokenizer),
+            cell_type=model_args.cell_type,
+            attention=model_args.rnn_attention,
+            input_feeding=model_args.rnn_attention != "none",
+            embedding_size=model_args.embedding_size or model_args.hidden_size,
+            hidden_size=model_args.hidden_size,
+            encoder_layers=model_args.num_hidden_layers,
+            decoder_layers=model_args.decoder_layers or model_args.num_hidden_layers,
+            hidden_dropout=model_args.hidden_dropout,
+            **special_ids,
+        )
+    return family.config_from_preset(
+        preset,
+        vocab_size=len(tokenizer),
+        hidden_size=model_args.hidden_size,
+        num_hidden_layers=model_args.num_hidden_layers,
+        decoder_layers=model_args.decoder_layers,
+        num_attention_heads=model_args.num_attention_heads,
+        intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
+        max_position_embeddings=positions,
+        hidden_dropout=model_args.hidden_dropout,
+        attention_dropout=model_args.attention_dropout,
+        **special_ids,
+    )
+
+
+def _pretrained(model_args: TranslationModelArguments) -> tuple[object, PreTrainedModel]:
+    """The tokenizer and encoder-decoder of `model_name_or_path`, checked to fit each other."""
+    path = model_args.model_name_or_path
+    tokenizer = common.load_tokenizer(model_args, path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+    if not getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
+    ensure_eos(tokenizer)
+    vocab = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > vocab:
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model's embedding only {vocab}: "
+            "use the tokenizer the model was trained with."
+        )
+    tokenizer.padding_side = "right"
+    return tokenizer, model
+
+
 def build_tokenizer_and_model(
     model_args: TranslationModelArguments,
     data_args: TranslationDataArguments,
@@ -585,93 +615,29 @@ def build_tokenizer_and_model(
         ValueError: the model is not an encoder-decoder, or the tokenizer has ids outside the
             model's vocabulary.
     """
-    if model_args.from_scratch:
-        config_class, preset, model_class, special_tokens = FAMILIES[model_args.family]
-        if model_args.tokenizer_name_or_path:
-            tokenizer = AutoTokenizer.from_pretrained(
-                model_args.tokenizer_name_or_path, trust_remote_code=model_args.trust_remote_code
-            )
-        else:
-            # one vocabulary for both languages: names, numbers and cognates share tokens, and
-            # the embedding can be tied between encoder, decoder and output (Press & Wolf, 2017)
-            tokenizer = train_tokenizer(
-                train_texts,
-                kind=model_args.tokenizer_kind,
-                vocab_size=model_args.vocab_size,
-                special_tokens=special_tokens,
-                model_max_length=resolve_max_length(data_args.max_source_length, None, "max_source_length"),
-                padding_side="right",
-            )
-        ensure_eos(tokenizer)
-        positions = max(
-            resolve_max_length(data_args.max_source_length, None, "max_source_length"),
-            resolve_max_length(data_args.max_target_length, None, "max_target_length"),
-            resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
-        )
-        starts = {  # T5 starts decoding from <pad>, BART (fairseq) and the RNN from </s>
-            HfLmT5Config: tokenizer.pad_token_id,
-            HfLmBartConfig: tokenizer.eos_token_id,
-            HfLmRNNSeq2SeqConfig: tokenizer.eos_token_id,
-        }
-        special_ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-        if tokenizer.bos_token_id is not None:
-            special_ids["bos_token_id"] = tokenizer.bos_token_id
-        if config_class is HfLmRNNSeq2SeqConfig:
-            config = HfLmRNNSeq2SeqConfig(
-                vocab_size=len(tokenizer),
-                cell_type=model_args.cell_type,
-                attention=model_args.rnn_attention,
-                input_feeding=model_args.rnn_attention != "none",
-                embedding_size=model_args.embedding_size or model_args.hidden_size,
-                hidden_size=model_args.hidden_size,
-                encoder_layers=model_args.num_hidden_layers,
-                decoder_layers=model_args.decoder_layers or model_args.num_hidden_layers,
-                hidden_dropout=model_args.hidden_dropout,
-                decoder_start_token_id=starts[config_class],
-                **special_ids,
-            )
-        else:
-            config = config_class.from_preset(
-                preset,
-                vocab_size=len(tokenizer),
-                hidden_size=model_args.hidden_size,
-                num_hidden_layers=model_args.num_hidden_layers,
-                decoder_layers=model_args.decoder_layers,
-                num_attention_heads=model_args.num_attention_heads,
-                intermediate_size=model_args.intermediate_size or 4 * model_args.hidden_size,
-                max_position_embeddings=positions,
-                hidden_dropout=model_args.hidden_dropout,
-                attention_dropout=model_args.attention_dropout,
-                decoder_start_token_id=starts[config_class],
-                **special_ids,
-            )
-        model = model_class(config)
-        logger.info(
-            "From scratch: %s, %d+%d layers x %d wide, %s parameters, %d-token %s vocabulary.",
-            model_args.family,
-            config.num_hidden_layers,
-            config.decoder_layers,
-            config.hidden_size,
-            f"{model.num_parameters():,}",
-            len(tokenizer),
-            model_args.tokenizer_kind,
-        )
-    else:
-        path = model_args.model_name_or_path
-        tokenizer = AutoTokenizer.from_pretrained(
-            model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
-        )
-        model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
-        if not getattr(model.config, "is_encoder_decoder", False):
-            raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
-        ensure_eos(tokenizer)
-        vocab = model.get_input_embeddings().num_embeddings
-        if len(tokenizer) > vocab:
-            raise ValueError(
-                f"The tokenizer has {len(tokenizer)} tokens but the model's embedding only {vocab}: "
-                "use the tokenizer the model was trained with."
-            )
-        tokenizer.padding_side = "right"
+    if not model_args.from_scratch:
+        return _pretrained(model_args)
+    family, preset = SCRATCH_FAMILIES[model_args.family]
+    source_length = common.resolve_max_length(data_args.max_source_length, None, "max_source_length")
+    tokenizer = _scratch_tokenizer(model_args, family, train_texts, source_length)
+    ensure_eos(tokenizer)
+    positions = max(
+        source_length,
+        common.resolve_max_length(data_args.max_target_length, None, "max_target_length"),
+        common.resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
+    )
+    config = _scratch_config(model_args, family, preset, tokenizer, positions)
+    model = family.head(AutoModelForSeq2SeqLM)(config)
+    logger.info(
+        "From scratch: %s, %d+%d layers x %d wide, %s parameters, %d-token %s vocabulary.",
+        model_args.family,
+        config.num_hidden_layers,
+        config.decoder_layers,
+        config.hidden_size,
+        f"{model.num_parameters():,}",
+        len(tokenizer),
+        model_args.tokenizer_kind,
+    )
     return tokenizer, model
 
 
@@ -759,19 +725,97 @@ class TranslationMetrics:
 # ---------------------------------------------------------------------------------------------
 
 
-def _card_hyperparameters(
-    data_args, model_args, args: Seq2SeqTrainingArguments, n_train: int, prefix: str
-) -> dict:
+def _write_lines(path: Path, lines: list[str]) -> None:
+    path.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")
+
+
+def _fit_lengths(data_args, training_args, model: PreTrainedModel) -> TranslationDataArguments:
+    """Sources, targets and generations within the model's learned positions, checked before
+    training rather than failing at the first long batch or at the first evaluation.
+
+    Returns the data arguments with both lengths set; sets `training_args.generation_max_length`.
+    """
+    limit = common.position_limit(model.config)
+    data_args = dataclasses.replace(
+        data_args,
+        max_source_length=common.resolve_max_length(data_args.max_source_length, limit, "max_source_length"),
+        max_target_length=common.resolve_max_length(data_args.max_target_length, limit, "max_target_length"),
+    )
+    training_args.generation_max_length = common.resolve_max_length(
+        training_args.generation_max_length, limit, "generation_max_length"
+    )
+    logger.info(
+        "Lengths: sources %d, targets %d, generations %d tokens (the model's positions: %s).",
+        data_args.max_source_length,
+        data_args.max_target_length,
+        training_args.generation_max_length,
+        limit or "any length",
+    )
+    return data_args
+
+
+def _evaluate_and_test(
+    trainer, encoded, references: dict, compute_metrics, metrics: dict
+) -> dict[str, list[str]]:
+    """BLEU on the validation split, and on the test split with beam search and (`test_greedy`)
+    greedy decoding, into `metrics`. Returns the test translations per metric prefix."""
+    args = trainer.args
+    num_beams, max_length = args.generation_num_beams or 1, args.generation_max_length
+    predictions = {}
+    if "validation" in encoded:
+        compute_metrics.references = references["validation"]
+        metrics.update(
+            trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length),
+            eval_samples=len(encoded["validation"]),
+        )
+    if "test" in encoded:
+        compute_metrics.references = references["test"]
+        decodings = [("test", num_beams)] + (
+            [("test_greedy", 1)] if args.test_greedy and num_beams > 1 else []
+        )
+        for key, beams in decodings:
+            t0 = time.perf_counter()
+            output = trainer.predict(
+                encoded["test"], metric_key_prefix=key, num_beams=beams, max_length=max_length
+            )
+            metrics.update(output.metrics)
+            predictions[key] = compute_metrics.last_predictions
+            logger.info(
+                "%s: BLEU %.2f with %d beam(s) in %.1f s.",
+                key,
+                output.metrics[f"{key}_bleu"],
+                beams,
+                time.perf_counter() - t0,
+            )
+        metrics["test_samples"] = len(encoded["test"])
+    if compute_metrics.last_signature is not None:
+        metrics["bleu_signature"] = compute_metrics.last_signature
+    return predictions
+
+
+def _write_card(
+    trainer, tokenizer, final: Path, data_args, model_args, metrics: dict, encoded, prefix: str
+) -> None:
+    """The model card: the data, validation/test BLEU, hyperparameters, `model-index`, how to translate."""
+    args, src, tgt = trainer.args, data_args.source_lang, data_args.target_lang
+    reported = common.reported_split(encoded)
+    table = {
+        "validation BLEU": metrics.get("eval_bleu"),
+        f"test BLEU (beam {args.generation_num_beams or 1})": metrics.get("test_bleu"),
+        "test BLEU (greedy)": metrics.get("test_greedy_bleu"),
+        "test BLEU lowercase": metrics.get("test_bleu_lowercase"),
+        "test loss": metrics.get("test_loss"),
+    }
     start = (
         f"from scratch ({model_args.family})" if model_args.from_scratch else model_args.model_name_or_path
     )
-    return card_hyperparameters(
+    hyperparameters = common.card_hyperparameters(
         args,
         head={
             "start": start,
-            "language pair": f"{data_args.source_lang} → {data_args.target_lang}",
+            "language pair": f"{src} → {tgt}",
             "source prefix": repr(prefix),
-            "training pairs": n_train,
+            "training pairs": len(encoded["train"]),
         },
         tail={
             "label smoothing": args.label_smoothing_factor,
@@ -779,10 +823,46 @@ def _card_hyperparameters(
             "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
         },
     )
+    write_model_card(
+        trainer.model,
+        final,
+        dataset=(
+            f"`{data_args.data_dir}`, {language_name(src)} → {language_name(tgt)}: {common.split_sizes(encoded, 'pairs')}"
+            + ". BLEU: sacrebleu corpus BLEU on detokenized text"
+            + (f" (`{metrics['bleu_signature']}`)." if "bleu_signature" in metrics else ".")
+        ),
+        tokenizer=tokenizer,
+        metrics={name: value for name, value in table.items() if value is not None},
+        hyperparameters=hyperparameters,
+        training_time_s=metrics["train_runtime"],
+        eval_results={"bleu": metrics[f"{reported}_bleu"]} if reported else None,
+        dataset_name=Path(data_args.data_dir).resolve().name,
+        extra={
+            "model_name": final.parent.resolve().name,  # the run's name, not "final"
+            "notes": (
+                "\n## Translating\n\n```python\nimport hf_lm  # registers the hflm-translation pipeline\n"
+                "from transformers import pipeline\n\n"
+                f'translator = pipeline("hflm-translation", model={final.as_posix()!r}, trust_remote_code=True)\n'
+                'translator("...")  # the source prefix comes from config.prefix; '
+                "beam size from generation_config.json\n```\n"
+            ),
+        },
+    )
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    path.write_text("".join(line.replace("\n", " ") + "\n" for line in lines), encoding="utf-8")
+def _save(trainer, tokenizer, output_dir: Path, prefix: str, src: str, tgt: str) -> Path:
+    """`final/` with the decoding the test was scored with and the source prefix in the config."""
+    model, args = trainer.model, trainer.args
+    # the decoding the test was scored with becomes the checkpoint's default
+    model.generation_config.num_beams = args.generation_num_beams or 1
+    model.generation_config.max_length = args.generation_max_length
+    # `pipeline("hflm-translation")` reads `config.prefix`; T5 checkpoints keep per-pair prefixes here
+    model.config.prefix = prefix
+    model.config.task_specific_params = {
+        **(getattr(model.config, "task_specific_params", None) or {}),
+        f"translation_{src}_to_{tgt}": {"prefix": prefix},
+    }
+    return common.save_final(trainer, tokenizer, output_dir)
 
 
 def finetune(
@@ -812,35 +892,14 @@ def finetune(
     start = time.perf_counter()
     output_dir = Path(training_args.output_dir)
     raw = load_translation_dataset(data_args)
-    if "validation" not in raw and training_args.eval_strategy != "no":
-        raise ValueError(
-            "Evaluation during training needs a validation split (see `validation_split`); "
-            "pass one, or `--eval_strategy no`."
-        )
+    common.require_validation(raw, training_args, "see `validation_split`")
     src, tgt = data_args.source_lang, data_args.target_lang
     references = {split: sides(ds, tgt) for split, ds in raw.items()}
 
     set_seed(training_args.seed)  # the fresh model's init, before Trainer seeds the data order
     train_texts = sides(raw["train"], src) + references["train"]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, training_args, train_texts)
-    # sources, targets and generations within the model's learned positions, checked before
-    # training rather than failing at the first long batch or at the first evaluation
-    limit = position_limit(model.config)
-    data_args = dataclasses.replace(
-        data_args,
-        max_source_length=resolve_max_length(data_args.max_source_length, limit, "max_source_length"),
-        max_target_length=resolve_max_length(data_args.max_target_length, limit, "max_target_length"),
-    )
-    training_args.generation_max_length = resolve_max_length(
-        training_args.generation_max_length, limit, "generation_max_length"
-    )
-    logger.info(
-        "Lengths: sources %d, targets %d, generations %d tokens (the model's positions: %s).",
-        data_args.max_source_length,
-        data_args.max_target_length,
-        training_args.generation_max_length,
-        limit or "any length",
-    )
+    data_args = _fit_lengths(data_args, training_args, model)
     prefix = source_prefix(data_args, model)
     logger.info("Source prefix: %r", prefix)
     encoded = tokenize_dataset(raw, tokenizer, data_args, prefix)
@@ -853,123 +912,32 @@ def finetune(
     )
 
     compute_metrics = TranslationMetrics(tokenizer, bleu_metric(), references.get("validation"))
-    budget = None
-    if getattr(training_args, "max_train_seconds", None) is not None:
-        budget = WallClockBudgetCallback(training_args.max_train_seconds)
-    trainer = Seq2SeqTrainer(
+    trainer, metrics = common.train_with_budget(
+        Seq2SeqTrainer,
+        training_args,
+        encoded,
         model=model,
-        args=training_args,
-        train_dataset=encoded["train"],
-        eval_dataset=encoded.get("validation"),
         processing_class=tokenizer,
         # labels padded with -100; decoder inputs from the model's own shift (its start token)
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=compute_metrics,
-        callbacks=[budget] if budget is not None else None,
     )
-    train_result = trainer.train()
-    metrics = dict(
-        train_result.metrics,
-        train_samples=len(encoded["train"]),
-        num_parameters=model.num_parameters(),
-        **budget_metrics(trainer, train_result, budget),
-    )
-
-    num_beams = training_args.generation_num_beams or 1
-    max_length = training_args.generation_max_length
-    predictions = {}
-    if "validation" in encoded:
-        compute_metrics.references = references["validation"]
-        metrics.update(
-            trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, max_length=max_length),
-            eval_samples=len(encoded["validation"]),
-        )
-    if "test" in encoded:
-        compute_metrics.references = references["test"]
-        decodings = [("test", num_beams)]
-        if training_args.test_greedy and num_beams > 1:
-            decodings.append(("test_greedy", 1))
-        for key, beams in decodings:
-            t0 = time.perf_counter()
-            output = trainer.predict(
-                encoded["test"], metric_key_prefix=key, num_beams=beams, max_length=max_length
-            )
-            metrics.update(output.metrics)
-            predictions[key] = compute_metrics.last_predictions
-            logger.info(
-                "%s: BLEU %.2f with %d beam(s) in %.1f s.",
-                key,
-                output.metrics[f"{key}_bleu"],
-                beams,
-                time.perf_counter() - t0,
-            )
-        metrics["test_samples"] = len(encoded["test"])
+    predictions = _evaluate_and_test(trainer, encoded, references, compute_metrics, metrics)
     metrics["seconds"] = time.perf_counter() - start
-    if compute_metrics.last_signature is not None:
-        metrics["bleu_signature"] = compute_metrics.last_signature
-    for name, value in metrics.items():
-        logger.info("%s = %s", name, value)
+    common.log_metrics(metrics)
 
     if trainer.is_world_process_zero():
-        final = output_dir / "final"
-        model = trainer.model
-        # the decoding the test was scored with becomes the checkpoint's default
-        model.generation_config.num_beams = num_beams
-        model.generation_config.max_length = max_length
-        # `pipeline("hflm-translation")` reads `config.prefix`; T5 checkpoints keep per-pair prefixes here
-        model.config.prefix = prefix
-        model.config.task_specific_params = {
-            **(getattr(model.config, "task_specific_params", None) or {}),
-            f"translation_{src}_to_{tgt}": {"prefix": prefix},
-        }
-        model.save_pretrained(final)
-        tokenizer.save_pretrained(final)
+        final = _save(trainer, tokenizer, output_dir, prefix, src, tgt)
         for key, lines in predictions.items():
             _write_lines(output_dir / f"{key.replace('test', 'test_predictions')}.txt", lines)
-        reported = "test" if "test" in encoded else "eval" if "validation" in encoded else None
-        greedy = "" if "test_greedy_bleu" not in metrics else "test BLEU (greedy)"
-        table = {
-            "validation BLEU": metrics.get("eval_bleu"),
-            f"test BLEU (beam {num_beams})": metrics.get("test_bleu"),
-            greedy: metrics.get("test_greedy_bleu"),
-            "test BLEU lowercase": metrics.get("test_bleu_lowercase"),
-            "test loss": metrics.get("test_loss"),
-        }
-        n = {split: len(ds) for split, ds in encoded.items()}
-        write_model_card(
-            model,
-            final,
-            dataset=(
-                f"`{data_args.data_dir}`, {language_name(src)} → {language_name(tgt)}: {n['train']:,} training pairs"
-                + (f", {n['validation']:,} validation" if "validation" in n else "")
-                + (f", {n['test']:,} test" if "test" in n else "")
-                + ". BLEU: sacrebleu corpus BLEU on detokenized text"
-                + (f" (`{metrics['bleu_signature']}`)." if "bleu_signature" in metrics else ".")
-            ),
-            tokenizer=tokenizer,
-            metrics={name: value for name, value in table.items() if name and value is not None},
-            hyperparameters=_card_hyperparameters(data_args, model_args, training_args, n["train"], prefix),
-            training_time_s=metrics["train_runtime"],
-            eval_results={"bleu": metrics[f"{reported}_bleu"]} if reported else None,
-            dataset_name=Path(data_args.data_dir).resolve().name,
-            extra={
-                "model_name": output_dir.resolve().name,  # the run's name, not "final"
-                "notes": (
-                    "\n## Translating\n\n```python\nimport hf_lm  # registers the hflm-translation pipeline\n"
-                    "from transformers import pipeline\n\n"
-                    f'translator = pipeline("hflm-translation", model={final.as_posix()!r}, trust_remote_code=True)\n'
-                    'translator("...")  # the source prefix comes from config.prefix; '
-                    "beam size from generation_config.json\n```\n"
-                ),
-            },
-        )
-        save_run_summary(trainer, output_dir, metrics, final)
+        _write_card(trainer, tokenizer, final, data_args, model_args, metrics, encoded, prefix)
+        common.save_run_summary(trainer, output_dir, metrics, final)
     return metrics
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and train."""
-    return script_main(parse_args, finetune, argv)
+    return common.script_main(parse_args, finetune, argv)
 
 
 if __name__ == "__main__":

@@ -31,48 +31,19 @@ from collections.abc import Iterable, Iterator, Mapping
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from hf_lm.families import (  # noqa: F401  (re-exported: the scripts and tests import them from here)
+    BART_SPECIAL_TOKENS,
+    BERT_SPECIAL_TOKENS,
+    GPT_SPECIAL_TOKENS,
+    T5_SPECIAL_TOKENS,
+)
+
 logger = logging.getLogger(__name__)
 
 TOKENIZER_KINDS = ("byte_bpe", "wordpiece", "unigram", "char")
 
-# GPT-2's convention: one end-of-text token serves as bos/eos/unk. The pad token is separate:
-# DataCollatorForLanguageModeling turns pad labels into -100, which would also drop every EOS
-# label if pad == eos, and the model would never learn to stop.
-GPT_SPECIAL_TOKENS: dict[str, str] = {
-    "bos_token": "<|endoftext|>",
-    "eos_token": "<|endoftext|>",
-    "unk_token": "<|endoftext|>",
-    "pad_token": "<|pad|>",
-}
-
-# BERT's convention (Devlin et al., 2019): "[CLS] A [SEP] B [SEP]", "[MASK]" for masked-LM inputs.
-# With cls_token and sep_token, `train_tokenizer` adds that template (see `bert_post_processor`).
-BERT_SPECIAL_TOKENS: dict[str, str] = {
-    "unk_token": "[UNK]",
-    "cls_token": "[CLS]",
-    "sep_token": "[SEP]",
-    "pad_token": "[PAD]",
-    "mask_token": "[MASK]",
-}
-
-# T5's convention (Raffel et al., 2020): no bos; "</s>" ends inputs and targets, "<pad>" pads and
-# starts the decoder. In this order they get T5's ids: <pad> 0, </s> 1, <unk> 2. Add the span
-# sentinels `<extra_id_0>`, `<extra_id_1>`, ... with `add_sentinel_tokens`.
-T5_SPECIAL_TOKENS: dict[str, str] = {
-    "pad_token": "<pad>",
-    "eos_token": "</s>",
-    "unk_token": "<unk>",
-}
-
-# BART's convention (Lewis et al., 2020), inherited from RoBERTa/fairseq: <s> 0, <pad> 1, </s> 2,
-# <unk> 3, and "<mask>" for text infilling. No cls/sep roles, so `train_tokenizer` adds no template.
-BART_SPECIAL_TOKENS: dict[str, str] = {
-    "bos_token": "<s>",
-    "pad_token": "<pad>",
-    "eos_token": "</s>",
-    "unk_token": "<unk>",
-    "mask_token": "<mask>",
-}
+# The special tokens of each family's tokenizer live in the family table (hf_lm.families);
+# GPT_SPECIAL_TOKENS is the default of `train_tokenizer`.
 
 # T5's span-corruption sentinels: "<extra_id_0>", "<extra_id_1>", ... (T5 ships 100 of them)
 SENTINEL_TOKEN_FORMAT = "<extra_id_{}>"

@@ -1,6 +1,8 @@
 """What the `Trainer`-based scripts (`finetune_classification`, `finetune_translation`) share:
-the wall-clock budget (`--max_train_seconds`), the model card's training hyperparameters, the
-run summary written next to the model, and the command-line entry point."""
+the arguments both change or add (`ScriptTrainingArguments`, `trust_remote_code_field`, the
+from-scratch checks), the wall-clock budget (`--max_train_seconds`), the training run itself
+(`train_with_budget`), the model card's training hyperparameters and data summary, the run summary
+written next to the model, and the command-line entry point."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import Trainer, TrainerCallback, TrainingArguments
+import datasets
+import torch
+from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +52,36 @@ def resolve_max_length(requested: int | None, limit: int | None, name: str) -> i
     return requested
 
 
-def budget_field():
-    """The `max_train_seconds` field of both fine-tuning scripts' training arguments (their
-    `__post_init__` checks it with `check_budget`)."""
-    return field(
+def check_budget(seconds: float | None) -> None:
+    """Raise `ValueError` unless `seconds` (a `max_train_seconds`) is None or a positive number."""
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
+    ):
+        raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
+
+
+@dataclass
+class ScriptTrainingArguments:
+    """The `TrainingArguments` defaults both scripts change, and the wall-clock budget they add.
+
+    A mixin: `class XTrainingArguments(ScriptTrainingArguments, TrainingArguments)` (or
+    `Seq2SeqTrainingArguments`); its fields override the transformers defaults of the same name.
+    """
+
+    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps, epoch."})
+    save_strategy: str = field(
+        default="epoch", metadata={"help": "When to checkpoint: no, steps, epoch, best."}
+    )
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept (the best one too)."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the training loss every N updates."})
+    report_to: None | str | list[str] = field(
+        default="none", metadata={"help": "Trackers (tensorboard, wandb, all ...); none unless asked."}
+    )
+    dataloader_pin_memory: bool = field(
+        default=torch.cuda.is_available(),
+        metadata={"help": "Pin batches in memory (useful with a GPU only)."},
+    )
+    max_train_seconds: float | None = field(
         default=None,
         metadata={
             "help": "A wall-clock budget for training (evaluations during training included): stop at the "
@@ -59,13 +89,54 @@ def budget_field():
         },
     )
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_budget(self.max_train_seconds)
 
-def check_budget(seconds: float | None) -> None:
-    """Raise `ValueError` unless `seconds` (a `max_train_seconds`) is None or a positive number."""
-    if seconds is not None and (
-        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0
-    ):
-        raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
+
+def trust_remote_code_field():
+    """The `trust_remote_code` field of both scripts' model arguments."""
+    return field(
+        default=False,
+        metadata={
+            "help": "Run model/tokenizer code shipped inside the folder (its config's auto_map). Off by "
+            "default, as in transformers: hf_lm's own model types load with the installed hf_lm without it."
+        },
+    )
+
+
+def check_model_arguments(model_args, *dropouts: str) -> None:
+    """Exactly one of `model_name_or_path` and `from_scratch`, and every named dropout in [0, 1) or None."""
+    if model_args.from_scratch == (model_args.model_name_or_path is not None):
+        raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
+    for name in dropouts:
+        value = getattr(model_args, name)
+        if value is not None and not 0 <= value < 1:
+            raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
+
+
+def load_tokenizer(model_args, path: str | None = None):
+    """`tokenizer_name_or_path` (else `path`, the pretrained folder) with `AutoTokenizer`."""
+    return AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
+    )
+
+
+def split_limits(data_args) -> dict[str, int | None]:
+    """split -> how many examples to keep (`max_train_samples`, `max_eval_samples`, `max_test_samples`)."""
+    return {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_test_samples,
+    }
+
+
+def require_validation(raw: datasets.DatasetDict, args: TrainingArguments, how: str) -> None:
+    """Refuse evaluation during training without a validation split; `how` says how to give one."""
+    if "validation" not in raw and args.eval_strategy != "no":
+        raise ValueError(
+            f"Evaluation during training needs a validation split ({how}); pass one, or `--eval_strategy no`."
+        )
 
 
 class WallClockBudgetCallback(TrainerCallback):
@@ -110,14 +181,67 @@ class WallClockBudgetCallback(TrainerCallback):
         return control
 
 
-def budget_metrics(trainer: Trainer, train_result, budget: WallClockBudgetCallback | None) -> dict:
-    """`train_steps` (optimizer updates done), `train_epochs` (epochs done, fractional) and
-    `train_budget_reached` (whether `max_train_seconds` ended training)."""
-    return {
-        "train_steps": int(train_result.global_step),
-        "train_epochs": float(trainer.state.epoch or 0.0),
-        "train_budget_reached": bool(budget is not None and budget.reached),
-    }
+def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, encoded, **kwargs):
+    """Build the `Trainer` on the encoded splits, with the wall-clock budget if one is set, and train.
+
+    Args:
+        trainer_class: `Trainer` or `Seq2SeqTrainer`.
+        args: the training arguments (`max_train_seconds` for a budget).
+        encoded: the tokenized `DatasetDict`: "train", and "validation" to evaluate during training.
+        **kwargs: the rest of the trainer's arguments (`model`, `processing_class`,
+            `data_collator`, `compute_metrics`).
+
+    Returns:
+        `(trainer, metrics)`: Trainer's `train_*` metrics plus `train_samples`, `num_parameters`,
+        `train_steps` (optimizer updates done), `train_epochs` (fractional) and
+        `train_budget_reached` (whether `max_train_seconds` ended training).
+    """
+    seconds = getattr(args, "max_train_seconds", None)
+    budget = None if seconds is None else WallClockBudgetCallback(seconds)
+    trainer = trainer_class(
+        args=args,
+        train_dataset=encoded["train"],
+        eval_dataset=encoded.get("validation"),
+        callbacks=[budget] if budget is not None else None,
+        **kwargs,
+    )
+    train_result = trainer.train()
+    metrics = dict(
+        train_result.metrics,
+        train_samples=len(encoded["train"]),
+        num_parameters=trainer.model.num_parameters(),
+        train_steps=int(train_result.global_step),
+        train_epochs=float(trainer.state.epoch or 0.0),
+        train_budget_reached=bool(budget is not None and budget.reached),
+    )
+    return trainer, metrics
+
+
+def log_metrics(metrics: dict) -> None:
+    for name, value in metrics.items():
+        logger.info("%s = %s", name, value)
+
+
+def reported_split(encoded) -> str | None:
+    """The metric prefix the card's `model-index` reports: "test", else "eval", else None."""
+    return "test" if "test" in encoded else "eval" if "validation" in encoded else None
+
+
+def split_sizes(encoded, unit: str) -> str:
+    """'1,000 training <unit>, 100 validation, 100 test' (the splits there are)."""
+    return (
+        f"{len(encoded['train']):,} training {unit}"
+        + (f", {len(encoded['validation']):,} validation" if "validation" in encoded else "")
+        + (f", {len(encoded['test']):,} test" if "test" in encoded else "")
+    )
+
+
+def save_final(trainer: Trainer, tokenizer, output_dir: Path) -> Path:
+    """Save the trained model and its tokenizer in `output_dir/final` (the card comes next)."""
+    final = output_dir / "final"
+    trainer.model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    return final
 
 
 def _plain(value) -> str:
