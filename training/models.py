@@ -1,6 +1,6 @@
 """The model a run trains: its family (`--family`), and a fresh model of it sized by the arguments.
 
-`--family` names the model family (the names of `hf_lm`'s family table); `--objective` chooses what
+`--family` names the model family (the names of `hf_lm.families.FAMILIES`); `--objective` chooses what
 it is trained on, and each family trains only its objectives (`FAMILY_OBJECTIVES`). The older
 spelling `--arch transformer` means the objective's Transformer family (`TRANSFORMER_FAMILIES`: GPT
 for clm, BERT for mlm, T5 for span corruption, BART for BART denoising); `--arch rnn` and the other
@@ -11,37 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from hf_lm import (
-    HfLmBartConfig,
-    HfLmBartForConditionalGeneration,
-    HfLmBertConfig,
-    HfLmBertForMaskedLM,
-    HfLmGPTConfig,
-    HfLmGPTForCausalLM,
-    HfLmT5Config,
-    HfLmT5ForConditionalGeneration,
-)
-from hf_lm.models.hflm_configuration_ffnn import HfLmFFNNConfig
-from hf_lm.models.hflm_configuration_ngram import HfLmNGramConfig
-from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
-from hf_lm.models.hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
-from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
-from hf_lm.models.hflm_modeling_ngram import HfLmNGramForCausalLM
-from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
-from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
+from hf_lm.families import FAMILIES
 
-# family -> (config class, the model class the loop trains)
-FAMILY_CLASSES: dict[str, tuple[type, type]] = {
-    "gpt": (HfLmGPTConfig, HfLmGPTForCausalLM),
-    "bert": (HfLmBertConfig, HfLmBertForMaskedLM),
-    "t5": (HfLmT5Config, HfLmT5ForConditionalGeneration),
-    "bart": (HfLmBartConfig, HfLmBartForConditionalGeneration),
-    "rnn": (HfLmRNNConfig, HfLmRNNForCausalLM),
-    "rnn_seq2seq": (HfLmRNNSeq2SeqConfig, HfLmRNNSeq2SeqForConditionalGeneration),
-    "ffnn": (HfLmFFNNConfig, HfLmFFNNForCausalLM),
-    "ngram": (HfLmNGramConfig, HfLmNGramForCausalLM),
-}
-FAMILY_NAMES = tuple(FAMILY_CLASSES)
+FAMILY_NAMES = tuple(FAMILIES)
 DENOISING = ("span_corruption", "bart_denoising")
 # the objectives each family is trained on
 FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
@@ -154,15 +126,16 @@ def _pretransformer_sizes(model_args, tokenizer, family: str) -> dict:
 
 
 def build_family_model(
-    family: str, model_args, data_args, tokenizer, objective_config: dict
+    family: str, auto_class, model_args, data_args, tokenizer, objective_config: dict
 ) -> torch.nn.Module:
-    """A fresh model of `family` sized to the tokenizer.
+    """A fresh model of `family` sized to the tokenizer: the family's head behind `auto_class`
+    (`hf_lm.families.FAMILIES`).
 
     Args:
         objective_config: the config fields the objective sets (`Objective.model_config`), applied
             before `config_overrides`, which come last.
     """
-    config_cls, model_cls = FAMILY_CLASSES[family]
+    config_cls, model_cls = FAMILIES[family].config_class, FAMILIES[family].head(auto_class)
     if family in TRANSFORMERS:
         kwargs = _transformer_sizes(model_args, data_args, tokenizer, family)
     else:

@@ -24,15 +24,13 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
+from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 from training import evaluation
 from training.collators_mlm import DataCollatorForMaskedLM
 from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
-from training.models import DENOISING, build_family_model, resolve_family
+from training.models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, resolve_family
 from training.tokenizer import (
-    BART_SPECIAL_TOKENS,
-    BERT_SPECIAL_TOKENS,
-    T5_SPECIAL_TOKENS,
     add_sentinel_tokens,
 )
 
@@ -80,8 +78,7 @@ class Objective:
     """
 
     name = "clm"
-    special_tokens: dict | None = None  # None: the tokenizer's defaults (GPT's)
-    auto_class = AutoModelForCausalLM  # loads `init_from`
+    auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
     compiled_evaluation = False  # evaluate with the compiled model (`--torch_compile`)
     lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
 
@@ -89,6 +86,11 @@ class Objective:
         self.args = train_args
         self.tokenizer = self.collator = None
         self.num_eval_blocks = 0
+
+    @property
+    def special_tokens(self) -> dict | None:
+        """The tokenizer's special tokens: those of the objective's Transformer family (None: GPT's)."""
+        return FAMILIES[TRANSFORMER_FAMILIES[self.name]].special_tokens
 
     # --- tokenizer and model ---
     def prepare_tokenizer(self, tokenizer, block_size: int) -> None:
@@ -102,7 +104,8 @@ class Objective:
         """A fresh model of `family` sized to the tokenizer, or the `init_from` checkpoint."""
         if model_args.init_from:
             return self.auto_class.from_pretrained(model_args.init_from, dtype=torch.float32)
-        return build_family_model(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
+        config = self.model_config(tokenizer)
+        return build_family_model(family, self.auto_class, model_args, data_args, tokenizer, config)
 
     # --- data ---
     def make_collator(self, tokenizer):
@@ -258,9 +261,7 @@ class TruncatedBPTT(CausalLM):
 class MaskedLM(Objective):
     """BERT's masked LM: a fresh mask per micro-batch (dynamic masking), the 80/10/10 rule."""
 
-    name = "mlm"
-    # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
-    special_tokens = {**BERT_SPECIAL_TOKENS, "eos_token": "[SEP]"}
+    name = "mlm"  # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
     auto_class = AutoModelForMaskedLM
 
     def model_config(self, tokenizer):
@@ -311,6 +312,11 @@ class Denoising(Objective):
 
     auto_class = AutoModelForSeq2SeqLM
 
+    def model_config(self, tokenizer):
+        # the id that starts the decoder: T5's <pad>, BART's </s> (whichever family is trained)
+        role = FAMILIES[TRANSFORMER_FAMILIES[self.name]].decoder_start
+        return {"decoder_start_token_id": getattr(tokenizer, f"{role}_id")}
+
     def inputs(self, batch, step, micro, rank):
         return seq2seq_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
 
@@ -335,14 +341,10 @@ class SpanCorruption(Denoising):
     """T5's span corruption: spans become sentinels in the source; the target lists the spans."""
 
     name = "span_corruption"
-    special_tokens = T5_SPECIAL_TOKENS
 
     def prepare_tokenizer(self, tokenizer, block_size):
         # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
         add_sentinel_tokens(tokenizer, min(100, max(8, block_size // 4)))
-
-    def model_config(self, tokenizer):
-        return {"decoder_start_token_id": tokenizer.pad_token_id}
 
     def make_collator(self, tokenizer):
         return DataCollatorForT5Pretraining(tokenizer, objective="span_corruption")
@@ -355,10 +357,6 @@ class BartDenoising(Denoising):
     """BART's text infilling and sentence permutation: the target is the clean block."""
 
     name = "bart_denoising"
-    special_tokens = BART_SPECIAL_TOKENS
-
-    def model_config(self, tokenizer):
-        return {"decoder_start_token_id": tokenizer.eos_token_id}
 
     def make_collator(self, tokenizer):
         return DataCollatorForBartDenoising(tokenizer)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from training.models import FAMILY_CLASSES, RECURRENT, TRANSFORMERS, resolve_family
+from hf_lm.families import FAMILIES
+from training.models import RECURRENT, TRANSFORMERS, resolve_family
 
 
 def check_arguments(data_args, model_args, train_args) -> str:
@@ -25,7 +26,7 @@ def check_arguments(data_args, model_args, train_args) -> str:
             "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
             f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
         )
-    model_args.overrides(FAMILY_CLASSES[family][0])  # unknown keys fail here, by name
+    model_args.overrides(FAMILIES[family].config_class)  # unknown keys fail here, by name
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
         raise ValueError(
