@@ -36,6 +36,7 @@ from transformers import AutoTokenizer
 import training.checkpoint as ckpt
 import training.evaluation as evaluation
 import training.export as export
+import training.run as run_module
 import training.run_log as run_log
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
@@ -659,7 +660,7 @@ def poison_update(update: int, factor: float):
     multiplied by `factor` (NaN: a non-finite loss; 10: a spike) whenever it is trained on."""
 
     def install():
-        prepare_data, forward = T.prepare_data, HfLmGPTForCausalLM.forward
+        prepare_data, forward = run_module.prepare_data, HfLmGPTForCausalLM.forward
 
         def poisoned_data(data_args, train_args, accelerator):
             tokenizer, train_blocks, eval_blocks, description = prepare_data(
@@ -678,7 +679,7 @@ def poison_update(update: int, factor: float):
                 out.loss = out.loss * factor
             return out
 
-        T.prepare_data = poisoned_data
+        run_module.prepare_data = poisoned_data
         HfLmGPTForCausalLM.forward = poisoned_forward
 
     return install
@@ -687,7 +688,10 @@ def poison_update(update: int, factor: float):
 @contextlib.contextmanager
 def installed(*hooks):
     """Install child hooks in this process for the block (the patched names are put back)."""
-    saved = [(T, "prepare_data", T.prepare_data), (HfLmGPTForCausalLM, "forward", HfLmGPTForCausalLM.forward)]
+    saved = [
+        (run_module, "prepare_data", run_module.prepare_data),
+        (HfLmGPTForCausalLM, "forward", HfLmGPTForCausalLM.forward),
+    ]
     saved += [(T, "forward_loss", T.forward_loss)]
     try:
         for hook in hooks:

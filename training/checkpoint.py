@@ -675,7 +675,7 @@ def remove_checkpoints_except(root: str | os.PathLike, keep_steps, run_id: Any =
     """Delete the complete checkpoints under `root` whose step is not in `keep_steps`.
 
     For folders of checkpoints that must outlive `keep_last`'s count, such as the best models a
-    run keeps (`training.train.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
+    run keeps (`training.best.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
     With `run_id` given, only that run's checkpoints are candidates (another run's are kept).
 
     Returns:
