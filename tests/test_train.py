@@ -48,12 +48,13 @@ TINY = {
 }
 
 
-def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
+def _argv(output_dir, base: dict = TINY, **overrides) -> list[str]:
+    """The flags of a run of `base` (the other test files' tiny runs vary TINY) into `output_dir`."""
+    return as_flags({**base, "output_dir": str(output_dir), **overrides})
 
 
-def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+def _run(output_dir, base: dict = TINY, **overrides) -> dict:
+    return train(*parse_args(_argv(output_dir, base, **overrides)))
 
 
 def _env() -> dict:

@@ -4,39 +4,26 @@ truncated BPTT with exact resume, and scheduled sampling."""
 from pathlib import Path
 
 import pytest
+import test_train
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-from training.args import as_flags, parse_args
+from training.args import parse_args
 from training.checkpoint import latest_checkpoint, load_checkpoint
-from training.train import GlobalBatchSampler, build_model, train
+from training.train import GlobalBatchSampler, build_model
 
-TINY = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 1,
-    "hidden_size": 32,
-    "per_device_batch_size": 8,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
-    "eval_every": 10,
-    "eval_batches": 4,
-    "log_every": 2,
-    "save_every": 10,
-    "report_to": ["csv"],
-}
+# the tiny run of tests/test_train.py with one layer
+TINY = {**test_train.TINY, "num_hidden_layers": 1, "report_to": ["csv"]}
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
+    return test_train._argv(output_dir, TINY, **overrides)
 
 
 def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+    return test_train._run(output_dir, TINY, **overrides)
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_train
 import torch
 from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset
@@ -17,7 +18,7 @@ from safetensors.torch import load_file
 
 import training.evaluation
 import training.train as T
-from training.args import as_flags, parse_args
+from training.args import parse_args
 from training.checkpoint import list_checkpoints
 from training.data import tokenize_and_pack
 from training.tokenizer import train_tokenizer
@@ -35,32 +36,17 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = REPO_ROOT / "training" / "configs"
 SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
-# the tiny run of tests/test_train.py: 200 synthetic documents, a 300-token BPE, 2 layers of width 32
-TINY = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "num_attention_heads": 4,
-    "per_device_batch_size": 8,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
-    "eval_every": 2,
-    "eval_batches": 2,
-    "log_every": 2,
-    "save_every": 2,
-    "report_to": ["none"],
-}
+# the tiny run of tests/test_train.py (200 synthetic documents, a 300-token BPE, 2 layers of width
+# 32), evaluated and saved every 2 steps
+TINY = {**test_train.TINY, "eval_every": 2, "eval_batches": 2, "save_every": 2, "report_to": ["none"]}
 
 
 def _argv(output_dir, **overrides) -> list[str]:
-    return as_flags({**TINY, "output_dir": str(output_dir), **overrides})
+    return test_train._argv(output_dir, TINY, **overrides)
 
 
 def _run(output_dir, **overrides) -> dict:
-    return train(*parse_args(_argv(output_dir, **overrides)))
+    return test_train._run(output_dir, TINY, **overrides)
 
 
 def _reset() -> None:
