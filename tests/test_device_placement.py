@@ -16,6 +16,7 @@ import torch
 from conftest import tiny_gpt_config
 from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simulated_device, to_cpu
 
+import training.evaluation
 import training.train as train_module
 from hf_lm import HfLmGPTForCausalLM
 from hf_lm.testing import FAMILY_CASES
@@ -120,7 +121,7 @@ def test_the_loop_test_catches_a_cpu_tensor_in_the_evaluation(tmp_path, monkeypa
         mean = (total[0] / total[1]).item()
         return mean, math.exp(mean)
 
-    monkeypatch.setattr(train_module, "evaluate", evaluate_as_before)
+    monkeypatch.setattr(training.evaluation, "evaluate", evaluate_as_before)
     train_module.main(loop_argv("gpt", tmp_path / "cpu"))  # on a CPU alone the bug is invisible
     with simulated_accelerator(), pytest.raises(RuntimeError, match="same device"):
         train_module.main(loop_argv("gpt", tmp_path / "sim"))

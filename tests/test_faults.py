@@ -31,8 +31,13 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from conftest import tiny_gpt_config
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 import training.checkpoint as ckpt
+import training.evaluation as evaluation
+import training.export as export
+import training.run as run_module
+import training.run_log as run_log
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
@@ -247,7 +252,9 @@ def kill_replacing(file_name: str, n: int = 1):
     """Die in the middle of the `n`-th whole-file rewrite of `file_name` (metrics.csv, final_metrics.json)."""
 
     def install():
-        hit, atomic_write_text = Countdown(n), T.atomic_write_text
+        # metrics.csv is rewritten by the run log, final_metrics.json by the export
+        module = export if file_name == "final_metrics.json" else run_log
+        hit, atomic_write_text = Countdown(n), module.atomic_write_text
 
         def torn(path, text):
             path = Path(path)
@@ -257,7 +264,7 @@ def kill_replacing(file_name: str, n: int = 1):
                 _die()
             atomic_write_text(path, text)
 
-        T.atomic_write_text = torn
+        module.atomic_write_text = torn
 
     return install
 
@@ -282,14 +289,14 @@ def kill_writing_final(file_name: str):
     """Die with final/'s `file_name` half written (into whatever folder final/ is staged in)."""
 
     def install():
-        write_final_folder = T.write_final_folder
+        write_final_folder = export.write_final_folder
 
         def torn(model, tokenizer, folder, loss_png):
             write_final_folder(model, tokenizer, folder, loss_png)
             _cut(Path(folder) / file_name)
             _die()
 
-        T.write_final_folder = torn
+        export.write_final_folder = torn
 
     return install
 
@@ -298,14 +305,14 @@ def kill_drawing_loss():
     """Die with loss.png half drawn."""
 
     def install():
-        plot = T.plot_loss_curves
+        plot = export.plot_loss_curves
 
         def torn(curves, path, **kwargs):
             plot(curves, path, **kwargs)
             _cut(Path(path))
             _die()
 
-        T.plot_loss_curves = torn
+        export.plot_loss_curves = torn
 
     return install
 
@@ -373,7 +380,7 @@ KILL_POINTS = {
         kill_at_call(T, "forward_loss", _rng.randint(2, 23)),
         kill_replacing("metrics.csv"),
     ],
-    "evaluation": [kill_at_call(T, "evaluate", _rng.randint(1, 3))],
+    "evaluation": [kill_at_call(evaluation, "evaluate", _rng.randint(1, 3))],
     "final/": [kill_writing_final("model.safetensors")],
     "loss.png": [kill_drawing_loss()],
     "final_metrics.json": [kill_replacing("final_metrics.json")],
@@ -390,7 +397,7 @@ def _check_after_kill(out: Path) -> None:
         for _, path in list_checkpoints(folder):
             assert verify_checkpoint(path) == [], path
     if (out / "tokenizer").exists():
-        T.AutoTokenizer.from_pretrained(out / "tokenizer")
+        AutoTokenizer.from_pretrained(out / "tokenizer")
     if (out / "final").exists():
         load_file(out / "final" / "model.safetensors")
         assert (out / "final" / "README.md").is_file()  # the card goes in last
@@ -419,7 +426,7 @@ def _kill_and_resume(reference: Path, out: Path, hooks: list) -> tuple[int, int]
     assert _same_weights(reference, out)
     assert json.loads((out / "final_metrics.json").read_text())["step"] == BASE["max_steps"]
     _check_csv(out)
-    T.AutoTokenizer.from_pretrained(out / "tokenizer")  # loads: never left torn
+    AutoTokenizer.from_pretrained(out / "tokenizer")  # loads: never left torn
     for _, path in list_checkpoints(out / "checkpoints"):
         assert verify_checkpoint(path) == [], path
     return tried, tried
@@ -653,7 +660,7 @@ def poison_update(update: int, factor: float):
     multiplied by `factor` (NaN: a non-finite loss; 10: a spike) whenever it is trained on."""
 
     def install():
-        prepare_data, forward = T.prepare_data, HfLmGPTForCausalLM.forward
+        prepare_data, forward = run_module.prepare_data, HfLmGPTForCausalLM.forward
 
         def poisoned_data(data_args, train_args, accelerator):
             tokenizer, train_blocks, eval_blocks, description = prepare_data(
@@ -672,7 +679,7 @@ def poison_update(update: int, factor: float):
                 out.loss = out.loss * factor
             return out
 
-        T.prepare_data = poisoned_data
+        run_module.prepare_data = poisoned_data
         HfLmGPTForCausalLM.forward = poisoned_forward
 
     return install
@@ -681,7 +688,10 @@ def poison_update(update: int, factor: float):
 @contextlib.contextmanager
 def installed(*hooks):
     """Install child hooks in this process for the block (the patched names are put back)."""
-    saved = [(T, "prepare_data", T.prepare_data), (HfLmGPTForCausalLM, "forward", HfLmGPTForCausalLM.forward)]
+    saved = [
+        (run_module, "prepare_data", run_module.prepare_data),
+        (HfLmGPTForCausalLM, "forward", HfLmGPTForCausalLM.forward),
+    ]
     saved += [(T, "forward_loss", T.forward_loss)]
     try:
         for hook in hooks:

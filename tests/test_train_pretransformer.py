@@ -164,9 +164,9 @@ def test_tbptt_feeds_each_block_the_previous_state(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "overrides,message",
     [
-        ({"arch": "rnn_seq2seq"}, "not a causal LM"),
-        ({"arch": "rnn", "objective": "mlm"}, "objective 'mlm'"),
-        ({"arch": "ffnn", "objective": "span_corruption"}, "encoder-decoder"),
+        ({"arch": "rnn_seq2seq"}, "family 'rnn_seq2seq' is not trained with objective 'clm'"),
+        ({"arch": "rnn", "objective": "mlm"}, "objective 'mlm' trains the families bert"),
+        ({"arch": "ffnn", "objective": "span_corruption"}, "trains the families t5, rnn_seq2seq"),
         ({"arch": "ffnn", "tbptt": True}, "tbptt"),
         ({"arch": "transformer", "scheduled_sampling": "linear"}, "scheduled_sampling"),
         ({"arch": "rnn", "document_mask": True}, "document_mask"),

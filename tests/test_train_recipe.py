@@ -20,6 +20,7 @@ from test_train import _argv as train_argv
 from test_train import _run as train_run
 from test_train import assert_document_inputs, spy_on_model_inputs
 
+import training.evaluation
 import training.train as T
 from training.args import parse_args
 from training.checkpoint import list_checkpoints
@@ -244,7 +245,7 @@ def test_random_windows_refused_with_streaming_and_ngram(tmp_path, overrides):
 def test_resume_refuses_another_sampling(tmp_path):
     _run(tmp_path / "run", max_steps=2)
     _reset()
-    with pytest.raises(ValueError, match="sampling=blocks"):
+    with pytest.raises(ValueError, match="sampling: 'blocks' -> 'random_windows'"):
         _run(tmp_path / "run", max_steps=4, resume="true", sampling="random_windows")
 
 
@@ -263,7 +264,7 @@ def _scripted_evaluate(monkeypatch, losses: list[float], calls: dict) -> None:
             raise loss
         return loss, math.exp(loss)
 
-    monkeypatch.setattr(T, "evaluate", scripted)
+    monkeypatch.setattr(training.evaluation, "evaluate", scripted)
 
 
 BEST = dict(max_steps=10, eval_every=2, save_every=2, load_best_model_at_end=True)

@@ -14,6 +14,7 @@ from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset, IterableDataset
 from test_train import _argv, _run, _weights, assert_document_inputs, spy_on_model_inputs
 
+import training.run_data as run_data
 import training.train as train_module
 from training.args import parse_args
 from training.corpora import SyntheticCorpus
@@ -164,17 +165,17 @@ def test_streaming_reads_a_bounded_prefix_of_an_endless_corpus(tmp_path, monkeyp
             yield {"text": docs[i % len(docs)]}
 
     monkeypatch.setattr(
-        train_module, "load_text_dataset", lambda *a, **k: IterableDataset.from_generator(endless)
+        run_data, "load_text_dataset", lambda *a, **k: IterableDataset.from_generator(endless)
     )
     trained_on = []
-    real_train_tokenizer = train_module.train_tokenizer
+    real_train_tokenizer = run_data.train_tokenizer
 
     def counting_train_tokenizer(texts, **kwargs):
         texts = list(texts)
         trained_on.append(len(texts))
         return real_train_tokenizer(texts, **kwargs)
 
-    monkeypatch.setattr(train_module, "train_tokenizer", counting_train_tokenizer)
+    monkeypatch.setattr(run_data, "train_tokenizer", counting_train_tokenizer)
     data_args, model_args, train_args = parse_args(
         _argv(
             tmp_path / "endless",
@@ -283,8 +284,8 @@ def test_streaming_resume_is_exact(jsonl, tmp_path, monkeypatch):
 
     # a streaming checkpoint cannot be resumed by the in-memory sampler, nor with another buffer
     _reset_accelerate()
-    with pytest.raises(ValueError, match="streaming=True"):
+    with pytest.raises(ValueError, match="streaming: True -> False"):
         _run(out, dataset=jsonl, report_to=["none"], resume="true", **{**run, "streaming": False})
     _reset_accelerate()
-    with pytest.raises(ValueError, match="shuffle_buffer_size=32"):
+    with pytest.raises(ValueError, match="shuffle_buffer_size: 32 -> 8"):
         _run(out, dataset=jsonl, report_to=["none"], resume="true", **{**run, "shuffle_buffer_size": 8})

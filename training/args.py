@@ -27,6 +27,7 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from training.data import SAMPLE_BY
+from training.models import FAMILY_NAMES
 from training.scheduled_sampling import SCHEDULES, sampling_probability
 from training.tokenizer import TOKENIZER_KINDS
 
@@ -39,7 +40,6 @@ OBJECTIVES = ("clm", "mlm", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
 # "transformer": the objective's own family; the others are the pre-Transformer models (issue 6)
 ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
-CAUSAL_ARCHS = ("transformer", "ngram", "ffnn", "rnn")  # the archs objective "clm" can train
 SCHEDULED_SAMPLING = ("none", *SCHEDULES)
 # how training batches are drawn: shuffled packed blocks, or nanoGPT's windows at random offsets
 SAMPLINGS = ("blocks", "random_windows")
@@ -219,18 +219,26 @@ class DataArguments:
 
 @dataclass
 class ModelArguments:
-    """The config of a model trained from scratch (`HfLmGPTConfig` for objective clm, `HfLmBertConfig`
-    for mlm: the same fields), or a checkpoint to start from."""
+    """The model family and the config of a model trained from scratch (the size fields map onto each
+    family's config: `training.models`), or a checkpoint to start from."""
 
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
     )
+    family: str | None = field(
+        default=None,
+        metadata={
+            "help": f"The model family, one of {list(FAMILY_NAMES)}: gpt, rnn, ffnn and ngram (fitted by "
+            "counting, no gradient steps) train objective clm, bert mlm, t5 span_corruption, bart bart_denoising, "
+            "rnn_seq2seq span_corruption or bart_denoising. Unset: from --arch."
+        },
+    )
     arch: str = field(
         default="transformer",
         metadata={
-            "help": "transformer: the objective's family (hflm_gpt, hflm_bert, hflm_t5, hflm_bart); "
-            "ngram (fitted by counting, no gradient steps), ffnn (Bengio et al. 2003), rnn (objective clm); "
-            "rnn_seq2seq (objectives span_corruption, bart_denoising)."
+            "help": "The older spelling of --family: transformer is the objective's Transformer family (gpt for "
+            "clm, bert for mlm, t5 for span_corruption, bart for bart_denoising); ngram, ffnn, rnn and "
+            "rnn_seq2seq are the family of that name."
         },
     )
     ngram_order: int = field(
@@ -284,13 +292,15 @@ class ModelArguments:
     def __post_init__(self) -> None:
         _positive(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
         _choice(self, "arch", ARCHS)
+        if self.family is not None:
+            _choice(self, "family", FAMILY_NAMES)
         _choice(self, "ngram_smoothing", sorted(SMOOTHINGS))
         _choice(self, "cell_type", sorted(RNN_CELLS))
         _choice(self, "rnn_attention", ATTENTION_TYPES)
         if self.ngram_order > MAX_ORDER:
             raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
-        if self.arch == "ffnn" and self.ngram_order < 2:
-            raise ValueError("`ngram_order` must be >= 2 for arch='ffnn' (it sees ngram_order - 1 tokens).")
+        if "ffnn" in (self.arch, self.family) and self.ngram_order < 2:
+            raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
         optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0 <= getattr(self, name) < 1:

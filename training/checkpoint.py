@@ -529,6 +529,49 @@ def save_checkpoint(
         OSError, SafetensorError: the disk is full or a write fails; the partial folder is removed
             and every earlier checkpoint kept (a note on the error says so).
     """
+    _check_save(model, step, keep_last, check_finite)
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(step)
+    if save_rng and rng_states is None:
+        rng_states = [get_rng_state()]
+    saved_at = time.time()
+    # serialize the JSON first: a TypeError should not cost a half-written temp folder
+    state_json = json.dumps(
+        {
+            "step": step,
+            "data_state": data_state,
+            "extra": extra,
+            "num_rng_states": len(rng_states) if save_rng else 0,
+            "run_id": run_id,
+            "saved_at": saved_at,
+        },
+        indent=2,
+    )
+    parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler, "tensors": tensors}
+    parts["rng_states"] = rng_states if save_rng else []
+    tmp = root / f"{TMP_PREFIX}{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        _write_checkpoint_files(tmp, model, parts, state_json, run_id, step, saved_at)
+        _swap_in(tmp, final)
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(err, Exception):  # a full disk: OSError, or SafetensorError from its writer
+            err.add_note(
+                f"Could not write the checkpoint of step {step} to {final} (a full disk?): nothing of it is "
+                "left behind, and the earlier checkpoints are kept."
+            )
+        raise
+    logger.info("saved checkpoint %s", final)
+
+    if keep_last is not None:
+        prune_checkpoints(root, keep_last, run_id=run_id, current_step=step)
+    return final
+
+
+def _check_save(model: torch.nn.Module, step: int, keep_last: int | None, check_finite: bool) -> None:
+    """Refuse a save before anything is written (`save_checkpoint`'s ValueError and NonFiniteWeightsError)."""
     if step < 0:
         raise ValueError(f"`step` must be >= 0, got {step}.")
     if keep_last is not None and keep_last < 1:
@@ -540,29 +583,23 @@ def save_checkpoint(
                 f"Not saving the checkpoint of step {step}: the model holds a non-finite weight "
                 f"(max |w| = {largest}); training diverged."
             )
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / checkpoint_name(step)
-    if save_rng and rng_states is None:
-        rng_states = [get_rng_state()]
-    num_rng_states = len(rng_states) if save_rng else 0
-    saved_at = time.time()
-    # serialize the JSON first: a TypeError should not cost a half-written temp folder
-    state_json = json.dumps(
-        {
-            "step": step,
-            "data_state": data_state,
-            "extra": extra,
-            "num_rng_states": num_rng_states,
-            "run_id": run_id,
-            "saved_at": saved_at,
-        },
-        indent=2,
-    )
-    config = _config_dict(model)
 
-    tmp = root / f"{TMP_PREFIX}{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+
+def _write_checkpoint_files(
+    tmp: Path,
+    model: torch.nn.Module,
+    parts: dict,
+    state_json: str,
+    run_id: str | None,
+    step: int,
+    saved_at: float,
+) -> None:
+    """Every file of a checkpoint into the temporary folder `tmp`, synced; `COMPLETE` last.
+
+    `parts`: the optional "optimizer", "scheduler", "scaler" (each saved with its `state_dict()`),
+    "tensors" (named tensors) and "rng_states" (one per process) of `save_checkpoint`.
+    """
+    config = _config_dict(model)
     # the weights are hashed (hashlib releases the GIL) while the optimizer state is written
     hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256")
     try:
@@ -571,16 +608,18 @@ def save_checkpoint(
         hashing = {MODEL_FILE: hasher.submit(_sha256, tmp / MODEL_FILE)}
         if config is not None:
             _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
-        if optimizer is not None:
-            _torch_save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        if scheduler is not None:
-            _torch_save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
-        if scaler is not None:
-            _torch_save(scaler.state_dict(), tmp / SCALER_FILE)
-        for rank in range(num_rng_states):
-            _torch_save(rng_states[rank], tmp / rng_file(rank))
-        if tensors:
-            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / TENSORS_FILE))
+        for name, file in (
+            ("optimizer", OPTIMIZER_FILE),
+            ("scheduler", SCHEDULER_FILE),
+            ("scaler", SCALER_FILE),
+        ):
+            if parts[name] is not None:
+                _torch_save(parts[name].state_dict(), tmp / file)
+        for rank, rng_state in enumerate(parts["rng_states"]):
+            _torch_save(rng_state, tmp / rng_file(rank))
+        if parts["tensors"]:
+            tensors = {k: v.detach().cpu().contiguous() for k, v in parts["tensors"].items()}
+            save_file(tensors, str(tmp / TENSORS_FILE))
             _fsync_file(tmp / TENSORS_FILE)
         _write_text(tmp / STATE_FILE, state_json)
         # the checksums of every file, before COMPLETE: a complete folder always has its manifest
@@ -588,22 +627,10 @@ def save_checkpoint(
         # last: marks every other file complete, and checksums the manifest itself
         _write_text(tmp / COMPLETE_MARKER, f"{step}\n{MANIFEST_FILE} sha256 {_sha256(tmp / MANIFEST_FILE)}\n")
         _fsync_dir(tmp)
-        _swap_in(tmp, final)
-    except BaseException as err:
+    except BaseException:
         hasher.shutdown(cancel_futures=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(err, Exception):  # a full disk: OSError, or SafetensorError from its writer
-            err.add_note(
-                f"Could not write the checkpoint of step {step} to {final} (a full disk?): nothing of it is "
-                "left behind, and the earlier checkpoints are kept."
-            )
         raise
     hasher.shutdown()
-    logger.info("saved checkpoint %s", final)
-
-    if keep_last is not None:
-        prune_checkpoints(root, keep_last, run_id=run_id, current_step=step)
-    return final
 
 
 def prune_checkpoints(
@@ -648,7 +675,7 @@ def remove_checkpoints_except(root: str | os.PathLike, keep_steps, run_id: Any =
     """Delete the complete checkpoints under `root` whose step is not in `keep_steps`.
 
     For folders of checkpoints that must outlive `keep_last`'s count, such as the best models a
-    run keeps (`training.train.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
+    run keeps (`training.best.BestModel`). Each goes as `keep_last` prunes: renamed, then deleted.
     With `run_id` given, only that run's checkpoints are candidates (another run's are kept).
 
     Returns:

@@ -507,6 +507,81 @@ def _truncate_pair(
     return a[a0:a1], b[b0:b1]
 
 
+def _check_pair_arguments(
+    tokenizer, objective, max_length, seed, negative_prob, short_seq_prob
+) -> tuple[int, int]:
+    """Check `make_sentence_pairs`' arguments; returns the ids of [CLS] and [SEP]."""
+    if objective not in PAIR_OBJECTIVES:
+        raise ValueError(f"`objective` must be one of {list(PAIR_OBJECTIVES)}, got {objective!r}.")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 5:
+        raise ValueError(
+            f"`max_length` must be an integer >= 5 ([CLS] A [SEP] B [SEP] with 1 token each at least), "
+            f"got {max_length!r}."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"`seed` must be an integer, got {seed!r}.")
+    _check_probability("negative_prob", negative_prob)
+    _check_probability("short_seq_prob", short_seq_prob)
+    cls_id, sep_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
+    if cls_id is None or sep_id is None:
+        raise ValueError(
+            "`tokenizer` needs a cls_token and a sep_token (e.g. training.tokenizer.BERT_SPECIAL_TOKENS)."
+        )
+    return cls_id, sep_id
+
+
+def _split_chunk(chunk: list[list[int]], rng: random.Random) -> tuple[list[int], list[int], int]:
+    """Cut a chunk of sentences into segments A and B after a random sentence (a lone sentence at a
+    random token; none of fewer than 2 tokens). Returns `(a, b, number of B's sentences)`."""
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        return (
+            [t for s in chunk[:a_end] for t in s],
+            [t for s in chunk[a_end:] for t in s],
+            len(chunk) - a_end,
+        )
+    if len(chunk[0]) >= 2:
+        cut = rng.randint(1, len(chunk[0]) - 1)
+        return chunk[0][:cut], chunk[0][cut:], 0
+    return [], [], 0
+
+
+def _random_segment(docs: list[list[list[int]]], d: int, min_tokens: int, rng: random.Random) -> list[int]:
+    """NSP's random B: text of a random document other than `d`, from a random sentence on."""
+    other = rng.randrange(len(docs) - 1)
+    other += other >= d  # any document but this one
+    random_doc, b = docs[other], []
+    for s in random_doc[rng.randrange(len(random_doc)) :]:
+        b.extend(s)
+        if len(b) >= min_tokens:
+            break
+    return b
+
+
+def _document_pairs(docs, d: int, target: int, objective: str, negative_prob: float, max_tokens: int, rng):
+    """The `(a, b, label)` pairs of document `d`: its sentences accumulated into chunks of about
+    `target` tokens, each cut into A and B (`make_sentence_pairs`)."""
+    doc, pairs = docs[d], []
+    chunk: list[list[int]] = []
+    length = i = 0
+    while i < len(doc):
+        chunk.append(doc[i])
+        length += len(doc[i])
+        if i == len(doc) - 1 or length >= target:
+            negative = rng.random() < negative_prob
+            a, b, unused = _split_chunk(chunk, rng)
+            if a and b:
+                if negative and objective == "nsp":
+                    b = _random_segment(docs, d, max(1, target - len(a)), rng)
+                    i -= unused  # put B's sentences back: they start the next chunk
+                elif negative:  # sop
+                    a, b = b, a
+                pairs.append((*_truncate_pair(a, b, max_tokens, rng), int(negative)))
+            chunk, length = [], 0
+        i += 1
+    return pairs
+
+
 def make_sentence_pairs(
     documents: Iterable[str | Sequence[str] | Sequence[Sequence[int]]],
     tokenizer: PreTrainedTokenizerBase,
@@ -562,23 +637,9 @@ def make_sentence_pairs(
             probabilities outside [0, 1], a tokenizer without [CLS]/[SEP], or NSP with fewer than
             two non-empty documents.
     """
-    if objective not in PAIR_OBJECTIVES:
-        raise ValueError(f"`objective` must be one of {list(PAIR_OBJECTIVES)}, got {objective!r}.")
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 5:
-        raise ValueError(
-            f"`max_length` must be an integer >= 5 ([CLS] A [SEP] B [SEP] with 1 token each at least), "
-            f"got {max_length!r}."
-        )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"`seed` must be an integer, got {seed!r}.")
-    _check_probability("negative_prob", negative_prob)
-    _check_probability("short_seq_prob", short_seq_prob)
-    cls_id, sep_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
-    if cls_id is None or sep_id is None:
-        raise ValueError(
-            "`tokenizer` needs a cls_token and a sep_token (e.g. training.tokenizer.BERT_SPECIAL_TOKENS)."
-        )
-
+    cls_id, sep_id = _check_pair_arguments(
+        tokenizer, objective, max_length, seed, negative_prob, short_seq_prob
+    )
     docs = _tokenized_documents(documents, tokenizer)
     if objective == "nsp" and negative_prob > 0 and len(docs) < 2:
         raise ValueError(
@@ -588,54 +649,17 @@ def make_sentence_pairs(
     rng = random.Random(seed)
     max_tokens = max_length - 3  # [CLS], [SEP], [SEP]
     pairs: list[dict[str, Any]] = []
-    for d, doc in enumerate(docs):
+    for d in range(len(docs)):
         # BERT draws one target length per document
         target = max_tokens if rng.random() >= short_seq_prob else rng.randint(2, max_tokens)
-        chunk: list[list[int]] = []
-        length = 0
-        i = 0
-        while i < len(doc):
-            chunk.append(doc[i])
-            length += len(doc[i])
-            if i == len(doc) - 1 or length >= target:
-                negative = rng.random() < negative_prob
-                unused = 0
-                if len(chunk) >= 2:
-                    a_end = rng.randint(1, len(chunk) - 1)
-                    a = [t for s in chunk[:a_end] for t in s]
-                    b = [t for s in chunk[a_end:] for t in s]
-                    unused = len(chunk) - a_end
-                elif len(chunk[0]) >= 2:
-                    cut = rng.randint(1, len(chunk[0]) - 1)
-                    a, b = chunk[0][:cut], chunk[0][cut:]
-                else:
-                    a = b = []
-                if a and b:
-                    label = 0
-                    if negative and objective == "nsp":
-                        other = rng.randrange(len(docs) - 1)
-                        other += other >= d  # any document but this one
-                        random_doc = docs[other]
-                        b = []
-                        for s in random_doc[rng.randrange(len(random_doc)) :]:
-                            b.extend(s)
-                            if len(b) >= max(1, target - len(a)):
-                                break
-                        i -= unused  # put B's sentences back: they start the next chunk
-                        label = 1
-                    elif negative:  # sop
-                        a, b = b, a
-                        label = 1
-                    a, b = _truncate_pair(a, b, max_tokens, rng)
-                    pairs.append(
-                        {
-                            "input_ids": [cls_id, *a, sep_id, *b, sep_id],
-                            "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
-                            "next_sentence_label": label,
-                        }
-                    )
-                chunk, length = [], 0
-            i += 1
+        for a, b, label in _document_pairs(docs, d, target, objective, negative_prob, max_tokens, rng):
+            pairs.append(
+                {
+                    "input_ids": [cls_id, *a, sep_id, *b, sep_id],
+                    "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+                    "next_sentence_label": label,
+                }
+            )
     logger.info(
         "Built %d %s pairs from %d documents (%.1f%% label 1).",
         len(pairs),

@@ -1,42 +1,46 @@
-"""Training objectives of the one training loop: causal LM ("clm"), masked LM ("mlm") and the
-encoder-decoder denoising objectives ("span_corruption", T5; "bart_denoising", BART).
+"""Training objectives of the one training loop, behind one protocol (`Objective`).
 
-The loop (`training.train`) reads packed blocks of token ids; an objective turns a batch of blocks
-into model inputs with labels and says how to evaluate. Causal LM needs nothing: `labels =
-input_ids` (the model shifts). Masked LM draws a fresh BERT mask for every micro-batch with
-`training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking), from a generator
-seeded by (seed, step, micro-step, rank): the masks are a pure function of the data position, so a
-resumed run draws the same masks as an uninterrupted one, whatever happened to the global RNG.
+The loop (`training.train`) reads packed blocks of token ids and asks its objective everything that
+depends on what is trained: the special tokens of the tokenizer, the model, the inputs and labels
+of a micro-batch, the evaluation, and the model card's results. The objectives:
 
-Evaluation of a masked LM reports the masked-token loss and accuracy under a fixed mask, and the
-pseudo-perplexity of Salazar et al. (2020, "Masked Language Model Scoring"): mask each token in
-turn and score it given all the others, PPPL = exp(-1/N sum_t log P(w_t | w_{\\t})). Unlike the
-loss under a random 15% mask it does not depend on a masking draw, and it is the masked-LM
-analogue of a causal LM's perplexity (though not comparable to it: each token sees both sides).
+- `CausalLM` ("clm"): `labels = input_ids` (the model shifts); trains GPT, RNN, FFNN (and an n-gram
+  model, which `training.ngram_fit` fits by counting instead).
+- `TruncatedBPTT` ("clm" with `--tbptt`): a causal LM whose recurrent state is carried from one
+  block of a lane to the next (`GlobalBatchSampler(lanes=True)`).
+- `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
+  `training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
+- `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
+  encoder-decoder denoising objectives of `training.collators_seq2seq`.
+
+Noise (masks, corrupted spans) is drawn from a generator seeded by (seed, step, micro-step, rank)
+(`mask_seed`): a pure function of the data position, so a resumed run draws the same noise as an
+uninterrupted one, whatever happened to the global RNG. The evaluation's noise is fixed for the run.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
 
+from hf_lm.families import FAMILIES
+from hf_lm.models.hflm_rnn_blocks import RecurrentCache
+from training import evaluation
 from training.collators_mlm import DataCollatorForMaskedLM
+from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from training.models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, resolve_family
+from training.tokenizer import (
+    add_sentinel_tokens,
+)
+
+SEQ2SEQ_OBJECTIVES = DENOISING
+EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
 
 
 def mask_seed(seed: int, step: int, micro: int, rank: int) -> int:
     """The seed of the mask of one micro-batch: independent streams per (seed, step, micro, rank)."""
     return int(np.random.SeedSequence([seed, step, micro, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-def eval_shards(num_blocks: int, batch_size: int, world: int, rank: int):
-    """(batch number, block indices) of this process's eval batches: batch i covers blocks
-    [i * b * world, (i + 1) * b * world), dealt round-robin over the processes."""
-    for i, start in enumerate(range(0, num_blocks, batch_size * world)):
-        idx = torch.arange(start + rank, min(start + batch_size * world, num_blocks), world)
-        if len(idx):
-            yield i, idx
 
 
 def mlm_inputs(
@@ -56,125 +60,6 @@ def mlm_inputs(
     return {k: out[k] for k in ("input_ids", "attention_mask", "labels")}
 
 
-@torch.no_grad()
-def masked_lm_scores(model, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[float, int, int]:
-    """(summed loss, correct predictions, masked tokens) of a masked batch.
-
-    Args:
-        input_ids: (B, T) masked inputs.
-        labels: (B, T) original ids at masked positions, -100 elsewhere.
-    """
-    logits = model(input_ids=input_ids, labels=None).logits  # (B, T, V)
-    selected = labels != -100
-    logits, targets = logits[selected].float(), labels[selected]  # (N, V), (N,)
-    loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
-    correct = (logits.argmax(-1) == targets).sum()
-    return float(loss), int(correct), int(selected.sum())
-
-
-@torch.no_grad()
-def pseudo_log_likelihood(
-    model,
-    input_ids: torch.Tensor,
-    mask_token_id: int,
-    special_ids: set[int] | None = None,
-    attention_mask: torch.Tensor | None = None,
-    batch_size: int = 64,
-) -> tuple[float, int]:
-    """Sum over tokens of log P(w_t | all other tokens), masking one token at a time.
-
-    Args:
-        model: a masked LM returning `logits` (B, T, V).
-        input_ids: (B, T) unmasked token ids.
-        mask_token_id: the id of `[MASK]`.
-        special_ids: ids never scored (`[CLS]`, `[SEP]`, padding).
-        attention_mask: (B, T), 0 for padding (never scored).
-        batch_size: masked copies per forward pass.
-
-    Returns:
-        `(sum of log-probabilities, number of scored tokens)`; PPPL = exp(-sum / n).
-    """
-    special = torch.tensor(sorted(special_ids or set()), dtype=torch.long, device=input_ids.device)
-    scored = ~torch.isin(input_ids, special)
-    if attention_mask is not None:
-        scored &= attention_mask.bool()
-    rows, cols = scored.nonzero(as_tuple=True)  # one masked copy per scored token
-    total = 0.0
-    for start in range(0, len(rows), batch_size):
-        r, c = rows[start : start + batch_size], cols[start : start + batch_size]
-        copies = input_ids[r].clone()  # (n, T)
-        copies[torch.arange(len(r)), c] = mask_token_id
-        mask = attention_mask[r] if attention_mask is not None else None
-        logits = model(input_ids=copies, attention_mask=mask).logits  # (n, T, V)
-        logp = logits[torch.arange(len(r)), c].float().log_softmax(-1)  # (n, V)
-        total += float(logp.gather(1, input_ids[r, c][:, None]).sum())
-    return total, len(rows)
-
-
-def perplexity(mean_nll: float) -> float:
-    return math.exp(mean_nll) if mean_nll < 700 else float("inf")
-
-
-@torch.no_grad()
-def evaluate_mlm(
-    model,
-    blocks: dict[str, torch.Tensor],
-    collator: DataCollatorForMaskedLM,
-    accelerator,
-    batch_size: int,
-    num_blocks: int,
-    seed: int,
-    pseudo_perplexity_blocks: int,
-) -> dict[str, float | None]:
-    """Masked-token loss and accuracy under a fixed mask, and pseudo-perplexity, over the eval blocks.
-
-    Blocks are sharded round-robin over processes and the sums reduced, so every process returns
-    the same numbers. The mask of eval batch i is drawn from `mask_seed(seed, -1, i, 0)`: the same
-    masks at every evaluation of a run, so the curve measures the model, not the draw.
-
-    Returns:
-        `eval_loss` (nats per masked token), `eval_perplexity` (its exponential: the masked-token
-        perplexity), `eval_mlm_accuracy`, and `eval_pseudo_perplexity` (None when disabled).
-    """
-    model.eval()
-    device = accelerator.device
-    world, rank = accelerator.num_processes, accelerator.process_index
-    totals = torch.zeros(5, dtype=torch.float64, device=device)  # loss, correct, masked, pll, scored
-    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
-        batch = mlm_inputs(
-            {"input_ids": blocks["input_ids"][idx]}, collator, mask_seed(seed, 2**31 - 1, i, rank)
-        )
-        loss, correct, n = masked_lm_scores(model, batch["input_ids"].to(device), batch["labels"].to(device))
-        totals[:3] += torch.tensor([loss, correct, n], dtype=torch.float64, device=device)
-    tokenizer = collator.tokenizer
-    mine = torch.arange(rank, min(pseudo_perplexity_blocks, len(blocks["input_ids"])), world)
-    if len(mine):
-        ids = blocks["input_ids"][mine].clone()
-        ids[:, 0] = tokenizer.cls_token_id  # scored like the training inputs, which start with [CLS]
-        special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
-        pll, scored = pseudo_log_likelihood(
-            model, ids.to(device), tokenizer.mask_token_id, special, batch_size=64
-        )
-        totals[3:] += torch.tensor([pll, scored], dtype=torch.float64, device=device)
-    totals = accelerator.reduce(totals, reduction="sum")
-    model.train()
-    loss_sum, correct, masked, pll, scored = totals.tolist()
-    mean = loss_sum / masked if masked else float("nan")
-    return {
-        "eval_loss": mean,
-        "eval_perplexity": perplexity(mean),
-        "eval_mlm_accuracy": correct / masked if masked else float("nan"),
-        "eval_pseudo_perplexity": perplexity(-pll / scored) if scored else None,
-    }
-
-
-# ----------------------------------------------------------------------------------------------
-# Denoising objectives of encoder-decoders (T5's span corruption, BART's text infilling)
-# ----------------------------------------------------------------------------------------------
-
-SEQ2SEQ_OBJECTIVES = ("span_corruption", "bart_denoising")
-
-
 def seq2seq_inputs(batch: dict[str, torch.Tensor], collator, seed: int) -> dict[str, torch.Tensor]:
     """Noise a batch of blocks (B, T) with noise drawn from `seed`: `input_ids`, `attention_mask`
     (the corrupted source) and `labels` (the target the decoder must produce, -100 padded)."""
@@ -183,38 +68,320 @@ def seq2seq_inputs(batch: dict[str, torch.Tensor], collator, seed: int) -> dict[
     return {k: out[k] for k in ("input_ids", "attention_mask", "labels")}
 
 
-@torch.no_grad()
-def evaluate_seq2seq(
-    model, blocks: dict[str, torch.Tensor], collator, accelerator, batch_size: int, num_blocks: int, seed: int
-) -> dict[str, float | None]:
-    """Target-token loss and accuracy of a denoising objective under fixed noise (the same at every
-    evaluation of a run), over the eval blocks sharded across processes.
+class Objective:
+    """What the training loop asks of an objective; subclasses fill in what differs.
 
-    Returns:
-        `eval_loss` (nats per target token), `eval_perplexity` and `eval_token_accuracy` (teacher
-        forced: the share of target tokens predicted exactly).
+    Built from the `TrainArguments` before the data (the tokenizer needs `special_tokens`), then
+    `bind` to the tokenizer and the eval blocks. The recurrent-state hooks (`start_update`,
+    `forward_inputs`, `after_forward`, `state_tensors`, `restore_state`, `reset_state`) do nothing
+    but for truncated BPTT.
     """
-    model.eval()
-    device = accelerator.device
-    world, rank = accelerator.num_processes, accelerator.process_index
-    totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, target tokens
-    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
-        batch = seq2seq_inputs(
-            {"input_ids": blocks["input_ids"][idx]}, collator, mask_seed(seed, 2**31 - 1, i, rank)
+
+    name = "clm"
+    auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
+    compiled_evaluation = False  # evaluate with the compiled model (`--torch_compile`)
+    lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
+
+    def __init__(self, train_args) -> None:
+        self.args = train_args
+        self.tokenizer = self.collator = None
+        self.num_eval_blocks = 0
+
+    @property
+    def special_tokens(self) -> dict | None:
+        """The tokenizer's special tokens: those of the objective's Transformer family (None: GPT's)."""
+        return FAMILIES[TRANSFORMER_FAMILIES[self.name]].special_tokens
+
+    # --- tokenizer and model ---
+    def prepare_tokenizer(self, tokenizer, block_size: int) -> None:
+        """Add what the objective needs to a freshly trained tokenizer (in place)."""
+
+    def model_config(self, tokenizer) -> dict:
+        """The config fields the objective sets on a fresh model."""
+        return {}
+
+    def build_model(self, family: str, model_args, data_args, tokenizer) -> torch.nn.Module:
+        """A fresh model of `family` sized to the tokenizer, or the `init_from` checkpoint."""
+        if model_args.init_from:
+            return self.auto_class.from_pretrained(model_args.init_from, dtype=torch.float32)
+        config = self.model_config(tokenizer)
+        return build_family_model(family, self.auto_class, model_args, data_args, tokenizer, config)
+
+    # --- data ---
+    def make_collator(self, tokenizer):
+        return None
+
+    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], world: int) -> None:
+        """Take the run's tokenizer and eval blocks: builds the collator (and what evaluation needs)."""
+        self.tokenizer, self.collator = tokenizer, self.make_collator(tokenizer)
+        self.num_eval_blocks = evaluation.eval_block_count(
+            len(eval_blocks["input_ids"]), self.args.per_device_batch_size, world, self.args.eval_batches
         )
-        batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(**batch).logits  # (B, L, V)
-        selected = batch["labels"] != -100
-        logits, targets = logits[selected].float(), batch["labels"][selected]
-        loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
-        correct = (logits.argmax(-1) == targets).sum()
-        totals += torch.stack([loss.double(), correct.double(), selected.sum().double()])
-    totals = accelerator.reduce(totals, reduction="sum")
-    model.train()
-    loss_sum, correct, n = totals.tolist()
-    mean = loss_sum / n if n else float("nan")
-    return {
-        "eval_loss": mean,
-        "eval_perplexity": perplexity(mean),
-        "eval_token_accuracy": correct / n if n else float("nan"),
-    }
+
+    def inputs(
+        self, batch: dict[str, torch.Tensor], step: int, micro: int, rank: int
+    ) -> dict[str, torch.Tensor]:
+        """The model inputs with labels of micro-batch `micro` of update `step + 1` (blocks (b, T))."""
+        raise NotImplementedError
+
+    def eval_noise(self, inputs):
+        """The evaluation's noise: `inputs` with the same seeds at every evaluation of the run."""
+        seed = self.args.seed
+        return lambda ids, i, rank: inputs(
+            {"input_ids": ids}, self.collator, mask_seed(seed, EVAL_STEP, i, rank)
+        )
+
+    # --- evaluation and the model card ---
+    def evaluate(self, model, eval_blocks: dict[str, torch.Tensor], accelerator) -> dict[str, float | None]:
+        raise NotImplementedError
+
+    def card_rows(self, evaluation: dict) -> dict[str, object]:
+        """The objective's rows of the card's evaluation table."""
+        raise NotImplementedError
+
+    def eval_results(self, evaluation: dict) -> dict[str, float]:
+        """The card's `model-index` results."""
+        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_token_accuracy"]}
+
+    def describe(self) -> str:
+        """The card's "objective" row."""
+        raise NotImplementedError
+
+    # --- state carried across blocks (truncated BPTT) ---
+    def start_update(self, update: int) -> None:
+        """Called before each update, with its index within the epoch."""
+
+    def forward_inputs(self, micro: int) -> dict:
+        """Extra model inputs of micro-batch `micro`."""
+        return {}
+
+    def after_forward(self, micro: int, outputs) -> None:
+        """Called with the outputs of micro-batch `micro`."""
+
+    def state_tensors(self, rank: int) -> dict[str, torch.Tensor] | None:
+        """This process's carried state for a checkpoint (None: the objective carries none)."""
+        return None
+
+    def restore_state(self, tensors: dict[str, torch.Tensor], rank: int, device: torch.device) -> None:
+        """Continue from a checkpoint's `tensors`."""
+
+    def reset_state(self) -> None:
+        """Forget the carried state (a rollback skipped blocks)."""
+
+
+class CausalLM(Objective):
+    """Next-token prediction: `labels = input_ids`, the model shifts."""
+
+    compiled_evaluation = True
+
+    def bind(self, tokenizer, eval_blocks, world) -> None:
+        super().bind(tokenizer, eval_blocks, world)
+        # the characters and words the causal loss scores (bits per character and word)
+        self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
+
+    def inputs(self, batch, step, micro, rank):
+        if "targets" in batch:  # random windows carry their own targets (`forward_loss`)
+            return batch
+        return {**batch, "labels": batch["input_ids"]}
+
+    def evaluate(self, model, eval_blocks, accelerator):
+        args = self.args  # the model is compiled with --torch_compile: (b, T) batches, a smaller last one
+        loss, ppl = evaluation.evaluate(
+            model, eval_blocks, accelerator, args.per_device_batch_size, args.eval_batches
+        )
+        return {"eval_loss": loss, "eval_perplexity": ppl, **evaluation.bits_metrics(loss, self.eval_units)}
+
+    def card_rows(self, evaluation):
+        return {
+            "held-out loss (nats/token)": evaluation["eval_loss"],
+            "held-out perplexity": evaluation["eval_perplexity"],
+            "held-out bits per token": evaluation["eval_bits_per_token"],
+            "held-out bits per character": evaluation["eval_bits_per_character"],
+            "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
+        }
+
+    def eval_results(self, evaluation):
+        return {"perplexity": evaluation["eval_perplexity"], "loss": evaluation["eval_loss"]}
+
+    def describe(self) -> str:
+        return "causal LM (next token)"
+
+
+class TruncatedBPTT(CausalLM):
+    """A causal LM whose recurrent state runs on from block to block of each lane.
+
+    The blocks are read in corpus order in global-batch-many lanes, and each batch row carries the
+    recurrent state its lane's previous block left (gradients stop at block boundaries). An epoch,
+    and a rollback (which skips blocks), start every lane afresh. The states ride in checkpoints.
+    """
+
+    lanes = True
+
+    def __init__(self, train_args) -> None:
+        super().__init__(train_args)
+        self.reset_state()
+
+    def start_update(self, update):
+        if update == 0:
+            self.reset_state()
+
+    def forward_inputs(self, micro):
+        return {"past_key_values": self.carried[micro], "use_cache": True}
+
+    def after_forward(self, micro, outputs):
+        self.carried[micro] = outputs.past_key_values.detach()  # gradients stop at the block edge
+
+    def state_tensors(self, rank):
+        tensors = {}
+        for micro, cache in enumerate(self.carried):
+            if cache is None or cache.state is None:
+                continue
+            for i, part in enumerate(cache.state):
+                tensors[f"tbptt.rank{rank}.micro{micro}.state{i}"] = part.detach().cpu()
+            tensors[f"tbptt.rank{rank}.micro{micro}.seen_tokens"] = torch.tensor(cache.seen_tokens)
+        return tensors
+
+    def restore_state(self, tensors, rank, device):
+        self.reset_state()  # None where a lane had no state yet
+        for micro in range(len(self.carried)):
+            prefix = f"tbptt.rank{rank}.micro{micro}."
+            parts = sorted(
+                (int(k[len(prefix) + len("state") :]), v)
+                for k, v in tensors.items()
+                if k.startswith(prefix + "state")
+            )
+            if parts:
+                states = tuple(v.to(device) for _, v in parts)
+                self.carried[micro] = RecurrentCache(states, int(tensors[prefix + "seen_tokens"]))
+
+    def reset_state(self):
+        self.carried: list[RecurrentCache | None] = [None] * self.args.gradient_accumulation_steps
+
+
+class MaskedLM(Objective):
+    """BERT's masked LM: a fresh mask per micro-batch (dynamic masking), the 80/10/10 rule."""
+
+    name = "mlm"  # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
+    auto_class = AutoModelForMaskedLM
+
+    def model_config(self, tokenizer):
+        # `sparse_prediction`: the head runs on the ~15% masked positions only; same loss, less work
+        return {"sparse_prediction": True, "bos_token_id": None}
+
+    def make_collator(self, tokenizer):
+        args = self.args
+        return DataCollatorForMaskedLM(tokenizer, mlm_probability=args.mlm_probability, masking=args.masking)
+
+    def inputs(self, batch, step, micro, rank):
+        return mlm_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+
+    def evaluate(self, model, eval_blocks, accelerator):
+        args = self.args
+        return evaluation.evaluate_masked_lm(
+            model,
+            eval_blocks,
+            self.eval_noise(mlm_inputs),
+            self.tokenizer,
+            accelerator,
+            args.per_device_batch_size,
+            self.num_eval_blocks,
+            args.pseudo_perplexity_blocks,
+        )
+
+    def card_rows(self, evaluation):
+        return {
+            "held-out masked-token loss (nats/token)": evaluation["eval_loss"],
+            "held-out masked-token accuracy": evaluation["eval_mlm_accuracy"],
+            "held-out pseudo-perplexity (Salazar et al., 2020)": evaluation["eval_pseudo_perplexity"],
+        }
+
+    def eval_results(self, evaluation):
+        pppl = evaluation["eval_pseudo_perplexity"]
+        results = {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_mlm_accuracy"]}
+        return results | ({"pseudo-perplexity": pppl} if pppl is not None else {})
+
+    def describe(self) -> str:
+        return (
+            f"masked LM ({self.args.mlm_probability:.0%} of tokens, {self.args.masking} masking, 80/10/10 rule, "
+            "a fresh mask per batch)"
+        )
+
+
+class Denoising(Objective):
+    """An encoder-decoder rebuilds a block from a noised copy of it."""
+
+    auto_class = AutoModelForSeq2SeqLM
+
+    def model_config(self, tokenizer):
+        # the id that starts the decoder: T5's <pad>, BART's </s> (whichever family is trained)
+        role = FAMILIES[TRANSFORMER_FAMILIES[self.name]].decoder_start
+        return {"decoder_start_token_id": getattr(tokenizer, f"{role}_id")}
+
+    def inputs(self, batch, step, micro, rank):
+        return seq2seq_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+
+    def evaluate(self, model, eval_blocks, accelerator):
+        return evaluation.evaluate_denoising(
+            model,
+            eval_blocks,
+            self.eval_noise(seq2seq_inputs),
+            accelerator,
+            self.args.per_device_batch_size,
+            self.num_eval_blocks,
+        )
+
+    def card_rows(self, evaluation):
+        return {
+            "held-out denoising loss (nats/target token)": evaluation["eval_loss"],
+            "held-out target-token accuracy (teacher forced)": evaluation["eval_token_accuracy"],
+        }
+
+
+class SpanCorruption(Denoising):
+    """T5's span corruption: spans become sentinels in the source; the target lists the spans."""
+
+    name = "span_corruption"
+
+    def prepare_tokenizer(self, tokenizer, block_size):
+        # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
+        add_sentinel_tokens(tokenizer, min(100, max(8, block_size // 4)))
+
+    def make_collator(self, tokenizer):
+        return DataCollatorForT5Pretraining(tokenizer, objective="span_corruption")
+
+    def describe(self) -> str:
+        return "T5 span corruption (15% noise, mean span 3, sentinels)"
+
+
+class BartDenoising(Denoising):
+    """BART's text infilling and sentence permutation: the target is the clean block."""
+
+    name = "bart_denoising"
+
+    def make_collator(self, tokenizer):
+        return DataCollatorForBartDenoising(tokenizer)
+
+    def describe(self) -> str:
+        return "BART denoising (text infilling 30%, Poisson(3) spans; sentence permutation)"
+
+
+OBJECTIVES: dict[str, type[Objective]] = {
+    cls.name: cls for cls in (CausalLM, MaskedLM, SpanCorruption, BartDenoising)
+}
+
+
+def objective_for(train_args) -> Objective:
+    """The objective `train_args` asks for (`objective`, and `tbptt` for a recurrent causal LM)."""
+    if train_args.tbptt:
+        return TruncatedBPTT(train_args)
+    return OBJECTIVES[train_args.objective](train_args)
+
+
+def build_model(model_args, data_args, tokenizer, objective: str = "clm") -> torch.nn.Module:
+    """A fresh model of the run's family sized to the tokenizer, or the `init_from` checkpoint.
+
+    `objective="clm"` builds an `HfLmGPTForCausalLM` (with `--arch`/`--family` the family named),
+    `"mlm"` an `HfLmBertForMaskedLM` (with `sparse_prediction`), the denoising objectives T5 or BART.
+    """
+    family = resolve_family(model_args.arch, model_args.family, objective)
+    return OBJECTIVES[objective](None).build_model(family, model_args, data_args, tokenizer)

@@ -1,0 +1,120 @@
+"""`--family` names the model family; `--objective` chooses what it is trained on; the older
+`--arch` spelling keeps meaning what it meant. The loop asks its objective (`training.objectives`)."""
+
+import pytest
+import torch
+from test_train import TINY, _fresh_accelerate_state, _run  # noqa: F401  (fixture)
+
+from hf_lm import (
+    HfLmBartForConditionalGeneration,
+    HfLmBertForMaskedLM,
+    HfLmGPTForCausalLM,
+    HfLmT5ForConditionalGeneration,
+)
+from hf_lm.families import FAMILIES
+from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
+from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
+from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
+from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
+from training.models import resolve_family
+from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
+from training.tokenizer import train_tokenizer
+
+TEXTS = ["the cat sat on the mat.", "a dog ran in the park."] * 20
+
+
+@pytest.mark.parametrize(
+    ("objective", "family"),
+    [("clm", "gpt"), ("mlm", "bert"), ("span_corruption", "t5"), ("bart_denoising", "bart")],
+)
+def test_arch_transformer_means_the_objectives_family(objective, family):
+    assert resolve_family("transformer", None, objective) == family
+    assert resolve_family("transformer", family, objective) == family  # --family alone decides
+
+
+@pytest.mark.parametrize(
+    ("arch", "family", "objective", "message"),
+    [
+        ("transformer", "bert", "clm", "family 'bert' is not trained with objective 'clm'"),
+        ("transformer", "gpt", "mlm", "objective 'mlm' trains the families bert"),
+        ("transformer", "rnn_seq2seq", "clm", "it trains 'span_corruption' or 'bart_denoising'"),
+        ("transformer", "t5", "bart_denoising", "trains the families bart, rnn_seq2seq"),
+        ("rnn", "gpt", "clm", "`arch`='rnn' and `family`='gpt' name different families"),
+    ],
+)
+def test_a_family_that_does_not_fit_the_objective_is_refused(arch, family, objective, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_family(arch, family, objective)
+
+
+def test_an_unknown_family_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="`family` must be one of"):
+        parse_args(as_flags({**TINY, "output_dir": str(tmp_path), "family": "llama"}))
+
+
+def test_the_run_refuses_a_misfit_before_reading_data(tmp_path):
+    with pytest.raises(ValueError, match="family 'bert' is not trained with objective 'clm'"):
+        _run(tmp_path / "run", max_steps=1, family="bert")
+    assert not (tmp_path / "run" / "tokenizer").exists()
+
+
+@pytest.mark.parametrize(
+    ("family", "objective", "model_class"),
+    [
+        ("gpt", "clm", HfLmGPTForCausalLM),
+        ("bert", "mlm", HfLmBertForMaskedLM),
+        ("t5", "span_corruption", HfLmT5ForConditionalGeneration),
+        ("bart", "bart_denoising", HfLmBartForConditionalGeneration),
+        ("rnn", "clm", HfLmRNNForCausalLM),
+        ("ffnn", "clm", HfLmFFNNForCausalLM),
+        ("rnn_seq2seq", "span_corruption", HfLmRNNSeq2SeqForConditionalGeneration),
+    ],
+)
+def test_family_and_arch_spellings_build_the_same_model(family, objective, model_class):
+    train_args = TrainArguments(objective=objective)
+    tokenizer = train_tokenizer(
+        TEXTS, kind="byte_bpe", vocab_size=300, special_tokens=objective_for(train_args).special_tokens
+    )
+    data_args = DataArguments(block_size=16)
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
+    arch = family if family in ("rnn", "ffnn", "rnn_seq2seq") else "transformer"
+    torch.manual_seed(0)
+    new = build_model(ModelArguments(family=family, **sizes), data_args, tokenizer, objective)
+    torch.manual_seed(0)
+    old = build_model(ModelArguments(arch=arch, **sizes), data_args, tokenizer, objective)
+    assert type(new) is type(old) is model_class
+    assert new.config.to_dict() == old.config.to_dict()
+    for (name, a), (_, b) in zip(new.state_dict().items(), old.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_objectives_take_their_tokens_and_decoder_start_from_the_family_table():
+    assert objective_for(TrainArguments(objective="mlm")).special_tokens == FAMILIES["bert"].special_tokens
+    assert objective_for(TrainArguments(objective="clm")).special_tokens is None  # GPT's defaults
+    span = objective_for(TrainArguments(objective="span_corruption"))
+    assert isinstance(span, SpanCorruption) and span.special_tokens == FAMILIES["t5"].special_tokens
+    tokenizer = train_tokenizer(TEXTS, kind="unigram", vocab_size=100, special_tokens=span.special_tokens)
+    assert span.model_config(tokenizer) == {"decoder_start_token_id": tokenizer.pad_token_id}  # T5's
+    bart = objective_for(TrainArguments(objective="bart_denoising"))
+    assert bart.model_config(tokenizer) == {"decoder_start_token_id": tokenizer.eos_token_id}  # BART's
+    assert isinstance(objective_for(TrainArguments(objective="mlm")), MaskedLM)
+
+
+def test_tbptt_is_the_causal_objective_that_carries_lanes_of_state():
+    plain, tbptt = (
+        objective_for(TrainArguments()),
+        objective_for(TrainArguments(tbptt=True, gradient_accumulation_steps=2)),
+    )
+    assert type(plain) is CausalLM and not plain.lanes and plain.state_tensors(0) is None
+    assert isinstance(tbptt, TruncatedBPTT) and tbptt.lanes
+    assert tbptt.forward_inputs(1) == {"past_key_values": None, "use_cache": True}
+    assert tbptt.state_tensors(0) == {}  # no lane has a state yet
+
+
+def test_family_spelling_of_a_run_matches_the_arch_spelling(tmp_path):
+    """The same run by --family and by --arch: the same metrics (the loop only sees the family)."""
+    run = dict(max_steps=4, eval_every=4, save_every=4, report_to=["none"])
+    a = _run(tmp_path / "family", family="rnn", **run)
+    b = _run(tmp_path / "arch", arch="rnn", **run)
+    drop = {"seconds"}
+    assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}

@@ -1,0 +1,280 @@
+"""How the training blocks reach the loop: one data order for any number of processes.
+
+Each update reads one *global batch* of G = `per_device_batch_size * num_processes *
+gradient_accumulation_steps` blocks; micro-step m of the update takes the m-th slice of
+`per_device_batch_size * num_processes` of them and rank r its r-th contiguous part. So the union of
+all ranks' micro-batches of an update is the same set of blocks whatever the split between
+processes and accumulation. Three sources follow that rule: a seeded permutation of in-memory
+blocks (`GlobalBatchSampler`), a streamed corpus through a shuffle buffer (`StreamingGlobalBatches`)
+and nanoGPT's random windows (`RandomWindows`). `training_batches` picks the run's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from training.run_data import BlockStream
+
+
+@dataclass
+class DataPosition:
+    """Where a run is: `step` updates done, `update` global batches into `epoch`, and `offset`
+    global batches read but not trained on (skipped by rollbacks; random windows count from
+    `step + offset`)."""
+
+    step: int = 0
+    epoch: int = 0
+    update: int = 0
+    offset: int = 0
+
+
+class GlobalBatchSampler(torch.utils.data.Sampler):
+    """This rank's micro-batches of block indices, in the same global order for any world size.
+
+    Epoch e reads the permutation `numpy.random.default_rng([seed, e])` of the N blocks in
+    updates of G = b * world * accum indices (the incomplete tail is dropped). Micro-step m of an
+    update takes indices [m * b * world, (m + 1) * b * world) of it, and rank r the r-th b of those.
+    Infinite; starts at (epoch, update index within the epoch).
+
+    With `lanes=True` (truncated BPTT) the order is the corpus order instead: the first
+    U * G blocks are cut into G lanes of U consecutive blocks (U = updates per epoch), and update u
+    takes block u of every lane, so a row of one global batch continues the same row of the
+    previous one, with the same split between micro-steps and ranks; every epoch reads them again.
+    """
+
+    def __init__(
+        self,
+        num_blocks: int,
+        per_device: int,
+        world: int,
+        rank: int,
+        accum: int,
+        seed: int,
+        lanes: bool = False,
+    ) -> None:
+        self.per_device, self.world, self.rank, self.accum, self.seed = per_device, world, rank, accum, seed
+        self.lanes = lanes
+        self.num_blocks = num_blocks
+        self.global_batch = per_device * world * accum
+        self.updates_per_epoch = num_blocks // self.global_batch
+        if self.updates_per_epoch == 0:
+            raise ValueError(
+                f"The training split has {num_blocks} blocks: fewer than one global batch of {self.global_batch} "
+                "(per_device_batch_size * processes * gradient_accumulation_steps); use more data or smaller batches."
+            )
+        self.epoch, self.update = 0, 0
+
+    def set_position(self, epoch: int, update: int) -> None:
+        """Start the next iteration at update `update` of epoch `epoch`."""
+        self.epoch, self.update = epoch, update
+
+    def __iter__(self):
+        epoch, update = self.epoch, self.update
+        b, chunk = self.per_device, self.per_device * self.world
+        while True:
+            if not self.lanes:
+                order = np.random.default_rng([self.seed, epoch]).permutation(self.num_blocks)
+            for u in range(update, self.updates_per_epoch):
+                if self.lanes:  # block u of each of the G lanes of U blocks
+                    batch = np.arange(self.global_batch) * self.updates_per_epoch + u
+                else:
+                    batch = order[u * self.global_batch : (u + 1) * self.global_batch]
+                for m in range(self.accum):
+                    yield batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b].tolist()
+            epoch, update = epoch + 1, 0
+
+
+class _Blocks(torch.utils.data.Dataset):
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors["input_ids"])
+
+    def __getitem__(self, i):
+        return {name: t[i] for name, t in self.tensors.items()}
+
+
+class StreamingGlobalBatches:
+    """This rank's micro-batches from a `BlockStream`, cut as `GlobalBatchSampler` cuts its order.
+
+    Each update reads the next G = b * world * accum blocks of the epoch's stream; micro-step m
+    takes blocks [m * b * world, (m + 1) * b * world) of them and rank r the r-th b of those. So,
+    as with the sampler, the union of an update's micro-batches over ranks is the same for any split
+    between processes and accumulation. An epoch ends when its stream holds less than one more
+    global batch (that tail is dropped, as the sampler drops its incomplete update), and the next
+    one re-opens the stream with the next epoch's shuffle.
+
+    Every process reads every block and keeps its slice: reading and tokenizing are repeated on
+    each rank, the price of a data order that does not depend on the number of processes.
+
+    `position` is (epoch, updates consumed in that epoch) after the update whose micro-batches were
+    last handed out; `set_position` starts an iteration there by skipping `update * G` blocks of
+    the epoch's stream (reading them without training).
+    """
+
+    def __init__(self, stream: BlockStream, per_device: int, world: int, rank: int, accum: int) -> None:
+        self.stream = stream
+        self.per_device, self.world, self.rank, self.accum = per_device, world, rank, accum
+        self.global_batch = per_device * world * accum
+        self.epoch, self.update = 0, 0
+        self.position = (0, 0)
+
+    def set_position(self, epoch: int, update: int) -> None:
+        """Start the next iteration after `update` updates of epoch `epoch`."""
+        self.epoch, self.update = epoch, update
+        self.position = (epoch, update)
+
+    def __iter__(self):
+        epoch, update = self.epoch, self.update
+        b, chunk, size = self.per_device, self.per_device * self.world, self.global_batch
+        while True:
+            blocks = self.stream.epoch(epoch)
+            skipped = sum(1 for _ in itertools.islice(blocks, update * size))
+            if skipped < update * size:
+                raise ValueError(
+                    f"Cannot resume at update {update} of epoch {epoch}: the stream now holds only {skipped} "
+                    f"blocks (< {update} x {size}); the data or the shuffle buffer changed since the checkpoint."
+                )
+            start = update
+            while len(batch := list(itertools.islice(blocks, size))) == size:
+                update += 1
+                self.position = (epoch, update)
+                for m in range(self.accum):
+                    rows = batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b]
+                    yield {c: torch.from_numpy(np.stack([r[c] for r in rows])) for c in rows[0]}  # (b, T)
+            if update == start == 0:
+                raise ValueError(
+                    f"The streamed training split holds {len(batch)} blocks: fewer than one global batch of "
+                    f"{size} (per_device_batch_size * processes * gradient_accumulation_steps); use more data "
+                    "or smaller batches."
+                )
+            epoch, update = epoch + 1, 0
+
+
+WINDOW_SEED_TAG = 0x77696E64  # "wind": keeps the window seeds apart from every other (seed, step) stream
+
+
+def window_offsets(seed: int, step: int, count: int, num_tokens: int, block_size: int) -> np.ndarray:
+    """The start offsets of update `step`'s `count` random windows: a pure function of its arguments.
+
+    Uniform in [0, num_tokens - block_size), as nanoGPT's `torch.randint(len(data) - block_size, ...)`,
+    so a window's `block_size + 1` tokens (inputs and the next-token targets) lie in the stream.
+
+    Returns:
+        (count,) int64 offsets.
+    """
+    rng = np.random.default_rng([WINDOW_SEED_TAG, seed, step])
+    return rng.integers(0, num_tokens - block_size, size=count, dtype=np.int64)
+
+
+def window_document_columns(input_ids: torch.Tensor, eos_token_id: int) -> dict[str, torch.Tensor]:
+    """`document_ids` and `position_ids` of windows (B, T), as `tokenize_and_pack` gives its blocks.
+
+    A token after an EOS starts a document (packing appends EOS to every document), and so does a
+    window's first token: the window is the model's whole context. A window that is a packed block
+    gets that block's columns.
+    """
+    starts = torch.zeros_like(input_ids, dtype=torch.bool)  # (B, T)
+    starts[:, 1:] = input_ids[:, :-1] == eos_token_id
+    starts[:, 0] = True
+    arange = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # (B, T)
+    last_start = torch.where(starts, arange, 0).cummax(dim=1).values  # (B, T)
+    return {"document_ids": starts.long().cumsum(dim=1) - 1, "position_ids": arange - last_start}
+
+
+class RandomWindows:
+    """This rank's micro-batches of nanoGPT windows: `block_size + 1` tokens at random offsets.
+
+    Update `step` draws G = b * world * accum offsets into the training token stream (the packed
+    blocks end to end) with `window_offsets(seed, step, ...)`; micro-step m takes offsets
+    [m * b * world, (m + 1) * b * world) and rank r the r-th b of those, as `GlobalBatchSampler`
+    cuts its order. So an update's windows are the same set for any split between processes and
+    accumulation, and a pure function of (seed, step): a resumed run draws the windows an
+    uninterrupted run would, whatever happened to the global RNG. Each row is nanoGPT's
+    `x = data[i : i + T]`, `y = data[i + 1 : i + 1 + T]`: "input_ids" (b, T) and "targets" (b, T),
+    T targets per row where a packed block has T - 1 (the window's first token is context only).
+    Infinite; starts at `set_position(step)`.
+    """
+
+    def __init__(
+        self,
+        tokens: torch.Tensor,
+        block_size: int,
+        per_device: int,
+        world: int,
+        rank: int,
+        accum: int,
+        seed: int,
+        eos_token_id: int | None = None,
+    ) -> None:
+        if len(tokens) <= block_size:
+            raise ValueError(
+                f"The training split has {len(tokens)} tokens: too few for one window of block_size + 1 = "
+                f"{block_size + 1}; use more data or a smaller block_size."
+            )
+        self.tokens, self.block_size = tokens, block_size  # (N,) int64
+        self.per_device, self.world, self.rank, self.accum, self.seed = per_device, world, rank, accum, seed
+        self.eos_token_id = eos_token_id  # set: also give document_ids and position_ids (document_mask)
+        self.global_batch = per_device * world * accum
+        self.step = 0
+
+    def set_position(self, step: int) -> None:
+        """Start the next iteration at update `step` (the updates already done)."""
+        self.step = step
+
+    def __iter__(self):
+        b, chunk, span = self.per_device, self.per_device * self.world, torch.arange(self.block_size + 1)
+        step = self.step
+        while True:
+            offsets = window_offsets(self.seed, step, self.global_batch, len(self.tokens), self.block_size)
+            for m in range(self.accum):
+                mine = torch.from_numpy(offsets[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b])
+                windows = self.tokens[mine[:, None] + span]  # (b, T + 1)
+                batch = {"input_ids": windows[:, :-1], "targets": windows[:, 1:]}  # (b, T) each
+                if self.eos_token_id is not None:
+                    batch.update(window_document_columns(batch["input_ids"], self.eos_token_id))
+                yield batch
+            step += 1
+
+
+def training_batches(train_blocks, data_args, train_args, objective, accelerator, position):
+    """This process's iterator of micro-batches for the run, started at the resumed `position`.
+
+    Args:
+        train_blocks: `prepare_data`'s training blocks (a dict of (N, T) tensors, or a `BlockStream`).
+        objective: the run's `Objective` (truncated BPTT reads the blocks in lanes).
+        position: the resumed `DataPosition`.
+
+    Returns:
+        `(batches, updates_per_epoch, stream)`: `updates_per_epoch` is None when streaming (an
+        epoch's length is known only once read); `stream` is the `StreamingGlobalBatches` (None
+        otherwise), which knows its own position.
+    """
+    world, rank = accelerator.num_processes, accelerator.process_index
+    b, accum, seed = train_args.per_device_batch_size, train_args.gradient_accumulation_steps, train_args.seed
+    if data_args.streaming:
+        stream = StreamingGlobalBatches(train_blocks, b, world, rank, accum)
+        stream.set_position(position.epoch, position.update)
+        return iter(stream), None, stream
+    if train_args.sampling == "random_windows":
+        tokens = train_blocks["input_ids"].reshape(-1)  # (N,) the packed training stream
+        eos = objective.tokenizer.eos_token_id if data_args.document_mask else None
+        windows = RandomWindows(tokens, data_args.block_size, b, world, rank, accum, seed, eos_token_id=eos)
+        windows.set_position(position.step + position.offset)
+        # no epochs: the "epoch" column counts passes of as many window tokens as the stream holds
+        return iter(windows), max(1, len(tokens) // (b * world * accum * data_args.block_size)), None
+    sampler = GlobalBatchSampler(
+        len(train_blocks["input_ids"]), b, world, rank, accum, seed, lanes=objective.lanes
+    )
+    sampler.set_position(position.epoch, position.update)
+    # a private generator: a DataLoader draws a base seed when it starts iterating, which would
+    # otherwise consume the global torch RNG (and the dropout stream) differently after a resume
+    loader = torch.utils.data.DataLoader(
+        _Blocks(train_blocks), batch_sampler=sampler, generator=torch.Generator().manual_seed(seed)
+    )
+    return iter(loader), sampler.updates_per_epoch, None

@@ -1,0 +1,175 @@
+"""What a finished run leaves: `loss.png`, `final/` (weights, tokenizer, model card) and
+`final_metrics.json`, each written aside and renamed into place, so a kill at any moment leaves the
+previous complete file or folder, or the new one.
+
+`final/` holds the last weights, or with `load_best_model_at_end` those of the best evaluation:
+`final_metrics.json` then has their metrics at the top level and under "best", the last evaluation
+under "last", and the card names the step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from hf_lm.cards import write_model_card
+from hf_lm.plots import plot_loss_curves
+from training.checkpoint import atomic_write_text, commit_folder, load_checkpoint, staging_folder
+from training.objectives import objective_for
+
+logger = logging.getLogger(__name__)
+
+
+def write_final_folder(model, tokenizer, folder: Path, loss_png: Path | None) -> None:
+    """The weights, config, model code, tokenizer files and loss curve of `final/` into `folder`
+    (a staging folder: the caller renames it to `final/`; the model card goes in last)."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if loss_png is not None:
+        shutil.copy2(loss_png, folder / "loss.png")  # the card shows it on the Hub
+
+
+def final_metrics(
+    run, step: int, last_loss: float, evaluation: dict, best, guard, history: list[dict]
+) -> dict:
+    """`final_metrics.json`: the last (or, with a best model, the kept) evaluation and the run's totals."""
+    metrics = {
+        "step": step,
+        "train_loss": last_loss,
+        **evaluation,
+        "world_size": run.world,
+        "global_batch_size": run.global_batch,
+        "tokens_seen": step * run.tokens_per_update,
+        "seconds": run.elapsed(),
+    }
+    if history:
+        metrics["settings_changes"] = history
+    if guard.rollback:  # every rollback of the run's history, a resumed run's included
+        metrics.update(
+            rollbacks=len(guard.events), skipped_batches=guard.skipped_batches, rollback_log=guard.events
+        )
+    if best is not None and best.record is not None:
+        metrics.update(best.record["metrics"])  # the top-level metrics describe final/
+        metrics["best"] = {"step": best.record["step"], "metric": best.metric, **best.record["metrics"]}
+        metrics["last"] = {"step": step, **evaluation}
+    return metrics
+
+
+def draw_loss_curve(run, csv_log, model_type: str) -> Path | None:
+    """`loss.png` from `metrics.csv`'s curves (None when there is none), drawn aside then renamed."""
+    curves = csv_log.curves()
+    if not curves:
+        return None
+    drawn = run.output_dir / f".tmp-loss-{os.getpid()}.png"
+    plot_loss_curves(curves, drawn, title=f"{model_type}: {run.data_args.dataset}")
+    os.replace(drawn, run.output_dir / "loss.png")
+    return run.output_dir / "loss.png"
+
+
+def export_run(
+    run, model, csv_log, metrics: dict, evaluation: dict, best, history: list[dict], runtime: dict[str, bool]
+) -> None:
+    """Write `loss.png`, `final/` and `final_metrics.json` (main process only).
+
+    Args:
+        model: the plain model holding the last weights; with a best model they are replaced by
+            the best's (verified against its manifest: a damaged best model fails naming its file).
+        metrics: `final_metrics`' dict; evaluation: the last evaluation.
+        runtime: the device-dependent settings the run chose, for the card (`card_hyperparameters`).
+    """
+    step = metrics["step"]
+    final_eval, final_step = evaluation, step
+    if best is not None and best.record is not None:
+        final_eval, final_step = best.record["metrics"], best.record["step"]
+    if final_step != step:
+        load_checkpoint(best.path, model=model, restore_rng=False)
+        logger.info("final/ holds the best model, of step %d (%s).", final_step, best.path)
+    loss_png = draw_loss_curve(run, csv_log, model.config.model_type)
+    final = run.output_dir / "final"
+    staging = staging_folder(final)
+    write_final_folder(model, run.tokenizer, staging, loss_png)
+    data_args = run.data_args
+    write_model_card(
+        model,
+        staging,
+        dataset=run.description,
+        tokenizer=run.tokenizer,
+        metrics=run.objective.card_rows(final_eval)
+        | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
+        | best_card_rows(best, step, evaluation),
+        hyperparameters=card_hyperparameters(
+            data_args, run.train_args, run.world, run.global_batch, runtime=runtime, history=history
+        ),
+        training_time_s=metrics["seconds"],
+        eval_results=run.objective.eval_results(final_eval),
+        dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
+        # the run's name, not "final"; the usage snippet's path is final/, not the staging folder
+        extra={"model_name": run.output_dir.resolve().name, "model_id": final.as_posix()},
+    )
+    commit_folder(staging, final)
+    atomic_write_text(run.output_dir / "final_metrics.json", json.dumps(metrics, indent=2))
+
+
+def best_card_rows(best, step: int, last: dict) -> dict[str, object]:
+    """The card's rows on which weights final/ holds: the best evaluation's (and the last one's
+    metric beside it), or none when the last weights are kept."""
+    if best is None or best.record is None:
+        return {}
+    return {
+        "weights kept": f"the best evaluation by {best.metric}, at step {best.record['step']} of {step}",
+        f"last evaluation (step {step}): {best.metric}": last.get(best.metric),
+    }
+
+
+def card_hyperparameters(
+    data_args,
+    train_args,
+    world_size: int,
+    global_batch: int,
+    runtime: dict[str, bool] | None = None,
+    history: list[dict] | None = None,
+) -> dict[str, object]:
+    """The training settings a reader needs to reproduce the run, for the model card's table.
+
+    `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
+    `history`: settings changed when the run was resumed (`{"step", "changed": {name: [old, new]}}`);
+    the table then shows the values the run ended with and, in one row, the earlier ones.
+    """
+    changes = "; ".join(
+        f"{name} {old} until step {entry['step']}, then {new}"
+        for entry in history or []
+        for name, (old, new) in entry["changed"].items()
+    )
+    return ({"settings changed on resume": changes} if changes else {}) | {
+        "training steps (optimizer updates)": train_args.max_steps,
+        "per-device batch size (blocks)": train_args.per_device_batch_size,
+        "gradient accumulation steps": train_args.gradient_accumulation_steps,
+        "world size (processes)": world_size,
+        "global batch size (blocks)": global_batch,
+        "block size (tokens)": data_args.block_size,
+        "tokens per update": global_batch * data_args.block_size,
+        "optimizer": f"AdamW (betas {train_args.adam_beta1}, {train_args.adam_beta2})",
+        "peak learning rate": train_args.learning_rate,
+        "learning-rate schedule": train_args.lr_scheduler
+        + (f" to {train_args.min_lr_rate:g} x peak" if train_args.min_lr_rate else ""),
+        "warmup steps": train_args.warmup_steps,
+        "weight decay (matrices only)": train_args.weight_decay,
+        "gradient clipping (max norm)": train_args.max_grad_norm or "off",
+        "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
+        "seed": train_args.seed,
+        "data sampling": (
+            f"random windows of {data_args.block_size} + 1 tokens (nanoGPT's get_batch)"
+            if train_args.sampling == "random_windows"
+            else "packed blocks, shuffled each epoch"
+        ),
+        "torch.compile": (
+            f"{train_args.torch_compile_backend}, mode {train_args.torch_compile_mode or 'default'}"
+            if train_args.torch_compile
+            else "off"
+        ),
+        **{name: "on" if value else "off" for name, value in (runtime or {}).items()},
+        "objective": objective_for(train_args).describe(),
+    }

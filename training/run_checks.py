@@ -1,0 +1,65 @@
+"""The checks of a run's arguments taken together, before any data is read.
+
+Each argument dataclass validates its own fields (`training.args`); what needs two of them (the
+family and the objective, the family and the loop options, the overrides and the config class)
+is checked here, with a `ValueError` that names the options and what would work.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hf_lm.families import FAMILIES
+from training.models import RECURRENT, TRANSFORMERS, resolve_family
+
+
+def check_arguments(data_args, model_args, train_args) -> str:
+    """Refuse combinations of family, objective and loop options that cannot work together, and
+    config overrides the model would not know.
+
+    Returns:
+        The family the run trains (`training.models.resolve_family`).
+    """
+    family = resolve_family(model_args.arch, model_args.family, train_args.objective)
+    if model_args.init_from and model_args.config_overrides:
+        raise ValueError(
+            "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
+            f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
+        )
+    model_args.overrides(FAMILIES[family].config_class)  # unknown keys fail here, by name
+    if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
+        # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
+        raise ValueError(
+            "mixed_precision='fp16' needs a CUDA GPU: on CPU accelerate would silently train in fp32. "
+            "Use mixed_precision='bf16', which runs on CPU, or 'no'."
+        )
+    _check_loop_options(data_args, train_args, family)
+    return family
+
+
+def _check_loop_options(data_args, train_args, family: str) -> None:
+    """The loop options that only some families or objectives can use."""
+    if data_args.document_mask and train_args.objective != "clm":
+        raise ValueError(
+            "`document_mask` applies to causal LMs (objective='clm'); the other objectives see their whole "
+            "block, with a separator between documents. Drop --document_mask or use objective='clm'."
+        )
+    if data_args.document_mask and family not in TRANSFORMERS:
+        raise ValueError(f"`document_mask` is an attention mask: it applies to family 'gpt', not {family!r}.")
+    if train_args.tbptt and (family != "rnn" or data_args.streaming):
+        raise ValueError(
+            "`tbptt` carries a recurrent state from one block to the next: it needs family 'rnn' and the "
+            f"in-memory data (no --streaming); got family={family!r}, streaming={data_args.streaming}."
+        )
+    if train_args.scheduled_sampling != "none" and family not in RECURRENT:
+        raise ValueError(
+            "`scheduled_sampling` feeds a recurrent model its own samples: it needs family 'rnn' or "
+            f"'rnn_seq2seq', not {family!r}."
+        )
+    if train_args.sampling == "random_windows" and (family == "ngram" or data_args.streaming):
+        raise ValueError(
+            "`sampling`='random_windows' reads windows at random offsets of the whole training token stream, "
+            "held in memory, for gradient training: not with --streaming (use sampling='blocks', which "
+            f"shuffles the stream in a buffer) nor family 'ngram' (fitted by counting); got family={family!r}, "
+            f"streaming={data_args.streaming}."
+        )

@@ -1,0 +1,256 @@
+"""The run's data: load, split (by document), tokenize and pack the corpus (`prepare_data`).
+
+The tokenizer is given, reloaded from the run folder, or trained on the first training documents
+with the objective's special tokens. The eval blocks are held in memory; the training blocks too,
+or with `streaming` a `BlockStream` that reads, packs and shuffles them lazily, in bounded memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from datasets import Dataset, DatasetDict, IterableDataset
+from transformers import AutoTokenizer
+
+from training.args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
+from training.checkpoint import atomic_folder
+from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
+from training.objectives import objective_for
+from training.tokenizer import train_tokenizer
+
+
+def _limit(dataset, data_args: DataArguments):
+    """The first `max_documents` documents, then the first ones up to `max_chars` characters."""
+    if data_args.max_documents is not None:
+        if isinstance(dataset, IterableDataset):
+            dataset = dataset.take(data_args.max_documents)
+        else:
+            dataset = dataset.select(range(min(data_args.max_documents, len(dataset))))
+    if data_args.max_chars is not None:
+        lengths = np.fromiter((len(t or "") for t in dataset["text"]), dtype=np.int64, count=len(dataset))
+        keep = max(1, int(np.searchsorted(np.cumsum(lengths), data_args.max_chars, side="right")))
+        dataset = dataset.select(range(min(keep, len(dataset))))
+    return dataset
+
+
+def _block_columns(document_mask: bool) -> list[str]:
+    # with document masking, positions restart at each document and attention stays inside it
+    return ["input_ids"] + (["position_ids", "document_ids"] if document_mask else [])
+
+
+def _to_tensors(packed, with_positions: bool, limit: int | None = None) -> dict[str, torch.Tensor]:
+    """The first `limit` (all if None) packed blocks as int64 tensors (N, T), for random access.
+
+    A streamed dataset is read only up to `limit` blocks, so a bounded prefix of an unbounded
+    stream can be materialized.
+
+    Raises:
+        ValueError: the (streamed) split holds no block at all.
+    """
+    columns = _block_columns(with_positions)
+    if isinstance(packed, IterableDataset):
+        rows = list(itertools.islice(packed, limit))
+        if not rows:
+            raise ValueError(
+                "The streamed split holds no complete block: too little text for one block_size; "
+                "raise eval_fraction (or max_documents), or lower block_size."
+            )
+        return {c: torch.tensor([r[c] for r in rows], dtype=torch.long) for c in columns}
+    if limit is not None and limit < len(packed):
+        packed = packed.select(range(limit))
+    arrays = packed.with_format("numpy")
+    return {c: torch.from_numpy(np.asarray(arrays[c], dtype=np.int64)) for c in columns}
+
+
+class BlockStream:
+    """The training blocks of a streamed corpus, re-read from the start for each epoch.
+
+    `epoch(e)` iterates the packed `IterableDataset` (reading, tokenizing and packing lazily) through
+    `buffered_shuffle` seeded by `numpy.random.default_rng([seed, e])`. Its order is a pure function
+    of (data, seed, buffer size, epoch), so a resumed run re-opens the epoch and skips the blocks it
+    had consumed. Memory: `shuffle_buffer_size` blocks, as int64 numpy arrays (T,).
+    """
+
+    def __init__(self, packed: IterableDataset, columns: list[str], shuffle_buffer_size: int, seed: int):
+        self.packed, self.columns = packed, columns
+        self.shuffle_buffer_size, self.seed = shuffle_buffer_size, seed
+
+    def epoch(self, epoch: int):
+        """The blocks of epoch `epoch`, each a dict of int64 arrays (T,) keyed by column."""
+        rows = ({c: np.asarray(row[c], dtype=np.int64) for c in self.columns} for row in self.packed)
+        return buffered_shuffle(rows, self.shuffle_buffer_size, np.random.default_rng([self.seed, epoch]))
+
+
+def tail_split(dataset: Dataset, eval_fraction: float) -> DatasetDict:
+    """Hold out the last `eval_fraction` of the corpus's characters: nanoGPT's shakespeare_char split.
+
+    The documents are read in order as one text of n characters; the first `int(n * (1 -
+    eval_fraction))` train and the rest validate, the document holding the cut split there (its head
+    trains, its tail validates). One document (`sample_by="document"`) gives nanoGPT's
+    `data[:int(n * 0.9)]` / `data[int(n * 0.9):]` exactly.
+
+    Raises:
+        ValueError: one side would hold no character.
+    """
+    texts = [t or "" for t in dataset["text"]]
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    ends = np.cumsum(lengths)  # (D,) character offset of each document's end
+    total = int(ends[-1]) if len(ends) else 0
+    cut = int(total * (1 - eval_fraction))
+    if not 0 < cut < total:
+        raise ValueError(
+            f"`eval_split`='tail' with eval_fraction={eval_fraction} leaves an empty side of a corpus of "
+            f"{total} characters."
+        )
+    d = int(np.searchsorted(ends, cut, side="right"))  # the document holding character `cut`
+    start = cut - (int(ends[d - 1]) if d else 0)  # the cut's offset within document d
+    train = texts[:d] + ([texts[d][:start]] if start else [])
+    held_out = [texts[d][start:], *texts[d + 1 :]]
+    return DatasetDict(
+        {"train": Dataset.from_dict({"text": train}), "eval": Dataset.from_dict({"text": held_out})}
+    )
+
+
+def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Accelerator):
+    """The tokenizer: given, reloaded from the run folder, or trained on the first training documents.
+
+    It is trained on the first `tokenizer_train_documents` training documents: all of them by
+    default, the first `STREAMING_TOKENIZER_DOCUMENTS` when streaming (a stream may not end).
+    """
+    if data_args.tokenizer_name_or_path:
+        return AutoTokenizer.from_pretrained(data_args.tokenizer_name_or_path)
+    folder = Path(train_args.output_dir) / "tokenizer"
+    # the main process trains and saves (inside `main_process_first`); the others load its files.
+    # A resumed run reloads the tokenizer it was trained with.
+    reuse = (not accelerator.is_main_process or train_args.resume != "false") and (
+        folder / "tokenizer.json"
+    ).is_file()
+    if reuse:
+        try:
+            return AutoTokenizer.from_pretrained(folder)
+        except Exception as err:  # tokenizers raises a bare Exception for a damaged tokenizer.json
+            raise ValueError(
+                f"The run's tokenizer {folder} cannot be read ({type(err).__name__}: {err}): damaged, or cut "
+                "short by a run killed while writing it (before tokenizer saves were atomic). Its checkpoints "
+                "were trained with it: restore the folder from a copy, or start afresh (a new output_dir, or "
+                "delete the tokenizer and resume=false)."
+            ) from err
+    objective = objective_for(train_args)  # its special tokens, and what it adds to them
+    limit = data_args.tokenizer_train_documents
+    if isinstance(train_docs, IterableDataset):
+        limit = limit or STREAMING_TOKENIZER_DOCUMENTS
+        # lazily: the stream is read only up to the limit, and the texts are never held together
+        texts = (row["text"] for row in itertools.islice(train_docs, limit))
+    else:
+        if limit is not None and limit < len(train_docs):
+            train_docs = train_docs.select(range(limit))
+        texts = train_docs["text"]
+    tokenizer = train_tokenizer(
+        texts,
+        kind=data_args.tokenizer_kind,
+        vocab_size=data_args.vocab_size,
+        model_max_length=data_args.block_size,
+        special_tokens=objective.special_tokens,
+        min_frequency=data_args.tokenizer_min_frequency,
+    )
+    objective.prepare_tokenizer(tokenizer, data_args.block_size)  # T5's sentinels
+    if accelerator.is_main_process:
+        # all at once: a kill while writing must not leave a truncated tokenizer.json for every
+        # later --resume to trip on
+        with atomic_folder(folder) as staging:
+            tokenizer.save_pretrained(staging)
+    return tokenizer
+
+
+def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
+    """Load, split (by document), tokenize and pack the corpus.
+
+    Returns:
+        `(tokenizer, train_blocks, eval_blocks, description)`. `eval_blocks` is a dict of int64
+        tensors (N, T) with "input_ids" (and "position_ids", "document_ids" with `document_mask`),
+        the first `max_eval_blocks` held-out blocks. `train_blocks` is such a dict too, or with
+        `streaming` a `BlockStream` that reads, packs and shuffles the training split lazily.
+    """
+    streaming = data_args.streaming
+    max_eval_blocks = data_args.max_eval_blocks or (STREAMING_EVAL_BLOCKS if streaming else None)
+    with accelerator.main_process_first():  # dataset caches and the tokenizer are written once
+        dataset = load_text_dataset(
+            data_args.dataset,
+            config_name=data_args.config_name,
+            split=data_args.split,
+            text_column=data_args.text_column,
+            streaming=streaming,
+            sample_by=data_args.sample_by,
+        )
+        dataset = _limit(dataset, data_args)
+        if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
+            held_out = load_text_dataset(
+                data_args.eval_dataset,
+                config_name=data_args.config_name,
+                text_column=data_args.text_column,
+                streaming=streaming,
+                sample_by=data_args.sample_by,
+            )
+            splits = {"train": dataset, "eval": held_out}
+        elif data_args.eval_split == "tail":
+            splits = tail_split(dataset, data_args.eval_fraction)
+        else:
+            splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+        tokenizer = _load_or_train_tokenizer(data_args, train_args, splits["train"], accelerator)
+        packed = {
+            name: tokenize_and_pack(
+                splits[name],
+                tokenizer,
+                data_args.block_size,
+                num_proc=None if streaming else data_args.num_proc,
+                document_mask=data_args.document_mask,
+            )
+            for name in ("train", "eval")
+        }
+        eval_blocks = _to_tensors(packed["eval"], data_args.document_mask, limit=max_eval_blocks)
+        if streaming:
+            train_blocks = BlockStream(
+                packed["train"],
+                _block_columns(data_args.document_mask),
+                data_args.shuffle_buffer_size,
+                train_args.seed,
+            )
+        else:
+            train_blocks = _to_tensors(packed["train"], data_args.document_mask)
+    n_docs = None if streaming else len(dataset)
+    return tokenizer, train_blocks, eval_blocks, _describe(data_args, n_docs, train_blocks, eval_blocks)
+
+
+def _describe(data_args: DataArguments, num_documents: int | None, train_blocks, eval_blocks) -> str:
+    """The model card's sentence on the data."""
+    source = f"`{data_args.dataset}`" + (f" ({data_args.config_name})" if data_args.config_name else "")
+    n_eval = len(eval_blocks["input_ids"])
+    if data_args.streaming:
+        description = (
+            f"{source}, streamed: {data_args.eval_fraction:.1%} of the documents held out; training "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing) read in a shuffle buffer of "
+            f"{data_args.shuffle_buffer_size:,} blocks; {n_eval:,} evaluation blocks."
+        )
+    elif data_args.eval_dataset:
+        description = (
+            f"{source}: {num_documents} documents; evaluated on `{data_args.eval_dataset}`; "
+            f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    elif data_args.eval_split == "tail":
+        description = (
+            f"{source}: {num_documents} documents; the last {data_args.eval_fraction:.1%} of the characters "
+            f"held out; {len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    else:
+        description = (
+            f"{source}: {num_documents} documents, {data_args.eval_fraction:.1%} held out; "
+            f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
+            f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    return description
