@@ -242,6 +242,26 @@ class HfLmPreTrainedModel(PreTrainedModel):
         return rows + [("parameters", f"{self.num_parameters():,}")]
 
 
+def trainer_shifts_labels(model_class: type) -> type:
+    """Class decorator of a causal LM head: `Trainer` then shifts its labels under label smoothing.
+
+    With `label_smoothing_factor > 0`, `Trainer.compute_loss` pops `labels`, runs the model without
+    them and scores the logits itself. It shifts the labels (position t predicts token t+1) only for
+    a model whose class name is a value of transformers' `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`; for any
+    other class it compares position t with token t, which silently trains a causal LM to copy its
+    input. The documented `AutoModelForCausalLM.register(config_class, model_class)` (which
+    `import hf_lm` calls) fills another table, which `Trainer` does not read, and it is not called
+    at all when a folder is loaded with `trust_remote_code=True`. So each causal LM adds itself to
+    that public table here, in the shipped code, under its own `model_type` (a name transformers
+    does not use), without overwriting any entry. Nothing else changes: the Auto mappings built on
+    the table skip model types that are not transformers' own configs.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_class.config_class.model_type, model_class.__name__)
+    return model_class
+
+
 # ----------------------------------------------------------------------------------------------
 # Input checks and losses shared by the heads.
 #
