@@ -134,6 +134,17 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["TransformerBlock"]
     _skip_keys_device_placement = ["past_key_values"]
 
+    def __init__(self, config, *inputs, **kwargs):
+        # A config validates itself when it is built, but not when a value is set afterwards, which
+        # `AutoConfig.from_pretrained(folder, hidden_act=...)`, `from_pretrained(folder,
+        # num_attention_heads=3)`, `config.update({...})` and `config.x = ...` all do. Validating again
+        # where the model is built gives those the same ValueError naming the field, instead of a
+        # bare KeyError or a size mismatch deep inside the layers.
+        validate = getattr(config, "validate_hflm", None)
+        if callable(validate):
+            validate()
+        super().__init__(config, *inputs, **kwargs)
+
     def _init_weights(self, module):
         """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
 
