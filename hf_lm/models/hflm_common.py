@@ -134,6 +134,17 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["TransformerBlock"]
     _skip_keys_device_placement = ["past_key_values"]
 
+    def __init__(self, config, *inputs, **kwargs):
+        # A config validates itself when it is built, but not when a value is set afterwards, which
+        # `AutoConfig.from_pretrained(folder, hidden_act=...)`, `from_pretrained(folder,
+        # num_attention_heads=3)`, `config.update({...})` and `config.x = ...` all do. Validating again
+        # where the model is built gives those the same ValueError naming the field, instead of a
+        # bare KeyError or a size mismatch deep inside the layers.
+        validate = getattr(config, "validate_hflm", None)
+        if callable(validate):
+            validate()
+        super().__init__(config, *inputs, **kwargs)
+
     def _init_weights(self, module):
         """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
 
@@ -240,6 +251,26 @@ class HfLmPreTrainedModel(PreTrainedModel):
         if groups not in (None, cfg.num_hidden_layers):
             rows.append(("distinct blocks (shared across layers)", groups))
         return rows + [("parameters", f"{self.num_parameters():,}")]
+
+
+def trainer_shifts_labels(model_class: type) -> type:
+    """Class decorator of a causal LM head: `Trainer` then shifts its labels under label smoothing.
+
+    With `label_smoothing_factor > 0`, `Trainer.compute_loss` pops `labels`, runs the model without
+    them and scores the logits itself. It shifts the labels (position t predicts token t+1) only for
+    a model whose class name is a value of transformers' `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`; for any
+    other class it compares position t with token t, which silently trains a causal LM to copy its
+    input. The documented `AutoModelForCausalLM.register(config_class, model_class)` (which
+    `import hf_lm` calls) fills another table, which `Trainer` does not read, and it is not called
+    at all when a folder is loaded with `trust_remote_code=True`. So each causal LM adds itself to
+    that public table here, in the shipped code, under its own `model_type` (a name transformers
+    does not use), without overwriting any entry. Nothing else changes: the Auto mappings built on
+    the table skip model types that are not transformers' own configs.
+    """
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(model_class.config_class.model_type, model_class.__name__)
+    return model_class
 
 
 # ----------------------------------------------------------------------------------------------

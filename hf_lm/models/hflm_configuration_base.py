@@ -68,6 +68,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
 
     # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
     supports_albert_options = False
+    # the sizes the derived fields are computed from (class attributes, not fields)
+    _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
     vocab_size: int = 50257
     hidden_size: int = 768
@@ -101,7 +103,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         # derived fields first, so they are validated like the rest
-        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"):
+        for name in self._base_sizes:
             _positive_int(name, getattr(self, name))
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
@@ -123,8 +125,18 @@ class HfLmTransformerConfig(PreTrainedConfig):
         self.validate_hflm()
 
     def validate_hflm(self) -> None:
-        """Raise `ValueError` naming the field for every invalid value or contradictory combination."""
-        for name in ("num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings"):
+        """Raise `ValueError` naming the field for every invalid value or contradictory combination.
+
+        Run at construction and again when a model is built from the config (`HfLmPreTrainedModel`),
+        which catches values set after construction.
+        """
+        for name in (
+            *self._base_sizes,
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             _positive_int(name, getattr(self, name))
         if (
             self.num_key_value_heads > self.num_attention_heads

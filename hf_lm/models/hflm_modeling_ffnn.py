@@ -35,6 +35,7 @@ from .hflm_common import (
     embed_inputs,
     lm_loss,
     logits_positions,
+    trainer_shifts_labels,
 )
 from .hflm_configuration_ffnn import HfLmFFNNConfig
 
@@ -141,6 +142,7 @@ class HfLmFFNNModel(HfLmFFNNPreTrainedModel):
         )
 
 
+@trainer_shifts_labels
 class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, GenerationMixin):
     """Bengio et al.'s LM: logits = b + W x + U tanh(d + H x) at every position.
 

@@ -33,6 +33,7 @@ from .hflm_common import (
     embed_inputs,
     lm_loss,
     logits_positions,
+    trainer_shifts_labels,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
 
@@ -113,6 +114,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
         )
 
 
+@trainer_shifts_labels
 class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
     """The decoder with a language-modeling head (tied to the input embeddings by default).
 

@@ -38,6 +38,7 @@ from .hflm_common import (
     check_padding_mask,
     lm_loss,
     logits_positions,
+    trainer_shifts_labels,
 )
 from .hflm_configuration_ngram import HfLmNGramConfig
 
@@ -363,6 +364,7 @@ class HfLmNGramPreTrainedModel(HfLmPreTrainedModel):
         ]
 
 
+@trainer_shifts_labels
 class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, GenerationMixin):
     """An n-gram LM whose `logits` are next-token log-probabilities; fitted by counting, not trained.
 

@@ -27,6 +27,7 @@ from .hflm_common import (
     embed_inputs,
     lm_loss,
     logits_positions,
+    trainer_shifts_labels,
 )
 from .hflm_configuration_rnn import HfLmRNNConfig
 from .hflm_rnn_blocks import RecurrentCache, RecurrentLayer, StackedRNN
@@ -202,6 +203,7 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
         )
 
 
+@trainer_shifts_labels
 class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
     """The recurrent LM with its softmax layer (tied to the input embeddings by default).
 
