@@ -1245,6 +1245,10 @@ def run_sections(rows: Rows, ctx: dict, run: dict, sections: list[str]) -> None:
         print(
             f"== {section}" + (" (+ head_loss)" if section == "gpt_train" and "head_loss" in sections else "")
         )
+        # each section starts with Dynamo's caches empty: code objects compiled earlier in the process
+        # (another section, or whatever ran before main()) count towards its recompile limit, past
+        # which it silently runs eagerly and a "compiled" row would build no graph
+        torch._dynamo.reset()
         t0 = time.perf_counter()
         try:
             runners[section](rows, ctx)
