@@ -34,13 +34,14 @@ LORA_TARGET_MODULES: dict[str, list[str]] = {
     # Bengio et al.'s tanh hidden layer
     "hflm_ffnn": ["hidden"],
     # the attentional layer W_c (absent with attention="none") and the bridges from the encoder's
-    # final state to the decoder's initial states (h, and c for an LSTM); the recurrent cells'
-    # weights are parameters, not Linear modules (adapt them with `target_parameters`, below)
+    # final state to the decoder's initial states (h, and c for an LSTM)
     "hflm_rnn_seq2seq": ["combine", "bridge.0", "bridge.1"],
 }
-# The recurrent LM ("hflm_rnn") has no default: its only Linear layers are the output layer, tied to
-# the input embedding by default, and the recurrence is made of parameters. LoRA adapts them with
-# `LoraConfig(target_parameters=["weight_ih", "weight_hh"])`. The n-gram model has no weights at all.
+# No default for the recurrent LM ("hflm_rnn"): its recurrent weights are parameters, not Linear
+# modules, and the stack reads them directly (torch's fused kernel takes them as a list), which
+# peft's `target_parameters` wrapper does not support; its only Linear layers are the output layer,
+# tied to the input embedding by default (merging a LoRA into it would change the embedding too),
+# and `output_projection`. Untied, `target_modules=["lm_head"]` works. The n-gram model has no weights.
 
 # IA3 (Liu et al., 2022) rescales keys, values and the feed-forward's inner activations: the
 # projections that produce keys and values, and the feed-forward's output projection, whose input

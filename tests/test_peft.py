@@ -11,6 +11,7 @@ import torch
 peft = pytest.importorskip("peft")
 
 from peft import IA3Config, LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from remote_code import run_fresh_interpreter  # noqa: E402
 
 from hf_lm.integrations import LORA_TARGET_MODULES  # noqa: E402
 from hf_lm.testing import FAMILY_CASES  # noqa: E402
@@ -128,3 +129,58 @@ def test_shipped_model_code_never_imports_peft():
     models = Path(__file__).resolve().parents[1] / "hf_lm" / "models"
     for path in models.glob("*.py"):
         assert "peft" not in path.read_text(), path.name
+
+
+def test_recurrent_lm_lora_on_its_untied_output_layer():
+    """The recurrent LM has no default: with untied embeddings, LoRA on `lm_head` adapts and merges exactly."""
+    case = next(c for c in FAMILY_CASES if c.name == "rnn-causal-lm")
+    config = case.make_config()
+    config.tie_word_embeddings = False
+    torch.manual_seed(0)
+    model = case.model_class(config).eval()
+    batch = case.make_batch()
+    with pytest.raises(ValueError, match="target_modules"):
+        get_peft_model(case.model_class(config), LoraConfig(task_type="CAUSAL_LM"))
+    peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", target_modules=["lm_head"]))
+    losses = _train(peft_model, batch)
+    assert losses[-1] < losses[0], losses
+    with torch.no_grad():
+        adapted = peft_model(**batch)
+        _assert_same(peft_model.merge_and_unload()(**batch), adapted)
+
+
+def test_adapter_loads_where_hf_lm_is_not_installed(tmp_path: Path):
+    """A saved adapter records its target modules: a remote-code folder and the adapter load without hf_lm
+    and give the adapted outputs. There, peft has no defaults for hf_lm's model types (it reads none
+    from the config), so a LoraConfig without target_modules is refused, as documented."""
+    case = next(c for c in FAMILY_CASES if c.name == "gpt-causal-lm")
+    batch = case.make_batch(seed=1)
+    case.make_model(seed=0).save_pretrained(tmp_path / "base")
+    peft_model = get_peft_model(case.make_model(seed=0), LoraConfig(task_type="CAUSAL_LM"))
+    _train(peft_model, batch, steps=3)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    torch.save(batch, tmp_path / "batch.pt")
+    with torch.no_grad():
+        torch.save(peft_model(**batch).logits, tmp_path / "expected.pt")
+    run_fresh_interpreter(
+        """
+        import sys
+        sys.modules["hf_lm"] = None  # hf_lm cannot be imported
+        import torch
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM
+
+        load = lambda: AutoModelForCausalLM.from_pretrained("base", trust_remote_code=True).eval()
+        batch, expected = torch.load("batch.pt"), torch.load("expected.pt")
+        with torch.no_grad():
+            logits = PeftModel.from_pretrained(load(), "adapter").eval()(**batch).logits
+        torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-4)
+        try:
+            get_peft_model(load(), LoraConfig(task_type="CAUSAL_LM"))
+        except ValueError as err:
+            assert "target_modules" in str(err), err
+        else:
+            raise AssertionError("peft found defaults without hf_lm")
+        """,
+        cwd=tmp_path,
+    )
