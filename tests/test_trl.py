@@ -32,7 +32,8 @@ def test_gpt_tokenizers_get_chatml_tokens_with_stable_ids(chat_tokenizer):
     specials = [*dict.fromkeys(GPT_SPECIAL_TOKENS.values()), *CHAT_TOKENS]
     assert tok.convert_tokens_to_ids(specials) == [0, 1, 2, 3]
     assert set(CHAT_TOKENS) <= set(tok.all_special_tokens)
-    # other families' tokenizers are not chat tokenizers, unless asked
+    # character tokenizers and other families' tokenizers are not chat tokenizers, unless asked
+    assert train_tokenizer(["some text"] * 5, kind="char", vocab_size=40).chat_template is None
     bart = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>"}
     plain = train_tokenizer(["some text here"] * 5, kind="char", vocab_size=40, special_tokens=bart)
     assert plain.chat_template is None and "<|im_start|>" not in plain.get_vocab()

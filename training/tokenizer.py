@@ -236,7 +236,7 @@ def train_tokenizer(
         special_tokens: role -> token, roles among `SPECIAL_TOKEN_ROLES`. Defaults to GPT's
             `<|endoftext|>` as bos/eos/unk plus a separate `<|pad|>`. Special tokens get the first
             ids, in the mapping's order (so `<|endoftext|>` is 0 and `<|pad|>` 1 by default), then
-            the chat markers (`<|im_start|>` 2, `<|im_end|>` 3 by default).
+            the chat markers (`<|im_start|>` 2, `<|im_end|>` 3 with `chat_template`).
         model_max_length: the model's context length, stored with the tokenizer.
         padding_side: "left" for decoder-only models (text-generation pipelines need it), "right"
             for encoders.
@@ -244,8 +244,8 @@ def train_tokenizer(
             (ignored by "unigram").
         chat_template: add the ChatML markers `CHAT_TOKENS` as special tokens (after the others)
             and `CHAT_TEMPLATE` as the tokenizer's chat template, so `apply_chat_template` and
-            TRL's `SFTTrainer` on `messages` data work. None (the default): only with GPT's special
-            tokens (`GPT_SPECIAL_TOKENS`, the tokenizers of the causal LMs).
+            TRL's `SFTTrainer` on `messages` data work. None (the default): for subword tokenizers
+            with GPT's special tokens (`GPT_SPECIAL_TOKENS`, the causal LMs'), not "char" ones.
 
     Returns:
         A `PreTrainedTokenizerFast` that adds no bos/eos around encodings. When `special_tokens`
@@ -264,8 +264,8 @@ def train_tokenizer(
         'Hello'
     """
     special_tokens = dict(GPT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
-    if chat_template is None:
-        chat_template = special_tokens == GPT_SPECIAL_TOKENS
+    if chat_template is None:  # character-level models are no chat models (nanoGPT's 65 + 2 tokens stay)
+        chat_template = special_tokens == GPT_SPECIAL_TOKENS and kind != "char"
     _check_arguments(
         kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency, chat_template
     )
