@@ -13,7 +13,7 @@ a checkpoint loaded with remote code where hf_lm is not imported has no defaults
 The defaults adapt the attention projections, as peft's own do (Llama's `q_proj`/`v_proj`, BERT's
 `query`/`value`, GPT-2's fused `c_attn`). hf_lm's self-attention computes q, k and v with one Linear,
 `qkv_proj` (one GEMM instead of three); LoRA on it adds one low-rank update to all three, as on
-GPT-2's `c_attn` or Phi-3's `qkv_proj`.
+GPT-2's `c_attn` or Falcon's `query_key_value`.
 """
 
 from __future__ import annotations
