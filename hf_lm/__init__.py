@@ -3,12 +3,14 @@
 `import hf_lm` registers every family of the family table (`hf_lm.families.FAMILIES`: each config
 and its heads) with transformers' Auto classes, and for auto class, so `save_pretrained` writes
 `auto_map` and copies the model code next to the weights (checkpoints then load with
-`trust_remote_code=True` where hf_lm is not installed).
+`trust_remote_code=True` where hf_lm is not installed). When peft is installed, it also gives
+peft its default target modules for hf_lm's model types (`hf_lm.integrations`).
 """
 
 from transformers import AutoConfig
 
 from .families import FAMILIES, Family, family_of, head_info
+from .integrations import register_peft
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
@@ -70,6 +72,7 @@ def _register() -> None:
 
 
 _register()
+register_peft()  # a no-op without peft
 
 __all__ = [
     "FAMILIES",

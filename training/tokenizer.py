@@ -51,8 +51,27 @@ SENTINEL_TOKEN_FORMAT = "<extra_id_{}>"
 # the special-token roles transformers' tokenizers know (bos, eos, unk, sep, pad, cls, mask)
 SPECIAL_TOKEN_ROLES = tuple(PreTrainedTokenizerFast.SPECIAL_TOKENS_ATTRIBUTES)
 
+# ChatML, the chat markup of OpenAI's chat models, Qwen and TRL's `setup_chat_format`: every turn is
+# `<|im_start|>{role}\n{content}<|im_end|>\n`. The two markers are special tokens trained with the
+# others, right after them (ids 2 and 3 after GPT's `<|endoftext|>` 0 and `<|pad|>` 1), so they are
+# never split and every tokenizer trained with the GPT defaults gives them the same ids. The
+# `{% generation %}` block marks the assistant's tokens for `return_assistant_tokens_mask` (TRL's
+# `assistant_only_loss=True`); `add_generation_prompt` opens the assistant's turn.
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['role'] == 'assistant' -%}"
+    "{%- generation -%}{{- message['content'] + '<|im_end|>' -}}{%- endgeneration -%}{{- '\\n' -}}"
+    "{%- else -%}{{- message['content'] + '<|im_end|>\\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+)
 
-def _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency) -> None:
+
+def _check_arguments(
+    kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency, chat_template
+) -> None:
     if kind not in TOKENIZER_KINDS:
         raise ValueError(f"`kind` must be one of {list(TOKENIZER_KINDS)}, got {kind!r}.")
     if not isinstance(special_tokens, Mapping) or not special_tokens:
@@ -73,7 +92,9 @@ def _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding
         )
     if kind != "byte_bpe" and "unk_token" not in special_tokens:
         raise ValueError(f"`special_tokens` needs an 'unk_token' for kind={kind!r} (unseen text maps to it).")
-    n_special = len(set(special_tokens.values()))
+    if not isinstance(chat_template, bool):
+        raise ValueError(f"`chat_template` must be None, True or False, got {chat_template!r}.")
+    n_special = len(set(special_tokens.values()) | (set(CHAT_TOKENS) if chat_template else set()))
     # byte-level BPE must hold all 256 bytes; the others need at least one real symbol
     minimum = n_special + (256 if kind == "byte_bpe" else 1)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
@@ -203,6 +224,7 @@ def train_tokenizer(
     model_max_length: int = 1024,
     padding_side: str = "left",
     min_frequency: int = 2,
+    chat_template: bool | None = None,
 ) -> PreTrainedTokenizerFast:
     """Train a tokenizer from scratch on `texts` and wrap it for transformers.
 
@@ -213,12 +235,17 @@ def train_tokenizer(
             fewer tokens). At least 256 + specials for "byte_bpe".
         special_tokens: role -> token, roles among `SPECIAL_TOKEN_ROLES`. Defaults to GPT's
             `<|endoftext|>` as bos/eos/unk plus a separate `<|pad|>`. Special tokens get the first
-            ids, in the mapping's order (so `<|endoftext|>` is 0 and `<|pad|>` 1 by default).
+            ids, in the mapping's order (so `<|endoftext|>` is 0 and `<|pad|>` 1 by default), then
+            the chat markers (`<|im_start|>` 2, `<|im_end|>` 3 with `chat_template`).
         model_max_length: the model's context length, stored with the tokenizer.
         padding_side: "left" for decoder-only models (text-generation pipelines need it), "right"
             for encoders.
         min_frequency: minimum count of a merge/word/character to enter the vocabulary
             (ignored by "unigram").
+        chat_template: add the ChatML markers `CHAT_TOKENS` as special tokens (after the others)
+            and `CHAT_TEMPLATE` as the tokenizer's chat template, so `apply_chat_template` and
+            TRL's `SFTTrainer` on `messages` data work. None (the default): for subword tokenizers
+            with GPT's special tokens (`GPT_SPECIAL_TOKENS`, the causal LMs'), not "char" ones.
 
     Returns:
         A `PreTrainedTokenizerFast` that adds no bos/eos around encodings. When `special_tokens`
@@ -237,11 +264,16 @@ def train_tokenizer(
         'Hello'
     """
     special_tokens = dict(GPT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
-    _check_arguments(kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency)
+    if chat_template is None:  # character-level models are no chat models (nanoGPT's 65 + 2 tokens stay)
+        chat_template = special_tokens == GPT_SPECIAL_TOKENS and kind != "char"
+    _check_arguments(
+        kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency, chat_template
+    )
     if isinstance(texts, str):
         raise ValueError("`texts` must be an iterable of strings, not a single string.")
 
-    special = list(dict.fromkeys(special_tokens.values()))  # unique, in order: ids 0, 1, ...
+    chat_tokens = list(CHAT_TOKENS) if chat_template else []
+    special = list(dict.fromkeys([*special_tokens.values(), *chat_tokens]))  # unique, in order: ids 0, 1, ...
     tokenizer, trainer = _build(kind, vocab_size, special, special_tokens.get("unk_token"), min_frequency)
 
     counts = {"texts": 0, "chars": 0}
@@ -267,6 +299,17 @@ def train_tokenizer(
         counts["chars"],
         tokenizer.get_vocab_size(),
     )
+    return _wrap(tokenizer, special_tokens, chat_tokens, model_max_length, padding_side)
+
+
+def _wrap(
+    tokenizer: Tokenizer,
+    special_tokens: dict,
+    chat_tokens: list[str],
+    model_max_length: int,
+    padding_side: str,
+) -> PreTrainedTokenizerFast:
+    """A trained `tokenizers.Tokenizer` as a transformers tokenizer, with BERT's template or the chat template."""
     extra = {}
     if "cls_token" in special_tokens and "sep_token" in special_tokens:
         template = bert_post_processor(tokenizer, special_tokens["cls_token"], special_tokens["sep_token"])
@@ -275,7 +318,9 @@ def train_tokenizer(
         tokenizer.post_processor = template if previous is None else processors.Sequence([previous, template])
         # transformers 5 returns no token_type_ids unless the tokenizer names them as a model input
         extra["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
-    return PreTrainedTokenizerFast(
+    if chat_tokens:
+        extra["extra_special_tokens"] = chat_tokens
+    wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         model_max_length=model_max_length,
         padding_side=padding_side,
@@ -284,6 +329,9 @@ def train_tokenizer(
         **extra,
         **special_tokens,
     )
+    if chat_tokens:
+        wrapped.chat_template = CHAT_TEMPLATE  # saved as chat_template.jinja, reloaded by AutoTokenizer
+    return wrapped
 
 
 # ----------------------------------------------------------------------------------------------
