@@ -143,12 +143,15 @@ def expected_rolling_loglikelihoods(folder: Path) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 
 
-def reported(samples: list[dict]) -> list:
-    """Per document (in document order), its requests' log-likelihoods (rolling: one float)."""
+def reported(samples: list[dict]) -> list[list[float]]:
+    """Per document (in document order), its requests' log-likelihoods (rolling: one request).
+
+    A request's response is `(loglikelihood, is_greedy)`, or the bare log-likelihood for rolling
+    ones; the command line's samples file writes them as strings."""
     by_doc = {}
     for sample in samples:
-        values = [resp[0][0] if isinstance(resp[0], list | tuple) else resp[0] for resp in sample["resps"]]
-        by_doc[sample["doc_id"]] = values
+        first = [resp[0] for resp in sample["resps"]]  # one response per request (no repeats)
+        by_doc[sample["doc_id"]] = [float(r[0] if isinstance(r, list | tuple) else r) for r in first]
     return [by_doc[i] for i in sorted(by_doc)]
 
 
@@ -207,10 +210,12 @@ def test_encoder_decoders_need_backend_seq2seq(folders, family):
 
 
 def test_without_backend_an_encoder_decoder_is_taken_for_a_causal_lm(folders):
-    """Why the docs say `backend=seq2seq`: lm-eval cannot tell from a custom model type."""
+    """Why the docs say `backend=seq2seq`: lm-eval cannot tell from a custom model type, takes the
+    folder for a causal LM and fails to load it as one."""
     from lm_eval.models.huggingface import HFLM
 
-    assert HFLM(pretrained=str(folders["t5"]), trust_remote_code=True, device="cpu").backend == "causal"
+    with pytest.raises(ValueError, match="AutoModelForCausalLM"):
+        HFLM(pretrained=str(folders["t5"]), trust_remote_code=True, device="cpu")
     lm = HFLM(pretrained=str(folders["t5"]), trust_remote_code=True, device="cpu", backend="seq2seq")
     assert lm.backend == "seq2seq"
 

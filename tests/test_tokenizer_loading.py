@@ -44,6 +44,11 @@ for folder in sys.argv[2:]:
 """
 
 
+def without_pythonpath() -> dict[str, str]:
+    """This environment without PYTHONPATH: nothing but the saved folders may provide hf_lm's code."""
+    return {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+
+
 def load_tokenizers(folders: list[Path], tmp_path: Path, flag: bool = True) -> subprocess.CompletedProcess:
     """Load each folder's tokenizer in a fresh interpreter without hf_lm; standard input closed, so a
     prompt cannot wait for an answer (and the timeout fails the test if anything does)."""
@@ -57,7 +62,7 @@ def load_tokenizers(folders: list[Path], tmp_path: Path, flag: bool = True) -> s
     result = subprocess.run(
         [sys.executable, str(script), "flag" if flag else "none", *map(str, folders)],
         cwd=tmp_path,
-        env={key: value for key, value in {**os.environ, **env}.items() if key != "PYTHONPATH"},
+        env={**without_pythonpath(), **env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -73,7 +78,8 @@ def assert_loaded_at_once(result: subprocess.CompletedProcess, folders: list[Pat
     lines = result.stdout.splitlines()
     assert len(lines) == len(folders), result.stdout
     for line in lines:
-        assert float(line.split()[-1].removesuffix("s")) < 5.0, line  # a prompt would wait 15 s
+        # below the 15 s a prompt waits on a terminal (the first load also imports the config code)
+        assert float(line.split()[-1].removesuffix("s")) < 12.0, line
 
 
 def save_family_folders(root: Path, cases=CASES) -> list[Path]:
@@ -122,7 +128,8 @@ def test_the_fallback_card_loads_the_tokenizer_with_the_flag():
 def test_a_training_run_folder_and_its_card_snippet_work_without_hf_lm(tmp_path):
     """The folder `python -m training.train` leaves, and the usage snippet of its model card run as
     written, where hf_lm cannot be imported: no prompt, no warning."""
-    _run(tmp_path / "run", max_steps=2, eval_every=2, save_every=2, report_to=["none"])
+    # a context of 64: the card's snippet generates 40 tokens after its prompt
+    _run(tmp_path / "run", max_steps=2, eval_every=2, save_every=2, report_to=["none"], block_size=64)
     final = tmp_path / "run" / "final"
     assert_loaded_at_once(load_tokenizers([final], tmp_path), [final])
     card = (final / "README.md").read_text()
@@ -132,7 +139,7 @@ def test_a_training_run_folder_and_its_card_snippet_work_without_hf_lm(tmp_path)
     result = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
-        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
+        env={**without_pythonpath(), "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "mod")},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
