@@ -30,6 +30,7 @@ lm_eval = pytest.importorskip("lm_eval")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TASKS = REPO_ROOT / "tests" / "data" / "lm_eval"
 MC, ROLLING = "hflm_tiny_mc", "hflm_tiny_rolling"
+CAUSAL_FAMILIES = ("gpt", "rnn", "ffnn")
 SEQ2SEQ_FAMILIES = ("t5", "bart", "rnn_seq2seq")
 
 
@@ -52,10 +53,13 @@ def _config(family, tokenizer):
     )
     if family.decoder_start:
         ids["decoder_start_token_id"] = getattr(tokenizer, f"{family.decoder_start}_id")
-    if family.name == "rnn_seq2seq":
-        return family.config_class(
-            embedding_size=16, hidden_size=16, cell_type="lstm", attention="bahdanau", **ids
-        )
+    small = {
+        "rnn_seq2seq": dict(embedding_size=16, hidden_size=16, cell_type="lstm", attention="bahdanau"),
+        "rnn": dict(cell_type="lstm", hidden_size=16, num_hidden_layers=2, initializer_range=1.0),
+        "ffnn": dict(context_size=3, hidden_size=16, intermediate_size=32, initializer_range=0.3),
+    }
+    if family.name in small:
+        return family.config_class(**small[family.name], **ids)
     transformer = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     return family.config_class(max_position_embeddings=256, initializer_range=0.2, **transformer, **ids)
 
@@ -77,7 +81,7 @@ def save_folder(path: Path, family_name: str) -> Path:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("lm_eval_models")
-    return {name: save_folder(root / name, name) for name in ("gpt", *SEQ2SEQ_FAMILIES)}
+    return {name: save_folder(root / name, name) for name in (*CAUSAL_FAMILIES, *SEQ2SEQ_FAMILIES)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,10 +201,11 @@ def assert_rolling_matches(results: dict, expected: list[float]) -> None:
     assert results["results"][ROLLING]["bits_per_byte,none"] == pytest.approx(bits_per_byte, rel=1e-5)
 
 
-def test_causal_lm_multiple_choice_and_rolling_match_the_direct_computation(folders):
-    results = simple_evaluate(folders["gpt"], [MC, ROLLING])
-    assert_multiple_choice_matches(results, expected_choice_loglikelihoods(folders["gpt"], seq2seq=False))
-    assert_rolling_matches(results, expected_rolling_loglikelihoods(folders["gpt"]))
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_causal_lm_multiple_choice_and_rolling_match_the_direct_computation(folders, family):
+    results = simple_evaluate(folders[family], [MC, ROLLING])
+    assert_multiple_choice_matches(results, expected_choice_loglikelihoods(folders[family], seq2seq=False))
+    assert_rolling_matches(results, expected_rolling_loglikelihoods(folders[family]))
 
 
 @pytest.mark.parametrize("family", SEQ2SEQ_FAMILIES)
