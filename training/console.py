@@ -18,26 +18,27 @@ import sys
 
 
 def _run(module: str) -> int:
-    """Run `module.main` on the command line's arguments; its exit status (0 unless it returns an int)."""
-    result = importlib.import_module(module).main(sys.argv[1:])
+    """Run this package's `module.main` on the command line's arguments; its exit status (0 unless it
+    returns an int). Relative to this package, whatever name it is installed under."""
+    result = importlib.import_module(f".{module}", __package__).main(sys.argv[1:])
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 def train() -> int:
-    return _run("training.train")
+    return _run("train")
 
 
 def finetune_classification() -> int:
-    return _run("training.finetune_classification")
+    return _run("finetune_classification")
 
 
 def finetune_translation() -> int:
-    return _run("training.finetune_translation")
+    return _run("finetune_translation")
 
 
 def evaluate() -> int:
-    return _run("training.evaluate_cli")
+    return _run("evaluate_cli")
 
 
 def push() -> int:
-    return _run("training.push")
+    return _run("push")
