@@ -72,9 +72,11 @@ of its training text and knows nothing reliable: do not use it to produce facts 
 ## Usage
 
 ```python
-from transformers import $auto_class
+from transformers import $auto_class, AutoTokenizer
 
 model = $auto_class.from_pretrained($model_id_repr, trust_remote_code=True)
+# the tokenizer needs the flag too: without it transformers asks about the config's code
+tokenizer = AutoTokenizer.from_pretrained($model_id_repr, trust_remote_code=True)
 ```
 $notes
 """

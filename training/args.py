@@ -26,10 +26,11 @@ from transformers import HfArgumentParser, PreTrainedConfig
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
-from training.data import SAMPLE_BY
-from training.models import FAMILY_NAMES
-from training.scheduled_sampling import SCHEDULES, sampling_probability
-from training.tokenizer import TOKENIZER_KINDS
+
+from .data import SAMPLE_BY
+from .models import FAMILY_NAMES
+from .scheduled_sampling import SCHEDULES, sampling_probability
+from .tokenizer import TOKENIZER_KINDS
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")

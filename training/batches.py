@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from training.run_data import BlockStream
+from .run_data import BlockStream
 
 
 @dataclass

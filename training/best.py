@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoint import (
+from .checkpoint import (
     CorruptCheckpointError,
     checkpoint_name,
     checkpoint_state,

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from training.tokenizer import sentinel_token_ids
+from .tokenizer import sentinel_token_ids
 
 logger = logging.getLogger(__name__)
 

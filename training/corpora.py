@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from training.tokenizer import stdlib_docstrings
+from .tokenizer import stdlib_docstrings
 
 logger = logging.getLogger(__name__)
 

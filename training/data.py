@@ -33,8 +33,8 @@ import numpy as np
 from datasets import Dataset, DatasetDict, Features, IterableDataset, List, Value, load_dataset
 from fsspec.utils import infer_compression
 
-from training.corpora import BUILTIN_CORPORA, load_builtin_corpus
-from training.tokenizer import split_long_text
+from .corpora import BUILTIN_CORPORA, load_builtin_corpus
+from .tokenizer import split_long_text
 
 logger = logging.getLogger(__name__)
 

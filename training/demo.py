@@ -41,10 +41,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, pipeline, set_seed
 
 from hf_lm.metrics.sliding_window import sliding_window_perplexity
-from training.args import DataArguments, ModelArguments, TrainArguments
-from training.corpora import SyntheticCorpus
-from training.evaluate_cli import resolve_device
-from training.train import train
+
+from .args import DataArguments, ModelArguments, TrainArguments
+from .corpora import SyntheticCorpus
+from .evaluate_cli import resolve_device
+from .train import train
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from training.checkpoint import load_latest_checkpoint
+from .checkpoint import load_latest_checkpoint
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from hf_lm.cards import write_model_card
 from hf_lm.plots import plot_loss_curves
-from training.checkpoint import atomic_write_text, commit_folder, load_checkpoint, staging_folder
-from training.objectives import objective_for
+
+from .checkpoint import atomic_write_text, commit_folder, load_checkpoint, staging_folder
+from .objectives import objective_for
 
 logger = logging.getLogger(__name__)
 

@@ -73,9 +73,10 @@ from transformers import (
 import hf_lm
 from hf_lm.cards import write_model_card
 from hf_lm.families import FAMILIES
-from training import trainer_common as common
-from training.args import optional_positive, parse_dataclasses
-from training.tokenizer import train_tokenizer
+
+from . import trainer_common as common
+from .args import optional_positive, parse_dataclasses
+from .tokenizer import train_tokenizer
 
 logger = logging.getLogger(__name__)
 

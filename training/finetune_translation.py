@@ -89,9 +89,10 @@ from hf_lm.families import FAMILIES, Family
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
-from training import trainer_common as common
-from training.args import optional_positive, parse_dataclasses
-from training.tokenizer import TOKENIZER_KINDS, train_tokenizer
+
+from . import trainer_common as common
+from .args import optional_positive, parse_dataclasses
+from .tokenizer import TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
 

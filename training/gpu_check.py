@@ -131,7 +131,7 @@ def check_loop_metrics(metrics: dict, case: str, resumed: bool) -> str:
 
 def run_loop_case(case: str, workdir: Path, precision: str) -> str:
     """Train one loop case, then resume it two steps further; fp16 must checkpoint its loss scale."""
-    from training import train
+    from . import train
 
     output_dir = workdir / f"loop_{case}_{precision}"
     shutil.rmtree(output_dir, ignore_errors=True)
@@ -258,7 +258,8 @@ def _save(folder: Path, model, tokenizer) -> None:
 
 def _gpt_folder(folder: Path, head: str = "lm") -> None:
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTModel
-    from training.tokenizer import train_tokenizer
+
+    from .tokenizer import train_tokenizer
 
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, padding_side="left")
     config = HfLmGPTConfig(
@@ -271,7 +272,8 @@ def _gpt_folder(folder: Path, head: str = "lm") -> None:
 
 def _bert_folder(folder: Path, head: str) -> None:
     import hf_lm
-    from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+
+    from .tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
     tok = train_tokenizer(
         PIPELINE_CORPUS, kind="wordpiece", vocab_size=200, special_tokens=BERT_SPECIAL_TOKENS
@@ -291,7 +293,8 @@ def _bert_folder(folder: Path, head: str) -> None:
 
 def _seq2seq_folder(folder: Path, family: str) -> None:
     import hf_lm
-    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+
+    from .tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
 
     specials = T5_SPECIAL_TOKENS if family == "t5" else BART_SPECIAL_TOKENS
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, special_tokens=specials)
@@ -467,7 +470,7 @@ def finetune_argv(case: str, data: Path, output_dir: Path, precision: str = "no"
 
 def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tuple[str, ...] = ()) -> str:
     """Fine-tune (from scratch, 3 steps) and evaluate with the Trainer script of `case`."""
-    from training import finetune_classification, finetune_translation
+    from . import finetune_classification, finetune_translation
 
     data = workdir / "toy_data"
     if not (data / "train.tsv").is_file():
@@ -485,7 +488,7 @@ def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tu
 
 def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
     """`training.evaluate_cli` on a model trained by the loop (trained first if needed)."""
-    from training import evaluate_cli, train
+    from . import evaluate_cli, train
 
     model = workdir / "loop_gpt_no" / "final"
     if not (model / "config.json").is_file():
@@ -513,7 +516,7 @@ def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
 
 def run_demo(workdir: Path, precision: str) -> str:
     """`make demo` at tiny size: train, bits per word against the floor, samples."""
-    from training import demo
+    from . import demo
 
     argv = [
         "--output_dir", str(workdir / f"demo_{precision}"), "--model_size", "tiny", "--max_steps", "20",

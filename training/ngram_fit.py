@@ -12,8 +12,9 @@ import time
 from tqdm.auto import tqdm
 
 from hf_lm.models.hflm_modeling_ngram import HfLmNGramForCausalLM
-from training.divergence import DivergenceGuard
-from training.export import final_metrics
+
+from .divergence import DivergenceGuard
+from .export import final_metrics
 
 logger = logging.getLogger(__name__)
 

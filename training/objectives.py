@@ -26,11 +26,12 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelFo
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
-from training import evaluation
-from training.collators_mlm import DataCollatorForMaskedLM
-from training.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
-from training.models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, resolve_family
-from training.tokenizer import (
+
+from . import evaluation
+from .collators_mlm import DataCollatorForMaskedLM
+from .collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, resolve_family
+from .tokenizer import (
     add_sentinel_tokens,
 )
 

@@ -26,8 +26,8 @@ import dataclasses
 import logging
 import warnings
 
-from training.batches import DataPosition
-from training.optim import build_scheduler
+from .batches import DataPosition
+from .optim import build_scheduler
 
 logger = logging.getLogger(__name__)
 

@@ -19,15 +19,15 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import broadcast_object_list, set_seed
 
-from training import run_log
-from training.args import DataArguments, ModelArguments, TrainArguments
-from training.checkpoint import new_run_id
-from training.export import export_run
-from training.models import resolve_family
-from training.objectives import Objective, objective_for
-from training.optim import configure_tf32
-from training.run_data import prepare_data
-from training.run_log import CsvLog
+from . import run_log
+from .args import DataArguments, ModelArguments, TrainArguments
+from .checkpoint import new_run_id
+from .export import export_run
+from .models import resolve_family
+from .objectives import Objective, objective_for
+from .optim import configure_tf32
+from .run_data import prepare_data
+from .run_log import CsvLog
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from hf_lm.families import FAMILIES
-from training.models import RECURRENT, TRANSFORMERS, resolve_family
+
+from .models import RECURRENT, TRANSFORMERS, resolve_family
 
 
 def check_arguments(data_args, model_args, train_args) -> str:

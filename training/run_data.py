@@ -16,11 +16,11 @@ from accelerate import Accelerator
 from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import AutoTokenizer
 
-from training.args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
-from training.checkpoint import atomic_folder
-from training.data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
-from training.objectives import objective_for
-from training.tokenizer import train_tokenizer
+from .args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
+from .checkpoint import atomic_folder
+from .data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
+from .objectives import objective_for
+from .tokenizer import train_tokenizer
 
 
 def _limit(dataset, data_args: DataArguments):

@@ -110,9 +110,10 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 import hf_lm  # noqa: F401  (registers the Auto classes)
 from hf_lm.models.hflm_common import lm_loss
-from training import run_log
-from training.args import DataArguments, ModelArguments, TrainArguments, parse_args
-from training.batches import (  # noqa: F401  (the loop's data classes, importable from here)
+
+from . import run_log
+from .args import DataArguments, ModelArguments, TrainArguments, parse_args
+from .batches import (  # noqa: F401  (the loop's data classes, importable from here)
     BlockStream,
     DataPosition,
     GlobalBatchSampler,
@@ -121,26 +122,26 @@ from training.batches import (  # noqa: F401  (the loop's data classes, importab
     training_batches,
     window_document_columns,
 )
-from training.best import BestModel
-from training.checkpoint import (
+from .best import BestModel
+from .checkpoint import (
     checkpoint_name,
     get_rng_state,
     load_latest_checkpoint,
     max_abs_weight,
     save_checkpoint,
 )
-from training.divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
-from training.evaluation import bits_metrics, eval_block_count, eval_text_units, evaluate  # noqa: F401
-from training.export import final_metrics
-from training.ngram_fit import fit_ngram_run
-from training.objectives import Objective, build_model, objective_for  # noqa: F401
-from training.optim import build_optimizer, compile_model, configure_tf32, optimizer_kwargs  # noqa: F401
-from training.resume import data_order, restore_run, run_settings
-from training.run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
-from training.run_checks import check_arguments
-from training.run_data import prepare_data, tail_split  # noqa: F401
-from training.run_folder import RunLock, claim_output_dir
-from training.run_log import CsvLog, projected_steps  # noqa: F401
+from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
+from .evaluation import bits_metrics, eval_block_count, eval_text_units, evaluate  # noqa: F401
+from .export import final_metrics
+from .ngram_fit import fit_ngram_run
+from .objectives import Objective, build_model, objective_for  # noqa: F401
+from .optim import build_optimizer, compile_model, configure_tf32, optimizer_kwargs  # noqa: F401
+from .resume import data_order, restore_run, run_settings
+from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
+from .run_checks import check_arguments
+from .run_data import prepare_data, tail_split  # noqa: F401
+from .run_folder import RunLock, claim_output_dir
+from .run_log import CsvLog, projected_steps  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
