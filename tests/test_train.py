@@ -60,8 +60,16 @@ def _run(output_dir, settings: dict = TINY, **overrides) -> dict:
 
 
 def _env() -> dict:
-    # one thread, as in this process (conftest), so the float results are bitwise comparable
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # one thread, as in this process (conftest), so the float results are bitwise comparable; the
+    # repository on the path, for scripts that import `training` (installed as `hf_lm_training`)
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": path,
+    }
 
 
 def _weights(output_dir) -> dict[str, torch.Tensor]:
