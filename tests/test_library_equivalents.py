@@ -6,8 +6,9 @@ keeps its own code, the library's gap that the docs name is shown here.
 - `training.collators_mlm.DataCollatorForMaskedLM` ("token") has the statistics and label rules of
   transformers' `DataCollatorForLanguageModeling(mlm=True)`; transformers draws random tokens from
   the whole vocabulary (special tokens included) and its whole-word mode drops the 80/10/10 rule;
-- `training.checkpoint` rejects a flipped byte and skips a half-written checkpoint, which
-  accelerate's `save_state`/`load_state` load silently or fail on.
+- `training.checkpoint` rejects a flipped byte, skips a half-written checkpoint and names an
+  unreadable RNG file, where accelerate's `save_state`/`load_state` load the damaged weights
+  silently, fail on the half-written folder and skip the RNG states with an info-level log.
 """
 
 from __future__ import annotations
@@ -236,3 +237,18 @@ def test_half_written_checkpoint_accelerate_picks_it_hf_lm_skips_it(tmp_path, ac
     assert (
         load_checkpoint(latest_checkpoint(tmp_path / "hf_lm"), model=model, optimizer=optimizer)["step"] == 1
     )
+
+
+def test_unreadable_rng_state_accelerate_ignores_hf_lm_names_it(tmp_path, accelerate_state):
+    model, optimizer = _model_and_optimizer()
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.save_state(str(tmp_path / "accelerate"))
+    (tmp_path / "accelerate" / "random_states_0.pkl").write_bytes(b"")
+    accelerator.load_state(str(tmp_path / "accelerate"))  # "Could not load random states", at info level
+
+    ours = save_checkpoint(tmp_path / "hf_lm", model=model, optimizer=optimizer, step=1)
+    (ours / "rng.pt").write_bytes(b"")
+    for verify in (True, False):  # by the manifest, and without one by the failed read
+        with pytest.raises(CorruptCheckpointError, match="rng.pt"):
+            load_checkpoint(ours, model=model, optimizer=optimizer, verify=verify)
