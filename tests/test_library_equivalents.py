@@ -8,7 +8,9 @@ keeps its own code, the library's gap that the docs name is shown here.
   the whole vocabulary (special tokens included) and its whole-word mode drops the 80/10/10 rule;
 - `training.checkpoint` rejects a flipped byte, skips a half-written checkpoint and names an
   unreadable RNG file, where accelerate's `save_state`/`load_state` load the damaged weights
-  silently, fail on the half-written folder and skip the RNG states with an info-level log.
+  silently, fail on the half-written folder and skip the RNG states with an info-level log;
+  accelerate's `total_limit` deletes another run's checkpoint where hf_lm prunes per run, and its
+  registered objects are unpickled (`weights_only=False`) where hf_lm keeps such state in JSON.
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ tok = test_collators_mlm.tok  # the small wordpiece tokenizer fixture (many word
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def accuracy():
+@pytest.fixture
+def accuracy(monkeypatch):
     import evaluate
 
-    os.environ.setdefault("HF_EVALUATE_OFFLINE", "1")
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
     return evaluate.load(METRIC_DIR, keep_in_memory=True)
 
 
@@ -252,3 +254,52 @@ def test_unreadable_rng_state_accelerate_ignores_hf_lm_names_it(tmp_path, accele
     for verify in (True, False):  # by the manifest, and without one by the failed read
         with pytest.raises(CorruptCheckpointError, match="rng.pt"):
             load_checkpoint(ours, model=model, optimizer=optimizer, verify=verify)
+
+
+def test_total_limit_deletes_another_runs_checkpoint_hf_lm_prunes_per_run(tmp_path, accelerate_state):
+    model, optimizer = _model_and_optimizer()
+    root = tmp_path / "accelerate"
+    (root / "checkpoints" / "checkpoint_7").mkdir(parents=True)  # another run's, in the same folder
+    config = ProjectConfiguration(project_dir=str(root), automatic_checkpoint_naming=True, total_limit=1)
+    accelerator = Accelerator(cpu=True, project_config=config)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.save_state()
+    assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["checkpoint_0"]
+
+    save_checkpoint(tmp_path / "hf_lm", model=model, step=7, run_id="other")
+    save_checkpoint(tmp_path / "hf_lm", model=model, step=1, run_id="mine", keep_last=1)
+    assert sorted(p.name for p in (tmp_path / "hf_lm").iterdir()) == [
+        "checkpoint-00000001",
+        "checkpoint-00000007",
+    ]
+
+
+class Unpickled:
+    """An object only a full unpickler rebuilds (not a tensor, not a Python primitive)."""
+
+
+class _StatefulPart:
+    def __init__(self) -> None:
+        self.loaded = None
+
+    def state_dict(self) -> dict:
+        return {"object": Unpickled()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loaded = state
+
+
+def test_registered_state_accelerate_unpickles_hf_lm_keeps_json(tmp_path, accelerate_state):
+    accelerator = Accelerator(cpu=True)
+    part = _StatefulPart()
+    accelerator.register_for_checkpointing(part)
+    accelerator.save_state(str(tmp_path / "accelerate"))
+    with pytest.raises(Exception, match="Unpickled"):  # not loadable with weights_only=True...
+        torch.load(tmp_path / "accelerate" / "custom_checkpoint_0.pkl", weights_only=True)
+    accelerator.load_state(str(tmp_path / "accelerate"))
+    assert isinstance(part.loaded["object"], Unpickled)  # ...yet load_state rebuilt it
+
+    model, _ = _model_and_optimizer()
+    with pytest.raises(TypeError):  # hf_lm's data position and extras are JSON, nothing else
+        save_checkpoint(tmp_path / "hf_lm", model=model, step=1, data_state={"object": Unpickled()})
+    assert not any((tmp_path / "hf_lm").iterdir())
