@@ -21,13 +21,13 @@ import warnings
 
 import numpy as np
 import pytest
+import test_collators_mlm
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import ProjectConfiguration
 from transformers import DataCollatorForLanguageModeling
 
-from tests import test_collators_mlm
 from training.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.collators_mlm import DataCollatorForMaskedLM
 
