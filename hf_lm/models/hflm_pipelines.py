@@ -12,8 +12,10 @@ pipelines, although encoders fine-tuned on SQuAD (`AutoModelForQuestionAnswering
     qa(question="Where is the cat?", context="The cat sat on the mat.")
     # {'score': 0.93, 'start': 15, 'end': 22, 'answer': 'the mat'}
 
-This module is library code, not shipped model code: `save_pretrained` never copies it, and a
-folder loaded with `trust_remote_code=True` needs `import hf_lm` only for this pipeline.
+Shipped code (it imports only torch and transformers): `save_pretrained` of a question-answering
+head copies this file next to the weights and names the pipeline in `config.custom_pipelines`, so
+`pipeline("hflm-question-answering", model=folder, trust_remote_code=True)` needs no hf_lm.
+`hf_lm.pipelines` re-exports it; importing this module registers the task (idempotent).
 """
 
 from __future__ import annotations
@@ -357,8 +359,9 @@ def register_pipelines() -> None:
     `"hflm-question-answering"` (alias `"extractive-question-answering"`) loads its model with
     `AutoModelForQuestionAnswering`, so a saved folder works with `trust_remote_code=True`.
     """
-    registered = PIPELINE_REGISTRY.supported_tasks.get(QA_TASK)
-    if registered is None or registered.get("impl") is not HfLmQuestionAnsweringPipeline:
+    registered = (PIPELINE_REGISTRY.supported_tasks.get(QA_TASK) or {}).get("impl")
+    # the same class loaded again from a saved folder (another module path) keeps the first one
+    if getattr(registered, "__qualname__", None) != HfLmQuestionAnsweringPipeline.__qualname__:
         PIPELINE_REGISTRY.register_pipeline(
             QA_TASK,
             pipeline_class=HfLmQuestionAnsweringPipeline,

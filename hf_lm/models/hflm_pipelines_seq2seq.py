@@ -21,11 +21,12 @@ German: "), generated with `model.generate` (every generation parameter passes t
 decoded. A batch gives the same outputs as the texts one by one: the encoder inputs are
 right-padded (left padding would shift BART's learned positions) and masked.
 
-This module is library code, not shipped model code: a model's `save_pretrained` never copies
-it. A pipeline's `save_pretrained` does (transformers' custom-pipeline mechanism): the folder
-then holds this file and `config.custom_pipelines`, and `pipeline("hflm-summarization",
-model=folder, trust_remote_code=True)` works where hf_lm is not installed. That is why this file
-imports only the standard library, torch and transformers.
+Shipped code (it imports only the standard library, torch and transformers): `save_pretrained` of
+an encoder-decoder generation head (T5, BART, RNN seq2seq) copies this file next to the weights and
+names the pipelines in `config.custom_pipelines`, as a pipeline's own `save_pretrained` does for any
+seq2seq model, so `pipeline("hflm-summarization", model=folder, trust_remote_code=True)` works where
+hf_lm is not installed. `hf_lm.pipelines_seq2seq` re-exports it; importing this module registers
+the tasks (idempotent).
 """
 
 from __future__ import annotations
