@@ -2,8 +2,8 @@
 
 transformers 5 removed its `text2text-generation`, `summarization` and `translation` pipelines
 and refuses those names (and `translation_xx_to_yy`) for custom pipelines, although
-encoder-decoder models (`AutoModelForSeq2SeqLM`: T5, BART, hf_lm's own) still generate text
-from text. This module brings the three back under new names; `import hf_lm` registers them:
+encoder-decoder models (`AutoModelForSeq2SeqLM`: T5, BART, hf_lm's own) still turn text into
+text. This module brings the three back under new names; `import hf_lm` registers them:
 
     import hf_lm  # registers "hflm-text2text-generation", "hflm-summarization", "hflm-translation"
     from transformers import pipeline
