@@ -391,10 +391,15 @@ def windows(tok, question, context, max_seq_len, doc_stride):
     return spans
 
 
-def test_qa_task_is_registered_under_its_name_and_alias(random_qa):
+def test_qa_task_is_registered_under_its_name_and_alias(random_qa, tok):
+    model = HfLmBertForQuestionAnswering.from_pretrained(random_qa)
     for task in (QA_TASK, QA_TASK_ALIAS):
-        qa = pipeline(task, model=random_qa, trust_remote_code=True)
+        qa = pipeline(task, model=model, tokenizer=tok)
         assert isinstance(qa, HfLmQuestionAnsweringPipeline)
+        # a saved QA folder names the pipeline in config.custom_pipelines: transformers then uses the
+        # folder's copy of the same class (tests/test_pipelines_remote.py)
+        qa = pipeline(task, model=random_qa, trust_remote_code=True)
+        assert type(qa).__qualname__ == HfLmQuestionAnsweringPipeline.__qualname__
         assert isinstance(qa.model, HfLmBertForQuestionAnswering)
     assert QA_TASK == "hflm-question-answering"
 

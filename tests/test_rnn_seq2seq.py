@@ -559,6 +559,7 @@ SHIPPED = {
     "hflm_rnn_blocks.py",
     "hflm_configuration_rnn_seq2seq.py",
     "hflm_modeling_rnn_seq2seq.py",
+    "hflm_pipelines_seq2seq.py",  # the generation head carries hf_lm's seq2seq pipelines
 }
 
 

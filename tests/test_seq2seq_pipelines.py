@@ -539,7 +539,7 @@ REMOTE_SCRIPT = """
 
 
 def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
-    """`pipe.save_pretrained` copies pipelines_seq2seq.py; trust_remote_code then needs no hf_lm."""
+    """`pipe.save_pretrained` copies hflm_pipelines_seq2seq.py; trust_remote_code then needs no hf_lm."""
     model, _ = loaded["t5"]
     expected = {}
     for task, kwargs in (
@@ -550,7 +550,7 @@ def test_saved_pipelines_load_without_hf_lm(loaded, tmp_path):
         pipe = pipeline(task, model=model, tokenizer=word_tokenizer())
         folder = tmp_path / task
         pipe.save_pretrained(folder)
-        assert (folder / "pipelines_seq2seq.py").is_file()
+        assert (folder / "hflm_pipelines_seq2seq.py").is_file()
         assert list(json.loads((folder / "config.json").read_text())["custom_pipelines"]) == [task]
         results = pipe(TEXTS[:2], max_new_tokens=6, **kwargs)
         expected[task] = [str(folder), kwargs, {"texts": TEXTS[:2], "results": results}]

@@ -3,9 +3,11 @@
 Every model class of the registry is saved (one tiny model per class, from `hf_lm.testing`), and the
 folder's `.py` files are compared with the family's exact list. The non-Transformer families (RNN,
 RNN seq2seq, feed-forward, n-gram) ship no attention code, and a config-only remote load imports no
-modeling file.
+modeling file. Only the heads hf_lm's own pipelines serve carry a pipeline file: BERT's
+question-answering head and the encoder-decoder generation heads.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +31,13 @@ SHIPPED = {
     "ngram": COMMON | {"hflm_configuration_ngram.py", "hflm_modeling_ngram.py"},
 }
 NOT_TRANSFORMERS = ("rnn", "rnn-seq2seq", "ffnn", "ngram")
+# the heads whose folders carry one of hf_lm's pipelines (and name it in `config.custom_pipelines`)
+PIPELINE_FILES = {
+    "bert-qa": "hflm_pipelines.py",
+    "t5-seq2seq-lm": "hflm_pipelines_seq2seq.py",
+    "bart-seq2seq-lm": "hflm_pipelines_seq2seq.py",
+    "rnn-seq2seq-lm": "hflm_pipelines_seq2seq.py",
+}
 
 
 def family(case) -> str:
@@ -40,7 +49,12 @@ def family(case) -> str:
 def test_each_class_ships_exactly_its_family_files(tmp_path, case):
     case.make_model(seed=0).save_pretrained(tmp_path)
     shipped = {p.name for p in tmp_path.glob("*.py")}
-    assert shipped == SHIPPED[family(case)]
+    pipeline_file = PIPELINE_FILES.get(case.name)
+    assert shipped == SHIPPED[family(case)] | ({pipeline_file} if pipeline_file else set())
+    custom = json.loads((tmp_path / "config.json").read_text()).get("custom_pipelines") or {}
+    assert {info["impl"].split(".")[0] + ".py" for info in custom.values()} == (
+        {pipeline_file} if pipeline_file else set()
+    )
     if family(case) in NOT_TRANSFORMERS:
         for path in tmp_path.glob("*.py"):
             assert "scaled_dot_product_attention" not in path.read_text(), path.name

@@ -11,8 +11,10 @@ Shape legend: B batch, T query length, S key length, C hidden size, V vocabulary
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 import sys
 
 import torch
@@ -20,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Cache, PreTrainedModel
 from transformers import initialization as init
+
+logger = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------
 # Variant names. Configs validate their string fields against these; the modeling tables
@@ -123,6 +127,44 @@ _PIPELINE_TAGS = {
 }
 
 
+# hf_lm's own pipelines (the tasks transformers 5 removed), carried by the folders of the heads they
+# serve: task -> (the class in a shipped pipeline file, the Auto class the pipeline loads). A head's
+# `save_pretrained` writes them to `config.custom_pipelines` (transformers' format) and copies the
+# file, so `pipeline(task, model=folder, trust_remote_code=True)` works where hf_lm is not installed.
+_QA = ("hflm_pipelines.HfLmQuestionAnsweringPipeline", "AutoModelForQuestionAnswering")
+QA_PIPELINES = {"hflm-question-answering": _QA, "extractive-question-answering": _QA}
+_TRANSLATION = ("hflm_pipelines_seq2seq.HfLmTranslationPipeline", "AutoModelForSeq2SeqLM")
+SEQ2SEQ_PIPELINES = {
+    "hflm-text2text-generation": (
+        "hflm_pipelines_seq2seq.HfLmText2TextGenerationPipeline",
+        "AutoModelForSeq2SeqLM",
+    ),
+    "hflm-summarization": ("hflm_pipelines_seq2seq.HfLmSummarizationPipeline", "AutoModelForSeq2SeqLM"),
+    "hflm-translation": _TRANSLATION,
+    # T5's pairs, read back from the task name by the translation pipeline
+    **{f"hflm-translation_en_to_{tgt}": _TRANSLATION for tgt in ("de", "fr", "ro")},
+}
+
+
+def _pipeline_files(model, folder_hint) -> dict[str, str] | None:
+    """{file name: source path} of the pipeline files `model`'s class ships, or None if one is missing.
+
+    The files sit next to the modeling file (hf_lm installed); a model loaded with
+    `trust_remote_code=True` has only its modeling files in transformers' module cache, so the
+    folder it was loaded from is searched too.
+    """
+    names = {impl.split(".")[0] + ".py" for impl, _ in model._hflm_pipelines.values()}
+    places = [os.path.dirname(sys.modules[type(model).__module__].__file__), folder_hint]
+    found = {}
+    for name in names:
+        paths = [os.path.join(p, name) for p in places if p and os.path.isdir(p)]
+        found[name] = next((path for path in paths if os.path.isfile(path)), None)
+        if found[name] is None:
+            logger.warning("%s not found next to the model's code: the folder ships no pipeline.", name)
+            return None
+    return found
+
+
 class HfLmPreTrainedModel(PreTrainedModel):
     """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
 
@@ -133,6 +175,8 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = False
     _no_split_modules = ["TransformerBlock"]
     _skip_keys_device_placement = ["past_key_values"]
+    #: hf_lm pipelines this head's folders carry (`QA_PIPELINES`, `SEQ2SEQ_PIPELINES`), or none
+    _hflm_pipelines: dict[str, tuple[str, str]] = {}
 
     def __init__(self, config, *inputs, **kwargs):
         # A config validates itself when it is built, but not when a value is set afterwards, which
@@ -205,13 +249,34 @@ class HfLmPreTrainedModel(PreTrainedModel):
                     auto_map[obj._auto_class] = f"{file_stem}.{name}"
         if auto_map:
             self.config.auto_map = auto_map
+        pipeline_files = self._set_custom_pipelines()
         result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            for name, source in pipeline_files.items():
+                shutil.copyfile(source, os.path.join(save_directory, name))
         card = os.path.join(save_directory, "README.md")
         if kwargs.get("is_main_process", True) and not os.path.exists(card):
             # every saved model gets a card; hf_lm.cards writes a fuller one (data, metrics) over it
             with open(card, "w", encoding="utf-8") as f:
                 f.write(self._default_model_card())
         return result
+
+    def _set_custom_pipelines(self) -> dict[str, str]:
+        """Name this head's hf_lm pipelines in `config.custom_pipelines`; returns the files to copy.
+
+        A head without pipelines drops hf_lm's entries a config may have kept from another head.
+        """
+        custom = {
+            task: info
+            for task, info in (getattr(self.config, "custom_pipelines", None) or {}).items()
+            if not str(info.get("impl", "")).startswith("hflm_pipelines")
+        }
+        files = _pipeline_files(self, self.name_or_path) if self._hflm_pipelines else None
+        for task, (impl, auto_class) in self._hflm_pipelines.items() if files else ():
+            custom[task] = {"impl": impl, "pt": [auto_class], "type": "text"}
+        if custom or getattr(self.config, "custom_pipelines", None):
+            self.config.custom_pipelines = custom
+        return files or {}
 
     def _default_model_card(self) -> str:
         """A minimal Hugging Face model card: front matter the Hub indexes, the architecture, usage."""

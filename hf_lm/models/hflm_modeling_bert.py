@@ -34,6 +34,7 @@ from .hflm_blocks import (
     TransformerStack,
 )
 from .hflm_common import (
+    QA_PIPELINES,
     HfLmPreTrainedModel,
     check_labels,
     embed_inputs,
@@ -417,6 +418,7 @@ class HfLmBertForQuestionAnswering(HfLmBertTaskModel):
     """Extractive QA (SQuAD): start and end logits for every token of `[CLS] question [SEP] context [SEP]`."""
 
     add_pooling_layer = False
+    _hflm_pipelines = QA_PIPELINES
 
     def __init__(self, config: HfLmBertConfig):
         super().__init__(config)

@@ -31,6 +31,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_common import (
+    SEQ2SEQ_PIPELINES,
     HfLmPreTrainedModel,
     check_cache_type,
     check_encoder_states,
@@ -644,6 +645,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
     """
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    _hflm_pipelines = SEQ2SEQ_PIPELINES
     # the loss is the model's own, on unshifted labels (transformers would map this class-name suffix
     # to a causal loss that shifts again)
     accepts_loss_kwargs = True

@@ -37,6 +37,7 @@ from .hflm_blocks import (
     VocabProjection,
 )
 from .hflm_common import (
+    SEQ2SEQ_PIPELINES,
     HfLmPreTrainedModel,
     check_seq2seq_labels,
     classify_last_token,
@@ -475,6 +476,7 @@ class HfLmT5ForConditionalGeneration(HfLmT5PreTrainedModel, _Seq2SeqForCondition
     """T5-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
 
     _base_class = HfLmT5Model
+    _hflm_pipelines = SEQ2SEQ_PIPELINES
 
 
 class HfLmT5ForSequenceClassification(HfLmT5PreTrainedModel, _Seq2SeqForSequenceClassification):
@@ -495,6 +497,7 @@ class HfLmBartForConditionalGeneration(HfLmBartPreTrainedModel, _Seq2SeqForCondi
     """BART-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
 
     _base_class = HfLmBartModel
+    _hflm_pipelines = SEQ2SEQ_PIPELINES
 
 
 class HfLmBartForSequenceClassification(HfLmBartPreTrainedModel, _Seq2SeqForSequenceClassification):
