@@ -22,18 +22,3 @@ from .models.hflm_pipelines_seq2seq import (  # noqa: F401  (_lengths_up_to_eos:
 )
 
 register_pipelines()
-
-__all__ = [
-    "DEFAULT_TRANSLATION_TEMPLATE",
-    "HfLmSummarizationPipeline",
-    "HfLmText2TextGenerationPipeline",
-    "HfLmTranslationPipeline",
-    "SEQ2SEQ_PIPELINES",
-    "SUMMARIZATION_TASK",
-    "TEXT2TEXT_TASK",
-    "TRANSLATION_TASK",
-    "language_name",
-    "parse_translation_task",
-    "register_pipelines",
-    "register_translation_task",
-]

@@ -144,8 +144,11 @@ def test_trainer_save_model_carries_the_pipelines(tmp_path):
 
 
 def test_with_hf_lm_imported_a_saved_folder_gives_the_same_outputs(folders):
-    """With hf_lm imported, the folder's custom pipeline (its own copy of the code) answers the same."""
+    """With hf_lm imported, a folder needs no `trust_remote_code` for its pipeline, as before folders
+    carried them: `import hf_lm` registered the same pipelines, so the folder's copy is set aside
+    (`installed_pipelines_dropped`) and hf_lm's own classes answer, the same."""
     for name, task, kwargs in CHECKS[:1] + CHECKS[-2:-1]:
-        pipe = pipeline(task, model=str(folders[name]), trust_remote_code=True)
-        assert type(pipe).__module__.startswith("transformers_modules")
-        assert run_pipeline(pipe, task, kwargs) == expected(folders[name], name, task, kwargs)["results"]
+        for trust in (False, True):
+            pipe = pipeline(task, model=str(folders[name]), trust_remote_code=trust)
+            assert type(pipe).__module__.startswith("hf_lm.models.hflm_pipelines"), type(pipe).__module__
+            assert run_pipeline(pipe, task, kwargs) == expected(folders[name], name, task, kwargs)["results"]

@@ -165,6 +165,30 @@ def _pipeline_files(model, folder_hint) -> dict[str, str] | None:
     return found
 
 
+def installed_pipelines_dropped(config_class: type, kwargs: dict) -> dict:
+    """A config's kwargs without the folder's hf_lm `custom_pipelines` when hf_lm itself is installed.
+
+    `pipeline(task, model=DIR)` runs a folder's `custom_pipelines` before its registry and then asks
+    for `trust_remote_code`. With hf_lm installed (the config class lives in the `hf_lm` package),
+    `import hf_lm` has already registered the same pipelines, so the folder's copy is dropped and the
+    call works as it did before folders carried them; loaded as remote code (no hf_lm), they stay.
+    A head's `save_pretrained` writes them again.
+    """
+    custom = kwargs.get("custom_pipelines")
+    if not custom or not config_class.__module__.startswith("hf_lm."):
+        return kwargs
+    kept = {
+        task: info
+        for task, info in custom.items()
+        if not str(info.get("impl", "")).startswith("hflm_pipelines")
+    }
+    return (
+        {**kwargs, "custom_pipelines": kept}
+        if kept
+        else {k: v for k, v in kwargs.items() if k != "custom_pipelines"}
+    )
+
+
 class HfLmPreTrainedModel(PreTrainedModel):
     """Init, capabilities and saving shared by every hf_lm model. Families set `config_class`."""
 

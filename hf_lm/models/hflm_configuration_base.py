@@ -20,6 +20,7 @@ from .hflm_common import (
     _positive_int,
     _probability,
     _token_ids,
+    installed_pipelines_dropped,
 )
 
 
@@ -121,7 +122,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 self.embedding_size = self.hidden_size
             if self.num_hidden_groups is None:
                 self.num_hidden_groups = self.num_hidden_layers
-        super().__post_init__(**kwargs)
+        super().__post_init__(**installed_pipelines_dropped(type(self), kwargs))
         self.validate_hflm()
 
     def validate_hflm(self) -> None:

@@ -16,6 +16,7 @@ from .hflm_common import (
     _positive_int,
     _probability,
     _token_ids,
+    installed_pipelines_dropped,
 )
 
 # attention kinds, documented in `HfLmRNNSeq2SeqConfig`; the modeling file maps each to its module
@@ -112,7 +113,7 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
         self.is_encoder_decoder = True
         if self.decoder_start_token_id is None:
             self.decoder_start_token_id = self.bos_token_id
-        super().__post_init__(**kwargs)
+        super().__post_init__(**installed_pipelines_dropped(type(self), kwargs))
         self.validate_hflm()
 
     def validate_hflm(self) -> None:
