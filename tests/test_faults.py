@@ -31,6 +31,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from conftest import tiny_gpt_config
 from safetensors.torch import load_file
+from test_train import TINY
 from transformers import AutoTokenizer
 
 import training.checkpoint as ckpt
@@ -54,17 +55,9 @@ from training.run_folder import LOCK_FILE, RunFolderBusyError
 # between micro-steps), a checkpoint every 2 steps with keep_last 2 (pruning), the best model
 # (best/), metrics.csv, loss.png, final/ and final_metrics.json.
 BASE = {
-    "dataset": "synthetic",
-    "max_documents": 200,
-    "vocab_size": 300,
-    "block_size": 32,
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "num_attention_heads": 4,
+    **TINY,
     "per_device_batch_size": 4,
     "gradient_accumulation_steps": 2,
-    "learning_rate": 3e-3,
-    "warmup_steps": 2,
     "hidden_dropout": 0.1,
     "attention_dropout": 0.1,
     "max_steps": 12,
@@ -72,7 +65,6 @@ BASE = {
     "keep_last": 2,
     "eval_every": 4,
     "eval_batches": 2,
-    "log_every": 2,
     "load_best_model_at_end": True,
     "report_to": "csv",
 }
