@@ -165,6 +165,15 @@ def _pipeline_files(model, folder_hint) -> dict[str, str] | None:
     return found
 
 
+def without_hflm_pipelines(custom_pipelines: dict | None) -> dict:
+    """`config.custom_pipelines` less hf_lm's own entries (those whose code is an `hflm_pipelines*` file)."""
+    return {
+        task: info
+        for task, info in (custom_pipelines or {}).items()
+        if not str(info.get("impl", "")).startswith("hflm_pipelines")
+    }
+
+
 def installed_pipelines_dropped(config_class: type, kwargs: dict) -> dict:
     """A config's kwargs without the folder's hf_lm `custom_pipelines` when hf_lm itself is installed.
 
@@ -177,11 +186,7 @@ def installed_pipelines_dropped(config_class: type, kwargs: dict) -> dict:
     custom = kwargs.get("custom_pipelines")
     if not custom or not config_class.__module__.startswith("hf_lm."):
         return kwargs
-    kept = {
-        task: info
-        for task, info in custom.items()
-        if not str(info.get("impl", "")).startswith("hflm_pipelines")
-    }
+    kept = without_hflm_pipelines(custom)
     return (
         {**kwargs, "custom_pipelines": kept}
         if kept
@@ -290,11 +295,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
 
         A head without pipelines drops hf_lm's entries a config may have kept from another head.
         """
-        custom = {
-            task: info
-            for task, info in (getattr(self.config, "custom_pipelines", None) or {}).items()
-            if not str(info.get("impl", "")).startswith("hflm_pipelines")
-        }
+        custom = without_hflm_pipelines(getattr(self.config, "custom_pipelines", None))
         files = _pipeline_files(self, self.name_or_path) if self._hflm_pipelines else None
         for task, (impl, auto_class) in self._hflm_pipelines.items() if files else ():
             custom[task] = {"impl": impl, "pt": [auto_class], "type": "text"}
