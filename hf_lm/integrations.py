@@ -37,11 +37,16 @@ LORA_TARGET_MODULES: dict[str, list[str]] = {
     # final state to the decoder's initial states (h, and c for an LSTM)
     "hflm_rnn_seq2seq": ["combine", "bridge.0", "bridge.1"],
 }
-# No default for the recurrent LM ("hflm_rnn"): its recurrent weights are parameters, not Linear
-# modules, and the stack reads them directly (torch's fused kernel takes them as a list), which
-# peft's `target_parameters` wrapper does not support; its only Linear layers are the output layer,
-# tied to the input embedding by default (merging a LoRA into it would change the embedding too),
-# and `output_projection`. Untied, `target_modules=["lm_head"]` works. The n-gram model has no weights.
+# The recurrent LM ("hflm_rnn") has no Linear layer worth a default (its output layer is tied to the
+# input embedding by default, so a merged LoRA would change the embedding too): its recurrent weights
+# are parameters, not Linear modules. LoRA adapts them through peft's `target_parameters` (each
+# `RecurrentLayer` reads its weights inside its own forward, where peft's wrapper substitutes W + BA,
+# for the loop, the fused kernel and one-step decoding alike). peft's tables hold only module names, so
+# `register_peft` also fills in `target_parameters` for these model types when a LoraConfig names
+# neither `target_modules` nor `target_parameters`. The n-gram model has no weights.
+LORA_TARGET_PARAMETERS: dict[str, list[str]] = {
+    "hflm_rnn": ["weight_ih", "weight_hh"],
+}
 
 # IA3 (Liu et al., 2022) rescales keys, values and the feed-forward's inner activations: the
 # projections that produce keys and values, and the feed-forward's output projection, whose input
@@ -74,12 +79,32 @@ def _lora_like_mappings(constants) -> list[dict]:
     return mappings
 
 
+def _with_default_target_parameters(prepare):
+    """Wrap LoRA's `_prepare_adapter_config` (which fills `target_modules` from peft's tables) so that a
+    config naming neither `target_modules` nor `target_parameters` gets `LORA_TARGET_PARAMETERS`."""
+    if getattr(prepare, "_hflm_target_parameters", False):
+        return prepare  # wrapped already
+
+    def prepare_adapter_config(self, peft_config, model_config):
+        targets = LORA_TARGET_PARAMETERS.get(model_config.get("model_type"))
+        if targets and peft_config.target_modules is None and not peft_config.target_parameters:
+            peft_config.target_parameters = list(targets)
+        return prepare(self, peft_config, model_config)
+
+    prepare_adapter_config._hflm_target_parameters = True
+    return prepare_adapter_config
+
+
 def register_peft() -> bool:
     """Add hf_lm's model types to peft's default target modules (LoRA and the methods sharing its
-    defaults, and IA3). Entries already there are kept. Returns False when peft is not installed."""
+    defaults, and IA3), and LoRA's default target parameters of the recurrent LM. Entries already
+    there are kept. Returns False when peft is not installed."""
     if importlib.util.find_spec("peft") is None:
         return False
+    from peft.tuners.lora import LoraModel
     from peft.utils import constants
+
+    LoraModel._prepare_adapter_config = _with_default_target_parameters(LoraModel._prepare_adapter_config)
 
     for mapping in _lora_like_mappings(constants):
         for model_type, targets in LORA_TARGET_MODULES.items():

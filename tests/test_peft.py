@@ -13,7 +13,7 @@ peft = pytest.importorskip("peft")
 from peft import IA3Config, LoraConfig, PeftModel, get_peft_model  # noqa: E402
 from remote_code import run_fresh_interpreter  # noqa: E402
 
-from hf_lm.integrations import LORA_TARGET_MODULES  # noqa: E402
+from hf_lm.integrations import LORA_TARGET_MODULES, LORA_TARGET_PARAMETERS  # noqa: E402
 from hf_lm.testing import FAMILY_CASES  # noqa: E402
 
 # peft's task type of each head, by class-name suffix (None: the plain PeftModel)
@@ -25,13 +25,8 @@ TASK_TYPES = {
     "ForQuestionAnswering": "QUESTION_ANS",
 }
 # The heads that compute a loss (the bare models have none to train on). Not the n-gram model (no
-# weights) nor the recurrent LM: its only Linear layer is its output layer, tied to the embedding, and
-# its recurrent weights are parameters that the stack reads directly (docs/models.md, "Use with PEFT").
-CASES = [
-    case
-    for case in FAMILY_CASES
-    if case.name not in ("ngram-causal-lm", "rnn-causal-lm") and "labels" in case.make_batch()
-]
+# weights). The recurrent LM's defaults are its recurrent weights (`target_parameters`).
+CASES = [case for case in FAMILY_CASES if case.name != "ngram-causal-lm" and "labels" in case.make_batch()]
 
 
 def _task_type(case) -> str | None:
@@ -131,16 +126,46 @@ def test_shipped_model_code_never_imports_peft():
         assert "peft" not in path.read_text(), path.name
 
 
+def test_recurrent_lm_lora_defaults_adapt_the_recurrent_weights_on_every_path():
+    """The recurrent LM's default LoRA adapts every layer's weight_ih and weight_hh, and the adapter acts
+    on each path that reads them: the fused kernel, the loop, and cached one-token decoding."""
+    case = next(c for c in FAMILY_CASES if c.name == "rnn-causal-lm")
+    model = case.make_model(seed=0)
+    batch = case.make_batch(seed=1)
+    with torch.no_grad():
+        base = model(**batch).logits
+    peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False))
+    assert peft_model.peft_config["default"].target_parameters == LORA_TARGET_PARAMETERS["hflm_rnn"]
+    layers = model.config.num_hidden_layers
+    targeted = sorted(peft_model.base_model.targeted_parameter_names)
+    assert targeted == sorted(f"model.rnn.layers.{i}.weight_{w}" for i in range(layers) for w in ("ih", "hh"))
+    rnn = peft_model.base_model.model.model.rnn
+    peft_model.eval()
+    with torch.no_grad():
+        rnn.rnn_implementation = "fused"
+        fused = peft_model(**batch).logits
+        rnn.rnn_implementation = "loop"
+        loop = peft_model(**batch).logits
+        rnn.rnn_implementation = "fused"
+        assert not torch.allclose(fused, base, atol=1e-4)  # the adapter acts (init_lora_weights=False)
+        torch.testing.assert_close(fused, loop, atol=1e-5, rtol=1e-4)
+        prompt = batch["input_ids"][:, :3]
+        adapted_tokens = peft_model.generate(input_ids=prompt, max_new_tokens=5, do_sample=False)
+        merged = peft_model.merge_and_unload()
+        torch.testing.assert_close(merged(**batch).logits, fused, atol=1e-5, rtol=1e-4)
+        assert torch.equal(
+            merged.generate(input_ids=prompt, max_new_tokens=5, do_sample=False), adapted_tokens
+        )
+
+
 def test_recurrent_lm_lora_on_its_untied_output_layer():
-    """The recurrent LM has no default: with untied embeddings, LoRA on `lm_head` adapts and merges exactly."""
+    """With untied embeddings, LoRA on `lm_head` adapts and merges exactly."""
     case = next(c for c in FAMILY_CASES if c.name == "rnn-causal-lm")
     config = case.make_config()
     config.tie_word_embeddings = False
     torch.manual_seed(0)
     model = case.model_class(config).eval()
     batch = case.make_batch()
-    with pytest.raises(ValueError, match="target_modules"):
-        get_peft_model(case.model_class(config), LoraConfig(task_type="CAUSAL_LM"))
     peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", target_modules=["lm_head"]))
     losses = _train(peft_model, batch)
     assert losses[-1] < losses[0], losses

@@ -178,11 +178,14 @@ def test_step_by_step_equals_full_sequence(cell_type):
         torch.testing.assert_close(new[:, 1], old[:, 1], rtol=0, atol=0)
         assert not torch.allclose(new[:, 0], old[:, 0])
     assert torch.all(out[1] == 0)
-    # and RecurrentLayer.step is one column of the layer's forward
+    # one layer's fused kernel is its loop, forwards and backwards
     layer = rnn.layers[0]
-    layer_out, _ = layer(x[:, :2])
-    h1 = layer.step(x[:, 1], layer.step(x[:, 0], layer.initial_state(B)))
-    torch.testing.assert_close(h1[0], layer_out[:, 1], **TOL)
+    for reverse in (False, True):
+        loop_out, loop_state = layer(x, reverse=reverse)
+        fused_out, fused_state = layer(x, reverse=reverse, fused=True)
+        torch.testing.assert_close(fused_out, loop_out, **TOL)
+        for a, b in zip(fused_state, loop_state):
+            torch.testing.assert_close(a, b, **TOL)
 
 
 def test_dropout_is_between_layers_only():

@@ -214,20 +214,19 @@ class RecurrentLayer(nn.Module):
             for _ in range(self.cell.num_states)
         )
 
-    def step(self, x_t: torch.Tensor, state: State) -> State:
-        """One time step: x_t (B, I) and the state ((B, H), ...) -> the next state ((B, H), ...)."""
-        gi = F.linear(x_t, self.weight_ih, self.bias_ih)  # (B, G*H)
-        gh = F.linear(state[0], self.weight_hh, self.bias_hh)  # (B, G*H)
-        return self.cell.step(gi, gh, state)
-
     def forward(
         self,
         x: torch.Tensor,
         state: State | None = None,
         mask: torch.Tensor | None = None,
         reverse: bool = False,
+        fused: bool = False,
     ) -> tuple[torch.Tensor, State]:
-        """Run the loop over all T steps.
+        """Run the layer over all T steps: the loop, or torch's fused kernel (`fused`, unmasked input).
+
+        Every use of the weights goes through this call (the stack's fused levels and its one-step
+        decoding too), so a wrapper of this module sees all of them: a LoRA on the parameters
+        swaps `weight_ih`/`weight_hh` for W + BA only for the duration of the wrapped call.
 
         Args:
             x: (B, T, I) inputs.
@@ -236,6 +235,8 @@ class RecurrentLayer(nn.Module):
                 and the output is zero, so a reversed pass over a right-padded row starts at its
                 last real token and a left-padded row starts its real tokens from the initial state.
             reverse: run from t = T-1 down to 0 (the backward direction of a bidirectional layer).
+            fused: run torch's multi-step kernel when no step is masked (the loop otherwise); the
+                same results.
 
         Returns:
             outputs (B, T, H), the top state `h` of every step (zero on padded steps), and the final
@@ -250,6 +251,8 @@ class RecurrentLayer(nn.Module):
             state = self.initial_state(B, x.device, x.dtype)
         state = _check_state(state, self.cell.num_states, (B, self.hidden_size), "`state`")
         mask = _check_mask(mask, B, T)
+        if fused and mask is None:
+            return self._fused(x, state, reverse)
         # the input projection does not depend on the recurrence: one (B*T, I) x (I, G*H) matmul
         gi_all = F.linear(x, self.weight_ih, self.bias_ih)  # (B, T, G*H)
         outputs: list[torch.Tensor | None] = [None] * T
@@ -264,6 +267,30 @@ class RecurrentLayer(nn.Module):
                 outputs[t] = new_state[0]
             state = new_state
         return torch.stack(outputs, dim=1), state  # (B, T, H)
+
+    def _fused(self, x: torch.Tensor, state: State, reverse: bool) -> tuple[torch.Tensor, State]:
+        params = [self.weight_ih, self.weight_hh]
+        if self.bias_ih is not None:
+            params += [self.bias_ih, self.bias_hh]
+        x, state = _cpu_autocast_inputs(x, state)
+        if reverse:  # the backward direction reads the sequence from the end
+            x = x.flip(1)
+        hx = tuple(s[None] for s in state)  # ((1, B, H), ...): torch's (layers * directions, B, H)
+        # one layer, one direction, no dropout (the stack applies its own between levels); `train`
+        # only decides whether cuDNN keeps what backward needs
+        result = self.cell.fused(
+            x,
+            hx if self.cell.num_states == 2 else hx[0],
+            params,
+            self.bias_ih is not None,
+            1,
+            0.0,
+            torch.is_grad_enabled(),
+            False,
+            True,
+        )
+        out = result[0].flip(1) if reverse else result[0]  # (B, T, H)
+        return out, tuple(s[0] for s in result[1:])  # ((B, H), ...)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -342,7 +369,7 @@ class StackedRNN(nn.Module):
 
     def initial_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The zero state: `num_states` tensors of shape (L * D, B, H)."""
-        ref = self.layers[0].weight_hh
+        ref = next(self.parameters())  # not `layers[0].weight_hh`: an adapter may wrap the layers
         shape = (self.num_layers * self.num_directions, batch_size, self.hidden_size)
         return tuple(
             torch.zeros(shape, device=device or ref.device, dtype=dtype or ref.dtype)
@@ -356,32 +383,17 @@ class StackedRNN(nn.Module):
 
     # ---- the two implementations of one level (all directions of one layer) ----
 
-    def _level_loop(self, level: int, x: torch.Tensor, state: State, mask: torch.Tensor | None):
+    def _level(self, level: int, x: torch.Tensor, state: State, mask: torch.Tensor | None, fused: bool):
+        """All directions of one level: (B, T, I) -> (B, T, D*H) and the level's final state ((D, B, H), ...)."""
         outs, finals = [], []
         for d in range(self.num_directions):
             layer = self.layers[level * self.num_directions + d]
-            out, final = layer(x, tuple(s[d] for s in state), mask, reverse=d == 1)  # state: ((D, B, H), ...)
+            out, final = layer(x, tuple(s[d] for s in state), mask, reverse=d == 1, fused=fused)
             outs.append(out)  # (B, T, H)
             finals.append(final)
         out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]  # (B, T, D*H)
         # back to torch's layout: per state tensor, (D, B, H) for this level
         return out, tuple(torch.stack([f[k] for f in finals]) for k in range(self.cell.num_states))
-
-    def _level_fused(self, level: int, x: torch.Tensor, state: State):
-        params = []
-        for d in range(self.num_directions):
-            layer = self.layers[level * self.num_directions + d]
-            params += [layer.weight_ih, layer.weight_hh]
-            if self.bias:
-                params += [layer.bias_ih, layer.bias_hh]
-        x, state = _cpu_autocast_inputs(x, state)
-        hx = state if self.cell.num_states == 2 else state[0]  # torch.lstm takes (h0, c0), the others h0
-        # one level at a time (num_layers=1, dropout=0) so the inter-layer dropout is this module's own,
-        # the same in both implementations; `train` only decides whether cuDNN keeps what backward needs
-        result = self.cell.fused(
-            x, hx, params, self.bias, 1, 0.0, torch.is_grad_enabled(), self.bidirectional, True
-        )
-        return result[0], tuple(result[1:])  # (B, T, D*H), ((D, B, H), ...)
 
     def forward_all_layers(
         self, x: torch.Tensor, state: State | None = None, mask: torch.Tensor | None = None
@@ -400,10 +412,7 @@ class StackedRNN(nn.Module):
         inputs = x
         for level in range(self.num_layers):
             level_state = tuple(s[level * D : (level + 1) * D] for s in state)  # ((D, B, H), ...)
-            if fused:
-                out, final = self._level_fused(level, inputs, level_state)
-            else:
-                out, final = self._level_loop(level, inputs, level_state, mask)
+            out, final = self._level(level, inputs, level_state, mask, fused)
             layer_outputs.append(out)
             finals.append(final)
             inputs = self.dropout(out) if level < self.num_layers - 1 else out
@@ -451,17 +460,14 @@ class StackedRNN(nn.Module):
         if mask is not None:
             if tuple(mask.shape) != (B,):
                 raise ValueError(f"`mask` for one step must have shape ({B},), got {tuple(mask.shape)}.")
-            real = mask.bool()[:, None]  # (B, 1)
+            mask = mask[:, None]  # (B, 1): the layer carries the state over a padded step, outputs zero
         new_levels = []
         inputs = x_t
         for level, layer in enumerate(self.layers):
             old = tuple(s[level] for s in state)  # ((B, H), ...)
-            new = layer.step(inputs, old)
-            if mask is not None:
-                new = tuple(torch.where(real, n, o) for n, o in zip(new, old))
+            out, new = layer(inputs[:, None], old, mask)  # a one-step sequence: (B, 1, H)
             new_levels.append(new)
-            out = new[0] if mask is None else new[0].masked_fill(~real, 0.0)
-            inputs = self.dropout(out) if level < self.num_layers - 1 else out
+            inputs = self.dropout(out[:, 0]) if level < self.num_layers - 1 else out[:, 0]
         new_state = tuple(torch.stack([lv[k] for lv in new_levels]) for k in range(self.cell.num_states))
         return inputs, new_state
 
