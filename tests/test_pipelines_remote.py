@@ -10,6 +10,8 @@ where `import hf_lm` fails, and gives what the pipeline gives in process with hf
 from __future__ import annotations
 
 import json
+import shutil
+import textwrap
 
 import pytest
 from remote_code import run_fresh_interpreter
@@ -152,3 +154,37 @@ def test_with_hf_lm_imported_a_saved_folder_gives_the_same_outputs(folders):
             pipe = pipeline(task, model=str(folders[name]), trust_remote_code=trust)
             assert type(pipe).__module__.startswith("hf_lm.models.hflm_pipelines"), type(pipe).__module__
             assert run_pipeline(pipe, task, kwargs) == expected(folders[name], name, task, kwargs)["results"]
+
+
+HUB_RESAVE_SCRIPT = """
+    import json
+    import sys
+
+    sys.modules["hf_lm"] = None  # hf_lm cannot be imported
+    from transformers import AutoModelForSeq2SeqLM, pipeline
+
+    # offline, from the Hub cache only: the repository's files were never in a folder of ours
+    model = AutoModelForSeq2SeqLM.from_pretrained("someone/hflm-t5", trust_remote_code=True)
+    assert model.name_or_path == "someone/hflm-t5"
+    model.save_pretrained("resaved")
+    config = json.load(open("resaved/config.json"))
+    assert "hflm-translation" in config.get("custom_pipelines", {}), config.get("custom_pipelines")
+    pipe = pipeline("hflm-translation", model="resaved", tokenizer="someone/hflm-t5", trust_remote_code=True)
+    assert type(pipe).__module__.startswith("transformers_modules"), type(pipe).__module__
+    print("HUB-RESAVE-OK", pipe(["a b c"], max_new_tokens=3))
+"""
+
+
+def test_a_hub_model_resaved_without_hf_lm_carries_the_pipelines(folders, tmp_path):
+    """A model loaded by repository id (here from a Hub cache, offline) where hf_lm is not installed, then
+    saved again, still ships its pipeline file: it comes from the repository's files, not a folder."""
+    repo = tmp_path / "hub" / "models--someone--hflm-t5"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(folders["t5-seq2seq-lm"], repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    script = f"import os\nos.environ['HF_HUB_CACHE'] = {str(tmp_path / 'hub')!r}\n" + textwrap.dedent(
+        HUB_RESAVE_SCRIPT
+    )
+    stdout = run_fresh_interpreter(script, cwd=tmp_path)
+    assert "HUB-RESAVE-OK" in stdout

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Cache, PreTrainedModel
 from transformers import initialization as init
+from transformers.utils import cached_file
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,8 @@ def _pipeline_files(model, folder_hint) -> dict[str, str] | None:
 
     The files sit next to the modeling file (hf_lm installed); a model loaded with
     `trust_remote_code=True` has only its modeling files in transformers' module cache, so the
-    folder it was loaded from is searched too.
+    folder it was loaded from is searched too, or, for a Hub repository, its files (from the local
+    Hub cache, or downloaded as `from_pretrained` would).
     """
     names = {impl.split(".")[0] + ".py" for impl, _ in model._hflm_pipelines.values()}
     places = [os.path.dirname(sys.modules[type(model).__module__].__file__), folder_hint]
@@ -159,10 +161,20 @@ def _pipeline_files(model, folder_hint) -> dict[str, str] | None:
     for name in names:
         paths = [os.path.join(p, name) for p in places if p and os.path.isdir(p)]
         found[name] = next((path for path in paths if os.path.isfile(path)), None)
+        if found[name] is None and folder_hint and not os.path.isdir(folder_hint):
+            found[name] = _hub_file(folder_hint, name, getattr(model.config, "_commit_hash", None))
         if found[name] is None:
             logger.warning("%s not found next to the model's code: the folder ships no pipeline.", name)
             return None
     return found
+
+
+def _hub_file(repo_id: str, name: str, revision: str | None) -> str | None:
+    """The local path of file `name` of Hub repository `repo_id` (at the loaded revision), or None."""
+    try:
+        return cached_file(repo_id, name, revision=revision, _raise_exceptions_for_missing_entries=False)
+    except (OSError, ValueError):  # not a repository id, offline and not cached, no access
+        return None
 
 
 def without_hflm_pipelines(custom_pipelines: dict | None) -> dict:
