@@ -7,6 +7,10 @@ else `default.md`, else (an installed package without that folder) `FALLBACK_TEM
 
 Template placeholders (`$name`; write `$$` for a literal dollar):
     model_name, model_id, model_id_repr, model_type, model_class, auto_class, pipeline_tag,
+    pipeline_usage (the snippet's `pipeline(...)` line: the task transformers 5 runs for this head,
+    hf_lm's own for the tasks it removed, or a comment where there is none), max_new_tokens (40, less
+    where learned positions leave no room for them after a short prompt), own_pipelines (a paragraph
+    on the text-to-text pipelines a generation head's folder carries, else empty),
     num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, attention_kind,
     head_dim, intermediate_size, hidden_act, position_embedding_type, norm_type, norm_position,
     tie_word_embeddings, num_parameters, num_parameters_non_embedding, vocab_size, context_length,
@@ -27,6 +31,7 @@ from pathlib import Path
 from string import Template
 
 from huggingface_hub import EvalResult, ModelCardData
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .families import head_info
 
@@ -222,6 +227,7 @@ def _fields(
             "\n![Training and held-out loss](loss.png)\n" if (save_directory / "loss.png").is_file() else ""
         ),
         "prompt": "The",
+        "max_new_tokens": str(_snippet_new_tokens(config)),
         "notes": "",
     }
     rows = [
@@ -245,6 +251,39 @@ def _fields(
         f"| {name} | {value} |" for name, value in rows if _NOT_SET not in str(value)
     )
     return {name: str(value) for name, value in fields.items()}
+
+
+def _pipeline_usage(model, pipeline_tag: str, model_id_repr: str) -> str:
+    """The usage snippet's pipeline line for this head.
+
+    The Hub's tag is not always a task `pipeline()` runs: transformers 5 removed question answering
+    (hf_lm's own task, which the folder carries, replaces it) and never had multiple choice.
+    """
+    own = list(getattr(model, "_hflm_pipelines", None) or {})
+    task = own[0] if own else pipeline_tag
+    if task not in PIPELINE_REGISTRY.get_supported_tasks():
+        return f"# transformers has no {pipeline_tag} pipeline: call the model on tokenized inputs"
+    return f'pipe = pipeline("{task}", model={model_id_repr}, trust_remote_code=True)'
+
+
+def _own_pipelines_note(model, model_id_repr: str) -> str:
+    """A paragraph on the hf_lm pipelines this head's folder carries (text-to-text ones), else empty."""
+    own = [task for task in getattr(model, "_hflm_pipelines", None) or {} if "_to_" not in task]
+    if "hflm-translation" not in own:
+        return ""
+    others = ", ".join(f"`{task}`" for task in own if task != "hflm-translation")
+    return (
+        "transformers 5 has no text-to-text pipelines any more; this repository carries hf_lm's own, "
+        f'no hf_lm install needed: `pipeline("hflm-translation", model={model_id_repr}, '
+        f"trust_remote_code=True)` (also {others}).\n"
+    )
+
+
+def _snippet_new_tokens(config, wanted: int = 40, prompt_room: int = 8) -> int:
+    """Tokens the snippet generates: `wanted`, or what a learned position table leaves after a prompt."""
+    if getattr(config, "position_embedding_type", None) != "learned":
+        return wanted
+    return max(1, min(wanted, config.max_position_embeddings - prompt_room))
 
 
 def _template(model_type: str) -> tuple[str, str]:
@@ -298,6 +337,10 @@ def write_model_card(
     fields.update({str(name): str(value) for name, value in (extra or {}).items()})
     for name in ("model_id", "prompt"):  # Python literals for the usage snippet
         fields.setdefault(f"{name}_repr", repr(fields[name]))
+    fields.setdefault(
+        "pipeline_usage", _pipeline_usage(model, fields["pipeline_tag"], fields["model_id_repr"])
+    )
+    fields.setdefault("own_pipelines", _own_pipelines_note(model, fields["model_id_repr"]))
 
     text, source = _template(model.config.model_type)
     try:

@@ -1,6 +1,8 @@
 """The family table (hf_lm.families): one home for every family's config, heads, tags, tokens and presets."""
 
 import inspect
+import json
+import re
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
 )
+from transformers.pipelines import PIPELINE_REGISTRY
 
 import hf_lm
 import hf_lm.convert
@@ -170,3 +173,22 @@ def test_auto_model_is_the_base_of_every_family_that_has_one():
     for family in FAMILIES.values():
         if AutoModel in family.heads:
             assert family.heads[AutoModel].__name__.endswith("Model")
+
+
+@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+def test_card_snippets_name_pipelines_that_exist_and_fit_the_context(case, tmp_path):
+    """Every `pipeline("task", ...)` in a head's card is a task `pipeline()` runs: transformers' own, or
+    hf_lm's, which the saved folder then names in `custom_pipelines` (so it runs without hf_lm); and
+    the snippet generates no more tokens than learned positions allow after its prompt."""
+    model = case.make_model()
+    model.save_pretrained(tmp_path)
+    card = write_model_card(model, tmp_path).read_text()
+    custom = json.loads((tmp_path / "config.json").read_text()).get("custom_pipelines", {})
+    for task in re.findall(r'pipeline\("([^"]+)"', card):
+        assert task in PIPELINE_REGISTRY.get_supported_tasks(), (task, case.name)
+        if task.startswith("hflm-"):
+            assert task in custom, (task, custom)
+    config = model.config
+    if getattr(config, "position_embedding_type", None) == "learned":
+        for n in re.findall(r"max_new_tokens=(\d+)", card):
+            assert int(n) <= config.max_position_embeddings - 8, (n, config.max_position_embeddings)
