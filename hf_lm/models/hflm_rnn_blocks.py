@@ -121,8 +121,14 @@ def _check_state(state, num_states: int, shape: tuple[int, ...], what: str) -> S
     return tuple(state)
 
 
-def _check_mask(mask: torch.Tensor | None, batch: int, length: int) -> torch.Tensor | None:
-    """A (B, T) bool step mask, or None when every step is real (so the fused path applies)."""
+def _check_mask(
+    mask: torch.Tensor | None, batch: int, length: int, none_if_all_real: bool = True
+) -> torch.Tensor | None:
+    """A (B, T) bool step mask, or None when every step is real (so the fused path applies).
+
+    Finding that out reads the mask on the host, a device sync: `none_if_all_real=False` skips it
+    where nothing would change (the loop handles an all-real mask the same).
+    """
     if mask is None:
         return None
     if tuple(mask.shape) != (batch, length):
@@ -130,7 +136,7 @@ def _check_mask(mask: torch.Tensor | None, batch: int, length: int) -> torch.Ten
             f"`mask` must have shape (batch, seq_len) = ({batch}, {length}), got {tuple(mask.shape)}."
         )
     mask = mask.bool()
-    if not torch.compiler.is_compiling() and bool(mask.all()):
+    if none_if_all_real and not torch.compiler.is_compiling() and bool(mask.all()):
         return None
     return mask
 
@@ -250,7 +256,7 @@ class RecurrentLayer(nn.Module):
         if state is None:
             state = self.initial_state(B, x.device, x.dtype)
         state = _check_state(state, self.cell.num_states, (B, self.hidden_size), "`state`")
-        mask = _check_mask(mask, B, T)
+        mask = _check_mask(mask, B, T, none_if_all_real=fused)
         if fused and mask is None:
             return self._fused(x, state, reverse)
         # the input projection does not depend on the recurrence: one (B*T, I) x (I, G*H) matmul
@@ -405,8 +411,9 @@ class StackedRNN(nn.Module):
             )
         B, T, _ = x.shape
         state = self.initial_state(B, x.device, x.dtype) if state is None else self.check_state(state, B)
-        mask = _check_mask(mask, B, T)
-        fused = self.rnn_implementation == "fused" and mask is None
+        fused = self.rnn_implementation == "fused"
+        mask = _check_mask(mask, B, T, none_if_all_real=fused)
+        fused = fused and mask is None
         D = self.num_directions
         layer_outputs, finals = [], []
         inputs = x
