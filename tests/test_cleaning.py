@@ -226,8 +226,10 @@ def test_bad_options_name_the_flag(flags, field):
         DataArguments(**flags)
 
 
-@pytest.mark.slow  # ~20 s: a training run in a fresh interpreter
-def test_training_run_with_c4_cleaning_writes_the_report(tmp_path):
+@pytest.mark.slow  # ~20 s each: a training run in a fresh interpreter
+@pytest.mark.parametrize("streaming", [False, True])
+def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming):
+    """With a stream the report is written when a read of it ends: here, the read of the held-out blocks."""
     corpus = tmp_path / "pages.jsonl"
     corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in PAGES))
     flags = {
@@ -239,6 +241,8 @@ def test_training_run_with_c4_cleaning_writes_the_report(tmp_path):
     }
     flags |= {
         "data_cleaning": "c4",
+        "streaming": streaming,
+        "eval_fraction": 0.4,
         "max_steps": 2,
         "eval_every": 2,
         "save_every": 2,
