@@ -212,22 +212,27 @@ def strip_whitespace(text: str, options: C4Options) -> str:
 
 
 def drop_lorem_ipsum(text: str, options: C4Options) -> str | None:
-    """ "Some pages had placeholder 'lorem ipsum' text; we removed any page where the phrase 'lorem
-    ipsum' appeared." (Raffel et al., 2020, section 2.2)"""
+    """Drop pages with placeholder text.
+
+    C4 (Raffel et al., 2020): "Some pages had placeholder 'lorem ipsum' text; we removed
+    any page where the phrase 'lorem ipsum' appeared." (section 2.2)"""
     return None if "lorem ipsum" in text.lower() else text
 
 
 def drop_curly_bracket(text: str, options: C4Options) -> str | None:
-    """ "Some pages inadvertently contained code. Since the curly bracket '{' appears in many
+    """Drop pages that look like code.
+
+    C4: "Some pages inadvertently contained code. Since the curly bracket '{' appears in many
     programming languages ... but not in natural text, we removed any pages that contained a curly
     bracket." (section 2.2)"""
     return None if "{" in text else text
 
 
 def drop_bad_words(text: str, options: C4Options) -> str | None:
-    """ "We removed any page that contained any word on the 'List of Dirty, Naughty, Obscene or
-    Otherwise Bad Words'." (section 2.2). Optional: the list is a file, one word or phrase a line
-    (`bad_words_file`); hf_lm ships none."""
+    """Drop pages holding a listed word (optional: `bad_words_file`, one word or phrase a line).
+
+    C4: "We removed any page that contained any word on the 'List of Dirty, Naughty, Obscene or
+    Otherwise Bad Words'." (section 2.2). hf_lm ships no list."""
     if options.bad_words_file is None:
         return text
     words = set(WORD.findall(text.lower()))
@@ -238,46 +243,57 @@ def drop_bad_words(text: str, options: C4Options) -> str | None:
 
 
 def remove_citations(text: str, options: C4Options) -> str:
-    """ "Since some of the scraped pages were sourced from Wikipedia and had citation markers (e.g.
+    """Cut Wikipedia citation markers out of the lines.
+
+    C4: "Since some of the scraped pages were sourced from Wikipedia and had citation markers (e.g.
     [1], [citation needed], etc.), we removed any such markers." (section 2.2)"""
     return "\n".join(s for s in (CITATION.sub("", line).strip() for line in text.split("\n")) if s)
 
 
 def keep_terminal_punctuation(text: str, options: C4Options) -> str:
-    """ "We only retained lines that ended in a terminal punctuation mark (i.e. a period,
-    exclamation mark, question mark, or end quotation mark)." (section 2.2). A quotation mark
-    counts after one of the three; an ellipsis does not end a line."""
+    """Keep only lines ending in . ! or ? (a closing quote may follow; an ellipsis does not count).
+
+    C4: "We only retained lines that ended in a terminal punctuation mark (i.e. a period,
+    exclamation mark, question mark, or end quotation mark)." (section 2.2)"""
     return _keep_lines(text, lambda line: TERMINAL.search(line) is None)
 
 
 def keep_lines_with_enough_words(text: str, options: C4Options) -> str:
-    """ "...only retained lines that contained at least 3 words." (section 2.2)"""
+    """Keep only lines of at least `min_words_per_line` words.
+
+    C4: "...only retained lines that contained at least 3 words." (section 2.2)"""
     return _keep_lines(text, lambda line: len(line.split()) < options.min_words_per_line)
 
 
 def drop_javascript_lines(text: str, options: C4Options) -> str:
-    """ "Many of the scraped pages contained warnings stating that Javascript should be enabled so we
-    removed any line with the word Javascript." (section 2.2)"""
+    """Drop lines naming JavaScript.
+
+    C4: "Many of the scraped pages contained warnings stating that Javascript should be enabled so
+    we removed any line with the word Javascript." (section 2.2)"""
     return _keep_lines(text, lambda line: "javascript" in line.lower())
 
 
 def drop_policy_lines(text: str, options: C4Options) -> str:
-    """ "Many pages had boilerplate policy notices, so we removed any lines containing the strings
+    """Drop policy-notice lines.
+
+    C4: "Many pages had boilerplate policy notices, so we removed any lines containing the strings
     'terms of use', 'privacy policy', 'cookie policy', 'uses cookies', 'use of cookies', or 'use
     cookies'." (section 2.2)"""
     return _keep_lines(text, lambda line: any(p in line.lower() for p in POLICY_SUBSTRINGS))
 
 
 def keep_pages_with_enough_sentences(text: str, options: C4Options) -> str | None:
-    """ "We discarded any page with fewer than 5 sentences" (section 2.2), counted after the line
-    rules."""
+    """Drop pages left with fewer than `min_sentences` sentences by the line rules.
+
+    C4: "We discarded any page with fewer than 5 sentences" (section 2.2)."""
     return text if _count_sentences(text) >= options.min_sentences else None
 
 
 def filter_language(text: str, options: C4Options) -> str | None:
-    """ "We used langdetect to filter out any pages that were not classified as English with a
-    probability of at least 0.99." (section 2.2). Optional (`language`): a scorer text -> [0, 1],
-    the page kept when its score is at least `language_threshold`."""
+    """Drop pages a language scorer (optional: `language`) rates below `language_threshold`.
+
+    C4: "We used langdetect to filter out any pages that were not classified as English with a
+    probability of at least 0.99." (section 2.2). The scorer maps a text to [0, 1]."""
     scorer = language_scorer(options.language)
     if scorer is None:
         return text
@@ -396,10 +412,12 @@ def drop_near_duplicates(text: str, state: CorpusState) -> str | None:
 
 
 def drop_duplicate_spans(text: str, state: CorpusState) -> str | None:
-    """ "To deduplicate the data set, we discarded all but one of any three-sentence span occurring
-    more than once in the data set." (section 2.2). Every window of three consecutive sentences
-    (normalized) seen before, in a kept page or earlier in this one, loses its three sentences;
-    a page left with fewer than `min_sentences` sentences is dropped."""
+    """Drop every three-sentence span seen before, then pages left too short.
+
+    C4: "To deduplicate the data set, we discarded all but one of any three-sentence span occurring
+    more than once in the data set." (section 2.2). Every window of three consecutive (normalized)
+    sentences seen before, in a kept page or earlier in this one, loses its three sentences; a page
+    left with fewer than `min_sentences` sentences is dropped."""
     if not state.options.span_dedup:
         return text
     lines = [split_sentences(line) for line in text.split("\n")]
@@ -416,8 +434,10 @@ def drop_duplicate_spans(text: str, state: CorpusState) -> str | None:
         for j, (i, sentence) in enumerate(flat):
             if j not in drop:
                 kept[i].append(sentence)
+        # a line that lost no sentence stays as it was; one that lost some is its rest, one space apart
+        originals = text.split("\n")
         text = "\n".join(
-            " ".join(k) if len(k) < len(s) else line for k, s, line in zip(kept, lines, text.split("\n")) if k
+            " ".join(k) if len(k) < len(s) else line for k, s, line in zip(kept, lines, originals) if k
         )
         if len(flat) - len(drop) < state.options.min_sentences:
             return None
