@@ -10,7 +10,7 @@ import pytest
 from datasets import Dataset
 from test_train import REPO_ROOT, TINY, _env
 
-from training.args import DataArguments, as_flags
+from training.args import DataArguments, TrainArguments, as_flags
 from training.cleaning import (
     RULES,
     C4Options,
@@ -20,6 +20,7 @@ from training.cleaning import (
     jaccard_estimate,
     split_sentences,
 )
+from training.resume import DATA_ORDER, fixed_differences, run_settings
 
 # ---- the corpus: one page per kind of junk -----------------------------------------------------
 
@@ -259,3 +260,15 @@ def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming):
     report = json.loads((tmp_path / "run" / "data_cleaning.json").read_text())
     assert report == _clean()[1].as_dict()
     assert "span_duplicates" in result.stderr  # the table is in the log
+
+
+def test_a_resume_may_not_change_the_cleaning():
+    args = DataArguments()
+    train_args = TrainArguments(output_dir="unused")
+    saved = run_settings(args, train_args)
+    changed = DataArguments(data_cleaning="c4", clean_min_sentences=3)
+    current = run_settings(changed, train_args)
+    refused = fixed_differences(saved, {}, current, DATA_ORDER)
+    assert refused == {"data_cleaning": ("none", "c4"), "clean_min_sentences": (5, 3)}
+    del saved["data_cleaning"]  # a checkpoint from before the flag compares what it recorded
+    assert "data_cleaning" not in fixed_differences(saved, {}, current, DATA_ORDER)
