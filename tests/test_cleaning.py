@@ -260,6 +260,7 @@ def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming):
     report = json.loads((tmp_path / "run" / "data_cleaning.json").read_text())
     assert report == _clean()[1].as_dict()
     assert "span_duplicates" in result.stderr  # the table is in the log
+    assert "data_cleaning.json" in (tmp_path / "run" / "final" / "README.md").read_text()  # the card says so
 
 
 def test_a_resume_may_not_change_the_cleaning():

@@ -282,4 +282,9 @@ def _describe(data_args: DataArguments, num_documents: int | None, train_blocks,
             f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
             f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
         )
+    if data_args.data_cleaning == "c4":  # the counts above are of the cleaned corpus
+        description += (
+            " The corpus was first cleaned and deduplicated C4-style (Raffel et al., 2020); what each rule "
+            "removed is in the run's `data_cleaning.json`."
+        )
     return description
