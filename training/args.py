@@ -27,6 +27,7 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
+from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
 from .models import FAMILY_NAMES
 from .scheduled_sampling import SCHEDULES, sampling_probability
@@ -184,8 +185,66 @@ class DataArguments:
         default=False, metadata={"help": "Restart position ids at each document inside a block."}
     )
     num_proc: int | None = field(default=None, metadata={"help": "Processes of the tokenize/pack maps."})
+    # C4-style cleaning (training/cleaning.py, docs/training.md): one switch, then its settings
+    data_cleaning: str = field(
+        default="none",
+        metadata={
+            "help": f"Clean the corpus before splitting it: {list(DATA_CLEANINGS)}; 'c4' applies C4's rules and "
+            "deduplication (Raffel et al., 2020) and writes data_cleaning.json in output_dir."
+        },
+    )
+    clean_min_words_per_line: int = field(
+        default=C4Options.min_words_per_line, metadata={"help": "C4: keep lines with at least N words."}
+    )
+    clean_min_sentences: int = field(
+        default=C4Options.min_sentences, metadata={"help": "C4: keep pages with at least N sentences."}
+    )
+    clean_bad_words_file: str | None = field(
+        default=None,
+        metadata={"help": "C4: drop pages holding a word of this file (one a line); none by default."},
+    )
+    clean_language: str = field(
+        default=C4Options.language,
+        metadata={
+            "help": "C4: language filter, 'none', 'en' (an English stopword-share heuristic) or 'module:function' "
+            "(text -> score in [0, 1])."
+        },
+    )
+    clean_language_threshold: float = field(
+        default=C4Options.language_threshold,
+        metadata={"help": "C4: keep pages whose language score is >= this."},
+    )
+    clean_exact_dedup: bool = field(
+        default=C4Options.exact_dedup, metadata={"help": "C4: drop pages whose normalized text was seen."}
+    )
+    clean_near_dedup: bool = field(
+        default=C4Options.near_dedup, metadata={"help": "C4: drop near-duplicate pages (MinHash + LSH)."}
+    )
+    clean_span_dedup: bool = field(
+        default=C4Options.span_dedup, metadata={"help": "C4: drop every three-sentence span seen before."}
+    )
+    clean_minhash_num_perm: int = field(
+        default=C4Options.minhash_num_perm, metadata={"help": "C4: MinHash permutations (signature length)."}
+    )
+    clean_minhash_bands: int = field(
+        default=C4Options.minhash_bands, metadata={"help": "C4: LSH bands (divides clean_minhash_num_perm)."}
+    )
+    clean_minhash_threshold: float = field(
+        default=C4Options.minhash_threshold,
+        metadata={"help": "C4: estimated Jaccard similarity from which a page is a near duplicate."},
+    )
+    clean_minhash_ngram: int = field(
+        default=C4Options.minhash_ngram, metadata={"help": "C4: words per MinHash shingle."}
+    )
+    clean_seed: int = field(default=C4Options.seed, metadata={"help": "C4: seed of the MinHash functions."})
+
+    def cleaning_options(self) -> C4Options:
+        """The `clean_*` fields as the cleaning's `C4Options` (which validates them)."""
+        return C4Options(**{f.name: getattr(self, f"clean_{f.name}") for f in fields(C4Options)})
 
     def __post_init__(self) -> None:
+        _choice(self, "data_cleaning", DATA_CLEANINGS)
+        self.cleaning_options()
         _positive(self, "vocab_size", "block_size", "tokenizer_min_frequency")
         optional_positive(
             self, "max_documents", "max_chars", "num_proc", "tokenizer_train_documents", "max_eval_blocks"

@@ -27,6 +27,7 @@ import logging
 import warnings
 
 from .batches import DataPosition
+from .cleaning import CLEANING_SETTINGS
 from .optim import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ FIXED_SETTINGS = (
     # what is trained on them
     "objective", "mlm_probability", "masking", "tbptt", "scheduled_sampling", "scheduled_sampling_k",
     "scheduled_sampling_c", "scheduled_sampling_min", "metric_for_best_model", "greater_is_better",
-)  # fmt: skip
+) + CLEANING_SETTINGS  # fmt: skip
 # in which order the blocks come (kept in every checkpoint's data_state), and the values of
 # checkpoints that predate a key
 DATA_ORDER = {

@@ -8,6 +8,7 @@ or with `streaming` a `BlockStream` that reads, packs and shuffles them lazily, 
 from __future__ import annotations
 
 import itertools
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +19,12 @@ from transformers import AutoTokenizer
 
 from .args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
 from .checkpoint import atomic_folder
+from .cleaning import clean_corpus
 from .data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
 from .objectives import objective_for
 from .tokenizer import train_tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def _limit(dataset, data_args: DataArguments):
@@ -35,6 +39,30 @@ def _limit(dataset, data_args: DataArguments):
         keep = max(1, int(np.searchsorted(np.cumsum(lengths), data_args.max_chars, side="right")))
         dataset = dataset.select(range(min(keep, len(dataset))))
     return dataset
+
+
+def _clean(dataset, data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
+    """With `data_cleaning`='c4', the corpus cleaned and deduplicated by C4's rules (`training.cleaning`).
+
+    It runs before the split, so no page is a duplicate of one on the other side. The report goes to
+    `output_dir/data_cleaning.json` (main process) and the log; for a stream, when a read of it ends.
+    A given `eval_dataset` is read as it is: runs with and without cleaning are scored on one text.
+    """
+    if data_args.data_cleaning == "none":
+        return dataset
+    path = Path(train_args.output_dir) / "data_cleaning.json" if accelerator.is_main_process else None
+    streaming = isinstance(dataset, IterableDataset)
+    cleaned, report = clean_corpus(
+        dataset,
+        data_args.cleaning_options(),
+        num_proc=None if streaming else data_args.num_proc,
+        report_path=path,
+    )
+    if report is not None:
+        logger.info("C4-style cleaning (written to %s):\n%s", path, report.table())
+        if not len(cleaned):
+            raise ValueError("C4-style cleaning removed every page of the corpus; see data_cleaning.json.")
+    return cleaned
 
 
 def _block_columns(document_mask: bool) -> list[str]:
@@ -187,6 +215,7 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
             sample_by=data_args.sample_by,
         )
         dataset = _limit(dataset, data_args)
+        dataset = _clean(dataset, data_args, train_args, accelerator)
         if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
             held_out = load_text_dataset(
                 data_args.eval_dataset,
@@ -252,5 +281,10 @@ def _describe(data_args: DataArguments, num_documents: int | None, train_blocks,
             f"{source}: {num_documents} documents, {data_args.eval_fraction:.1%} held out; "
             f"{len(train_blocks['input_ids']):,} training and {n_eval:,} evaluation "
             f"blocks of {data_args.block_size} tokens (GPT-2 packing)."
+        )
+    if data_args.data_cleaning == "c4":  # the counts above are of the cleaned corpus
+        description += (
+            " The corpus was first cleaned and deduplicated C4-style (Raffel et al., 2020); what each rule "
+            "removed is in the run's `data_cleaning.json`."
         )
     return description
