@@ -154,15 +154,19 @@ def test_load_balancing_loss_by_hand_and_against_mixtral():
 def test_loss_includes_the_weighted_router_losses():
     torch.manual_seed(0)
     config = gpt_config(router_aux_loss_coef=0.5, router_z_loss_coef=0.1)
-    model = HfLmGPTForCausalLM(config).eval()
+    model = HfLmGPTForCausalLM(config).train()  # no dropout, no jitter: deterministic
     x = torch.randint(0, VOCAB, (2, 8))
     with torch.no_grad():
         out = model(x, labels=x, output_router_logits=True)
         dense_loss = F.cross_entropy(out.logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
+        evaluated = model.eval()(x, labels=x)
     assert len(out.router_logits) == 2 and out.router_logits[0].shape == (16, 4)
     want = dense_loss + 0.5 * out.aux_loss + 0.1 * router_z_loss(out.router_logits)
     torch.testing.assert_close(out.loss, want)
     torch.testing.assert_close(out.aux_loss, load_balancing_loss(out.router_logits, 4, 2))
+    # in eval mode the loss is the LM's alone (perplexity), the aux loss is still reported
+    torch.testing.assert_close(evaluated.loss, dense_loss)
+    torch.testing.assert_close(evaluated.aux_loss, out.aux_loss)
     plain = model(x)
     assert plain.router_logits is None and plain.aux_loss is None  # only on request or with labels
 
@@ -207,7 +211,9 @@ def test_mixtral_parity_and_generation():
     mask = torch.ones_like(x)
     mask[1, :3] = 0
     with torch.no_grad():
-        a, b = ref(x, labels=x), ours(x, labels=x)
+        # train mode (no dropout, no jitter) so that Mixtral's loss also includes the aux loss
+        a, b = ref.train()(x, labels=x), ours.train()(x, labels=x)
+    ref.eval(), ours.eval()
     assert (a.logits - b.logits).abs().max() < 1e-5
     torch.testing.assert_close(b.aux_loss, a.aux_loss)
     torch.testing.assert_close(b.loss, a.loss)
@@ -292,7 +298,7 @@ def test_trainer_steps_lower_the_loss_with_the_aux_loss(tmp_path):
     with torch.no_grad():
         before = model(**batch, output_router_logits=True)
     Trainer(model=model, args=args, train_dataset=data).train()
-    model.eval()
+    model.train()  # no dropout here: the training-mode loss, with the aux loss
     with torch.no_grad():
         after = model(**batch)
         lm_only = F.cross_entropy(after.logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))

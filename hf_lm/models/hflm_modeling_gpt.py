@@ -207,8 +207,9 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all);
                 `generate()` passes 1 and so never builds (B, T, V) logits for the prompt.
             output_router_logits: return the sparse layers' `router_logits` and `aux_loss`. With a
-                mixture of experts (`num_local_experts`) and labels, the loss always includes
-                `router_aux_loss_coef` times the load-balancing loss (and the z-loss), as in Mixtral.
+                mixture of experts (`num_local_experts`) and labels, the training-mode loss includes
+                `router_aux_loss_coef` times the load-balancing loss (and the z-loss), as in Mixtral;
+                in eval mode the loss is the LM's alone (perplexity), `aux_loss` is still returned.
         """
         want_router_logits = _wants_router_logits(self.config, output_router_logits)
         outputs = self.model(
@@ -236,7 +237,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             n_items = kwargs.get("num_items_in_batch")
             check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
             loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
-            if aux_loss is not None:
+            if aux_loss is not None and self.training:  # a regularizer: eval losses stay the LM's
                 loss = loss + router_loss
 
         return MoeCausalLMOutputWithPast(
@@ -292,7 +293,8 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         aux_loss = None
         if outputs.router_logits and (labels is not None or want_router_logits):
             aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
-            loss = loss + router_loss if loss is not None else None
+            if loss is not None and self.training:
+                loss = loss + router_loss
 
         return MoeSequenceClassifierOutputWithPast(
             loss=loss,

@@ -379,8 +379,9 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                 is scored against `labels[:, t]`. With `num_items_in_batch` (from `Trainer`) the
                 loss is a sum divided by it, so gradient accumulation equals one big batch.
             output_router_logits: return the router logits and load-balancing losses of both stacks.
-                With a mixture of experts and labels, the loss always includes `router_aux_loss_coef`
-                times the encoder's plus the decoder's load-balancing loss (and the z-losses), as Switch does.
+                With a mixture of experts and labels, the training-mode loss includes
+                `router_aux_loss_coef` times the encoder's plus the decoder's load-balancing loss (and
+                the z-losses), as Switch does; in eval mode the loss is the LM's alone.
         """
         n_items = kwargs.get("num_items_in_batch")
         want_router_logits = (
@@ -428,7 +429,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
         aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
         if aux and (labels is not None or want_router_logits):
-            if loss is not None:
+            if loss is not None and self.training:  # a regularizer: eval losses stay the LM's
                 loss = loss + aux["loss"]
         else:
             aux = {}
@@ -498,7 +499,7 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             num_items_in_batch,
         )
         aux = self._router_losses(outputs, attention_mask, kwargs.get("decoder_attention_mask"))
-        if aux and loss is not None:
+        if aux and loss is not None and self.training:
             loss = loss + aux["loss"]
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
