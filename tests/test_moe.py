@@ -159,7 +159,7 @@ def test_loss_includes_the_weighted_router_losses():
     with torch.no_grad():
         out = model(x, labels=x, output_router_logits=True)
         dense_loss = F.cross_entropy(out.logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
-        evaluated = model.eval()(x, labels=x)
+        evaluated = model.eval()(x, labels=x, output_router_logits=True)
     assert len(out.router_logits) == 2 and out.router_logits[0].shape == (16, 4)
     want = dense_loss + 0.5 * out.aux_loss + 0.1 * router_z_loss(out.router_logits)
     torch.testing.assert_close(out.loss, want)
@@ -168,7 +168,8 @@ def test_loss_includes_the_weighted_router_losses():
     torch.testing.assert_close(evaluated.loss, dense_loss)
     torch.testing.assert_close(evaluated.aux_loss, out.aux_loss)
     plain = model(x)
-    assert plain.router_logits is None and plain.aux_loss is None  # only on request or with labels
+    assert plain.router_logits is None and plain.aux_loss is None  # only on request, as in transformers
+    assert model(x, labels=x).aux_loss is None
 
 
 def test_sparse_step_picks_switchs_layers():
@@ -300,7 +301,7 @@ def test_trainer_steps_lower_the_loss_with_the_aux_loss(tmp_path):
     Trainer(model=model, args=args, train_dataset=data).train()
     model.train()  # no dropout here: the training-mode loss, with the aux loss
     with torch.no_grad():
-        after = model(**batch)
+        after = model(**batch, output_router_logits=True)
         lm_only = F.cross_entropy(after.logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1))
     assert after.loss < before.loss - 0.5
     torch.testing.assert_close(after.loss, lm_only + 0.01 * after.aux_loss)  # the aux loss is in the loss

@@ -224,13 +224,23 @@ class SparseMoE(nn.Module):
         return tokens
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(B, T, C) -> fp32 router logits (B, T, E), the k weights (B, T, k) and experts (B, T, k)."""
-        h = x.float()
+        """(B, T, C) -> router logits (B, T, E) in fp32 (fp64 in a fp64 model), the k weights (B, T, k)
+        and experts (B, T, k). Outside autocast: a bf16 router would flip close top-k choices."""
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        device = x.device.type
+        if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
+            return self._route(h)
+        with torch.autocast(device, enabled=False):
+            return self._route(h)
+
+    def _route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.training and self.jitter > 0:  # Switch: multiplicative jitter on the router's input
             h = h * torch.empty_like(h).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        logits = F.linear(h, self.gate.weight.float())  # (B, T, E)
+        logits = F.linear(h, self.gate.weight.to(h.dtype))  # (B, T, E)
         if self.noise is not None and self.training:  # Shazeer et al. (2017), eq. 4
-            logits = logits + torch.randn_like(logits) * F.softplus(F.linear(h, self.noise.weight.float()))
+            logits = logits + torch.randn_like(logits) * F.softplus(
+                F.linear(h, self.noise.weight.to(h.dtype))
+            )
         weights, experts = logits.softmax(dim=-1).topk(self.top_k, dim=-1)  # 2 x (B, T, k)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -270,7 +280,7 @@ def _router_token_weights(router_logits, attention_mask) -> torch.Tensor:
         return router_logits[0].new_ones(rows * len(router_logits))
     # the last columns are the tokens of this call (with a cache the mask also covers the past)
     mask = attention_mask[:, -(rows // attention_mask.shape[0]) :].reshape(-1)
-    return mask.to(device=router_logits[0].device, dtype=torch.float32).repeat(len(router_logits))
+    return mask.to(device=router_logits[0].device, dtype=router_logits[0].dtype).repeat(len(router_logits))
 
 
 def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_mask=None) -> torch.Tensor:
@@ -285,7 +295,7 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_m
         router_logits: one (B*T, E) tensor per sparse layer.
         attention_mask: (B, T) (or (B, past + T)) padding mask; padding tokens do not count.
     """
-    logits = torch.cat(router_logits, dim=0).float()  # (L*B*T, E)
+    logits = torch.cat(router_logits, dim=0)  # (L*B*T, E), fp32 (fp64 in a fp64 model)
     probs = logits.softmax(dim=-1)
     chosen = F.one_hot(probs.topk(top_k, dim=-1).indices, num_experts).sum(dim=1)  # (L*B*T, E) 0/1
     w = _router_token_weights(router_logits, attention_mask)[:, None]  # (L*B*T, 1)
@@ -296,7 +306,7 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_m
 
 def router_z_loss(router_logits, attention_mask=None) -> torch.Tensor:
     """The router z-loss (Zoph et al., 2022, ST-MoE): mean over real tokens of logsumexp(logits)^2."""
-    z = torch.logsumexp(torch.cat(router_logits, dim=0).float(), dim=-1) ** 2  # (L*B*T,)
+    z = torch.logsumexp(torch.cat(router_logits, dim=0), dim=-1) ** 2  # (L*B*T,)
     w = _router_token_weights(router_logits, attention_mask)
     return (z * w).sum() / w.sum()
 

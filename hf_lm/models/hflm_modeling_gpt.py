@@ -51,8 +51,8 @@ class MoeModelOutputWithPast(BaseModelOutputWithPast):
 
 @dataclass
 class MoeCausalLMOutputWithPast(CausalLMOutputWithPast):
-    """`CausalLMOutputWithPast` plus Mixtral's `aux_loss` (the load-balancing loss, unweighted; with
-    labels or `output_router_logits`) and `router_logits` (with `output_router_logits`)."""
+    """`CausalLMOutputWithPast` plus Mixtral's `aux_loss` (the load-balancing loss, unweighted) and
+    `router_logits`, both with `output_router_logits` as in transformers."""
 
     aux_loss: torch.Tensor | None = None
     router_logits: tuple[torch.Tensor, ...] | None = None
@@ -206,7 +206,8 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
                 so accumulated gradients equal those of one big batch.
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all);
                 `generate()` passes 1 and so never builds (B, T, V) logits for the prompt.
-            output_router_logits: return the sparse layers' `router_logits` and `aux_loss`. With a
+            output_router_logits: return the sparse layers' `router_logits` and `aux_loss` (defaults
+                to `config.output_router_logits`). With a
                 mixture of experts (`num_local_experts`) and labels, the training-mode loss includes
                 `router_aux_loss_coef` times the load-balancing loss (and the z-loss), as in Mixtral;
                 in eval mode the loss is the LM's alone (perplexity), `aux_loss` is still returned.
@@ -246,7 +247,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            aux_loss=aux_loss,
+            aux_loss=aux_loss if want_router_logits else None,
             router_logits=outputs.router_logits if want_router_logits else None,
         )
 
@@ -302,7 +303,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
             past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            aux_loss=aux_loss,
+            aux_loss=aux_loss if want_router_logits else None,
             router_logits=outputs.router_logits if want_router_logits else None,
         )
 

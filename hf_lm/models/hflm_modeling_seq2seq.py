@@ -70,9 +70,9 @@ class Seq2SeqMoEModelOutput(Seq2SeqModelOutput):
 
 @dataclass
 class Seq2SeqMoEOutput(Seq2SeqLMOutput):
-    """`Seq2SeqLMOutput` plus SwitchTransformers' router outputs: the unweighted load-balancing losses
-    of each stack (`encoder_aux_loss`, `decoder_aux_loss`, with labels or `output_router_logits`),
-    their sum `aux_loss` (Mixtral's name) and the router logits (with `output_router_logits`)."""
+    """`Seq2SeqLMOutput` plus SwitchTransformers' router outputs, with `output_router_logits`: the
+    unweighted load-balancing losses of each stack (`encoder_aux_loss`, `decoder_aux_loss`), their sum
+    `aux_loss` (Mixtral's name) and the router logits."""
 
     aux_loss: torch.Tensor | None = None
     encoder_aux_loss: torch.Tensor | None = None
@@ -427,12 +427,13 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                     f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
-        if aux and (labels is not None or want_router_logits):
-            if loss is not None and self.training:  # a regularizer: eval losses stay the LM's
-                loss = loss + aux["loss"]
-        else:
-            aux = {}
+        aux = {}
+        if labels is not None or want_router_logits:
+            aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
+        if aux and loss is not None and self.training:  # a regularizer: eval losses stay the LM's
+            loss = loss + aux["loss"]
+        if not want_router_logits:
+            aux = {}  # returned on request, as in transformers
         return Seq2SeqMoEOutput(
             loss=loss,
             aux_loss=aux.get("aux_loss"),
