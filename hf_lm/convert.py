@@ -290,10 +290,12 @@ def _bert_state_dict(sd: dict, config, ref_config) -> dict:
 _T5_ACTS = {"relu": "relu", "gated-gelu": "geglu_tanh", "gated-relu": "reglu", "gated-silu": "swiglu"}
 
 
-def _t5_config(ref) -> HfLmT5Config:
-    """T5 v1.0 (ReLU, tied and rescaled head) and v1.1 (gated-GELU, untied head)."""
-    if ref.feed_forward_proj not in _T5_ACTS:
-        raise ValueError(f"T5 feed_forward_proj={ref.feed_forward_proj!r} has no hf_lm equivalent.")
+def _t5_config(ref, **extra) -> HfLmT5Config:
+    """T5 v1.0 (ReLU, tied and rescaled head) and v1.1 (gated-GELU, untied head); `extra`: the fields
+    of a model built on T5 (SwitchTransformers, whose feed-forwards are ReLU, with no such field)."""
+    feed_forward_proj = getattr(ref, "feed_forward_proj", "relu")
+    if feed_forward_proj not in _T5_ACTS:
+        raise ValueError(f"T5 feed_forward_proj={feed_forward_proj!r} has no hf_lm equivalent.")
     tied = bool(ref.tie_word_embeddings)
     # transformers 5 keeps T5's head tied and records v1.0's output rescaling separately
     scale = bool(getattr(ref, "scale_decoder_outputs", tied))
@@ -304,7 +306,7 @@ def _t5_config(ref) -> HfLmT5Config:
         decoder_layers=ref.num_decoder_layers,
         num_attention_heads=ref.num_heads,
         intermediate_size=ref.d_ff,
-        hidden_act=_T5_ACTS[ref.feed_forward_proj],
+        hidden_act=_T5_ACTS[feed_forward_proj],
         relative_attention_num_buckets=ref.relative_attention_num_buckets,
         relative_attention_max_distance=ref.relative_attention_max_distance,
         norm_eps=ref.layer_norm_epsilon,
@@ -314,6 +316,7 @@ def _t5_config(ref) -> HfLmT5Config:
         scale_decoder_output=scale,  # v1.0 rescales the decoder output before the head, v1.1 does not
         decoder_start_token_id=ref.decoder_start_token_id,
         **_common_kwargs(ref),
+        **extra,
     )
 
 
@@ -365,23 +368,8 @@ def _switch_config(ref) -> HfLmT5Config:
         raise ValueError(
             "Only Switch checkpoints with sparse layers in both stacks (sparse steps >= 1) convert."
         )
-    tied = bool(ref.tie_word_embeddings)
-    return HfLmT5Config(
-        hidden_size=ref.d_model,
-        head_dim=ref.d_kv,
-        num_hidden_layers=ref.num_layers,
-        decoder_layers=ref.num_decoder_layers,
-        num_attention_heads=ref.num_heads,
-        intermediate_size=ref.d_ff,
-        hidden_act="relu",
-        relative_attention_num_buckets=ref.relative_attention_num_buckets,
-        relative_attention_max_distance=ref.relative_attention_max_distance,
-        norm_eps=ref.layer_norm_epsilon,
-        hidden_dropout=float(ref.dropout_rate),
-        attention_dropout=0.0,
-        tie_word_embeddings=tied,
-        scale_decoder_output=tied,  # Switch rescales the decoder output before a tied head
-        decoder_start_token_id=ref.decoder_start_token_id,
+    return _t5_config(
+        ref,
         num_local_experts=ref.num_experts,
         num_experts_per_tok=1,
         norm_topk_prob=False,  # Switch weights the expert by its router probability
@@ -391,7 +379,6 @@ def _switch_config(ref) -> HfLmT5Config:
         router_z_loss_coef=float(ref.router_z_loss_coef),
         encoder_sparse_step=ref.encoder_sparse_step,
         decoder_sparse_step=ref.decoder_sparse_step,
-        **_common_kwargs(ref),
     )
 
 
