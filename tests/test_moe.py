@@ -337,3 +337,35 @@ def test_bert_refuses_experts():
         HfLmBertConfig(
             vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_local_experts=4
         )
+
+
+def test_moe_decoding_step_compiles_to_one_graph():
+    """The routed feed-forward traces whole (fullgraph) in a static-cache decoding step, as generate()
+    compiles it on a GPU, and is not recompiled as the cache fills."""
+    from test_static_cache import compiled_decode, left_padded_prompts
+    from transformers import StaticCache
+
+    torch.manual_seed(0)
+    model = HfLmGPTForCausalLM(gpt_config(capacity_factor=2.0)).eval()
+    x, mask = left_padded_prompts()
+    x = torch.cat([x, torch.randint(3, 97, (2, 3))], 1)  # 6 prompt tokens, then 3 steps
+    mask = torch.cat([mask, torch.ones(2, 3, dtype=torch.long)], 1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        cache = StaticCache(config=model.config, max_cache_len=12)
+        model(x[:, :6], attention_mask=mask[:, :6], past_key_values=cache)
+        step = torch.compile(model.forward, fullgraph=True, backend="eager")
+        wide = F.pad(mask, (0, 12 - mask.shape[1]))
+        eager_cache = StaticCache(config=model.config, max_cache_len=12)
+        model(x[:, :6], attention_mask=mask[:, :6], past_key_values=eager_cache)
+
+        def run(t):
+            t += 6
+            m = wide.clone()
+            m[:, t + 1 :] = 0  # the slots not filled yet
+            args = dict(attention_mask=m, position_ids=positions[:, t : t + 1])
+            want = model(x[:, t : t + 1], past_key_values=eager_cache, **args).logits
+            return step(x[:, t : t + 1], past_key_values=cache, **args).logits, want
+
+        for got, want in compiled_decode(run, 3):
+            torch.testing.assert_close(got, want)
