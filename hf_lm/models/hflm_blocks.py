@@ -299,8 +299,9 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_m
     probs = logits.softmax(dim=-1)
     chosen = F.one_hot(probs.topk(top_k, dim=-1).indices, num_experts).sum(dim=1)  # (L*B*T, E) 0/1
     w = _router_token_weights(router_logits, attention_mask)[:, None]  # (L*B*T, 1)
-    tokens_per_expert = (chosen * w).sum(dim=0) / w.sum()  # f_i
-    prob_per_expert = (probs * w).sum(dim=0) / w.sum()  # P_i
+    n = w.sum().clamp(min=1)  # no real token (a static cache's empty slots): a loss of 0, not nan
+    tokens_per_expert = (chosen * w).sum(dim=0) / n  # f_i
+    prob_per_expert = (probs * w).sum(dim=0) / n  # P_i
     return num_experts * (tokens_per_expert * prob_per_expert).sum()
 
 
@@ -308,7 +309,7 @@ def router_z_loss(router_logits, attention_mask=None) -> torch.Tensor:
     """The router z-loss (Zoph et al., 2022, ST-MoE): mean over real tokens of logsumexp(logits)^2."""
     z = torch.logsumexp(torch.cat(router_logits, dim=0), dim=-1) ** 2  # (L*B*T,)
     w = _router_token_weights(router_logits, attention_mask)
-    return (z * w).sum() / w.sum()
+    return (z * w).sum() / w.sum().clamp(min=1)
 
 
 def router_losses(config, router_logits, attention_mask=None):
