@@ -369,3 +369,20 @@ def test_moe_decoding_step_compiles_to_one_graph():
 
         for got, want in compiled_decode(run, 3):
             torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize(
+    "noise", [dict(noisy_gating=True), dict(router_jitter_noise=0.5)], ids=["noisy", "jitter"]
+)
+def test_router_noise_only_in_training(noise):
+    """Shazeer's noisy gating and Switch's jitter perturb the routing in training, never in eval."""
+    torch.manual_seed(0)
+    moe = SparseMoE(gpt_config(**noise))
+    x = torch.randn(2, 16, 32)
+    with torch.no_grad():
+        moe.train()
+        a, b = moe(x)[1], moe(x)[1]
+        moe.eval()
+        c, d = moe(x)[1], moe(x)[1]
+    assert not torch.equal(a, b) and torch.equal(c, d)
+    torch.testing.assert_close(c, F.linear(x, moe.gate.weight).reshape(32, -1))
