@@ -289,7 +289,7 @@ def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_m
     f_i is the fraction of tokens with expert i among their top k (a fraction of all k*N assignments
     times k, so it sums to k, as Mixtral counts it), P_i the mean router probability of expert i,
     both over the real tokens of all the sparse layers together (transformers' Mixtral
-    `load_balancing_loss_func`). It is 1 * k when routing is uniform, E * k when collapsed.
+    `load_balancing_loss_func`). It is k when routing is uniform and approaches E as it collapses.
 
     Args:
         router_logits: one (B*T, E) tensor per sparse layer.
