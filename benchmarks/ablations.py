@@ -17,6 +17,8 @@ embeddings, multi-head attention, one block per layer, embeddings as wide as the
     embeddings   untied, factorized_embeddings (ALBERT's E = H/4, Lan et al., 2020)
     attention    gqa (Ainslie et al., 2023: half as many key/value heads), mqa (Shazeer, 2019)
     sharing      shared_blocks (ALBERT's cross-layer sharing: one block run at every layer)
+    experts      moe (4 experts, top-2: Shazeer et al., 2017), switch (4 experts, top-1 with capacity
+                 factor 1.25: Fedus et al., 2021), in every layer
 
 The gated feed-forwards have three matrices instead of two; as in Shazeer (2020) their width is
 2/3 of the baseline's (rounded to a multiple of 8), so that parameters and FLOPs stay about equal
@@ -31,7 +33,10 @@ builds its vocabulary, and shared by all runs. The budget is a number of optimiz
 variant is trained with every seed of `--seeds`.
 
 The table reports, per variant, mean +- standard deviation across seeds of: parameters (counted
-in the saved weights, so tied and shared tensors count once), the median time of one training step
+in the saved weights, so tied and shared tensors count once; all experts count), the forward
+FLOPs per token (as in Narang et al.'s table: matmuls at 2 FLOPs per multiply-add over the
+active weights, only the k experts a token is routed to, plus attention over the average causal
+context; computed from the config, not measured), the median time of one training step
 (intervals containing an evaluation are left out), the validation loss early in training (at
 `--early_fraction` of the steps: how fast a variant learns) and at the end (nats per character).
 Outputs under `--output_dir`: `ablations.md` (the table), `ablations.json` (the table plus
@@ -42,7 +47,7 @@ interrupted grid continues where it stopped); `--rerun` forces it.
 
 Defaults are nanoGPT's small CPU configuration of `shakespeare_char` (4 layers, 4 heads, 128 wide,
 context 64, batch 12, 2000 steps, learning rate 1e-3, dropout 0), about 3-4 minutes per run on one
-core of a recent CPU: the full grid (16 variants x 3 seeds) takes a few hours; `--jobs` runs
+core of a recent CPU: the full grid (18 variants x 3 seeds) takes a few hours; `--jobs` runs
 several at once (with `--threads` each), at the price of noisier step times.
 """
 
@@ -182,6 +187,20 @@ VARIANTS = [
         "one block shared by all layers (ALBERT)",
         _fixed(num_hidden_groups=1),
     ),
+    # capacity factor 1.25 (Switch's training value): each expert takes ceil(1.25 * T * k / E)
+    # tokens of a sequence, overflowing ones pass through the residual
+    Variant(
+        "moe",
+        "experts",
+        "mixture of 4 experts, top-2 routing, capacity factor 1.25",
+        _fixed(num_local_experts=4, num_experts_per_tok=2, capacity_factor=1.25),
+    ),
+    Variant(
+        "switch",
+        "experts",
+        "Switch: 4 experts, top-1 routing, capacity factor 1.25",
+        _fixed(num_local_experts=4, num_experts_per_tok=1, capacity_factor=1.25, norm_topk_prob=False),
+    ),
 ]
 VARIANTS_BY_NAME = {v.name: v for v in VARIANTS}
 COMPONENTS = sorted({v.component for v in VARIANTS} - {"baseline"})
@@ -242,6 +261,31 @@ def variant_config(
         attention_dropout=0.0,
         **variant_fields(variant, size, match_glu),
     )
+
+
+def forward_flops_per_token(config, context: int) -> int:
+    """Forward FLOPs per token of a GPT config, Narang et al.'s "Ops" column in per-token form.
+
+    2 FLOPs per multiply-add of every weight matrix a token goes through (attention projections,
+    feed-forward, router, LM head; embeddings are lookups): with a mixture of experts only the k
+    experts it is routed to count. Plus attention itself, 2 * 2 * heads * head_dim FLOPs per key for
+    scores and values, over the (context + 1) / 2 keys a causal token sees on average.
+    """
+    import torch
+    from torch import nn
+
+    from hf_lm import HfLmGPTForCausalLM
+    from hf_lm.models.hflm_blocks import SparseMoE
+
+    with torch.device("meta"):  # shapes only, no memory
+        model = HfLmGPTForCausalLM(config)
+    macs = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    for moe in (m for m in model.modules() if isinstance(m, SparseMoE)):
+        per_expert = sum(m.weight.numel() for m in moe.experts[0].modules() if isinstance(m, nn.Linear))
+        macs -= (moe.num_experts - moe.top_k) * per_expert  # the experts a token skips
+    width = config.num_attention_heads * config.head_dim
+    attention = 2 * 2 * config.num_hidden_layers * width * (context + 1) / 2
+    return round(2 * macs + attention)
 
 
 def variant_flags(variant: Variant, size: ModelSize, match_glu: bool = True) -> list[str]:
@@ -483,7 +527,7 @@ def markdown_table(rows: list[dict], early_step: int) -> str:
     base = next((r for r in rows if r["name"] == "baseline"), None)
     base_loss = base["final_loss"]["mean"] if base else None
     header = [
-        "variant", "component", "parameters", "step time (ms)", f"val loss @ step {early_step}",
+        "variant", "component", "parameters", "FLOPs/token", "step time (ms)", f"val loss @ step {early_step}",
         "final val loss", "Δ vs baseline", "steps", "seeds",
     ]  # fmt: skip
     body = []
@@ -498,6 +542,7 @@ def markdown_table(rows: list[dict], early_step: int) -> str:
                 r["name"],
                 r["component"],
                 "n/a" if params is None else f"{params:,.0f}",
+                f"{r['flops_per_token']:,}" if r.get("flops_per_token") else "n/a",
                 _pm(r["step_time_ms"], 1),
                 _pm(r["early_loss"], 3),
                 _pm(r["final_loss"], 3),
@@ -506,7 +551,7 @@ def markdown_table(rows: list[dict], early_step: int) -> str:
                 f"{r['final_loss']['n']}/{len(r['runs'])}",
             ]
         )
-    return render_table(header, body, align="llrrrrrrr")
+    return render_table(header, body, align="llrrrrrrrr")
 
 
 def plot_final_losses(rows: list[dict], path: Path, title: str) -> Path:
@@ -773,6 +818,9 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [
         variant_row(variant, args, jobs, statuses, commands, early_step, size) for variant in args.selected
     ]
+    for row, variant in zip(rows, args.selected):
+        config = variant_config(variant, size, vocab_size, args.block_size, not args.no_match_glu_params)
+        row["flops_per_token"] = forward_flops_per_token(config, args.block_size)
 
     table = markdown_table(rows, early_step)
     env["load_average_end"] = load_average()

@@ -1,6 +1,6 @@
 """Import weights from transformers' reference models into hf_lm models with identical outputs.
 
-This is how users start from real GPT-2 or Llama checkpoints::
+This is how users start from real GPT-2, Llama or Mixtral checkpoints::
 
     from transformers import AutoModelForCausalLM
     from hf_lm.convert import from_transformers
@@ -106,7 +106,7 @@ def _gpt2_state_dict(sd: dict, config, ref_config) -> dict:
     return out
 
 
-def _llama_config(ref) -> HfLmGPTConfig:
+def _llama_config(ref, **extra) -> HfLmGPTConfig:
     if ref.hidden_act not in _LLAMA_ACTS:
         raise ValueError(f"Llama hidden_act={ref.hidden_act!r} has no hf_lm equivalent.")
     rope = ref.rope_parameters or {}
@@ -128,13 +128,14 @@ def _llama_config(ref) -> HfLmGPTConfig:
         norm_type="rmsnorm",
         norm_position="pre",
         norm_eps=ref.rms_norm_eps,
-        attention_bias=bool(ref.attention_bias),
-        mlp_bias=bool(ref.mlp_bias),
+        attention_bias=bool(getattr(ref, "attention_bias", False)),  # Mixtral has none
+        mlp_bias=bool(getattr(ref, "mlp_bias", False)),
         hidden_dropout=0.0,
         attention_dropout=float(ref.attention_dropout or 0.0),
         initializer_range=ref.initializer_range,
         tie_word_embeddings=bool(ref.tie_word_embeddings),
         **_common_kwargs(ref),
+        **extra,
     )
 
 
@@ -163,6 +164,37 @@ def _llama_state_dict(sd: dict, config, ref_config) -> dict:
     for key in ("lm_head.weight", "score.weight"):
         if key in sd:
             out[key] = sd[key]
+    return out
+
+
+def _mixtral_config(ref) -> HfLmGPTConfig:
+    """Mixtral: Llama's decoder with a top-k mixture of SwiGLU experts in every layer."""
+    if getattr(ref, "sliding_window", None) is not None:
+        raise ValueError(
+            "Mixtral checkpoints with a sliding_window do not convert (hf_lm attends to every key)."
+        )
+    return _llama_config(
+        ref,
+        num_local_experts=ref.num_local_experts,
+        num_experts_per_tok=ref.num_experts_per_tok,
+        norm_topk_prob=True,  # Mixtral renormalizes the k chosen probabilities
+        router_jitter_noise=float(ref.router_jitter_noise),
+        router_aux_loss_coef=float(ref.router_aux_loss_coef),
+        output_router_logits=bool(ref.output_router_logits),
+    )
+
+
+def _mixtral_state_dict(sd: dict, config, ref_config) -> dict:
+    """Llama's keys, plus the router (`mlp.gate`) and the experts, which Mixtral stores as (E, ...)
+    tensors: `gate_up_proj` (E, 2ff, C) has the gate rows first, as hf_lm's `GatedMLP` does."""
+    out = _llama_state_dict(sd, config, ref_config)
+    p = "model." if any(k.startswith("model.") for k in sd) else ""
+    for i in range(config.num_hidden_layers):
+        src, dst = f"{p}layers.{i}.mlp.", f"model.layers.{i}.mlp."
+        out[f"{dst}gate.weight"] = sd[f"{src}gate.weight"]
+        for e in range(config.num_local_experts):
+            out[f"{dst}experts.{e}.gate_up_proj.weight"] = sd[f"{src}experts.gate_up_proj"][e]
+            out[f"{dst}experts.{e}.down_proj.weight"] = sd[f"{src}experts.down_proj"][e]
     return out
 
 
@@ -258,10 +290,12 @@ def _bert_state_dict(sd: dict, config, ref_config) -> dict:
 _T5_ACTS = {"relu": "relu", "gated-gelu": "geglu_tanh", "gated-relu": "reglu", "gated-silu": "swiglu"}
 
 
-def _t5_config(ref) -> HfLmT5Config:
-    """T5 v1.0 (ReLU, tied and rescaled head) and v1.1 (gated-GELU, untied head)."""
-    if ref.feed_forward_proj not in _T5_ACTS:
-        raise ValueError(f"T5 feed_forward_proj={ref.feed_forward_proj!r} has no hf_lm equivalent.")
+def _t5_config(ref, **extra) -> HfLmT5Config:
+    """T5 v1.0 (ReLU, tied and rescaled head) and v1.1 (gated-GELU, untied head); `extra`: the fields
+    of a model built on T5 (SwitchTransformers, whose feed-forwards are ReLU, with no such field)."""
+    feed_forward_proj = getattr(ref, "feed_forward_proj", "relu")
+    if feed_forward_proj not in _T5_ACTS:
+        raise ValueError(f"T5 feed_forward_proj={feed_forward_proj!r} has no hf_lm equivalent.")
     tied = bool(ref.tie_word_embeddings)
     # transformers 5 keeps T5's head tied and records v1.0's output rescaling separately
     scale = bool(getattr(ref, "scale_decoder_outputs", tied))
@@ -272,7 +306,7 @@ def _t5_config(ref) -> HfLmT5Config:
         decoder_layers=ref.num_decoder_layers,
         num_attention_heads=ref.num_heads,
         intermediate_size=ref.d_ff,
-        hidden_act=_T5_ACTS[ref.feed_forward_proj],
+        hidden_act=_T5_ACTS[feed_forward_proj],
         relative_attention_num_buckets=ref.relative_attention_num_buckets,
         relative_attention_max_distance=ref.relative_attention_max_distance,
         norm_eps=ref.layer_norm_epsilon,
@@ -282,6 +316,7 @@ def _t5_config(ref) -> HfLmT5Config:
         scale_decoder_output=scale,  # v1.0 rescales the decoder output before the head, v1.1 does not
         decoder_start_token_id=ref.decoder_start_token_id,
         **_common_kwargs(ref),
+        **extra,
     )
 
 
@@ -320,6 +355,56 @@ def _t5_state_dict(sd: dict, config, ref_config) -> dict:
             out[f"{dst}mlp_norm.weight"] = sd[f"{src}{ff}.layer_norm.weight"]
     if "lm_head.weight" in sd:
         out["lm_head.weight"] = sd["lm_head.weight"]
+    return out
+
+
+def _switch_config(ref) -> HfLmT5Config:
+    """SwitchTransformers: T5 v1.0 whose sparse layers have a Switch top-1 mixture of ReLU experts."""
+    if ref.router_bias or ref.router_dtype != "float32" or ref.dense_act_fn != "relu":
+        raise ValueError(
+            "Only Switch checkpoints with router_bias=False, router_dtype='float32' and dense_act_fn='relu' convert."
+        )
+    if min(ref.encoder_sparse_step, ref.decoder_sparse_step) < 1:
+        raise ValueError(
+            "Only Switch checkpoints with sparse layers in both stacks (sparse steps >= 1) convert."
+        )
+    return _t5_config(
+        ref,
+        num_local_experts=ref.num_experts,
+        num_experts_per_tok=1,
+        norm_topk_prob=False,  # Switch weights the expert by its router probability
+        expert_capacity=ref.expert_capacity,
+        router_jitter_noise=float(ref.router_jitter_noise),
+        router_aux_loss_coef=float(ref.router_aux_loss_coef),
+        router_z_loss_coef=float(ref.router_z_loss_coef),
+        encoder_sparse_step=ref.encoder_sparse_step,
+        decoder_sparse_step=ref.decoder_sparse_step,
+    )
+
+
+def _switch_state_dict(sd: dict, config, ref_config) -> dict:
+    """T5's keys (Switch's dense feed-forward is `mlp.wi`/`mlp.wo`, T5's `DenseReluDense`), and in the
+    sparse layers the router (`mlp.router.classifier` -> `mlp.gate`) and the experts."""
+    t5_sd, sparse = dict(sd), []
+    for stack, n_layers in (("encoder", config.num_hidden_layers), ("decoder", config.decoder_layers)):
+        ff = 2 if stack == "decoder" else 1
+        for i in range(n_layers):
+            src = f"{stack}.block.{i}.layer.{ff}."
+            if f"{src}mlp.router.classifier.weight" in sd:
+                sparse.append((src, f"model.{stack}.layers.{i}.mlp."))
+                expert = f"{src}mlp.experts.expert_0."  # a stand-in the T5 conversion copies, removed below
+                t5_sd[f"{src}DenseReluDense.wi.weight"] = sd[f"{expert}wi.weight"]
+                t5_sd[f"{src}DenseReluDense.wo.weight"] = sd[f"{expert}wo.weight"]
+            else:
+                t5_sd[f"{src}DenseReluDense.wi.weight"] = sd[f"{src}mlp.wi.weight"]
+                t5_sd[f"{src}DenseReluDense.wo.weight"] = sd[f"{src}mlp.wo.weight"]
+    out = _t5_state_dict(t5_sd, config, ref_config)
+    for src, dst in sparse:
+        del out[f"{dst}up_proj.weight"], out[f"{dst}down_proj.weight"]
+        out[f"{dst}gate.weight"] = sd[f"{src}mlp.router.classifier.weight"]
+        for e in range(config.num_local_experts):
+            out[f"{dst}experts.{e}.up_proj.weight"] = sd[f"{src}mlp.experts.expert_{e}.wi.weight"]
+            out[f"{dst}experts.{e}.down_proj.weight"] = sd[f"{src}mlp.experts.expert_{e}.wo.weight"]
     return out
 
 
@@ -402,9 +487,11 @@ def _bart_state_dict(sd: dict, config, ref_config) -> dict:
 _CONVERTERS = {
     "gpt2": (_gpt2_config, _gpt2_state_dict),
     "llama": (_llama_config, _llama_state_dict),
+    "mixtral": (_mixtral_config, _mixtral_state_dict),
     "bert": (_bert_config, _bert_state_dict),
     "roberta": (_bert_config, _bert_state_dict),
     "t5": (_t5_config, _t5_state_dict),
+    "switch_transformers": (_switch_config, _switch_state_dict),
     "bart": (_bart_config, _bart_state_dict),
 }
 
@@ -412,9 +499,11 @@ _CONVERTERS = {
 _SUPPORTED = {
     "gpt2": ("GPT2LMHeadModel", "GPT2Model", "GPT2ForSequenceClassification"),
     "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification"),
+    "mixtral": ("MixtralForCausalLM", "MixtralModel"),
     "bert": ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
     "roberta": ("RobertaModel", "RobertaForMaskedLM"),
     "t5": ("T5ForConditionalGeneration", "T5Model"),
+    "switch_transformers": ("SwitchTransformersForConditionalGeneration", "SwitchTransformersModel"),
     "bart": ("BartForConditionalGeneration", "BartModel"),
 }
 
@@ -436,7 +525,9 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
     `LlamaModel`, `LlamaForSequenceClassification`, `BertModel`, `BertForMaskedLM`,
     `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`,
-    `T5ForConditionalGeneration` / `T5Model` (v1.0 ReLU and v1.1 gated-GELU) and
+    `T5ForConditionalGeneration` / `T5Model` (v1.0 ReLU and v1.1 gated-GELU), the mixtures of
+    experts `MixtralForCausalLM` / `MixtralModel` (into the GPT family) and
+    `SwitchTransformersForConditionalGeneration` / `SwitchTransformersModel` (into T5), and
     `BartForConditionalGeneration` / `BartModel`.
     The result has the reference's dtype (or `dtype`), is in eval mode, and produces the same hidden
     states and logits (RoBERTa: on real tokens; its padding positions use a row hf_lm drops).

@@ -176,7 +176,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=None,
             presets=(),
-            convert_from=("gpt2", "llama"),
+            convert_from=("gpt2", "llama", "mixtral"),
         ),
         Family(
             "bert",
@@ -204,7 +204,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=T5_SPECIAL_TOKENS,
             presets=tuple(HfLmT5Config.PRESETS),
-            convert_from=("t5",),
+            convert_from=("t5", "switch_transformers"),
             decoder_start="pad_token",
         ),
         Family(

@@ -103,6 +103,19 @@ def _gpt() -> HfLmGPTConfig:
     return HfLmGPTConfig(**_TRANSFORMER)
 
 
+def _gpt_moe() -> HfLmGPTConfig:
+    # a mixture of experts (top-2 of 3) in every layer: the sweeps cover the routed feed-forward too
+    return HfLmGPTConfig(**_TRANSFORMER, num_local_experts=3, num_experts_per_tok=2)
+
+
+def _t5_moe() -> HfLmT5Config:
+    # Switch top-1 in the second layer of each stack
+    return HfLmT5Config(
+        **_TRANSFORMER, decoder_start_token_id=0, relative_attention_num_buckets=8, num_local_experts=3,
+        num_experts_per_tok=1, norm_topk_prob=False, encoder_sparse_step=2, decoder_sparse_step=2,
+    )  # fmt: skip
+
+
 def _bert() -> HfLmBertConfig:
     return HfLmBertConfig(**_TRANSFORMER)
 
@@ -362,4 +375,6 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("ngram-causal-lm", HfLmNGramForCausalLM, _ngram, _causal, generates=True, build=_fit_ngram),
     FamilyCase("ffnn", HfLmFFNNModel, _ffnn, _decoder_only),
     FamilyCase("ffnn-causal-lm", HfLmFFNNForCausalLM, _ffnn, _causal, generates=True),
+    FamilyCase("gpt-moe-causal-lm", HfLmGPTForCausalLM, _gpt_moe, _causal, generates=True),
+    FamilyCase("t5-moe-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5_moe, _seq2seq, generates=True),
 ]

@@ -26,6 +26,7 @@ COMPONENT_FIELDS = {
     "embeddings": {"tie_word_embeddings", "embedding_size"},
     "attention": {"num_key_value_heads"},
     "sharing": {"num_hidden_groups"},
+    "experts": {"num_local_experts", "num_experts_per_tok", "capacity_factor", "norm_topk_prob"},
 }
 
 
@@ -99,7 +100,7 @@ def test_flags_build_the_same_model_as_the_config(tmp_path):
 def test_select_variants():
     names = [v.name for v in ablations.select_variants("mqa,positions")]
     assert names == ["baseline", "sinusoidal", "rope", "alibi", "no_positions", "mqa"]  # grid order
-    assert len(ablations.select_variants(None)) == len(ablations.VARIANTS) == 16
+    assert len(ablations.select_variants(None)) == len(ablations.VARIANTS) == 18
     with pytest.raises(ValueError, match="Unknown variant or component 'swish'"):
         ablations.select_variants("swish")
     with pytest.raises(SystemExit):
@@ -168,3 +169,20 @@ def test_smoke_run_writes_table_json_and_plot(tmp_path):
     # the same command again reuses every finished run
     again = ablations.main(argv)
     assert {r["status"] for row in again["variants"] for r in row["runs"]} == {"reused"}
+
+
+def test_expert_rows_count_all_parameters_but_only_active_flops():
+    """Narang et al.'s columns for the mixtures: parameters grow with every expert, FLOPs per token
+    only with the k a token is routed to (and the router)."""
+    H, L, F = SIZE.hidden_size, SIZE.num_hidden_layers, SIZE.intermediate_size
+    E = 4
+    expert = 2 * H * F + F + H  # up and down projections with biases
+    base = params("baseline")
+    assert params("moe") == params("switch") == base + L * ((E - 1) * expert + H * E)
+    flops = {
+        name: ablations.forward_flops_per_token(build(name).config, BLOCK)
+        for name in ("baseline", "moe", "switch")
+    }
+    router = 2 * L * H * E
+    assert flops["switch"] == flops["baseline"] + router  # one expert: the dense cost plus routing
+    assert flops["moe"] == flops["baseline"] + router + L * 2 * (2 * H * F)  # a second expert's matmuls

@@ -152,7 +152,13 @@ STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph
 
 
 def test_the_static_cache_families_are_the_attention_families():
-    assert {case.name for case in STATIC} == {"gpt-causal-lm", "t5-seq2seq-lm", "bart-seq2seq-lm"}
+    assert {case.name for case in STATIC} == {
+        "gpt-causal-lm",
+        "t5-seq2seq-lm",
+        "bart-seq2seq-lm",
+        "gpt-moe-causal-lm",
+        "t5-moe-seq2seq-lm",
+    }
 
 
 @pytest.mark.parametrize("beams", [1, 2], ids=["greedy", "beam"])
@@ -301,6 +307,8 @@ def test_token_losses_cover_every_token_level_head():
         "rnn-seq2seq-lm",
         "ngram-causal-lm",
         "ffnn-causal-lm",
+        "gpt-moe-causal-lm",
+        "t5-moe-seq2seq-lm",
     }
 
 

@@ -35,6 +35,7 @@ NOT_TRANSFORMERS = ("rnn", "rnn-seq2seq", "ffnn", "ngram")
 PIPELINE_FILES = {
     "bert-qa": "hflm_pipelines.py",
     "t5-seq2seq-lm": "hflm_pipelines_seq2seq.py",
+    "t5-moe-seq2seq-lm": "hflm_pipelines_seq2seq.py",
     "bart-seq2seq-lm": "hflm_pipelines_seq2seq.py",
     "rnn-seq2seq-lm": "hflm_pipelines_seq2seq.py",
 }

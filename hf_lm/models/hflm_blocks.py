@@ -17,6 +17,7 @@ nkv key/value heads, hs head size, V vocabulary.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -164,6 +165,165 @@ def build_feed_forward(config) -> nn.Module:
 
 def build_norm(config) -> nn.Module:
     return NORMS[config.norm_type](config.hidden_size, eps=config.norm_eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mixture of experts: the feed-forward of a sparse layer is E experts (each one of the feed-forwards
+# above) and a router sending each token to k of them (Shazeer et al., 2017, "Outrageously Large
+# Neural Networks"; k = 1 is the Switch Transformer, Fedus et al., 2021). Parameters grow E-fold,
+# compute per token only k-fold.
+# ----------------------------------------------------------------------------------------------
+
+
+def is_sparse_layer(config, layer_idx: int, decoder: bool) -> bool:
+    """Whether layer `layer_idx` of a stack has a mixture of experts: SwitchTransformers' rule, every
+    layer for a step of 1, else the layers with `layer_idx % step == 1` (step 2: 1, 3, 5, ...)."""
+    if not config.num_local_experts:
+        return False
+    step = config.decoder_sparse_step if decoder else config.encoder_sparse_step
+    return step == 1 or layer_idx % step == 1
+
+
+class SparseMoE(nn.Module):
+    """A mixture-of-experts feed-forward with top-k routing and a per-sequence expert capacity.
+
+    The router (`gate`, Mixtral's name) scores the E experts in fp32 (Switch's "selective
+    precision"); each token goes to its k best experts, weighted by their softmax probabilities
+    (renormalized over the k with `norm_topk_prob`, as Mixtral and Shazeer's top-k softmax; raw for
+    Switch top-1). Each sequence is a group: an expert takes at most `capacity` of its tokens, queued
+    first choices before second choices (GShard) and in sequence order (Switch), so whether a token
+    is dropped depends only on earlier tokens and the layer stays causal. A dropped assignment adds
+    nothing: with k = 1 the token passes through the residual unchanged.
+
+    Expert-parallel-ready: tokens are scattered into a dense (E, B, capacity, C) tensor, one slice
+    per expert, with no loop over tokens. Under expert parallelism each device holds E/P experts and
+    an all-to-all over the first dimension sends every slice to its expert's device (and a second one
+    brings the outputs back): the shapes are static, fixed by the capacity, as all-to-all needs.
+
+    Returns `(output (B, T, C), router_logits (B*T, E))`, the logits (Mixtral's layout) for the
+    load-balancing loss (`load_balancing_loss`) and `output_router_logits`.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        E, C = config.num_local_experts, config.hidden_size
+        self.num_experts, self.top_k = E, config.num_experts_per_tok
+        self.expert_capacity, self.capacity_factor = config.expert_capacity, config.capacity_factor
+        self.norm_topk_prob, self.jitter = config.norm_topk_prob, config.router_jitter_noise
+        self.gate = nn.Linear(C, E, bias=False)  # (E, C), Mixtral's router
+        # Shazeer et al.'s noisy top-k: learned per-expert noise scale softplus(x W_noise)
+        self.noise = nn.Linear(C, E, bias=False) if config.noisy_gating else None
+        self.experts = nn.ModuleList(build_feed_forward(config) for _ in range(E))
+
+    def capacity(self, tokens: int) -> int:
+        """Slots per expert for a group of `tokens`: without a limit every token fits (k picks are distinct)."""
+        if self.expert_capacity is not None:
+            return self.expert_capacity
+        if self.capacity_factor is not None:  # Switch: capacity_factor * tokens * k / E
+            return max(1, math.ceil(self.capacity_factor * tokens * self.top_k / self.num_experts))
+        return tokens
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, T, C) -> router logits (B, T, E) in fp32 (fp64 in a fp64 model), the k weights (B, T, k)
+        and experts (B, T, k). Outside autocast: a bf16 router would flip close top-k choices."""
+        h = x.to(torch.promote_types(x.dtype, torch.float32))
+        device = x.device.type
+        if not (torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device)):
+            return self._route(h)
+        with torch.autocast(device, enabled=False):
+            return self._route(h)
+
+    def _route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.training and self.jitter > 0:  # Switch: multiplicative jitter on the router's input
+            h = h * torch.empty_like(h).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
+        logits = F.linear(h, self.gate.weight.to(h.dtype))  # (B, T, E)
+        if self.noise is not None and self.training:  # Shazeer et al. (2017), eq. 4
+            logits = logits + torch.randn_like(logits) * F.softplus(
+                F.linear(h, self.noise.weight.to(h.dtype))
+            )
+        weights, experts = logits.softmax(dim=-1).topk(self.top_k, dim=-1)  # 2 x (B, T, k)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return logits, weights, experts
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T, C = x.shape
+        E, k = self.num_experts, self.top_k
+        logits, weights, experts = self.route(x)
+        cap = self.capacity(T)
+        # the k*T assignments of each sequence, choice-major: every first choice queues before any second
+        choice = experts.transpose(1, 2).reshape(B, k * T)  # (B, kT)
+        onehot = F.one_hot(choice, E)  # (B, kT, E)
+        place = ((onehot.cumsum(dim=1) - 1) * onehot).sum(dim=-1)  # (B, kT) place in its expert's queue
+        # slot e * cap + place in the dispatch buffer; an overflowing assignment goes to the spare slot E * cap
+        slot = torch.where(place < cap, choice * cap + place, E * cap).unsqueeze(-1).expand(B, k * T, C)
+        tokens = x.unsqueeze(1).expand(B, k, T, C).reshape(B, k * T, C)
+        buffer = x.new_zeros(B, E * cap + 1, C).scatter(1, slot, tokens)  # (B, E*cap + 1, C)
+        dispatched = buffer[:, : E * cap].view(B, E, cap, C).transpose(0, 1)  # (E, B, cap, C)
+        # expert parallelism: all-to-all over dim 0 here, each device runs its experts, all-to-all back
+        expert_out = torch.stack([expert(dispatched[e]) for e, expert in enumerate(self.experts)])
+        combined = torch.cat([expert_out.transpose(0, 1).reshape(B, E * cap, C), x.new_zeros(B, 1, C)], dim=1)
+        picked = combined.gather(1, slot).view(B, k, T, C)  # dropped assignments read the zero slot
+        out = (picked * weights.transpose(1, 2).unsqueeze(-1).to(x.dtype)).sum(dim=1)  # (B, T, C)
+        return out, logits.reshape(B * T, E)
+
+
+def build_mlp(config, layer_idx: int, decoder: bool) -> nn.Module:
+    """The feed-forward of a block: a mixture of experts in a sparse layer, else the dense one."""
+    return SparseMoE(config) if is_sparse_layer(config, layer_idx, decoder) else build_feed_forward(config)
+
+
+def _router_token_weights(router_logits, attention_mask) -> torch.Tensor:
+    """(L*B*T,) 1 for the real tokens of every layer's router logits, 0 for padding (Mixtral's masking)."""
+    rows = router_logits[0].shape[0]
+    if attention_mask is None or attention_mask.numel() < rows:
+        return router_logits[0].new_ones(rows * len(router_logits))
+    # the last columns are the tokens of this call (with a cache the mask also covers the past)
+    mask = attention_mask[:, -(rows // attention_mask.shape[0]) :].reshape(-1)
+    return mask.to(device=router_logits[0].device, dtype=router_logits[0].dtype).repeat(len(router_logits))
+
+
+def load_balancing_loss(router_logits, num_experts: int, top_k: int, attention_mask=None) -> torch.Tensor:
+    """Switch's load-balancing loss `E * sum_i f_i * P_i` (Fedus et al., 2021, eqs. 4-6).
+
+    f_i is the fraction of tokens with expert i among their top k (a fraction of all k*N assignments
+    times k, so it sums to k, as Mixtral counts it), P_i the mean router probability of expert i,
+    both over the real tokens of all the sparse layers together (transformers' Mixtral
+    `load_balancing_loss_func`). It is k when routing is uniform and approaches E as it collapses.
+
+    Args:
+        router_logits: one (B*T, E) tensor per sparse layer.
+        attention_mask: (B, T) (or (B, past + T)) padding mask; padding tokens do not count.
+    """
+    logits = torch.cat(router_logits, dim=0)  # (L*B*T, E), fp32 (fp64 in a fp64 model)
+    probs = logits.softmax(dim=-1)
+    chosen = F.one_hot(probs.topk(top_k, dim=-1).indices, num_experts).sum(dim=1)  # (L*B*T, E) 0/1
+    w = _router_token_weights(router_logits, attention_mask)[:, None]  # (L*B*T, 1)
+    n = w.sum().clamp(min=1)  # no real token (a static cache's empty slots): a loss of 0, not nan
+    tokens_per_expert = (chosen * w).sum(dim=0) / n  # f_i
+    prob_per_expert = (probs * w).sum(dim=0) / n  # P_i
+    return num_experts * (tokens_per_expert * prob_per_expert).sum()
+
+
+def router_z_loss(router_logits, attention_mask=None) -> torch.Tensor:
+    """The router z-loss (Zoph et al., 2022, ST-MoE): mean over real tokens of logsumexp(logits)^2."""
+    z = torch.logsumexp(torch.cat(router_logits, dim=0), dim=-1) ** 2  # (L*B*T,)
+    w = _router_token_weights(router_logits, attention_mask)
+    return (z * w).sum() / w.sum().clamp(min=1)
+
+
+def router_losses(config, router_logits, attention_mask=None):
+    """`(aux_loss, the weighted sum to add to the loss)`: the load-balancing loss times
+    `router_aux_loss_coef` plus the z-loss times `router_z_loss_coef`. `(None, 0)` without sparse layers."""
+    if not router_logits:
+        return None, 0
+    aux = load_balancing_loss(
+        router_logits, config.num_local_experts, config.num_experts_per_tok, attention_mask
+    )
+    total = config.router_aux_loss_coef * aux
+    if config.router_z_loss_coef:
+        total = total + config.router_z_loss_coef * router_z_loss(router_logits, attention_mask)
+    return aux, total
 
 
 # ----------------------------------------------------------------------------------------------
@@ -630,8 +790,10 @@ class TransformerBlock(GradientCheckpointingLayer):
     Transformer, BERT, BART): `norm(x + f(x))`. With `cross_attention` (an encoder-decoder's
     decoder) a branch attending to the encoder output sits between the two.
 
-    Returns `(hidden_states, self-attention weights, cross-attention weights)`; the weights are
-    None unless `output_attentions`.
+    In a sparse layer (`num_local_experts`) the feed-forward is a `SparseMoE`.
+
+    Returns `(hidden_states, self-attention weights, cross-attention weights, router logits)`; the
+    weights are None unless `output_attentions`, the (B*T, E) router logits None in a dense layer.
     """
 
     def __init__(self, config, layer_idx: int, is_causal: bool = True, cross_attention: bool = False):
@@ -645,7 +807,8 @@ class TransformerBlock(GradientCheckpointingLayer):
         else:
             self.cross_attn = None
         self.mlp_norm = build_norm(config)
-        self.mlp = build_feed_forward(config)
+        self.mlp = build_mlp(config, layer_idx, decoder=is_causal)
+        self.sparse = isinstance(self.mlp, SparseMoE)  # its branch also returns router logits
         self.dropout = nn.Dropout(config.hidden_dropout)
 
     def _residual(self, x: torch.Tensor, norm: nn.Module, branch) -> torch.Tensor:
@@ -664,7 +827,7 @@ class TransformerBlock(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         layer_idx: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         """`layer_idx`: the depth this call runs at, when it differs from the block's own (a block
         shared by several layers, `num_hidden_groups`): it picks the layer's slot of the cache."""
         # an EncoderDecoderCache holds one cache per attention kind
@@ -692,8 +855,15 @@ class TransformerBlock(GradientCheckpointingLayer):
         x = self._residual(hidden_states, self.attn_norm, self_branch)  # (B, T, C)
         if self.cross_attn is not None:
             x = self._residual(x, self.cross_attn_norm, cross_branch)
-        x = self._residual(x, self.mlp_norm, self.mlp)
-        return x, weights.get("self"), weights.get("cross")
+
+        def mlp_branch(x):
+            if not self.sparse:
+                return self.mlp(x)
+            y, weights["router"] = self.mlp(x)
+            return y
+
+        x = self._residual(x, self.mlp_norm, mlp_branch)
+        return x, weights.get("self"), weights.get("cross"), weights.get("router")
 
 
 def widen_to_keys(
@@ -810,6 +980,14 @@ def check_prefix_lengths(prefix_lengths, batch: int) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@dataclass
+class StackOutput(BaseModelOutputWithPastAndCrossAttentions):
+    """`TransformerStack`'s output: transformers' fields plus `router_logits`, one (B*T, E) tensor
+    per sparse layer (None without a mixture of experts)."""
+
+    router_logits: tuple[torch.Tensor, ...] | None = None
+
+
 class TransformerStack:
     """Embeddings in, N blocks, final norm out: the one stack of every Transformer family.
 
@@ -887,7 +1065,7 @@ class TransformerStack:
         token_type_ids: torch.Tensor | None = None,
         names_prefix: str = "",
         too_long_advice: str = "Truncate the input.",
-    ) -> BaseModelOutputWithPastAndCrossAttentions:
+    ) -> StackOutput:
         """Run the stack on embedded tokens.
 
         Args:
@@ -934,10 +1112,11 @@ class TransformerStack:
         all_hidden = () if output_hidden_states else None
         all_self = () if output_attentions else None
         all_cross = () if output_attentions and self.cross_attention else None
+        router_logits = ()  # (B*T, E) per sparse layer: the heads' load-balancing loss reads them
         for i, block in enumerate(self.layer_to_block):
             if output_hidden_states:
                 all_hidden += (hidden_states,)
-            hidden_states, self_weights, cross_weights = self.layers[block](
+            hidden_states, self_weights, cross_weights, layer_router_logits = self.layers[block](
                 hidden_states,
                 attention_mask=mask,
                 is_causal=is_causal,
@@ -948,6 +1127,8 @@ class TransformerStack:
                 encoder_attention_mask=cross_mask,
                 layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
             )
+            if layer_router_logits is not None:
+                router_logits += (layer_router_logits,)
             if output_attentions:
                 all_self += (self_weights,)
                 if self.cross_attention:
@@ -957,12 +1138,13 @@ class TransformerStack:
             hidden_states = self.dropout(hidden_states)
         if output_hidden_states:
             all_hidden += (hidden_states,)
-        return BaseModelOutputWithPastAndCrossAttentions(
+        return StackOutput(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values if use_cache else None,
             hidden_states=all_hidden,
             attentions=all_self,
             cross_attentions=all_cross,
+            router_logits=router_logits or None,
         )
 
     def stack_inputs(

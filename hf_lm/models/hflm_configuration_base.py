@@ -62,13 +62,36 @@ class HfLmTransformerConfig(PreTrainedConfig):
             E -> H projection, V*E + E*H parameters instead of V*H.
         num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
             `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
+        num_local_experts: 0 (the default) = dense feed-forwards; E > 0 = a mixture of E experts
+            (each a `hidden_act` feed-forward) in the sparse layers (Shazeer et al., 2017; Fedus
+            et al., 2021). The MoE fields below (Mixtral's and SwitchTransformers' names) apply then.
+        num_experts_per_tok: k, the experts each token is routed to (2: Mixtral/GShard, 1: Switch).
+        expert_capacity: the most tokens an expert takes per sequence; overflowing tokens are
+            dropped (their feed-forward output is 0: they pass through the residual).
+        capacity_factor: instead of `expert_capacity`, a capacity of
+            `ceil(capacity_factor * tokens * k / E)` per sequence (Switch's capacity factor). Neither
+            set: no token is ever dropped.
+        norm_topk_prob: rescale the k chosen router probabilities to sum to 1 (Mixtral, Shazeer's
+            softmax over the top k); False weights each expert by its raw probability (Switch top-1).
+        noisy_gating: Shazeer et al.'s noisy top-k gating: in training, add Gaussian noise scaled by a
+            learned softplus(x W_noise) to the router logits.
+        router_jitter_noise: multiplicative uniform jitter in [1-eps, 1+eps] on the router's input
+            in training (Switch).
+        router_aux_loss_coef: weight of the load-balancing loss added to the loss when labels are given.
+        router_z_loss_coef: weight of the router z-loss (Zoph et al., 2022), mean logsumexp(logits)^2.
+        output_router_logits: return the router logits of every sparse layer (`router_logits`).
+        encoder_sparse_step, decoder_sparse_step: which layers of the encoder / decoder (GPT: the
+            decoder) stack are sparse, SwitchTransformers' rule: every layer for 1, else layers i with
+            `i % step == 1` (2: every other layer, starting with the second).
 
-    The last two are implemented by the families that set `supports_albert_options` (GPT, BERT);
+    The ALBERT options are implemented by the families that set `supports_albert_options` (GPT, BERT);
     the others refuse values other than the defaults rather than silently ignoring them.
     """
 
     # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
     supports_albert_options = False
+    # whether the family's heads implement the mixture-of-experts fields (their losses and outputs)
+    supports_moe = False
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -101,6 +124,18 @@ class HfLmTransformerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
     embedding_size: int | None = None
     num_hidden_groups: int | None = None
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 2
+    expert_capacity: int | None = None
+    capacity_factor: float | None = None
+    norm_topk_prob: bool = True
+    noisy_gating: bool = False
+    router_jitter_noise: float = 0.0
+    router_aux_loss_coef: float = 0.001
+    router_z_loss_coef: float = 0.0
+    output_router_logits: bool = False
+    encoder_sparse_step: int = 1
+    decoder_sparse_step: int = 1
 
     def __post_init__(self, **kwargs):
         # derived fields first, so they are validated like the rest
@@ -156,6 +191,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"`head_dim` must be even for position_embedding_type='rope', got {self.head_dim}."
             )
         self._validate_albert_options()
+        self._validate_moe_options()
         # absolute positions are added to the token embeddings, at width E
         width_name = "hidden_size" if self.embedding_size in (None, self.hidden_size) else "embedding_size"
         if self.position_embedding_type == "sinusoidal" and getattr(self, width_name) % 2:
@@ -200,3 +236,36 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
                 f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
             )
+
+    def _validate_moe_options(self) -> None:
+        """The mixture-of-experts fields (`num_local_experts` > 0), see the class docstring."""
+        if isinstance(self.num_local_experts, bool) or not isinstance(self.num_local_experts, int):
+            raise ValueError(f"`num_local_experts` must be an integer >= 0, got {self.num_local_experts!r}.")
+        _non_negative("num_local_experts", self.num_local_experts)
+        if self.num_local_experts and not self.supports_moe:
+            raise ValueError(
+                f"`num_local_experts` is not supported by {self.model_type or type(self).__name__} (only the "
+                f"hflm_gpt, hflm_t5 and hflm_bart families implement mixture-of-experts): leave it 0, "
+                f"got {self.num_local_experts!r}."
+            )
+        _positive_int("num_experts_per_tok", self.num_experts_per_tok)
+        if self.num_local_experts and self.num_experts_per_tok > self.num_local_experts:
+            raise ValueError(
+                f"`num_experts_per_tok` ({self.num_experts_per_tok}) cannot exceed `num_local_experts` "
+                f"({self.num_local_experts})."
+            )
+        if self.expert_capacity is not None:
+            _positive_int("expert_capacity", self.expert_capacity)
+        if self.capacity_factor is not None:
+            _positive("capacity_factor", self.capacity_factor)
+            if self.expert_capacity is not None:
+                raise ValueError(
+                    "Set one of `expert_capacity` (tokens per expert) and `capacity_factor` (relative), not both."
+                )
+        for name in ("encoder_sparse_step", "decoder_sparse_step"):
+            _positive_int(name, getattr(self, name))
+        for name in ("norm_topk_prob", "noisy_gating", "output_router_logits"):
+            _bool(name, getattr(self, name))
+        _probability("router_jitter_noise", self.router_jitter_noise)
+        _non_negative("router_aux_loss_coef", self.router_aux_loss_coef)
+        _non_negative("router_z_loss_coef", self.router_z_loss_coef)

@@ -34,6 +34,7 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
     scale_decoder_output: bool = False
     classifier_dropout: float | None = None
 
+    supports_moe = True
     attribute_map = {"num_decoder_layers": "decoder_layers", "encoder_layers": "num_hidden_layers"}
 
     def __post_init__(self, **kwargs):

@@ -12,6 +12,8 @@ Shape legend: B batch, T new tokens, S past + T, C hidden size, E embedding size
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from transformers import GenerationMixin
@@ -25,6 +27,7 @@ from transformers.utils import can_return_tuple
 from .hflm_blocks import (
     TransformerStack,
     VocabProjection,
+    router_losses,
 )
 from .hflm_common import (
     HfLmPreTrainedModel,
@@ -36,6 +39,35 @@ from .hflm_common import (
     trainer_shifts_labels,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
+
+
+@dataclass
+class MoeModelOutputWithPast(BaseModelOutputWithPast):
+    """`BaseModelOutputWithPast` plus Mixtral's `router_logits`: one (B*T, E) tensor per sparse
+    layer, with `output_router_logits` (None otherwise, and without a mixture of experts)."""
+
+    router_logits: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MoeCausalLMOutputWithPast(CausalLMOutputWithPast):
+    """`CausalLMOutputWithPast` plus Mixtral's `aux_loss` (the load-balancing loss, unweighted) and
+    `router_logits`, both with `output_router_logits` as in transformers."""
+
+    aux_loss: torch.Tensor | None = None
+    router_logits: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MoeSequenceClassifierOutputWithPast(SequenceClassifierOutputWithPast):
+    """`SequenceClassifierOutputWithPast` plus `aux_loss` and `router_logits`, as above."""
+
+    aux_loss: torch.Tensor | None = None
+    router_logits: tuple[torch.Tensor, ...] | None = None
+
+
+def _wants_router_logits(config, output_router_logits: bool | None) -> bool:
+    return config.output_router_logits if output_router_logits is None else bool(output_router_logits)
 
 
 class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
@@ -73,8 +105,9 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
         output_hidden_states: bool | None = None,
         prefix_lengths: torch.LongTensor | None = None,
         document_ids: torch.LongTensor | None = None,
+        output_router_logits: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPast:
+    ) -> MoeModelOutputWithPast:
         """Run the decoder stack.
 
         Args:
@@ -90,6 +123,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
             document_ids: (B, S) for blocks packed from several documents: the document index of
                 each token; attention then stays inside a document (pass the matching restarting
                 `position_ids` too, as `training.data.tokenize_and_pack(document_mask=True)` makes).
+            output_router_logits: return the router logits of the sparse layers (`num_local_experts`);
+                defaults to `config.output_router_logits`.
         """
         cfg = self.config
         width_name = "hidden_size" if cfg.embedding_size == cfg.hidden_size else "embedding_size"
@@ -106,11 +141,12 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
             document_ids=document_ids,
             too_long_advice="The cache counts too: truncate the input or use a shorter generation.",
         )
-        return BaseModelOutputWithPast(
+        return MoeModelOutputWithPast(
             last_hidden_state=out.last_hidden_state,
             past_key_values=out.past_key_values,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            router_logits=out.router_logits if _wants_router_logits(cfg, output_router_logits) else None,
         )
 
 
@@ -158,8 +194,9 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         prefix_lengths: torch.LongTensor | None = None,
         document_ids: torch.LongTensor | None = None,
+        output_router_logits: bool | None = None,
         **kwargs,
-    ) -> CausalLMOutputWithPast:
+    ) -> MoeCausalLMOutputWithPast:
         """Next-token logits, and the loss when `labels` are given.
 
         Args:
@@ -169,7 +206,13 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
                 so accumulated gradients equal those of one big batch.
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all);
                 `generate()` passes 1 and so never builds (B, T, V) logits for the prompt.
+            output_router_logits: return the sparse layers' `router_logits` and `aux_loss` (defaults
+                to `config.output_router_logits`). With a
+                mixture of experts (`num_local_experts`) and labels, the training-mode loss includes
+                `router_aux_loss_coef` times the load-balancing loss (and the z-loss), as in Mixtral;
+                in eval mode the loss is the LM's alone (perplexity), `aux_loss` is still returned.
         """
+        want_router_logits = _wants_router_logits(self.config, output_router_logits)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -182,23 +225,30 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             return_dict=True,
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
+            output_router_logits=True,  # the load-balancing loss needs them
         )
         hidden_states = outputs.last_hidden_state
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.lm_head(self.output_projection(hidden_states))  # (B, T, C) -> (B, T, E) -> (B, T, V)
 
-        loss = None
+        loss = aux_loss = None
+        if outputs.router_logits and (labels is not None or want_router_logits):
+            aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
         if labels is not None:
             n_items = kwargs.get("num_items_in_batch")
             check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
             loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
+            if aux_loss is not None and self.training:  # a regularizer: eval losses stay the LM's
+                loss = loss + router_loss
 
-        return CausalLMOutputWithPast(
+        return MoeCausalLMOutputWithPast(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            aux_loss=aux_loss if want_router_logits else None,
+            router_logits=outputs.router_logits if want_router_logits else None,
         )
 
 
@@ -223,7 +273,14 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or
         multi-label). The other arguments are `HfLmGPTModel.forward`'s."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
+        want_router_logits = _wants_router_logits(self.config, kwargs.pop("output_router_logits", None))
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            return_dict=True,
+            output_router_logits=True,
+            **kwargs,
+        )
         # the last real token, the only one that saw the whole text
         logits, loss = classify_last_token(
             self.score,
@@ -234,13 +291,20 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
             labels,
             num_items_in_batch,
         )
+        aux_loss = None
+        if outputs.router_logits and (labels is not None or want_router_logits):
+            aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
+            if loss is not None and self.training:
+                loss = loss + router_loss
 
-        return SequenceClassifierOutputWithPast(
+        return MoeSequenceClassifierOutputWithPast(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
+            aux_loss=aux_loss if want_router_logits else None,
+            router_logits=outputs.router_logits if want_router_logits else None,
         )
 
 

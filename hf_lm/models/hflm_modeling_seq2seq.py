@@ -18,6 +18,7 @@ V vocabulary.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ from transformers.utils import can_return_tuple
 from .hflm_blocks import (
     TransformerStack,
     VocabProjection,
+    router_losses,
 )
 from .hflm_common import (
     SEQ2SEQ_PIPELINES,
@@ -47,6 +49,36 @@ from .hflm_common import (
     shift_tokens_right,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
+
+
+@dataclass
+class MoEEncoderOutput(BaseModelOutput):
+    """The encoder's `BaseModelOutput` plus `router_logits`, one (B*S, E) tensor per sparse layer
+    (None without a mixture of experts), which the heads' load-balancing loss reads."""
+
+    router_logits: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Seq2SeqMoEModelOutput(Seq2SeqModelOutput):
+    """`Seq2SeqModelOutput` plus SwitchTransformers' `encoder_router_logits` and
+    `decoder_router_logits` (with `output_router_logits`)."""
+
+    encoder_router_logits: tuple[torch.Tensor, ...] | None = None
+    decoder_router_logits: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class Seq2SeqMoEOutput(Seq2SeqLMOutput):
+    """`Seq2SeqLMOutput` plus SwitchTransformers' router outputs, with `output_router_logits`: the
+    unweighted load-balancing losses of each stack (`encoder_aux_loss`, `decoder_aux_loss`), their sum
+    `aux_loss` (Mixtral's name) and the router logits."""
+
+    aux_loss: torch.Tensor | None = None
+    encoder_aux_loss: torch.Tensor | None = None
+    decoder_aux_loss: torch.Tensor | None = None
+    encoder_router_logits: tuple[torch.Tensor, ...] | None = None
+    decoder_router_logits: tuple[torch.Tensor, ...] | None = None
 
 
 class HfLmSeq2SeqStack(nn.Module, TransformerStack):
@@ -122,10 +154,11 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
         )
         if self.is_decoder:
             return out
-        return BaseModelOutput(
+        return MoEEncoderOutput(
             last_hidden_state=out.last_hidden_state,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
+            router_logits=out.router_logits,
         )
 
 
@@ -142,6 +175,21 @@ class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
         if start is None:
             raise ValueError("config.decoder_start_token_id is not set: the decoder needs a start token.")
         return start
+
+    def _router_losses(self, outputs, attention_mask, decoder_attention_mask) -> dict:
+        """Each stack's load-balancing loss, their sum and the weighted router loss to add to the
+        LM loss (as SwitchTransformers sums its encoder's and decoder's); {} without sparse layers."""
+        found, weighted = {}, 0
+        for name, logits, mask in (
+            ("encoder", outputs.encoder_router_logits, attention_mask),
+            ("decoder", outputs.decoder_router_logits, decoder_attention_mask),
+        ):
+            if logits:
+                found[name], stack_loss = router_losses(self.config, logits, mask)
+                weighted = weighted + stack_loss
+        if not found:
+            return {}
+        return {**found, "aux_loss": sum(found.values()), "loss": weighted}
 
 
 class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
@@ -185,8 +233,9 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        output_router_logits: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqModelOutput:
+    ) -> Seq2SeqMoEModelOutput:
         """Encode the source (unless `encoder_outputs` are given) and decode the target prefix.
 
         Args:
@@ -195,7 +244,11 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             decoder_attention_mask: (B, P + T) target padding mask.
             encoder_outputs: a `BaseModelOutput` (or tuple) from `get_encoder()`, reused by `generate()`.
             past_key_values: an `EncoderDecoderCache` (made when `use_cache`).
+            output_router_logits: return both stacks' router logits (`num_local_experts`); defaults
+                to `config.output_router_logits`.
         """
+        if output_router_logits is None:
+            output_router_logits = self.config.output_router_logits
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -238,7 +291,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        return Seq2SeqModelOutput(
+        return Seq2SeqMoEModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
@@ -247,6 +300,11 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
+            # an encoder output given by the caller (generate()) may be a plain BaseModelOutput
+            encoder_router_logits=getattr(encoder_outputs, "router_logits", None)
+            if output_router_logits
+            else None,
+            decoder_router_logits=decoder_outputs.router_logits if output_router_logits else None,
         )
 
 
@@ -310,8 +368,9 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         logits_to_keep: int = 0,
+        output_router_logits: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqMoEOutput:
         """Next-token logits of the decoder (B, T, V), and the loss when `labels` are given.
 
         Args:
@@ -319,8 +378,15 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                 them by `shift_tokens_right` when `decoder_input_ids` are not given, and position t
                 is scored against `labels[:, t]`. With `num_items_in_batch` (from `Trainer`) the
                 loss is a sum divided by it, so gradient accumulation equals one big batch.
+            output_router_logits: return the router logits and load-balancing losses of both stacks.
+                With a mixture of experts and labels, the training-mode loss includes
+                `router_aux_loss_coef` times the encoder's plus the decoder's load-balancing loss (and
+                the z-losses), as Switch does; in eval mode the loss is the LM's alone.
         """
         n_items = kwargs.get("num_items_in_batch")
+        want_router_logits = (
+            self.config.output_router_logits if output_router_logits is None else output_router_logits
+        )
         if labels is not None:
             check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -344,6 +410,7 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            output_router_logits=True,  # the load-balancing loss needs them
             return_dict=True,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
@@ -360,8 +427,20 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
                     f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        return Seq2SeqLMOutput(
+        aux = {}
+        if labels is not None or want_router_logits:
+            aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
+        if aux and loss is not None and self.training:  # a regularizer: eval losses stay the LM's
+            loss = loss + aux["loss"]
+        if not want_router_logits:
+            aux = {}  # returned on request, as in transformers
+        return Seq2SeqMoEOutput(
             loss=loss,
+            aux_loss=aux.get("aux_loss"),
+            encoder_aux_loss=aux.get("encoder"),
+            decoder_aux_loss=aux.get("decoder"),
+            encoder_router_logits=outputs.encoder_router_logits if want_router_logits else None,
+            decoder_router_logits=outputs.decoder_router_logits if want_router_logits else None,
             logits=logits,
             past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
@@ -406,6 +485,7 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         if input_ids is None:
             raise ValueError("Sequence classification needs `input_ids`.")
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        kwargs["output_router_logits"] = True  # the load-balancing loss needs them
         outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True, **kwargs
         )
@@ -419,6 +499,9 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             labels,
             num_items_in_batch,
         )
+        aux = self._router_losses(outputs, attention_mask, kwargs.get("decoder_attention_mask"))
+        if aux and loss is not None and self.training:
+            loss = loss + aux["loss"]
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
