@@ -845,19 +845,22 @@ def key_positions(
     """(1|B, S) positions of the S keys attention sees, for a bias measured between positions (ALiBi).
 
     The T new keys are the queries, at key slots past_len .. past_len + T - 1: they take the
-    queries' `position_ids`. The cached keys (and a static cache's empty slots) take the real-token
-    rule (`real_token_positions`), the positions `generate()` and the default gave them when they
-    were new; positions that restart inside the cache (packed documents) are not recorded there.
+    queries' `position_ids`. The cached keys (and a static cache's empty slots) are numbered as
+    the new tokens are: by the real-token rule (`real_token_positions`, what the default and
+    `generate()` give) shifted by the row's offset from that rule at its first new token, so
+    positions that start elsewhere than 0 keep every distance. A cache does not record positions
+    that restart inside it (packed documents): those must be run without a cache.
 
     Args:
         position_ids: (1|B, T) the new tokens' positions.
         attention_mask: (B, S) padding mask widened to the keys (`keys_padding_mask`), or None.
     """
-    keys = real_token_positions(attention_mask, 0, kv_len, device)  # (1|B, S)
-    batch = max(keys.shape[0], position_ids.shape[0])
+    rule = real_token_positions(attention_mask, 0, kv_len, device)  # (1|B, S)
     new = torch.arange(position_ids.shape[-1], device=device) + past_len  # (T,) key slot of each query
-    source = position_ids.to(device=device, dtype=keys.dtype).expand(batch, -1)  # (B|1, T)
-    return keys.expand(batch, -1).index_copy(1, new, source)  # (B|1, S)
+    position_ids = position_ids.to(device=device, dtype=rule.dtype)
+    shift = position_ids[:, :1] - rule.index_select(1, new[:1])  # (1|B, 1), 0 with the rule's positions
+    keys = rule + shift  # (1|B, S)
+    return keys.index_copy(1, new, position_ids.expand(keys.shape[0], -1))  # (1|B, S)
 
 
 def check_positions_in_range(
