@@ -14,7 +14,14 @@ import pytest
 import torch
 from conftest import tiny_gpt_config
 
-from hf_lm import HfLmBertConfig, HfLmBertModel, HfLmGPTConfig, HfLmGPTForCausalLM
+from hf_lm import (
+    HfLmBartConfig,
+    HfLmBertConfig,
+    HfLmBertModel,
+    HfLmGPTConfig,
+    HfLmGPTForCausalLM,
+    HfLmT5Config,
+)
 from hf_lm.models.hflm_blocks import ALiBiPositions, XPosPositions, alibi_slopes, apply_rotary
 
 V = 97
@@ -217,10 +224,11 @@ def test_xpos_validation_and_save_load(tmp_path):
         tiny_gpt_config(position_embedding_type="xpos", xpos_scale_base=0)
     with pytest.raises(ValueError, match="head_dim"):
         tiny_gpt_config(position_embedding_type="xpos", hidden_size=36, num_attention_heads=4)
-    with pytest.raises(ValueError, match="position_embedding_type='xpos'"):
-        HfLmBertModel(HfLmBertConfig(
-            vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, position_embedding_type="xpos"
-        ))  # fmt: skip
+    for config_class in (HfLmBertConfig, HfLmT5Config, HfLmBartConfig):  # a bidirectional encoder
+        with pytest.raises(ValueError, match="`position_embedding_type`='xpos' is for causal stacks"):
+            config_class(vocab_size=V, hidden_size=32, num_attention_heads=4, position_embedding_type="xpos")
+    with pytest.raises(ValueError, match="position_embedding_type='xpos'"):  # the module checks it too
+        XPosPositions(tiny_gpt_config(position_embedding_type="xpos"), causal=False)
     model = gpt(position_embedding_type="xpos", xpos_scale_base=24)
     model.save_pretrained(tmp_path)
     loaded = HfLmGPTForCausalLM.from_pretrained(tmp_path).eval()

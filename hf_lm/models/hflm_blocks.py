@@ -169,7 +169,8 @@ def build_norm(config) -> nn.Module:
 # ----------------------------------------------------------------------------------------------
 # Positions. Each scheme answers three questions with a default of "nothing":
 #   embed(position_ids)        -> vector added to the token embeddings (learned, sinusoidal)
-#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE)
+#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE), or
+#                                 (cos, sin, key_cos, key_sin) when keys differ (xPos)
 #   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi, T5 buckets)
 # A scheme whose bias reads the keys' positions (ALiBi) sets `uses_key_positions`; the stack then
 # passes the (1|B, S) positions of the keys too (`key_positions`).

@@ -71,6 +71,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
 
     # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
     supports_albert_options = False
+    # whether the family runs a bidirectional stack (an encoder), which xPos's one-sided decay cannot serve
+    has_bidirectional_stack = True
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -159,6 +161,11 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"`head_dim` must be even for position_embedding_type='{self.position_embedding_type}', got {self.head_dim}."
             )
         _positive_int("xpos_scale_base", self.xpos_scale_base)
+        if self.position_embedding_type == "xpos" and self.has_bidirectional_stack:
+            raise ValueError(
+                f"`position_embedding_type`='xpos' is for causal stacks (hflm_gpt): its decay grows for keys "
+                f"after the query, so {self.model_type or type(self).__name__}'s encoder cannot use it."
+            )
         self._validate_albert_options()
         # absolute positions are added to the token embeddings, at width E
         width_name = "hidden_size" if self.embedding_size in (None, self.hidden_size) else "embedding_size"
