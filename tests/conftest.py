@@ -68,6 +68,8 @@ VARIANTS = {
     "rope_headdim": dict(
         position_embedding_type="rope", head_dim=16, num_key_value_heads=1, tie_word_embeddings=False
     ),
+    # a small scale base, so the tiny tests see the decay (the paper's is 512)
+    "xpos_gqa": dict(position_embedding_type="xpos", xpos_scale_base=16, num_key_value_heads=2),
 }
 
 

@@ -76,9 +76,9 @@ def check_remote_gpt(model: HfLmGPTForCausalLM, tmp_path) -> None:
     remote.run()
 
 
-@pytest.mark.parametrize("variant", ["llama", "alibi_mqa"])
+@pytest.mark.parametrize("variant", ["llama", "alibi_mqa", "xpos_gqa"])
 def test_remote_code_round_trip_of_the_variants(tmp_path, variant):
-    """RoPE, RMSNorm, SwiGLU, GQA/MQA and ALiBi from the folder's own code (the default GPT of every
+    """RoPE, RMSNorm, SwiGLU, GQA/MQA, ALiBi and xPos from the folder's own code (the default GPT of every
     head: tests/test_model_properties.py)."""
     check_remote_gpt(HfLmGPTForCausalLM(tiny_gpt_config(**VARIANTS[variant])), tmp_path)
 

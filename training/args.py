@@ -325,7 +325,7 @@ class ModelArguments:
         default=None, metadata={"help": "Feed-forward width; default 4 * hidden."}
     )
     position_embedding_type: str = field(
-        default="learned", metadata={"help": "learned, sinusoidal, rope, alibi or none."}
+        default="learned", metadata={"help": "learned, sinusoidal, rope, alibi, xpos or none."}
     )
     norm_type: str = field(default="layernorm", metadata={"help": "layernorm or rmsnorm."})
     norm_position: str = field(default="pre", metadata={"help": "pre or post."})

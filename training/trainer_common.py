@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_SEQ_LENGTH = 128
 
 # position schemes without a table of learned vectors, hence without a length limit
-UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none")
+UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none", "xpos")
 
 
 def position_limit(config) -> int | None:

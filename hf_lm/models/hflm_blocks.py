@@ -329,8 +329,11 @@ def router_losses(config, router_logits, attention_mask=None):
 # ----------------------------------------------------------------------------------------------
 # Positions. Each scheme answers three questions with a default of "nothing":
 #   embed(position_ids)        -> vector added to the token embeddings (learned, sinusoidal)
-#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE)
-#   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi)
+#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE), or
+#                                 (cos, sin, key_cos, key_sin) when keys differ (xPos)
+#   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi, T5 buckets)
+# A scheme whose bias reads the keys' positions (ALiBi) sets `uses_key_positions`; the stack then
+# passes the (1|B, S) positions of the keys too (`key_positions`).
 # `past_len` (tokens already cached) may be a 0-dim tensor (a static cache's, see `cache_lengths`):
 # it only enters tensor arithmetic.
 # Nothing is stored in buffers: tables are a few small ops per forward, and this way nothing
@@ -342,6 +345,7 @@ class NoPositions(nn.Module):
     """No position information at all (NoPE): causal masking alone leaks order (Haviv et al., 2022)."""
 
     max_positions: int | None = None  # no limit on the input length
+    uses_key_positions = False  # whether `attention_bias` reads `key_position_ids`
 
     def __init__(self, config, width: int | None = None, causal: bool = True):
         """`width`: size of the vectors `embed` returns (default `hidden_size`; ALBERT's factorized
@@ -355,8 +359,17 @@ class NoPositions(nn.Module):
         return None
 
     def attention_bias(
-        self, q_len: int, kv_len: int, past_len: int | torch.Tensor, device, dtype
+        self,
+        q_len: int,
+        kv_len: int,
+        past_len: int | torch.Tensor,
+        device,
+        dtype,
+        position_ids: torch.Tensor | None = None,
+        key_position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
+        """(1|B, nh, T, S) additive score bias, or None. `position_ids` (1|B, T) are the queries'
+        positions, `key_position_ids` (1|B, S) the keys' (given when `uses_key_positions`)."""
         return None
 
 
@@ -396,7 +409,8 @@ class RotaryPositions(NoPositions):
         self.head_dim = config.head_dim
         self.theta = config.rope_theta
 
-    def rotary(self, position_ids, dtype):
+    def angles(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """(B|1, T, hs) fp32 rotation angles: frequency i appears at dims i and i + hs/2."""
         inv_freq = 1.0 / (
             self.theta
             ** (
@@ -405,8 +419,52 @@ class RotaryPositions(NoPositions):
             )
         )
         freqs = position_ids.float()[..., None] * inv_freq  # (B|1, T, hs/2)
-        emb = torch.cat((freqs, freqs), dim=-1)  # (B|1, T, hs)
+        return torch.cat((freqs, freqs), dim=-1)  # (B|1, T, hs)
+
+    def rotary(self, position_ids, dtype):
+        emb = self.angles(position_ids)
         return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+class XPosPositions(RotaryPositions):
+    """xPos (Sun et al., 2022, "A Length-Extrapolatable Transformer"): RoPE whose rotation of
+    frequency i is also scaled by zeta_i^(n / scale_base) on the query at position n and by
+    zeta_i^(-m / scale_base) on the key at position m, with zeta_i = (2i/hs + gamma) / (1 + gamma),
+    gamma = 0.4. A query-key score is then scaled by zeta_i^((n - m) / scale_base): an exponential
+    decay with distance (zeta_i < 1), stronger for the fast-rotating low dims, which the paper
+    finds keeps attention stable beyond the training length.
+
+    `rotary` returns `(cos, sin, key_cos, key_sin)`: queries and keys are scaled inversely, and each
+    key is scaled once, at its own position, before it enters the cache. The scale depends on the
+    distance only in one direction, so only causal stacks use xPos. Positions are not centred as in
+    the paper's code: at thousands of tokens the key scale reaches ~1e4 (fine in fp32/bf16).
+    """
+
+    gamma = 0.4
+
+    def __init__(self, config, width=None, causal=True):
+        super().__init__(config)
+        if not causal:
+            raise ValueError(
+                "position_embedding_type='xpos' is for causal stacks (GPT, a decoder): its decay grows "
+                "for keys after the query, so a bidirectional encoder cannot use it."
+            )
+        self.scale_base = config.xpos_scale_base
+
+    def rotary(self, position_ids, dtype):
+        emb = self.angles(position_ids)
+        dims = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32)
+        zeta = (dims / self.head_dim + self.gamma) / (1 + self.gamma)  # (hs/2,) in [0.29, 1)
+        power = position_ids.float()[..., None] / self.scale_base  # (B|1, T, 1)
+        scale = zeta**power  # (B|1, T, hs/2)
+        scale = torch.cat((scale, scale), dim=-1)  # (B|1, T, hs), the layout of `angles`
+        cos, sin = emb.cos(), emb.sin()
+        return (
+            (cos * scale).to(dtype),
+            (sin * scale).to(dtype),
+            (cos / scale).to(dtype),
+            (sin / scale).to(dtype),
+        )
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
@@ -427,26 +485,32 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 class ALiBiPositions(NoPositions):
-    """ALiBi: a linear penalty `-slope_h * (i - j)` on the scores instead of position vectors.
+    """ALiBi: a linear penalty `-slope_h * (n - m)` on the scores instead of position vectors.
 
-    Distances are measured in key-index space. With left or right padding the real tokens are
-    contiguous, so their distances are the same as in an unpadded sequence. A bidirectional
-    encoder penalizes the distance `|i - j|` symmetrically, as the paper suggests for encoders.
+    Distances are measured between the positions of the query (n) and the key (m), not between
+    their indices: a block packed from documents whose `position_ids` restart at each document
+    start gives every document the biases it has alone, and so do left padding and explicit
+    `position_ids`. Cached keys keep the positions they had when they were new (`key_positions`).
+    A bidirectional encoder penalizes `|n - m|` symmetrically, as the paper suggests for encoders.
     """
+
+    uses_key_positions = True
 
     def __init__(self, config, width=None, causal=True):
         super().__init__(config)
         self.num_heads = config.num_attention_heads
         self.causal = causal
 
-    def attention_bias(self, q_len, kv_len, past_len, device, dtype):
+    def attention_bias(
+        self, q_len, kv_len, past_len, device, dtype, position_ids=None, key_position_ids=None
+    ):
         slopes = alibi_slopes(self.num_heads).to(device)  # (nh,)
-        q_pos = torch.arange(q_len, device=device) + past_len  # absolute index of each query
-        k_pos = torch.arange(kv_len, device=device)
-        distance = q_pos[:, None] - k_pos[None, :]  # (T, S)
+        distance = (
+            position_ids.to(device)[:, :, None] - key_position_ids.to(device)[:, None, :]
+        )  # (1|B, T, S)
         # causal: future keys are masked anyway; bidirectional: the penalty is symmetric
         distance = (distance.clamp(min=0) if self.causal else distance.abs()).float()
-        return (-slopes[:, None, None] * distance)[None].to(dtype)  # (1, nh, T, S)
+        return (-slopes[None, :, None, None] * distance[:, None]).to(dtype)  # (1|B, nh, T, S)
 
 
 def relative_position_bucket(
@@ -486,7 +550,9 @@ class RelativeBucketPositions(NoPositions):
         self.bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
         self.bias.init_role = "relative_bias"
 
-    def attention_bias(self, q_len, kv_len, past_len, device, dtype):
+    def attention_bias(
+        self, q_len, kv_len, past_len, device, dtype, position_ids=None, key_position_ids=None
+    ):
         q_pos = (torch.arange(q_len, device=device) + past_len)[:, None]  # (T, 1)
         k_pos = torch.arange(kv_len, device=device)[None, :]  # (1, S)
         buckets = relative_position_bucket(
@@ -503,6 +569,7 @@ POSITION_ENCODINGS = {
     "alibi": ALiBiPositions,
     "none": NoPositions,
     "relative_buckets": RelativeBucketPositions,
+    "xpos": XPosPositions,
 }
 assert tuple(POSITION_ENCODINGS) == POSITION_ENCODING_NAMES
 
@@ -689,8 +756,9 @@ class Attention(nn.Module):
         k = k.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
         v = v.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
         if position_embeddings is not None:
-            cos, sin = position_embeddings
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            # (cos, sin) rotate queries and keys alike (RoPE); xPos adds the keys' own (key_cos, key_sin)
+            cos, sin, key_cos, key_sin = (*position_embeddings, *position_embeddings)[:4]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
         if past_key_values is not None:
             k, v = past_key_values.update(
                 k, v, self.layer_idx if layer_idx is None else layer_idx
@@ -936,6 +1004,34 @@ def real_token_positions(
     index = torch.arange(mask.shape[-1], device=device)
     positions = torch.where(mask.bool(), mask.cumsum(-1) - 1, index)  # (B, W)
     return positions.index_select(1, new)  # (B, T); an index, not a slice: `past_len` may be a tensor
+
+
+def key_positions(
+    position_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    past_len: int | torch.Tensor,
+    kv_len: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """(1|B, S) positions of the S keys attention sees, for a bias measured between positions (ALiBi).
+
+    The T new keys are the queries, at key slots past_len .. past_len + T - 1: they take the
+    queries' `position_ids`. The cached keys (and a static cache's empty slots) are numbered as
+    the new tokens are: by the real-token rule (`real_token_positions`, what the default and
+    `generate()` give) shifted by the row's offset from that rule at its first new token, so
+    positions that start elsewhere than 0 keep every distance. A cache does not record positions
+    that restart inside it (packed documents): those must be run without a cache.
+
+    Args:
+        position_ids: (1|B, T) the new tokens' positions.
+        attention_mask: (B, S) padding mask widened to the keys (`keys_padding_mask`), or None.
+    """
+    rule = real_token_positions(attention_mask, 0, kv_len, device)  # (1|B, S)
+    new = torch.arange(position_ids.shape[-1], device=device) + past_len  # (T,) key slot of each query
+    position_ids = position_ids.to(device=device, dtype=rule.dtype)
+    shift = position_ids[:, :1] - rule.index_select(1, new[:1])  # (1|B, 1), 0 with the rule's positions
+    keys = rule + shift  # (1|B, S)
+    return keys.index_copy(1, new, position_ids.expand(keys.shape[0], -1))  # (1|B, S)
 
 
 def check_positions_in_range(
@@ -1192,7 +1288,14 @@ class TransformerStack:
             hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T)
         hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
         rotary = self.positions.rotary(position_ids, dtype)
-        bias = self.positions.attention_bias(T, kv_len, past_len, device, dtype)
+        key_position_ids = (
+            key_positions(position_ids, attention_mask, past_len, kv_len, device)
+            if self.positions.uses_key_positions
+            else None
+        )
+        bias = self.positions.attention_bias(
+            T, kv_len, past_len, device, dtype, position_ids, key_position_ids
+        )
         mask, is_causal = build_attention_mask(
             attention_mask,
             T,

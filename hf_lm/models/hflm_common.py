@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 FEED_FORWARD_NAMES = ("relu", "gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh", "reglu")
 NORM_NAMES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
-POSITION_ENCODING_NAMES = ("learned", "sinusoidal", "rope", "alibi", "none", "relative_buckets")
+POSITION_ENCODING_NAMES = ("learned", "sinusoidal", "rope", "alibi", "none", "relative_buckets", "xpos")
 RNN_CELL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
 # "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
 # "loop": the step functions in a Python loop, the readable reference (always used with padding).

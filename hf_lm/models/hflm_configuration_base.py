@@ -38,10 +38,12 @@ class HfLmTransformerConfig(PreTrainedConfig):
         hidden_act: feed-forward variant, one of `FEED_FORWARD_NAMES` ("relu", "gelu", "gelu_tanh",
             "swiglu", "geglu", "reglu").
         position_embedding_type: one of "learned", "sinusoidal", "rope", "alibi",
-            "relative_buckets" (T5), "none".
+            "relative_buckets" (T5), "none", "xpos" (RoPE with a decay, causal stacks only).
         max_position_embeddings: longest input the learned positions allow (also the default
             context length for the other schemes).
-        rope_theta: RoPE base frequency.
+        rope_theta: RoPE base frequency (also xPos's).
+        xpos_scale_base: xPos's scale base: the decay of a score is zeta^(distance / xpos_scale_base)
+            (Sun et al., 2022, use 512).
         relative_attention_num_buckets, relative_attention_max_distance: T5's bucketed relative
             position bias (`position_embedding_type="relative_buckets"`).
         attention_scale: factor on the attention scores; `None` = 1/sqrt(head_dim). T5 uses 1.0
@@ -92,6 +94,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
     supports_albert_options = False
     # whether the family's heads implement the mixture-of-experts fields (their losses and outputs)
     supports_moe = False
+    # whether the family runs a bidirectional stack (an encoder), which xPos's one-sided decay cannot serve
+    has_bidirectional_stack = True
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -106,6 +110,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
     position_embedding_type: str = "learned"
     max_position_embeddings: int = 1024
     rope_theta: float = 10000.0
+    xpos_scale_base: int = 512
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     attention_scale: float | None = None
@@ -186,9 +191,15 @@ class HfLmTransformerConfig(PreTrainedConfig):
         _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODING_NAMES)
         _choice("norm_type", self.norm_type, NORM_NAMES)
         _choice("norm_position", self.norm_position, NORM_POSITIONS)
-        if self.position_embedding_type == "rope" and self.head_dim % 2:
+        if self.position_embedding_type in ("rope", "xpos") and self.head_dim % 2:
             raise ValueError(
-                f"`head_dim` must be even for position_embedding_type='rope', got {self.head_dim}."
+                f"`head_dim` must be even for position_embedding_type='{self.position_embedding_type}', got {self.head_dim}."
+            )
+        _positive_int("xpos_scale_base", self.xpos_scale_base)
+        if self.position_embedding_type == "xpos" and self.has_bidirectional_stack:
+            raise ValueError(
+                f"`position_embedding_type`='xpos' is for causal stacks (hflm_gpt): its decay grows for keys "
+                f"after the query, so {self.model_type or type(self).__name__}'s encoder cannot use it."
             )
         self._validate_albert_options()
         self._validate_moe_options()

@@ -31,4 +31,5 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     model_type = "hflm_gpt"
     supports_albert_options = True
     supports_moe = True
+    has_bidirectional_stack = False
     keys_to_ignore_at_inference = ["past_key_values"]
