@@ -12,6 +12,7 @@ from .hflm_common import (
     NORM_NAMES,
     NORM_POSITIONS,
     POSITION_ENCODING_NAMES,
+    _attention_pattern,
     _bool,
     _choice,
     _non_negative,
@@ -62,6 +63,23 @@ class HfLmTransformerConfig(PreTrainedConfig):
             E -> H projection, V*E + E*H parameters instead of V*H.
         num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
             `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
+        attention_pattern: which keys each query may attend to: "dense" (all), or distinct parts
+            joined with "+", their union: "global" (the first `num_global_tokens` tokens attend
+            to and are attended by every token), "band" (keys at most `attention_window` tokens
+            away: a sliding window), "dilated" (every `attention_dilation`-th key up to
+            `attention_window * attention_dilation` away), "random" (`num_random_keys` keys per
+            query, chosen by a seeded hash of the two positions), "block" (keys in the query's
+            block of `attention_block_size` tokens). "band+global" is Longformer's (Beltagy et
+            al., 2020), "band+global+random" BigBird's (Zaheer et al., 2020). It applies to the
+            self-attention of GPT, BERT and the T5/BART encoder, intersected with causality and
+            padding; a T5/BART decoder stays dense. Distances count real tokens (padding aside).
+        attention_window: w, the band's reach on each side (a causal query sees w + 1 keys:
+            Mistral's `sliding_window` is w + 1, Longformer's `attention_window` 2w).
+        attention_dilation: d, the dilated window's gap (d = 1 is the band).
+        num_global_tokens: g, how many leading tokens are global.
+        attention_block_size: b, the block-local pattern's block length.
+        num_random_keys: r, random keys per query (fewer when fewer keys are allowed).
+        attention_random_seed: the random pattern's seed; the same on every device.
 
     The last two are implemented by the families that set `supports_albert_options` (GPT, BERT);
     the others refuse values other than the defaults rather than silently ignoring them.
@@ -101,6 +119,13 @@ class HfLmTransformerConfig(PreTrainedConfig):
     eos_token_id: int | list[int] | None = None
     embedding_size: int | None = None
     num_hidden_groups: int | None = None
+    attention_pattern: str = "dense"
+    attention_window: int = 128
+    attention_dilation: int = 2
+    num_global_tokens: int = 1
+    attention_block_size: int = 64
+    num_random_keys: int = 3
+    attention_random_seed: int = 0
 
     def __post_init__(self, **kwargs):
         # derived fields first, so they are validated like the rest
@@ -179,6 +204,45 @@ class HfLmTransformerConfig(PreTrainedConfig):
             _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
+        self._validate_attention_pattern()
+
+    # whether the family's cached self-attention follows `attention_pattern` (GPT's does; T5/BART
+    # apply it to their encoder only, BERT keeps no cache): a class attribute, not a field
+    attention_pattern_in_cache = False
+
+    def _validate_attention_pattern(self) -> None:
+        _attention_pattern("attention_pattern", self.attention_pattern)
+        for name in (
+            "attention_window",
+            "attention_dilation",
+            "num_global_tokens",
+            "attention_block_size",
+            "num_random_keys",
+        ):
+            _positive_int(name, getattr(self, name))
+        seed = self.attention_random_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`attention_random_seed` must be a non-negative integer, got {seed!r}.")
+
+    @property
+    def sliding_window(self) -> int | None:
+        """How many of the latest keys a decoding step can attend to, or None when it may need any.
+
+        Derived, not stored: Mistral's name, which transformers' `DynamicCache(config=...)` and
+        `StaticCache(config=...)` (what `generate()` makes) read to build sliding-window layers
+        that keep only those keys. Bounded when every part of a cached `attention_pattern` is
+        local: "band" reaches w keys back, "dilated" w * d, "block" b - 1; "global" and "random"
+        keys may lie anywhere before.
+        """
+        reach = {
+            "band": self.attention_window,
+            "dilated": self.attention_window * self.attention_dilation,
+            "block": self.attention_block_size - 1,
+        }
+        parts = _attention_pattern("attention_pattern", self.attention_pattern)
+        if not self.attention_pattern_in_cache or not parts or not set(parts) <= set(reach):
+            return None
+        return max(reach[part] for part in parts) + 1
 
     def _validate_albert_options(self) -> None:
         if not self.supports_albert_options:

@@ -30,4 +30,6 @@ class HfLmGPTConfig(HfLmTransformerConfig):
 
     model_type = "hflm_gpt"
     supports_albert_options = True
+    # a local `attention_pattern` ("band", "dilated", "block") decodes with a sliding-window cache
+    attention_pattern_in_cache = True
     keys_to_ignore_at_inference = ["past_key_values"]
