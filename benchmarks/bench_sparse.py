@@ -1,0 +1,219 @@
+#!/usr/bin/env python
+"""CPU benchmark: decoding at long context with a band (sliding-window) attention pattern against
+dense attention, the same GPT and the same weights.
+
+The band model (`attention_pattern="band"`, reach `--window` w) decodes with transformers'
+sliding-window cache (`DynamicCache(config=...)` builds `DynamicSlidingWindowLayer`s from the
+config's derived `sliding_window` = w + 1), which keeps w keys per layer however long the context;
+the dense model's `DynamicCache` keeps them all. For each context length L (`--contexts`):
+
+1. KV cache memory after a greedy `generate()` of `--new-tokens` N from an L-token prompt: the
+   bytes of the cache's key and value tensors, counted from the tensors themselves.
+2. Decode speed: `generate()` of N tokens and of 1 token from the same prompt, timed alternately
+   side by side (`time_alternating`, median over rounds); ms per new token = (t_N - t_1) / (N - 1),
+   so the prompt's prefill is not counted. The prefill (t_1) is reported too: the band's mask is
+   built dense (T x S) and runs through SDPA's masked path, so the band does not make prefill faster
+   here; the savings are the cache and each decoding step's keys.
+
+A sanity line checks that band decoding with the sliding cache equals band decoding with a full
+cache (the same tokens), so the memory saved changes nothing in the output.
+
+Usage:
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_sparse                 # a few minutes on a CPU
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_sparse --quick         # smoke run
+
+Prints a markdown table with the band/dense ratios and writes JSON and markdown to `--output-dir`
+(default `benchmarks/results/sparse/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from .bench_common import (
+    add_machine_options,
+    command_line,
+    environment,
+    environment_line,
+    fmt,
+    markdown_table,
+    tensor_bytes,
+    time_alternating,
+    write_ab_report,
+)
+
+SIDES = ("dense", "band")
+METHOD = (
+    "Both sides are the same GPT (same weights); only attention_pattern differs. Cache bytes are "
+    "counted from the cache tensors after generate(). Times: generate() of N and of 1 new tokens, "
+    "sides alternating round by round after warm-up, median over rounds; decode ms/token = "
+    "(t_N - t_1) / (N - 1)."
+)
+
+
+def build_models(args):
+    """The dense GPT and the same weights with the band pattern."""
+    import torch
+
+    from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
+
+    sizes = dict(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        max_position_embeddings=max(args.contexts) + args.new_tokens,
+        position_embedding_type="rope",
+        norm_type="rmsnorm",
+        hidden_act="swiglu",
+        attention_bias=False,
+        mlp_bias=False,
+    )
+    torch.manual_seed(args.seed)
+    dense = HfLmGPTForCausalLM(HfLmGPTConfig(**sizes)).eval()
+    band = HfLmGPTForCausalLM(HfLmGPTConfig(**sizes, attention_pattern="band", attention_window=args.window))
+    band.load_state_dict(dense.state_dict())
+    return {"dense": dense, "band": band.eval()}
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of a transformers cache's key and value tensors."""
+    return tensor_bytes(t for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+def measure_context(models, L: int, args) -> dict:
+    """Cache bytes and timings of both sides at context L."""
+    import torch
+
+    prompt = torch.randint(3, args.vocab, (1, L), generator=torch.Generator().manual_seed(L))
+    mask = torch.ones_like(prompt)
+    n = args.new_tokens
+
+    def generator(model, new_tokens):
+        @torch.no_grad()
+        def run():
+            return model.generate(
+                prompt,
+                attention_mask=mask,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                return_dict_in_generate=True,
+            )
+
+        return run
+
+    row = {"context": L}
+    for side, model in models.items():
+        out = generator(model, n)()
+        row[f"{side}_cache_bytes"] = cache_bytes(out.past_key_values)
+        row[f"{side}_cache_tokens"] = out.past_key_values.layers[0].keys.shape[-2]
+    fns = {f"{side}:{k}": generator(model, k) for side, model in models.items() for k in (1, n)}
+    samples = time_alternating(fns, rounds=args.rounds, reps=1, warmup=args.warmup)
+    for side in models:
+        t1 = statistics.median(samples[f"{side}:1"]["wall_s"])
+        tn = statistics.median(samples[f"{side}:{n}"]["wall_s"])
+        row[f"{side}_prefill_s"] = t1
+        row[f"{side}_decode_ms_per_token"] = 1000 * (tn - t1) / (n - 1)
+    row["cache_ratio"] = row["band_cache_bytes"] / row["dense_cache_bytes"]
+    row["decode_speedup"] = row["dense_decode_ms_per_token"] / row["band_decode_ms_per_token"]
+    row["samples"] = samples
+    return row
+
+
+def sanity(models, args) -> bool:
+    """Band decoding with its sliding cache gives the tokens of band decoding with a full cache."""
+    import torch
+    from transformers import DynamicCache
+
+    band = models["band"]
+    prompt = torch.randint(3, args.vocab, (1, 4 * args.window), generator=torch.Generator().manual_seed(1))
+    kwargs = dict(max_new_tokens=2 * args.window, do_sample=False)
+    with torch.no_grad():
+        sliding = band.generate(prompt, **kwargs)
+        full = band.generate(prompt, past_key_values=DynamicCache(), **kwargs)
+    return bool(torch.equal(sliding, full))
+
+
+def table(rows: list[dict]) -> str:
+    header = [
+        "context",
+        "cache dense",
+        "cache band",
+        "band/dense",
+        "decode ms/tok dense",
+        "decode ms/tok band",
+        "speedup",
+        "prefill s dense",
+        "prefill s band",
+    ]
+    cells = [
+        [
+            fmt(r["context"]),
+            f"{r['dense_cache_bytes'] / 2**20:.2f} MiB ({r['dense_cache_tokens']} tok)",
+            f"{r['band_cache_bytes'] / 2**20:.2f} MiB ({r['band_cache_tokens']} tok)",
+            f"{r['cache_ratio']:.3f}",
+            fmt(r["dense_decode_ms_per_token"]),
+            fmt(r["band_decode_ms_per_token"]),
+            f"{r['decode_speedup']:.2f}x",
+            fmt(r["dense_prefill_s"], 3),
+            fmt(r["band_prefill_s"], 3),
+        ]
+        for r in rows
+    ]
+    return markdown_table(header, cells, align="r" * len(header))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[512, 2048, 4096])
+    p.add_argument("--window", type=int, default=128, help="the band's reach w (sliding_window = w + 1)")
+    p.add_argument("--new-tokens", type=int, default=33, help="N new tokens per timed generate()")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--output-dir", default="benchmarks/results/sparse")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, to check that it runs")
+    add_machine_options(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.contexts, args.window, args.new_tokens, args.rounds, args.warmup = [128, 256], 16, 9, 1, 0
+        args.layers, args.hidden, args.vocab = 2, 64, 512
+    return args
+
+
+def main(argv=None) -> None:
+    import torch
+
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    env = environment(args.threads)
+    print(environment_line(env))
+    models = build_models(args)
+    same = sanity(models, args)
+    print(f"sanity: band decoding with the sliding cache == with a full cache: {same}")
+    t0 = time.perf_counter()
+    rows = [measure_context(models, L, args) for L in args.contexts]
+    text = table(rows)
+    print(text)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    command = command_line("benchmarks.bench_sparse", argv)
+    (out / "bench_sparse.md").write_text(
+        f"# Dense vs band attention: KV cache and decode speed\n\n`{command}`\n\n"
+        f"{environment_line(env)}; {args.layers} layers, hidden {args.hidden}, {args.heads} heads, "
+        f"band reach w = {args.window} (sliding_window {args.window + 1}), {args.new_tokens} new tokens, "
+        f"batch 1, fp32.\n\nSanity (sliding cache == full cache tokens): {same}\n\n{text}\n\n{METHOD}\n"
+    )
+    body = {"sanity_sliding_equals_full_cache": same, "rows": rows, "seconds": time.perf_counter() - t0}
+    write_ab_report(out / "bench_sparse.json", env, args, body, [], METHOD)
+
+
+if __name__ == "__main__":
+    main()
