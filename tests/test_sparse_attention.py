@@ -28,6 +28,7 @@ from hf_lm import (
     HfLmGPTForCausalLM,
     HfLmT5Config,
     HfLmT5ForConditionalGeneration,
+    kv_cache_bytes,
 )
 from hf_lm.models.hflm_blocks import AttentionPattern, build_attention_mask
 
@@ -332,6 +333,9 @@ def test_band_decoding_keeps_only_the_window():
     assert all(isinstance(layer, DynamicSlidingWindowLayer) for layer in cache.layers)
     assert cache.layers[0].keys.shape[-2] == SETTINGS["attention_window"]
     assert cache.get_seq_length() == 24  # the count still runs from the first token
+    assert kv_cache_bytes(band.config, 1, 24, torch.float32) == sum(
+        t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
+    )
     longformer = gpt("band+global")
     assert longformer.config.sliding_window is None
     with torch.no_grad():
