@@ -302,6 +302,27 @@ def test_generate_equals_full_recompute_at_every_step(pattern, cache):
     torch.testing.assert_close(torch.stack(out.logits, 1), logits, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi", "none"])
+def test_sliding_cache_generation_with_every_position_scheme(positions):
+    """ALiBi's bias and the positions are computed over every token, then cut to the kept keys."""
+    model = gpt("band", position_embedding_type=positions)
+    ids, mask = padded_batch("gpt", T=6)
+    with torch.no_grad():
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=10,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        tokens, logits = recompute_greedy(model, ids, mask, 10)
+    assert isinstance(out.past_key_values.layers[0], DynamicSlidingWindowLayer)
+    assert torch.equal(out.sequences, tokens)
+    torch.testing.assert_close(torch.stack(out.logits, 1), logits, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("pattern", ["band", "dilated+block", "band+global+random"])
 def test_cached_forward_in_chunks_equals_one_uncached_forward(pattern):
     """Prefill, then one token, then a chunk of five (a chunk larger than one step of a sliding
@@ -413,6 +434,7 @@ def test_save_load_and_remote_code(tmp_path):
     ids, mask = padded_batch("gpt", T=6)
     folder = remote.save(band, "gpt")
     assert "sliding_window" not in (folder / "config.json").read_text()  # derived, not stored
+    assert "| sparse attention pattern | band+dilated |" in (folder / "README.md").read_text()
     reloaded = HfLmGPTForCausalLM.from_pretrained(folder).eval()
     assert reloaded.config.attention_pattern == "band+dilated"
     assert reloaded.config.attention_window == SETTINGS["attention_window"]

@@ -357,6 +357,8 @@ class HfLmPreTrainedModel(PreTrainedModel):
         groups = getattr(cfg, "num_hidden_groups", None)
         if groups not in (None, cfg.num_hidden_layers):
             rows.append(("distinct blocks (shared across layers)", groups))
+        if getattr(cfg, "attention_pattern", "dense") != "dense":
+            rows.append(("sparse attention pattern", cfg.attention_pattern))
         return rows + [("parameters", f"{self.num_parameters():,}")]
 
 
