@@ -7,13 +7,14 @@ sliding-window cache (`DynamicCache(config=...)` builds `DynamicSlidingWindowLay
 config's derived `sliding_window` = w + 1), which keeps w keys per layer however long the context;
 the dense model's `DynamicCache` keeps them all. For each context length L (`--contexts`):
 
-1. KV cache memory after a greedy `generate()` of `--new-tokens` N from an L-token prompt: the
-   bytes of the cache's key and value tensors, counted from the tensors themselves.
-2. Decode speed: `generate()` of N tokens and of 1 token from the same prompt, timed alternately
-   side by side (`time_alternating`, median over rounds); ms per new token = (t_N - t_1) / (N - 1),
-   so the prompt's prefill is not counted. The prefill (t_1) is reported too: the band's mask is
-   built dense (T x S) and runs through SDPA's masked path, so the band does not make prefill faster
-   here; the savings are the cache and each decoding step's keys.
+1. KV cache memory after N = `--new-tokens` greedy steps from an L-token prompt: the bytes of
+   the cache's key and value tensors, counted from the tensors themselves.
+2. Decode speed: a greedy loop of N steps through `forward` with the cache (what `generate()`
+   runs, without its bookkeeping), after an L-token prefill; the prefill and the decoding steps are
+   timed apart. The two sides alternate round by round (the first side of a round alternates too),
+   after warm-up; the medians over rounds are reported. The prefill is reported too: the band's
+   mask is built dense (T x S) and runs through SDPA's masked path, so the band does not make the
+   prefill faster here; the savings are the cache and each decoding step's keys.
 
 A sanity line checks that band decoding with the sliding cache equals band decoding with a full
 cache (the same tokens), so the memory saved changes nothing in the output.
@@ -29,28 +30,30 @@ Prints a markdown table with the band/dense ratios and writes JSON and markdown 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from pathlib import Path
 
 from .bench_common import (
+    Contention,
     add_machine_options,
+    busy_note,
     command_line,
     environment,
     environment_line,
     fmt,
     markdown_table,
     tensor_bytes,
-    time_alternating,
     write_ab_report,
 )
 
 SIDES = ("dense", "band")
 METHOD = (
     "Both sides are the same GPT (same weights); only attention_pattern differs. Cache bytes are "
-    "counted from the cache tensors after generate(). Times: generate() of N and of 1 new tokens, "
-    "sides alternating round by round after warm-up, median over rounds; decode ms/token = "
-    "(t_N - t_1) / (N - 1)."
+    "counted from the cache tensors after the decode. Times: an L-token prefill, then N greedy steps "
+    "through forward with the cache, timed apart; sides alternating round by round after warm-up, "
+    "median over rounds."
 )
 
 
@@ -84,43 +87,49 @@ def cache_bytes(cache) -> int:
     return tensor_bytes(t for layer in cache.layers for t in (layer.keys, layer.values))
 
 
+def decode_run(model, prompt, n: int) -> tuple[float, float, object]:
+    """A greedy decode as generate() runs it (forward with the cache, one token a step): the
+    prefill's seconds, the seconds per new token, and the cache."""
+    import torch
+
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = model(prompt, use_cache=True, logits_to_keep=1)  # makes the config's cache, as generate()
+        t1 = time.perf_counter()
+        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        for _ in range(n):
+            out = model(token, past_key_values=cache, use_cache=True)
+            token = out.logits[:, -1:].argmax(-1)
+        t2 = time.perf_counter()
+    return t1 - t0, (t2 - t1) / n, cache
+
+
 def measure_context(models, L: int, args) -> dict:
-    """Cache bytes and timings of both sides at context L."""
+    """Cache bytes and timings of both sides at context L, the sides alternating round by round."""
     import torch
 
     prompt = torch.randint(3, args.vocab, (1, L), generator=torch.Generator().manual_seed(L))
-    mask = torch.ones_like(prompt)
-    n = args.new_tokens
-
-    def generator(model, new_tokens):
-        @torch.no_grad()
-        def run():
-            return model.generate(
-                prompt,
-                attention_mask=mask,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                do_sample=False,
-                return_dict_in_generate=True,
-            )
-
-        return run
-
+    samples = {side: {"prefill_s": [], "decode_s": []} for side in models}
     row = {"context": L}
-    for side, model in models.items():
-        out = generator(model, n)()
-        row[f"{side}_cache_bytes"] = cache_bytes(out.past_key_values)
-        row[f"{side}_cache_tokens"] = out.past_key_values.layers[0].keys.shape[-2]
-    fns = {f"{side}:{k}": generator(model, k) for side, model in models.items() for k in (1, n)}
-    samples = time_alternating(fns, rounds=args.rounds, reps=1, warmup=args.warmup)
-    for side in models:
-        t1 = statistics.median(samples[f"{side}:1"]["wall_s"])
-        tn = statistics.median(samples[f"{side}:{n}"]["wall_s"])
-        row[f"{side}_prefill_s"] = t1
-        row[f"{side}_decode_ms_per_token"] = 1000 * (tn - t1) / (n - 1)
+    names = list(models)
+    with Contention() as busy:
+        for r in range(args.warmup + args.rounds):
+            for side in names if r % 2 == 0 else names[::-1]:
+                gc.collect()
+                prefill, decode, cache = decode_run(models[side], prompt, args.new_tokens)
+                if r >= args.warmup:
+                    samples[side]["prefill_s"].append(prefill)
+                    samples[side]["decode_s"].append(decode)
+                row[f"{side}_cache_bytes"] = cache_bytes(cache)
+                row[f"{side}_cache_tokens"] = cache.layers[0].keys.shape[-2]
+                del cache
+    for side in names:
+        row[f"{side}_prefill_s"] = statistics.median(samples[side]["prefill_s"])
+        row[f"{side}_decode_ms_per_token"] = 1000 * statistics.median(samples[side]["decode_s"])
     row["cache_ratio"] = row["band_cache_bytes"] / row["dense_cache_bytes"]
     row["decode_speedup"] = row["dense_decode_ms_per_token"] / row["band_decode_ms_per_token"]
-    row["samples"] = samples
+    row["contention"], row["samples"] = busy.result, samples
+    print(f"context {L}: done{busy_note(busy.result)}", flush=True)
     return row
 
 
@@ -171,12 +180,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=[512, 2048, 4096])
     p.add_argument("--window", type=int, default=128, help="the band's reach w (sliding_window = w + 1)")
-    p.add_argument("--new-tokens", type=int, default=33, help="N new tokens per timed generate()")
+    p.add_argument("--new-tokens", type=int, default=64, help="N greedy decoding steps per round")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--output-dir", default="benchmarks/results/sparse")
     p.add_argument("--quick", action="store_true", help="tiny sizes, to check that it runs")
