@@ -101,8 +101,9 @@ def _bool(name: str, value) -> None:
 
 
 def _attention_pattern(name: str, value) -> tuple[str, ...]:
-    """ "dense", or distinct names of `ATTENTION_PATTERN_NAMES` joined with "+" ("band+global" is
-    Longformer's, "band+global+random" BigBird's); returns the parts, () for "dense"."""
+    """The parts of an `attention_pattern`: "dense" (none), or distinct names of
+    `ATTENTION_PATTERN_NAMES` joined with "+" ("band+global" is Longformer's, "band+global+random"
+    BigBird's)."""
     parts = tuple(value.split("+")) if isinstance(value, str) else ()
     if value != "dense" and (
         not parts or len(set(parts)) != len(parts) or not set(parts) <= set(ATTENTION_PATTERN_NAMES)

@@ -58,11 +58,6 @@ class HfLmTransformerConfig(PreTrainedConfig):
         tie_word_embeddings: share the input embedding and the output projection.
         use_cache: return a KV cache by default.
         pad_token_id, bos_token_id, eos_token_id: special tokens, `None` or ids inside the vocabulary.
-        embedding_size: width E of the token (and absolute position) embeddings; `None` = hidden
-            size. E < H is ALBERT's factorized embedding (Lan et al., 2020): a V x E table and an
-            E -> H projection, V*E + E*H parameters instead of V*H.
-        num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
-            `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
         attention_pattern: which keys each query may attend to: "dense" (all), or distinct parts
             joined with "+", their union: "global" (the first `num_global_tokens` tokens attend
             to and are attended by every token), "band" (keys at most `attention_window` tokens
@@ -80,6 +75,11 @@ class HfLmTransformerConfig(PreTrainedConfig):
         attention_block_size: b, the block-local pattern's block length.
         num_random_keys: r, random keys per query (fewer when fewer keys are allowed).
         attention_random_seed: the random pattern's seed; the same on every device.
+        embedding_size: width E of the token (and absolute position) embeddings; `None` = hidden
+            size. E < H is ALBERT's factorized embedding (Lan et al., 2020): a V x E table and an
+            E -> H projection, V*E + E*H parameters instead of V*H.
+        num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
+            `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
 
     The last two are implemented by the families that set `supports_albert_options` (GPT, BERT);
     the others refuse values other than the defaults rather than silently ignoring them.
@@ -87,6 +87,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
 
     # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
     supports_albert_options = False
+    # whether the family's cached self-attention follows `attention_pattern` (GPT's does; T5/BART
+    # apply it to their encoder only, BERT keeps no cache): a class attribute, not a field
+    attention_pattern_in_cache = False
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -205,10 +208,6 @@ class HfLmTransformerConfig(PreTrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
         self._validate_attention_pattern()
-
-    # whether the family's cached self-attention follows `attention_pattern` (GPT's does; T5/BART
-    # apply it to their encoder only, BERT keeps no cache): a class attribute, not a field
-    attention_pattern_in_cache = False
 
     def _validate_attention_pattern(self) -> None:
         _attention_pattern("attention_pattern", self.attention_pattern)
