@@ -11,8 +11,10 @@ the dense model's `DynamicCache` keeps them all. For each context length L (`--c
    the cache's key and value tensors, counted from the tensors themselves.
 2. Decode speed: a greedy loop of N steps through `forward` with the cache (what `generate()`
    runs, without its bookkeeping), after an L-token prefill; the prefill and the decoding steps are
-   timed apart. The two sides alternate round by round (the first side of a round alternates too),
-   after warm-up; the medians over rounds are reported. The prefill is reported too: the band's
+   timed apart, in wall time and in this process's CPU time (user + system; with one thread it is
+   the work done, steadier than wall time on a shared machine). The two sides alternate round by
+   round (the first side of a round alternates too), after warm-up; the medians over rounds are
+   reported. The prefill is reported too: the band's
    mask is built dense (T x S) and runs through SDPA's masked path, so the band does not make the
    prefill faster here; the savings are the cache and each decoding step's keys.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -49,11 +52,12 @@ from .bench_common import (
 )
 
 SIDES = ("dense", "band")
+TIMES = ("prefill_s", "prefill_cpu_s", "decode_s", "decode_cpu_s")
 METHOD = (
     "Both sides are the same GPT (same weights); only attention_pattern differs. Cache bytes are "
     "counted from the cache tensors after the decode. Times: an L-token prefill, then N greedy steps "
-    "through forward with the cache, timed apart; sides alternating round by round after warm-up, "
-    "median over rounds."
+    "through forward with the cache, timed apart (wall and process CPU time); sides alternating "
+    "round by round after warm-up, median over rounds."
 )
 
 
@@ -87,21 +91,33 @@ def cache_bytes(cache) -> int:
     return tensor_bytes(t for layer in cache.layers for t in (layer.keys, layer.values))
 
 
-def decode_run(model, prompt, n: int) -> tuple[float, float, object]:
+def clocks() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds, user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), usage.ru_utime + usage.ru_stime
+
+
+def decode_run(model, prompt, n: int) -> tuple[dict, object]:
     """A greedy decode as generate() runs it (forward with the cache, one token a step): the
-    prefill's seconds, the seconds per new token, and the cache."""
+    prefill's wall and CPU seconds, the wall and CPU seconds per new token, and the cache."""
     import torch
 
     with torch.no_grad():
-        t0 = time.perf_counter()
+        t0 = clocks()
         out = model(prompt, use_cache=True, logits_to_keep=1)  # makes the config's cache, as generate()
-        t1 = time.perf_counter()
+        t1 = clocks()
         cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
         for _ in range(n):
             out = model(token, past_key_values=cache, use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
-        t2 = time.perf_counter()
-    return t1 - t0, (t2 - t1) / n, cache
+        t2 = clocks()
+    times = {
+        "prefill_s": t1[0] - t0[0],
+        "prefill_cpu_s": t1[1] - t0[1],
+        "decode_s": (t2[0] - t1[0]) / n,
+        "decode_cpu_s": (t2[1] - t1[1]) / n,
+    }
+    return times, cache
 
 
 def measure_context(models, L: int, args) -> dict:
@@ -109,25 +125,26 @@ def measure_context(models, L: int, args) -> dict:
     import torch
 
     prompt = torch.randint(3, args.vocab, (1, L), generator=torch.Generator().manual_seed(L))
-    samples = {side: {"prefill_s": [], "decode_s": []} for side in models}
+    samples = {side: {name: [] for name in TIMES} for side in models}
     row = {"context": L}
     names = list(models)
     with Contention() as busy:
         for r in range(args.warmup + args.rounds):
             for side in names if r % 2 == 0 else names[::-1]:
                 gc.collect()
-                prefill, decode, cache = decode_run(models[side], prompt, args.new_tokens)
-                if r >= args.warmup:
-                    samples[side]["prefill_s"].append(prefill)
-                    samples[side]["decode_s"].append(decode)
+                times, cache = decode_run(models[side], prompt, args.new_tokens)
+                for name in TIMES if r >= args.warmup else ():
+                    samples[side][name].append(times[name])
                 row[f"{side}_cache_bytes"] = cache_bytes(cache)
                 row[f"{side}_cache_tokens"] = cache.layers[0].keys.shape[-2]
                 del cache
     for side in names:
         row[f"{side}_prefill_s"] = statistics.median(samples[side]["prefill_s"])
         row[f"{side}_decode_ms_per_token"] = 1000 * statistics.median(samples[side]["decode_s"])
+        row[f"{side}_decode_cpu_ms_per_token"] = 1000 * statistics.median(samples[side]["decode_cpu_s"])
     row["cache_ratio"] = row["band_cache_bytes"] / row["dense_cache_bytes"]
     row["decode_speedup"] = row["dense_decode_ms_per_token"] / row["band_decode_ms_per_token"]
+    row["decode_cpu_speedup"] = row["dense_decode_cpu_ms_per_token"] / row["band_decode_cpu_ms_per_token"]
     row["contention"], row["samples"] = busy.result, samples
     print(f"context {L}: done{busy_note(busy.result)}", flush=True)
     return row
@@ -156,6 +173,9 @@ def table(rows: list[dict]) -> str:
         "decode ms/tok dense",
         "decode ms/tok band",
         "speedup",
+        "decode CPU ms/tok dense",
+        "decode CPU ms/tok band",
+        "CPU speedup",
         "prefill s dense",
         "prefill s band",
     ]
@@ -168,6 +188,9 @@ def table(rows: list[dict]) -> str:
             fmt(r["dense_decode_ms_per_token"]),
             fmt(r["band_decode_ms_per_token"]),
             f"{r['decode_speedup']:.2f}x",
+            fmt(r["dense_decode_cpu_ms_per_token"]),
+            fmt(r["band_decode_cpu_ms_per_token"]),
+            f"{r['decode_cpu_speedup']:.2f}x",
             fmt(r["dense_prefill_s"], 3),
             fmt(r["band_prefill_s"], 3),
         ]
