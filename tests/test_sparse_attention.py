@@ -279,48 +279,40 @@ def recompute_greedy(model, ids, mask, steps: int) -> tuple[torch.Tensor, torch.
     return ids, torch.stack(all_logits, 1)
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
-@pytest.mark.parametrize("pattern", PATTERNS)
-def test_generate_equals_full_recompute_at_every_step(pattern, cache):
-    model = gpt(pattern)
+def assert_generate_equals_recompute(model, steps: int, **kwargs):
+    """Greedy generate() on a left-padded batch gives the tokens, and the logits at every step, of
+    `recompute_greedy`; returns generate()'s output."""
     ids, mask = padded_batch("gpt", T=6)
-    kwargs = {"cache_implementation": "static"} if cache == "static" else {}
     with torch.no_grad():
         out = model.generate(
             ids,
             attention_mask=mask,
-            max_new_tokens=14,
+            max_new_tokens=steps,
             do_sample=False,
             pad_token_id=0,
             return_dict_in_generate=True,
             output_logits=True,
             **kwargs,
         )
-        tokens, logits = recompute_greedy(model, ids, mask, 14)
-    assert torch.equal(out.sequences, tokens), (pattern, cache)
+        tokens, logits = recompute_greedy(model, ids, mask, steps)
+    assert torch.equal(out.sequences, tokens)
     # the logits too: a tiny random model's argmax hardly depends on attention
     torch.testing.assert_close(torch.stack(out.logits, 1), logits, atol=1e-5, rtol=1e-5)
+    return out
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_generate_equals_full_recompute_at_every_step(pattern, cache):
+    kwargs = {"cache_implementation": "static"} if cache == "static" else {}
+    assert_generate_equals_recompute(gpt(pattern), 14, **kwargs)
 
 
 @pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope", "alibi", "none"])
 def test_sliding_cache_generation_with_every_position_scheme(positions):
     """ALiBi's bias and the positions are computed over every token, then cut to the kept keys."""
-    model = gpt("band", position_embedding_type=positions)
-    ids, mask = padded_batch("gpt", T=6)
-    with torch.no_grad():
-        out = model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=10,
-            do_sample=False,
-            pad_token_id=0,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
-        tokens, logits = recompute_greedy(model, ids, mask, 10)
+    out = assert_generate_equals_recompute(gpt("band", position_embedding_type=positions), 10)
     assert isinstance(out.past_key_values.layers[0], DynamicSlidingWindowLayer)
-    assert torch.equal(out.sequences, tokens)
-    torch.testing.assert_close(torch.stack(out.logits, 1), logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("pattern", ["band", "dilated+block", "band+global+random"])
