@@ -15,7 +15,8 @@ embeddings, multi-head attention, one block per layer, embeddings as wide as the
     norm         rmsnorm (Zhang & Sennrich, 2019), post_norm (Vaswani et al., 2017)
     positions    sinusoidal, rope (Su et al., 2021), alibi (Press et al., 2022), no_positions
     embeddings   untied, factorized_embeddings (ALBERT's E = H/4, Lan et al., 2020)
-    attention    gqa (Ainslie et al., 2023: half as many key/value heads), mqa (Shazeer, 2019)
+    attention    gqa (Ainslie et al., 2023: half as many key/value heads), mqa (Shazeer, 2019),
+                 band_attention (a sliding window of 16 tokens; Beltagy et al., 2020)
     sharing      shared_blocks (ALBERT's cross-layer sharing: one block run at every layer)
 
 The gated feed-forwards have three matrices instead of two; as in Shazeer (2020) their width is
@@ -176,6 +177,12 @@ VARIANTS = [
         lambda size, match_glu: {"num_key_value_heads": max(1, size.num_attention_heads // 2)},
     ),
     Variant("mqa", "attention", "multi-query attention, 1 key-value head", _fixed(num_key_value_heads=1)),
+    Variant(
+        "band_attention",
+        "attention",
+        "band (sliding-window) attention: each token sees the 16 before it",
+        _fixed(attention_pattern="band", attention_window=16),
+    ),
     Variant(
         "shared_blocks",
         "sharing",
