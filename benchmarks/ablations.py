@@ -43,7 +43,7 @@ interrupted grid continues where it stopped); `--rerun` forces it.
 
 Defaults are nanoGPT's small CPU configuration of `shakespeare_char` (4 layers, 4 heads, 128 wide,
 context 64, batch 12, 2000 steps, learning rate 1e-3, dropout 0), about 3-4 minutes per run on one
-core of a recent CPU: the full grid (16 variants x 3 seeds) takes a few hours; `--jobs` runs
+core of a recent CPU: the full grid (17 variants x 3 seeds) takes a few hours; `--jobs` runs
 several at once (with `--threads` each), at the price of noisier step times.
 """
 
