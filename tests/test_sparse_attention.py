@@ -315,6 +315,29 @@ def test_sliding_cache_generation_with_every_position_scheme(positions):
     assert isinstance(out.past_key_values.layers[0], DynamicSlidingWindowLayer)
 
 
+@pytest.mark.parametrize("pattern", ["band", "band+global+random"])
+def test_beam_search_and_sampling_with_the_cache_equal_them_without(pattern):
+    """Beam search reorders the sliding cache; seeded sampling draws the same tokens."""
+    model = gpt(pattern)
+    ids, mask = padded_batch("gpt", T=6)
+    with torch.no_grad():
+        for kwargs in ({"num_beams": 3}, {"do_sample": True, "top_k": 20}):
+            runs = []
+            for use_cache in (True, False):
+                torch.manual_seed(0)
+                runs.append(
+                    model.generate(
+                        ids,
+                        attention_mask=mask,
+                        max_new_tokens=12,
+                        pad_token_id=0,
+                        use_cache=use_cache,
+                        **kwargs,
+                    )
+                )
+            assert torch.equal(*runs), kwargs
+
+
 @pytest.mark.parametrize("pattern", ["band", "dilated+block", "band+global+random"])
 def test_cached_forward_in_chunks_equals_one_uncached_forward(pattern):
     """Prefill, then one token, then a chunk of five (a chunk larger than one step of a sliding
