@@ -15,7 +15,8 @@ embeddings, multi-head attention, one block per layer, embeddings as wide as the
     norm         rmsnorm (Zhang & Sennrich, 2019), post_norm (Vaswani et al., 2017)
     positions    sinusoidal, rope (Su et al., 2021), alibi (Press et al., 2022), no_positions
     embeddings   untied, factorized_embeddings (ALBERT's E = H/4, Lan et al., 2020)
-    attention    gqa (Ainslie et al., 2023: half as many key/value heads), mqa (Shazeer, 2019)
+    attention    gqa (Ainslie et al., 2023: half as many key/value heads), mqa (Shazeer, 2019),
+                 band_attention (a sliding window of 16 tokens; Beltagy et al., 2020)
     sharing      shared_blocks (ALBERT's cross-layer sharing: one block run at every layer)
     experts      moe (4 experts, top-2: Shazeer et al., 2017), switch (4 experts, top-1 with capacity
                  factor 1.25: Fedus et al., 2021), in every layer
@@ -47,7 +48,7 @@ interrupted grid continues where it stopped); `--rerun` forces it.
 
 Defaults are nanoGPT's small CPU configuration of `shakespeare_char` (4 layers, 4 heads, 128 wide,
 context 64, batch 12, 2000 steps, learning rate 1e-3, dropout 0), about 3-4 minutes per run on one
-core of a recent CPU: the full grid (18 variants x 3 seeds) takes a few hours; `--jobs` runs
+core of a recent CPU: the full grid (19 variants x 3 seeds) takes a few hours; `--jobs` runs
 several at once (with `--threads` each), at the price of noisier step times.
 """
 
@@ -181,6 +182,12 @@ VARIANTS = [
         lambda size, match_glu: {"num_key_value_heads": max(1, size.num_attention_heads // 2)},
     ),
     Variant("mqa", "attention", "multi-query attention, 1 key-value head", _fixed(num_key_value_heads=1)),
+    Variant(
+        "band_attention",
+        "attention",
+        "band (sliding-window) attention: each token sees the 16 before it",
+        _fixed(attention_pattern="band", attention_window=16),
+    ),
     Variant(
         "shared_blocks",
         "sharing",

@@ -11,7 +11,9 @@ def kv_cache_bytes(config, batch_size: int, seq_len: int, dtype: torch.dtype | s
     Every layer stores keys and values for `num_key_value_heads` heads, so the cache is
     `2 * layers * batch * seq_len * num_key_value_heads * head_dim * bytes_per_element`.
     Grouped-query attention divides it by `num_attention_heads / num_key_value_heads`;
-    multi-query attention (one key/value head) by `num_attention_heads`.
+    multi-query attention (one key/value head) by `num_attention_heads`. With a local
+    `attention_pattern` (a config whose `sliding_window` is set) the `DynamicCache` generate()
+    makes keeps at most `sliding_window - 1` tokens, however long the sequence.
 
     Example:
         >>> from hf_lm import HfLmGPTConfig, kv_cache_bytes
@@ -24,5 +26,8 @@ def kv_cache_bytes(config, batch_size: int, seq_len: int, dtype: torch.dtype | s
     if batch_size < 0 or seq_len < 0:
         raise ValueError(f"batch_size and seq_len must be non-negative, got {batch_size} and {seq_len}.")
     per_element = torch.empty((), dtype=dtype).element_size()
+    window = getattr(config, "sliding_window", None)
+    if window:
+        seq_len = min(seq_len, window - 1)  # what DynamicSlidingWindowLayer keeps
     layers = getattr(config, "num_decoder_layers", None) or config.num_hidden_layers
     return 2 * layers * batch_size * seq_len * config.num_key_value_heads * config.head_dim * per_element

@@ -24,7 +24,7 @@ COMPONENT_FIELDS = {
     "norm": {"norm_type", "norm_position"},
     "positions": {"position_embedding_type"},
     "embeddings": {"tie_word_embeddings", "embedding_size"},
-    "attention": {"num_key_value_heads"},
+    "attention": {"num_key_value_heads", "attention_pattern", "attention_window"},
     "sharing": {"num_hidden_groups"},
     "experts": {"num_local_experts", "num_experts_per_tok", "capacity_factor", "norm_topk_prob"},
 }
@@ -100,7 +100,7 @@ def test_flags_build_the_same_model_as_the_config(tmp_path):
 def test_select_variants():
     names = [v.name for v in ablations.select_variants("mqa,positions")]
     assert names == ["baseline", "sinusoidal", "rope", "alibi", "no_positions", "mqa"]  # grid order
-    assert len(ablations.select_variants(None)) == len(ablations.VARIANTS) == 18
+    assert len(ablations.select_variants(None)) == len(ablations.VARIANTS) == 19
     with pytest.raises(ValueError, match="Unknown variant or component 'swish'"):
         ablations.select_variants("swish")
     with pytest.raises(SystemExit):

@@ -27,12 +27,15 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
 from .hflm_common import (
+    ATTENTION_PATTERN_NAMES,
     FEED_FORWARD_NAMES,
     NORM_NAMES,
     POSITION_ENCODING_NAMES,
+    _attention_pattern,
     _padding_mask_is_full,
     _require_integer,
     _require_tensor,
+    cache_key_offset,
     cache_lengths,
     check_encoder_states,
     check_padding_mask,
@@ -600,8 +603,10 @@ def build_attention_mask(
     bias: torch.Tensor | None = None,
     past_len: int | torch.Tensor | None = None,
     document_ids: torch.Tensor | None = None,
+    pattern: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, bool]:
-    """Combine padding, causality, an optional fully visible prefix and an optional score bias.
+    """Combine padding, causality, an optional fully visible prefix, an optional sparse attention
+    pattern and an optional score bias.
 
     Args:
         attention_mask: (B, S) with 1 for real tokens and 0 for padding (a static cache's empty
@@ -617,6 +622,8 @@ def build_attention_mask(
             static cache (see `cache_lengths`): the mask is then always built, no host read.
         document_ids: (B, S) index of the document each token belongs to, for blocks packed from
             several documents: a query sees only keys of its own document.
+        pattern: (1|B, 1, T, S) bool, the keys a sparse attention pattern lets each query see
+            (`AttentionPattern`), or None (dense).
 
     Returns:
         `(mask, is_causal)`. `mask` is None when plain causal attention (or no mask at all) is
@@ -632,6 +639,7 @@ def build_attention_mask(
         and not padded
         and prefix_lengths is None
         and document_ids is None
+        and pattern is None
         and not torch.is_tensor(past_len)  # a static cache: its empty slots must be masked
         and past_len + q_len == kv_len
     ):
@@ -653,6 +661,8 @@ def build_attention_mask(
         docs = document_ids.to(device)
         same_doc = docs[:, q_idx[:, 0], None] == docs[:, None, :]  # (B, T, S)
         allowed = allowed & same_doc[:, None]  # (B, 1, T, S)
+    if pattern is not None:
+        allowed = allowed & pattern  # (1|B, 1, T, S)
     # a query with nothing to attend to (a padding query of a left-padded causal row, a fully
     # padded sequence) sees itself: no empty softmax row, so no NaN, and SDPA and eager agree
     allowed = allowed | ((k_idx == q_idx)[None, None] & ~allowed.any(dim=-1, keepdim=True))
@@ -661,6 +671,121 @@ def build_attention_mask(
     if bias is None:
         return allowed, False
     return bias.masked_fill(~allowed, torch.finfo(dtype).min), False
+
+
+# ----------------------------------------------------------------------------------------------
+# Sparse attention patterns: which keys each query may see, on top of causality and padding.
+# Each part maps the positions of queries (1|B, T, 1) and keys (1|B, 1, S) to a (1|B, T, S) bool
+# mask; a pattern is the union of its parts (`attention_pattern="band+global"`). Positions count
+# real tokens (padding aside, as `real_token_positions` does), so a left-padded row gets the
+# pattern it has alone.
+# ----------------------------------------------------------------------------------------------
+
+
+def global_pattern(config, q_pos, k_pos, eligible):
+    """Global tokens (Longformer's, Beltagy et al., 2020): the first g tokens see every key and
+    every query sees them."""
+    g = config.num_global_tokens
+    return (q_pos < g) | (k_pos < g)
+
+
+def band_pattern(config, q_pos, k_pos, eligible):
+    """A band (sliding window): keys at most w tokens away."""
+    return (q_pos - k_pos).abs() <= config.attention_window
+
+
+def dilated_pattern(config, q_pos, k_pos, eligible):
+    """A dilated window (Longformer): every d-th key up to w * d tokens away, so the same number
+    of keys as the band reaches d times farther."""
+    distance = (q_pos - k_pos).abs()
+    d = config.attention_dilation
+    return (distance <= config.attention_window * d) & (distance % d == 0)
+
+
+def block_pattern(config, q_pos, k_pos, eligible):
+    """Block-local attention: keys in the query's block of b tokens (blocks start at multiples of b)."""
+    b = config.attention_block_size
+    return q_pos // b == k_pos // b
+
+
+_HASH_BITS = 2**31 - 1
+
+
+def position_hash(q_pos: torch.Tensor, k_pos: torch.Tensor, seed: int) -> torch.Tensor:
+    """A 31-bit hash of (seed, query position, key position) in int64 arithmetic, every product
+    below 2**62: no random generator, so it is the same on every device and in plain Python."""
+    x = ((seed & _HASH_BITS) ^ q_pos) * 0x2545F491 & _HASH_BITS
+    x = (x ^ (x >> 13) ^ k_pos) * 0x5BD1E995 & _HASH_BITS
+    x = (x ^ (x >> 16)) * 0x2545F491 & _HASH_BITS
+    return x ^ (x >> 15)
+
+
+def random_pattern(config, q_pos, k_pos, eligible):
+    """Random keys (BigBird's, Zaheer et al., 2020, per key instead of per block): each query sees
+    the r eligible keys (real, and not later for a causal query) of smallest
+    `position_hash(seed, query, key)`, ties broken by the key's position; all of them when fewer."""
+    # (hash, key position) as one int64, below 2**55: positions are taken below 2**24
+    rank = (position_hash(q_pos, k_pos, config.attention_random_seed) << 24) | (k_pos & (2**24 - 1))
+    rank = rank.masked_fill(~eligible, torch.iinfo(torch.int64).max)  # (1|B, T, S)
+    r = min(config.num_random_keys, rank.shape[-1])
+    kth = rank.topk(r, dim=-1, largest=False).values[..., -1:]  # (1|B, T, 1) the r-th smallest
+    return eligible & (rank <= kth)
+
+
+ATTENTION_PATTERNS = {
+    "global": global_pattern,
+    "band": band_pattern,
+    "dilated": dilated_pattern,
+    "random": random_pattern,
+    "block": block_pattern,
+}
+assert tuple(ATTENTION_PATTERNS) == ATTENTION_PATTERN_NAMES
+
+
+class AttentionPattern:
+    """A stack's sparse attention pattern (`config.attention_pattern`), its parts looked up once.
+
+    Called once per forward, it gives `build_attention_mask` the (1|B, 1, T, S) keys each query may
+    see, None for "dense" (then nothing changes). `active=False` keeps a stack dense whatever the
+    config says (an encoder-decoder's decoder).
+    """
+
+    def __init__(self, config, active: bool = True):
+        names = _attention_pattern("attention_pattern", config.attention_pattern) if active else ()
+        self.config = config
+        self.parts = [ATTENTION_PATTERNS[name] for name in names]
+
+    def __call__(
+        self,
+        attention_mask: torch.Tensor | None,
+        past_len: int | torch.Tensor,
+        q_len: int,
+        kv_len: int,
+        causal: bool,
+        device: torch.device,
+    ) -> torch.Tensor | None:
+        """Args as `build_attention_mask`'s: the (B, S) padding mask of the S keys (or None), the
+        T queries at key indices past_len .. past_len + T - 1."""
+        if not self.parts:
+            return None
+        index = torch.arange(kv_len, device=device)  # (S,)
+        if attention_mask is None:
+            k_pos, real = index[None], None  # (1, S)
+        else:
+            real = attention_mask.to(device).bool()  # (B, S)
+            k_pos = torch.where(
+                real, real.long().cumsum(-1) - 1, index
+            )  # each real key's index among real keys
+        q_pos = k_pos.index_select(1, torch.arange(q_len, device=device) + past_len)  # (1|B, T)
+        q_pos, k_pos = q_pos[:, :, None], k_pos[:, None, :]  # (1|B, T, 1), (1|B, 1, S)
+        eligible = k_pos <= q_pos if causal else torch.ones_like(k_pos, dtype=torch.bool)
+        if real is not None:
+            eligible = eligible & real[:, None, :]  # (B, T|1, S)
+        eligible = eligible.expand(-1, q_len, -1)
+        allowed = self.parts[0](self.config, q_pos, k_pos, eligible)
+        for part in self.parts[1:]:
+            allowed = allowed | part(self.config, q_pos, k_pos, eligible)  # the union of the parts
+        return allowed[:, None]  # (1|B, 1, T, S)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1133,6 +1258,9 @@ class TransformerStack:
             for i in range(groups)
         )
         self.layer_to_block = [i * groups // num_layers for i in range(num_layers)]
+        # a sparse `attention_pattern` shapes the self-attention of GPT, BERT and an encoder; an
+        # encoder-decoder's decoder (the stack with cross-attention) stays dense
+        self.attention_pattern = AttentionPattern(config, active=not cross_attention)
         # a post-norm stack already ends in a norm; a pre-norm stack needs one
         self.norm = build_norm(config) if config.norm_position == "pre" else nn.Identity()
         self.gradient_checkpointing = False
@@ -1186,7 +1314,9 @@ class TransformerStack:
         )
         use_cache = self.stack_use_cache(use_cache)
         if use_cache and past_key_values is None:
-            past_key_values = DynamicCache()
+            # with a local attention pattern the config's `sliding_window` makes sliding layers,
+            # which keep only the keys a decoding step can see (as generate()'s cache does)
+            past_key_values = DynamicCache(config=cfg) if cfg.sliding_window else DynamicCache()
             if self.cross_attention:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
         if not self.is_causal:
@@ -1264,6 +1394,10 @@ class TransformerStack:
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
         # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
         past_len, kv_len = cache_lengths(past_key_values, T)
+        # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset` keys:
+        # masks are built over all offset + kv_len tokens and cut to the keys the cache returns
+        offset = cache_key_offset(past_key_values, T)
+        kv_len = offset + kv_len
 
         # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
         attention_mask = keys_padding_mask(
@@ -1307,8 +1441,10 @@ class TransformerStack:
             bias,
             past_len,
             document_ids,
+            self.attention_pattern(attention_mask, past_len, T, kv_len, self.is_causal, device),
         )
-
+        if offset and mask is not None:
+            mask = mask[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
         return hidden_states, mask, is_causal, rotary, cross_mask
 
     def segment_embeddings(self, token_type_ids, B: int, T: int) -> torch.Tensor:

@@ -40,6 +40,9 @@ RNN_CELL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
 # "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
 # "loop": the step functions in a Python loop, the readable reference (always used with padding).
 RNN_IMPLEMENTATIONS = ("fused", "loop")
+# sparse attention patterns (`attention_pattern`, "dense" or these joined with "+"), the course's
+# figure: global tokens, band (sliding window), dilated window, random keys, block-local
+ATTENTION_PATTERN_NAMES = ("global", "band", "dilated", "random", "block")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,6 +99,21 @@ def _probability(name: str, value) -> None:
 def _bool(name: str, value) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+
+
+def _attention_pattern(name: str, value) -> tuple[str, ...]:
+    """The parts of an `attention_pattern`: "dense" (none), or distinct names of
+    `ATTENTION_PATTERN_NAMES` joined with "+" ("band+global" is Longformer's, "band+global+random"
+    BigBird's)."""
+    parts = tuple(value.split("+")) if isinstance(value, str) else ()
+    if value != "dense" and (
+        not parts or len(set(parts)) != len(parts) or not set(parts) <= set(ATTENTION_PATTERN_NAMES)
+    ):
+        raise ValueError(
+            f"`{name}` must be 'dense' or distinct names of {list(ATTENTION_PATTERN_NAMES)} joined "
+            f"with '+' (e.g. 'band+global'), got {value!r}."
+        )
+    return () if value == "dense" else parts
 
 
 def _token_ids(name: str, value, vocab_size: int) -> None:
@@ -352,6 +370,8 @@ class HfLmPreTrainedModel(PreTrainedModel):
         groups = getattr(cfg, "num_hidden_groups", None)
         if groups not in (None, cfg.num_hidden_layers):
             rows.append(("distinct blocks (shared across layers)", groups))
+        if getattr(cfg, "attention_pattern", "dense") != "dense":
+            rows.append(("sparse attention pattern", cfg.attention_pattern))
         return rows + [("parameters", f"{self.num_parameters():,}")]
 
 
@@ -547,13 +567,26 @@ def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]
     # an EncoderDecoderCache answers for its self-attention cache
     past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
     # a full static cache would fail inside its own update with an index error; a static count is
-    # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T)
-    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len:
+    # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T; a
+    # sliding-window cache's keys start at `cache_key_offset`, the older ones dropped)
+    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len + cache_key_offset(
+        past_key_values, q_len
+    ):
         raise ValueError(
             f"The static cache holds {kv_len} tokens: {int(past_len)} cached and {q_len} new ones do not fit. "
             "Give it a larger `max_cache_len`."
         )
     return past_len, kv_len
+
+
+def cache_key_offset(past_key_values, q_len: int) -> int:
+    """How many of the oldest keys a sliding-window cache has dropped (transformers'
+    `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`, made for a config with a
+    `sliding_window`): the keys attention sees are tokens `offset .. offset + kv_len - 1`. 0 for
+    every other cache, and for None."""
+    if past_key_values is None:
+        return 0
+    return past_key_values.get_mask_sizes(q_len, 0)[1]
 
 
 def check_position_ids(

@@ -12,6 +12,7 @@ from .hflm_common import (
     NORM_NAMES,
     NORM_POSITIONS,
     POSITION_ENCODING_NAMES,
+    _attention_pattern,
     _bool,
     _choice,
     _non_negative,
@@ -59,6 +60,23 @@ class HfLmTransformerConfig(PreTrainedConfig):
         tie_word_embeddings: share the input embedding and the output projection.
         use_cache: return a KV cache by default.
         pad_token_id, bos_token_id, eos_token_id: special tokens, `None` or ids inside the vocabulary.
+        attention_pattern: which keys each query may attend to: "dense" (all), or distinct parts
+            joined with "+", their union: "global" (the first `num_global_tokens` tokens attend
+            to and are attended by every token), "band" (keys at most `attention_window` tokens
+            away: a sliding window), "dilated" (every `attention_dilation`-th key up to
+            `attention_window * attention_dilation` away), "random" (`num_random_keys` keys per
+            query, chosen by a seeded hash of the two positions), "block" (keys in the query's
+            block of `attention_block_size` tokens). "band+global" is Longformer's (Beltagy et
+            al., 2020), "band+global+random" BigBird's (Zaheer et al., 2020). It applies to the
+            self-attention of GPT, BERT and the T5/BART encoder, intersected with causality and
+            padding; a T5/BART decoder stays dense. Distances count real tokens (padding aside).
+        attention_window: w, the band's reach on each side (a causal query sees w + 1 keys:
+            Mistral's `sliding_window` is w + 1, Longformer's `attention_window` 2w).
+        attention_dilation: d, the dilated window's gap (d = 1 is the band).
+        num_global_tokens: g, how many leading tokens are global.
+        attention_block_size: b, the block-local pattern's block length.
+        num_random_keys: r, random keys per query (fewer when fewer keys are allowed).
+        attention_random_seed: the random pattern's seed; the same on every device.
         embedding_size: width E of the token (and absolute position) embeddings; `None` = hidden
             size. E < H is ALBERT's factorized embedding (Lan et al., 2020): a V x E table and an
             E -> H projection, V*E + E*H parameters instead of V*H.
@@ -96,6 +114,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
     supports_moe = False
     # whether the family runs a bidirectional stack (an encoder), which xPos's one-sided decay cannot serve
     has_bidirectional_stack = True
+    # whether the family's cached self-attention follows `attention_pattern` (GPT's does; T5/BART
+    # apply it to their encoder only, BERT keeps no cache): a class attribute, not a field
+    attention_pattern_in_cache = False
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
@@ -141,6 +162,13 @@ class HfLmTransformerConfig(PreTrainedConfig):
     output_router_logits: bool = False
     encoder_sparse_step: int = 1
     decoder_sparse_step: int = 1
+    attention_pattern: str = "dense"
+    attention_window: int = 128
+    attention_dilation: int = 2
+    num_global_tokens: int = 1
+    attention_block_size: int = 64
+    num_random_keys: int = 3
+    attention_random_seed: int = 0
 
     def __post_init__(self, **kwargs):
         # derived fields first, so they are validated like the rest
@@ -226,6 +254,41 @@ class HfLmTransformerConfig(PreTrainedConfig):
             _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
+        self._validate_attention_pattern()
+
+    def _validate_attention_pattern(self) -> None:
+        _attention_pattern("attention_pattern", self.attention_pattern)
+        for name in (
+            "attention_window",
+            "attention_dilation",
+            "num_global_tokens",
+            "attention_block_size",
+            "num_random_keys",
+        ):
+            _positive_int(name, getattr(self, name))
+        seed = self.attention_random_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`attention_random_seed` must be a non-negative integer, got {seed!r}.")
+
+    @property
+    def sliding_window(self) -> int | None:
+        """How many of the latest keys a decoding step can attend to, or None when it may need any.
+
+        Derived, not stored: Mistral's name, which transformers' `DynamicCache(config=...)` and
+        `StaticCache(config=...)` (what `generate()` makes) read to build sliding-window layers
+        that keep only those keys. Bounded when every part of a cached `attention_pattern` is
+        local: "band" reaches w keys back, "dilated" w * d, "block" b - 1; "global" and "random"
+        keys may lie anywhere before.
+        """
+        reach = {
+            "band": self.attention_window,
+            "dilated": self.attention_window * self.attention_dilation,
+            "block": self.attention_block_size - 1,
+        }
+        parts = _attention_pattern("attention_pattern", self.attention_pattern)
+        if not self.attention_pattern_in_cache or not parts or not set(parts) <= set(reach):
+            return None
+        return max(reach[part] for part in parts) + 1
 
     def _validate_albert_options(self) -> None:
         if not self.supports_albert_options:

@@ -32,4 +32,6 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     supports_albert_options = True
     supports_moe = True
     has_bidirectional_stack = False
+    # a local `attention_pattern` ("band", "dilated", "block") decodes with a sliding-window cache
+    attention_pattern_in_cache = True
     keys_to_ignore_at_inference = ["past_key_values"]
