@@ -52,7 +52,7 @@ def cases(selected=FAMILY_CASES, xfail: dict[str, str] | None = None) -> list:
     ]
 
 
-TARGETS = ("labels", "next_sentence_label", "start_positions", "end_positions")
+TARGETS = ("labels", "length_labels", "next_sentence_label", "start_positions", "end_positions")
 
 
 def inputs_only(case, batch: dict) -> dict:

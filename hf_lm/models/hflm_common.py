@@ -39,6 +39,9 @@ RNN_CELL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
 # "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
 # "loop": the step functions in a Python loop, the readable reference (always used with padding).
 RNN_IMPLEMENTATIONS = ("fused", "loop")
+# an encoder-decoder's decoder self-attention: "causal" (autoregressive), or "bidirectional", the
+# conditional masked LM of Mask-Predict (Ghazvininejad et al., 2019), which predicts masked targets
+DECODER_ATTENTION_NAMES = ("causal", "bidirectional")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -123,6 +126,7 @@ _PIPELINE_TAGS = {
     "ForQuestionAnswering": "question-answering",
     "ForMultipleChoice": "multiple-choice",
     "ForConditionalGeneration": "text2text-generation",
+    "ForMaskPredict": "text2text-generation",
     "Model": "feature-extraction",
 }
 
