@@ -257,25 +257,34 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         )
 
 
-class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMixin):
-    """The encoder-decoder with an LM head on the decoder (tied to the shared embedding by default)."""
+class _Seq2SeqWithLMHead(HfLmSeq2SeqPreTrainedModel):
+    """The encoder-decoder with a vocabulary head on the decoder (tied to the shared embedding by
+    default): what the autoregressive head and the Mask-Predict head share."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    # the loss is the model's own, on unshifted labels (transformers would map this class-name suffix
-    # to a causal loss that shifts again)
+    # the loss is the model's own, on unshifted labels (transformers would map the class-name suffix
+    # ForConditionalGeneration to a causal loss that shifts again)
     accepts_loss_kwargs = True
+    # the `config.decoder_attention` the head is built for, and what to use otherwise
+    _decoder_attention, _other_decoder = (
+        "causal",
+        "a bidirectional decoder is the Mask-Predict head's (`...ForMaskPredict`)",
+    )
 
     def __init__(self, config: HfLmEncoderDecoderConfig):
         super().__init__(config)
-        if config.decoder_attention != "causal":
+        if config.decoder_attention != self._decoder_attention:
             raise ValueError(
-                f"`decoder_attention` must be 'causal' for {type(self).__name__} (it generates left to right), "
-                f"got {config.decoder_attention!r}; a bidirectional decoder is the Mask-Predict head's "
-                "(`...ForMaskPredict`)."
+                f"`decoder_attention` must be {self._decoder_attention!r} for {type(self).__name__}, "
+                f"got {config.decoder_attention!r}: {self._other_decoder}."
             )
         self.model = self._base_class(config)
         self.lm_head = VocabProjection(config.hidden_size, config.vocab_size, bias=False)
+        self._add_heads(config)
         self.post_init()
+
+    def _add_heads(self, config: HfLmEncoderDecoderConfig) -> None:
+        """Register a subclass's other heads (before `post_init` initializes them)."""
 
     def get_encoder(self):
         return self.model.encoder
@@ -288,6 +297,17 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
+
+    def token_logits(self, decoder_states: torch.Tensor) -> torch.Tensor:
+        """(B, T, C) decoder output -> (B, T, V) token logits."""
+        if self.config.scale_decoder_output:
+            # T5 ties the head to embeddings that were not scaled at the input: rescale here
+            decoder_states = decoder_states * self.config.hidden_size**-0.5
+        return self.lm_head(decoder_states)
+
+
+class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
+    """The encoder-decoder with an LM head on the decoder, generating left to right."""
 
     def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
         """Beam search's cache reordering (the hook `generate()` calls when a model defines it).
@@ -360,11 +380,8 @@ class _Seq2SeqForConditionalGeneration(HfLmSeq2SeqPreTrainedModel, GenerationMix
             return_dict=True,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
-        if self.config.scale_decoder_output:
-            # T5 ties the head to embeddings that were not scaled at the input: rescale here
-            hidden_states = hidden_states * self.config.hidden_size**-0.5
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
-        logits = self.lm_head(hidden_states)  # (B, T, V)
+        logits = self.token_logits(hidden_states)  # (B, T, V)
         loss = None
         if labels is not None:
             if labels.shape != logits.shape[:2]:
@@ -536,7 +553,7 @@ def check_length_labels(length_labels, batch: int, num_lengths: int) -> None:
         )
 
 
-class _Seq2SeqForMaskPredict(HfLmSeq2SeqPreTrainedModel):
+class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
     """The encoder-decoder as a conditional masked LM with a length head (Mask-Predict).
 
     Needs `config.decoder_attention="bidirectional"` and a `config.mask_token_id`. Training batches
@@ -545,46 +562,17 @@ class _Seq2SeqForMaskPredict(HfLmSeq2SeqPreTrainedModel):
     elsewhere) and `length_labels` (each target's length). `generate()` runs Mask-Predict.
     """
 
-    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-    accepts_loss_kwargs = True
+    _decoder_attention, _other_decoder = "bidirectional", "this head is a conditional masked LM"
     # the length loss's weight: fairseq's CMLM default (`--length-loss-factor 0.1`)
     length_loss_factor = 0.1
 
-    def __init__(self, config: HfLmEncoderDecoderConfig):
-        super().__init__(config)
-        if config.decoder_attention != "bidirectional":
-            raise ValueError(
-                f"`decoder_attention` must be 'bidirectional' for {type(self).__name__} (a conditional "
-                f"masked LM), got {config.decoder_attention!r}."
-            )
+    def _add_heads(self, config: HfLmEncoderDecoderConfig) -> None:
         if config.mask_token_id is None:
             raise ValueError(
                 f"`mask_token_id` must be set for {type(self).__name__}: it marks the targets to predict."
             )
-        self.model = self._base_class(config)
-        self.lm_head = VocabProjection(config.hidden_size, config.vocab_size, bias=False)
         # one class per target length 0..max_position_embeddings (the paper's length prediction)
         self.length_head = nn.Linear(config.hidden_size, config.max_position_embeddings + 1)
-        self.post_init()
-
-    def get_encoder(self):
-        return self.model.encoder
-
-    def get_decoder(self):
-        return self.model.decoder
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-    def token_logits(self, decoder_states: torch.Tensor) -> torch.Tensor:
-        """(B, T, C) decoder output -> (B, T, V) token logits."""
-        if self.config.scale_decoder_output:
-            # T5 ties the head to embeddings that were not scaled at the input: rescale here
-            decoder_states = decoder_states * self.config.hidden_size**-0.5
-        return self.lm_head(decoder_states)
 
     def length_logits(
         self, encoder_states: torch.Tensor, attention_mask: torch.Tensor | None
