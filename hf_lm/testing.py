@@ -28,7 +28,9 @@ Batches (B = 2 rows, T = 8 tokens; ids avoid the special tokens pad 0, bos 1, eo
   token classification per-token ids (-100 on padding), question answering `start_positions` /
   `end_positions`, multiple choice (B, C=3, T) inputs and a choice id;
 - encoder-decoders: a right-padded source and `labels` (B, 6) (-100 on padding) for the LM heads,
-  `decoder_input_ids` / `decoder_attention_mask` for the bare models, class ids for the classifiers.
+  `decoder_input_ids` / `decoder_attention_mask` for the bare models, class ids for the classifiers;
+  the Mask-Predict heads: the target with ~half its tokens masked as `decoder_input_ids`, `labels`
+  on the masked tokens, `length_labels`.
 
 `make_batch(padding=False)` gives full-length rows (an all-ones mask): recurrent models then take
 torch's fused kernels, which they skip when a step needs masking.
