@@ -361,10 +361,9 @@ def test_copy_task_trains_and_decodes_through_finetune_translation(tmp_path):
 # ---------------------------------------------------------------- the benchmark
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=f"Multi30k data not found at {MULTI30K}")
 def test_benchmark_smoke_run_writes_bleu_per_iteration_and_the_trace(tmp_path):
-    """`python -m benchmarks.mask_predict --smoke`: both models, BLEU for each T, the trace (~60 s)."""
+    """`python -m benchmarks.mask_predict --smoke`: both models, BLEU for each T, the trace (~10 s)."""
     from benchmarks import mask_predict as bench
 
     result = bench.main(
