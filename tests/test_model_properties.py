@@ -297,6 +297,8 @@ def test_token_losses_cover_every_token_level_head():
         "bert-token-cls",
         "t5-seq2seq-lm",
         "bart-seq2seq-lm",
+        "t5-mask-predict",
+        "bart-mask-predict",
         "rnn-causal-lm",
         "rnn-seq2seq-lm",
         "ngram-causal-lm",

@@ -298,6 +298,13 @@ class _Seq2SeqWithLMHead(HfLmSeq2SeqPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
+    @staticmethod
+    def passed_through(outputs: Seq2SeqModelOutput) -> dict:
+        """The bare model's outputs a head returns as they are: both stacks' states and attentions."""
+        names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions")
+        names += ("encoder_last_hidden_state", "encoder_hidden_states", "encoder_attentions")
+        return {name: getattr(outputs, name) for name in names}
+
     def token_logits(self, decoder_states: torch.Tensor) -> torch.Tensor:
         """(B, T, C) decoder output -> (B, T, V) token logits."""
         if self.config.scale_decoder_output:
@@ -391,15 +398,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
         return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            loss=loss, logits=logits, past_key_values=outputs.past_key_values, **self.passed_through(outputs)
         )
 
 
@@ -641,12 +640,7 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             loss=self.cmlm_loss(logits, labels, length_logits, length_labels, n_items),
             logits=logits,
             length_logits=length_logits,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            **self.passed_through(outputs),
         )
 
     def cmlm_loss(self, logits, labels, length_logits, length_labels, num_items_in_batch=None):
