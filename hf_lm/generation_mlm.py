@@ -85,7 +85,7 @@ def _sweep_order(positions: torch.Tensor, order: str, generator: torch.Generator
 def _conditional(logits: torch.Tensor, temperature: float, top_k: int | None, banned: list[int]):
     """(B, V) logits at the masked positions -> (B, V) sampling probabilities."""
     logits = logits.float() / temperature
-    logits[:, banned] = -torch.inf
+    logits = logits.index_fill(-1, torch.tensor(banned, dtype=torch.long, device=logits.device), -torch.inf)
     if top_k is not None:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, -torch.inf)

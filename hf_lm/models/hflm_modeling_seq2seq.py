@@ -680,9 +680,9 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             return_dict=True,
         )
         logits = self.token_logits(outputs.last_hidden_state).float()  # (N, L, V)
-        banned = [self.config.pad_token_id, self.config.mask_token_id]
-        logits[..., [t for t in banned if t is not None]] = -math.inf
-        return logits.log_softmax(dim=-1)
+        banned = [t for t in (self.config.pad_token_id, self.config.mask_token_id) if t is not None]
+        banned = torch.tensor(banned, dtype=torch.long, device=logits.device)
+        return logits.index_fill(-1, banned, -math.inf).log_softmax(dim=-1)
 
     def _length_candidates(self, length_logits: torch.Tensor, length_beam: int, max_new_tokens: int):
         """(B, ℓ) the ℓ most likely target lengths in [1, max_new_tokens], most likely first."""
