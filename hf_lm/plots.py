@@ -225,10 +225,15 @@ def plot_mask_predict(
     if title:
         ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="p(token)")
+    return _save_figure(plt, fig, path, "the Mask-Predict trace")
+
+
+def _save_figure(plt, fig, path: str | Path, what: str) -> Path:
+    """Lay out `fig`, write it as a PNG at `path` (its folder made), close it; returns the path."""
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    logger.info("Wrote the Mask-Predict trace to %s", path)
+    logger.info("Wrote %s to %s", what, path)
     return path

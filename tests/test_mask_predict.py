@@ -328,7 +328,7 @@ def test_collator_masks_targets_and_gives_labels_and_lengths():
 def test_copy_task_trains_and_decodes_through_finetune_translation(tmp_path):
     """`training.finetune_translation --objective mask_predict` on a copy task (source == target):
     collator, CMLM loss, length head, Mask-Predict decoding in evaluation and the saved folder.
-    A 2+2-layer, 64-wide model, 25 epochs of 1,200 pairs: ~85 s on one core; test BLEU ~84."""
+    A 2+2-layer, 64-wide model, 25 epochs of 1,200 pairs: 35-85 s on a shared CPU; test BLEU ~84."""
     from test_finetune_translation import _toy_parallel
 
     from training.finetune_translation import finetune, parse_args
