@@ -991,3 +991,46 @@ def reuse_or_train_tokenizer(
     stamp.write_text(json.dumps(settings, indent=2))
     logger.info("Trained and saved the shared tokenizer (%d tokens) to %s.", len(tokenizer), folder)
     return tokenizer, False
+
+
+def translation_tokenizer(args, settings: dict, folder: Path) -> tuple[object, bool]:
+    """Train (or reuse) the joint byte-level BPE tokenizer (BART's special tokens, `<mask>` included)
+    on both sides of `args.data_dir`'s German-English training pairs: the translation benchmarks'
+    shared tokenizer. `settings`: `vocab_size`, `max_train_samples`, `max_length`. Returns
+    `(tokenizer, reused)`."""
+    from training.finetune_translation import (
+        TranslationDataArguments,
+        ensure_eos,
+        load_translation_dataset,
+        sides,
+    )
+    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
+
+    data_args = TranslationDataArguments(
+        data_dir=str(args.data_dir),
+        validation_split="",
+        test_split="",
+        max_train_samples=settings["max_train_samples"],
+    )
+    stamp = {
+        "data_dir": str(Path(args.data_dir).resolve()),
+        "kind": "byte_bpe",
+        "vocab_size": settings["vocab_size"],
+        "max_train_samples": settings["max_train_samples"],
+        "max_length": settings["max_length"],
+    }
+
+    def train():
+        train_pairs = load_translation_dataset(data_args)["train"]
+        tokenizer = train_tokenizer(
+            sides(train_pairs, "de") + sides(train_pairs, "en"),
+            kind="byte_bpe",
+            vocab_size=settings["vocab_size"],
+            special_tokens=BART_SPECIAL_TOKENS,
+            model_max_length=settings["max_length"],
+            padding_side="right",
+        )
+        ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
+        return tokenizer
+
+    return reuse_or_train_tokenizer(folder, stamp, train)

@@ -87,12 +87,12 @@ from benchmarks.bench_common import (
     preset_table,
     resolve,
     resolve_device,
-    reuse_or_train_tokenizer,
     run_entry_row,
     start_leaderboard,
     training_fields,
     write_results,
 )
+from benchmarks.bench_common import translation_tokenizer as shared_tokenizer
 
 logger = logging.getLogger("leaderboard_translation")
 
@@ -257,46 +257,6 @@ def entry_argv(
     if s["max_test_samples"] is not None:
         argv += ["--max_test_samples", str(s["max_test_samples"])]
     return argv
-
-
-def shared_tokenizer(args: argparse.Namespace, settings: dict, folder: Path):
-    """Train (or reuse) the joint byte-level BPE tokenizer on both sides of the training pairs."""
-    from training.finetune_translation import (
-        TranslationDataArguments,
-        ensure_eos,
-        load_translation_dataset,
-        sides,
-    )
-    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
-
-    data_args = TranslationDataArguments(
-        data_dir=str(args.data_dir),
-        validation_split="",
-        test_split="",
-        max_train_samples=settings["max_train_samples"],
-    )
-    stamp = {
-        "data_dir": str(Path(args.data_dir).resolve()),
-        "kind": "byte_bpe",
-        "vocab_size": settings["vocab_size"],
-        "max_train_samples": settings["max_train_samples"],
-        "max_length": settings["max_length"],
-    }
-
-    def train():
-        train_pairs = load_translation_dataset(data_args)["train"]
-        tokenizer = train_tokenizer(
-            sides(train_pairs, "de") + sides(train_pairs, "en"),
-            kind="byte_bpe",
-            vocab_size=settings["vocab_size"],
-            special_tokens=BART_SPECIAL_TOKENS,
-            model_max_length=settings["max_length"],
-            padding_side="right",
-        )
-        ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
-        return tokenizer
-
-    return reuse_or_train_tokenizer(folder, stamp, train)
 
 
 def run_entry(name: str, argv: list[str]) -> dict:

@@ -59,9 +59,11 @@ from .models.hflm_modeling_rnn import HfLmRNNForCausalLM, HfLmRNNModel
 from .models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration, HfLmRNNSeq2SeqModel
 from .models.hflm_modeling_seq2seq import (
     HfLmBartForConditionalGeneration,
+    HfLmBartForMaskPredict,
     HfLmBartForSequenceClassification,
     HfLmBartModel,
     HfLmT5ForConditionalGeneration,
+    HfLmT5ForMaskPredict,
     HfLmT5ForSequenceClassification,
     HfLmT5Model,
 )
@@ -201,6 +203,8 @@ FAMILIES: dict[str, Family] = {
                 AutoModel: HfLmT5Model,
                 AutoModelForSeq2SeqLM: HfLmT5ForConditionalGeneration,
                 AutoModelForSequenceClassification: HfLmT5ForSequenceClassification,
+                # Mask-Predict's conditional masked LM (transformers also maps BART under this Auto class)
+                AutoModelForMaskedLM: HfLmT5ForMaskPredict,
             },
             special_tokens=T5_SPECIAL_TOKENS,
             presets=tuple(HfLmT5Config.PRESETS),
@@ -214,6 +218,7 @@ FAMILIES: dict[str, Family] = {
                 AutoModel: HfLmBartModel,
                 AutoModelForSeq2SeqLM: HfLmBartForConditionalGeneration,
                 AutoModelForSequenceClassification: HfLmBartForSequenceClassification,
+                AutoModelForMaskedLM: HfLmBartForMaskPredict,
             },
             special_tokens=BART_SPECIAL_TOKENS,
             presets=tuple(HfLmBartConfig.PRESETS),

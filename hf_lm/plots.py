@@ -177,3 +177,63 @@ def plot_alignment(
     plt.close(fig)
     logger.info("Wrote alignment heatmap to %s", path)
     return path
+
+
+def plot_mask_predict(
+    trace, tokens: Sequence[Sequence[str]], path: str | Path, batch_index: int = 0, title: str = ""
+) -> Path:
+    """Save Mask-Predict's refinement of one translation: iterations down, target positions across.
+
+    Each cell is the probability of the token at that position after that iteration (the confidence
+    that picks the next iteration's masks), labelled with the token; the tokens re-predicted at an
+    iteration (masked at its input) are framed. The picture of Ghazvininejad et al. (2019, fig. 1).
+
+    Args:
+        trace: `generate(..., return_dict_in_generate=True)` of a Mask-Predict head: its
+            `iteration_log_probs` and `iteration_masked` ((I, B, L) each) and `lengths` are read.
+        tokens: the token strings, one list per iteration (the row's real positions).
+        path: where to write the PNG.
+        batch_index: which example of the batch.
+        title: the figure title.
+    """
+    length = int(trace.lengths[batch_index])
+    probs = trace.iteration_log_probs[:, batch_index, :length].detach().float().exp().cpu()  # (I, L)
+    masked = trace.iteration_masked[:, batch_index, :length].cpu()
+    if len(tokens) != probs.shape[0] or any(len(row) != length for row in tokens):
+        raise ValueError(f"`tokens` must hold {probs.shape[0]} rows of {length} tokens (one per iteration).")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * length + 1.5), max(2.0, 0.6 * probs.shape[0] + 1.2)))
+    image = ax.imshow(probs.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    for t, row in enumerate(tokens):
+        for i, token in enumerate(row):
+            ax.text(
+                i,
+                t,
+                token,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if probs[t, i] < 0.6 else "black",
+            )
+            if masked[t, i]:
+                ax.add_patch(
+                    plt.Rectangle((i - 0.5, t - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5)
+                )
+    ax.set_yticks(range(probs.shape[0]), [f"t = {t}" for t in range(probs.shape[0])])
+    ax.set_xticks(range(length), [str(i) for i in range(length)], fontsize=7)
+    ax.set_xlabel("target position (red frame: masked and re-predicted at this iteration)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="p(token)")
+    return _save_figure(plt, fig, path, "the Mask-Predict trace")
+
+
+def _save_figure(plt, fig, path: str | Path, what: str) -> Path:
+    """Lay out `fig`, write it as a PNG at `path` (its folder made), close it; returns the path."""
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    logger.info("Wrote %s to %s", what, path)
+    return path

@@ -28,7 +28,9 @@ Batches (B = 2 rows, T = 8 tokens; ids avoid the special tokens pad 0, bos 1, eo
   token classification per-token ids (-100 on padding), question answering `start_positions` /
   `end_positions`, multiple choice (B, C=3, T) inputs and a choice id;
 - encoder-decoders: a right-padded source and `labels` (B, 6) (-100 on padding) for the LM heads,
-  `decoder_input_ids` / `decoder_attention_mask` for the bare models, class ids for the classifiers.
+  `decoder_input_ids` / `decoder_attention_mask` for the bare models, class ids for the classifiers;
+  the Mask-Predict heads: the target with ~half its tokens masked as `decoder_input_ids`, `labels`
+  on the masked tokens, `length_labels`.
 
 `make_batch(padding=False)` gives full-length rows (an all-ones mask): recurrent models then take
 torch's fused kernels, which they skip when a step needs masking.
@@ -44,6 +46,7 @@ import torch
 from hf_lm import (
     HfLmBartConfig,
     HfLmBartForConditionalGeneration,
+    HfLmBartForMaskPredict,
     HfLmBartForSequenceClassification,
     HfLmBartModel,
     HfLmBertConfig,
@@ -71,6 +74,7 @@ from hf_lm import (
     HfLmRNNSeq2SeqModel,
     HfLmT5Config,
     HfLmT5ForConditionalGeneration,
+    HfLmT5ForMaskPredict,
     HfLmT5ForSequenceClassification,
     HfLmT5Model,
 )
@@ -126,6 +130,19 @@ def _t5() -> HfLmT5Config:
 
 def _bart() -> HfLmBartConfig:
     return HfLmBartConfig(**_TRANSFORMER, decoder_start_token_id=2)
+
+
+# Mask-Predict's conditional masked LMs: a bidirectional decoder; the mask is id 1, which an
+# encoder-decoder's targets never hold (BART's bos)
+_CMLM = dict(decoder_attention="bidirectional", mask_token_id=1)
+
+
+def _t5_cmlm() -> HfLmT5Config:
+    return HfLmT5Config(**_TRANSFORMER, **_CMLM, decoder_start_token_id=0, relative_attention_num_buckets=8)
+
+
+def _bart_cmlm() -> HfLmBartConfig:
+    return HfLmBartConfig(**_TRANSFORMER, **_CMLM, decoder_start_token_id=2)
 
 
 def _rnn() -> HfLmRNNConfig:
@@ -273,6 +290,21 @@ def _seq2seq(config, gen, padding) -> dict:
     return {**_source(config, gen, padding), "labels": labels}
 
 
+def _cmlm(config, gen, padding) -> dict:
+    """A conditional masked LM's batch: the target with some tokens masked, labels on those, lengths."""
+    target_mask = _mask(TARGET, padding)
+    target = _padded(_ids(gen, BATCH, TARGET), target_mask, config.pad_token_id)
+    chosen = (torch.rand(BATCH, TARGET, generator=gen) < 0.5) & target_mask.bool()
+    chosen[:, 0] = True  # at least one prediction per row
+    return {
+        **_source(config, gen, padding),
+        "decoder_input_ids": target.masked_fill(chosen, config.mask_token_id),
+        "decoder_attention_mask": target_mask,
+        "labels": target.masked_fill(~chosen, -100),
+        "length_labels": target_mask.sum(dim=1),
+    }
+
+
 def _seq2seq_bare(config, gen, padding) -> dict:
     """A bare encoder-decoder takes the decoder inputs themselves (no labels, no loss)."""
     target_mask = _mask(TARGET, padding)
@@ -363,9 +395,11 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("t5", HfLmT5Model, _t5, _seq2seq_bare),
     FamilyCase("t5-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5, _seq2seq, generates=True),
     FamilyCase("t5-seq-cls", HfLmT5ForSequenceClassification, _t5, _classes(_source)),
+    FamilyCase("t5-mask-predict", HfLmT5ForMaskPredict, _t5_cmlm, _cmlm),
     FamilyCase("bart", HfLmBartModel, _bart, _seq2seq_bare),
     FamilyCase("bart-seq2seq-lm", HfLmBartForConditionalGeneration, _bart, _seq2seq, generates=True),
     FamilyCase("bart-seq-cls", HfLmBartForSequenceClassification, _bart, _classes(_source)),
+    FamilyCase("bart-mask-predict", HfLmBartForMaskPredict, _bart_cmlm, _cmlm),
     FamilyCase("rnn", HfLmRNNModel, _rnn, _decoder_only),
     FamilyCase("rnn-causal-lm", HfLmRNNForCausalLM, _rnn, _causal, generates=True),
     FamilyCase("rnn-seq2seq", HfLmRNNSeq2SeqModel, _rnn_seq2seq, _seq2seq_bare),

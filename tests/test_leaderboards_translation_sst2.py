@@ -11,7 +11,7 @@ from conftest import SHARED_DATA
 
 from benchmarks import leaderboard_sst2 as sst2
 from benchmarks import leaderboard_translation as translation
-from benchmarks.bench_common import parse_entries
+from benchmarks.bench_common import parse_entries, reuse_or_train_tokenizer
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 SST2 = os.path.join(SHARED_DATA, "sst2")
@@ -140,11 +140,11 @@ def test_reuse_or_train_tokenizer(tmp_path):
         calls.append(1)
         return train_tokenizer(["ein hund", "a dog"] * 5, kind="char", vocab_size=40)
 
-    first, reused = translation.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
+    first, reused = reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
     assert not reused and len(calls) == 1
-    again, reused = translation.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
+    again, reused = reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
     assert reused and len(calls) == 1 and again.get_vocab() == first.get_vocab()
-    _, reused = translation.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 41}, train)
+    _, reused = reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 41}, train)
     assert not reused and len(calls) == 2  # other settings: trained anew
 
 

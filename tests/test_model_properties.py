@@ -52,7 +52,7 @@ def cases(selected=FAMILY_CASES, xfail: dict[str, str] | None = None) -> list:
     ]
 
 
-TARGETS = ("labels", "next_sentence_label", "start_positions", "end_positions")
+TARGETS = ("labels", "length_labels", "next_sentence_label", "start_positions", "end_positions")
 
 
 def inputs_only(case, batch: dict) -> dict:
@@ -303,6 +303,8 @@ def test_token_losses_cover_every_token_level_head():
         "bert-token-cls",
         "t5-seq2seq-lm",
         "bart-seq2seq-lm",
+        "t5-mask-predict",
+        "bart-mask-predict",
         "rnn-causal-lm",
         "rnn-seq2seq-lm",
         "ngram-causal-lm",

@@ -320,6 +320,8 @@ def test_save_load_and_auto_map(tmp_path, name):
         "AutoModel": f"hflm_modeling_seq2seq.HfLm{family}Model",
         "AutoModelForSeq2SeqLM": f"hflm_modeling_seq2seq.HfLm{family}ForConditionalGeneration",
         "AutoModelForSequenceClassification": f"hflm_modeling_seq2seq.HfLm{family}ForSequenceClassification",
+        # the family's Mask-Predict head (it refuses this causal decoder's config, naming the field)
+        "AutoModelForMaskedLM": f"hflm_modeling_seq2seq.HfLm{family}ForMaskPredict",
     }
     # the bare model loads from the same folder, its encoder the saved one
     base = (HfLmT5Model if name == "t5" else HfLmBartModel).from_pretrained(tmp_path).eval()

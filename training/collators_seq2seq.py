@@ -893,3 +893,75 @@ class DataCollatorForBartDenoising(_Seq2SeqCollator):
         inputs = [self._wrap(self._noise(ids, rng), bos) for ids in rows]
         targets = [self._wrap(ids, bos) for ids in rows]
         return self._batch(inputs, targets)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mask-Predict
+# ----------------------------------------------------------------------------------------------
+
+
+def cmlm_mask(length: int, rng: np.random.Generator) -> np.ndarray:
+    """(length,) bool: the target tokens a conditional masked LM predicts in one training example.
+
+    Ghazvininejad et al. (2019), section 2: "we first sample the number of masked tokens from a
+    uniform distribution between one and the sequence's length, and then randomly choose that number
+    of tokens" (none for an empty target).
+    """
+    chosen = np.zeros(length, dtype=bool)
+    if length:
+        chosen[rng.choice(length, size=int(rng.integers(1, length + 1)), replace=False)] = True
+    return chosen
+
+
+@dataclass
+class DataCollatorForMaskPredict(_Seq2SeqCollator):
+    """Batch translation pairs for the conditional masked LM objective of Mask-Predict.
+
+    Each feature holds the tokenized source (`input_ids`) and target (`labels`, e.g. from
+    `training.finetune_translation.tokenize_dataset`). The target's final EOS is dropped (the
+    length head predicts how many tokens there are; `generate()` appends the EOS), a uniform number
+    of its tokens is masked (`cmlm_mask`), and the batch holds the source, `decoder_input_ids` (the
+    target with those tokens replaced by the tokenizer's `mask_token`), `decoder_attention_mask`,
+    `labels` (the masked tokens, -100 elsewhere) and `length_labels` (each target's length).
+    Right padding. A new mask is drawn at every call (`seed`/`generator` as in the other collators).
+
+    Args:
+        tokenizer: needs a `pad_token` and a `mask_token` (the model's `config.mask_token_id`).
+    """
+
+    add_eos_token: bool = field(default=False, kw_only=True)  # sources and targets arrive tokenized
+
+    def __post_init__(self) -> None:
+        self._check_common()
+        if getattr(self.tokenizer, "mask_token_id", None) is None:
+            raise ValueError("`tokenizer` has no mask_token: Mask-Predict's decoder reads masked targets.")
+
+    def _target(self, feature: Mapping, b: int) -> np.ndarray:
+        if not isinstance(feature, Mapping) or "input_ids" not in feature or "labels" not in feature:
+            raise ValueError(
+                f"`features[{b}]` must be a mapping with 'input_ids' and 'labels' (source, target)."
+            )
+        target = np.asarray(feature["labels"], dtype=np.int64)
+        target = target[target != -100]
+        eos = self.tokenizer.eos_token_id
+        return target[:-1] if target.size and target[-1] == eos else target
+
+    def __call__(self, features: Sequence[Mapping]) -> dict[str, torch.Tensor]:
+        if isinstance(features, Mapping) or not isinstance(features, Sequence) or len(features) == 0:
+            raise ValueError("`features` must be a non-empty list of translation pairs.")
+        rng = self._rng()
+        targets = [self._target(feature, b) for b, feature in enumerate(features)]
+        chosen = [cmlm_mask(target.size, rng).astype(np.int64) for target in targets]
+        input_ids, attention_mask = self._pad(
+            [np.asarray(f["input_ids"], dtype=np.int64) for f in features], self.tokenizer.pad_token_id
+        )  # (B, S)
+        target_ids, target_mask = self._pad(targets, self.tokenizer.pad_token_id)  # (B, T)
+        masked = self._pad(chosen, 0)[0].bool()  # (B, T)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "decoder_input_ids": target_ids.masked_fill(masked, self.tokenizer.mask_token_id),
+            "decoder_attention_mask": target_mask,
+            "labels": target_ids.masked_fill(~masked, -100),
+            "length_labels": target_mask.sum(dim=1),
+        }

@@ -73,8 +73,10 @@ from pathlib import Path
 import datasets
 import evaluate
 import numpy as np
+import torch
 from tokenizers import processors
 from transformers import (
+    AutoModelForMaskedLM,
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
     PreTrainedModel,
@@ -92,6 +94,7 @@ from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
 
 from . import trainer_common as common
 from .args import optional_positive, parse_dataclasses
+from .collators_seq2seq import DataCollatorForMaskPredict
 from .tokenizer import TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -118,6 +121,10 @@ SCRATCH_FAMILIES = _scratch_choices()
 T5_MODEL_TYPES = ("hflm_t5", "t5", "mt5", "umt5")
 
 SPLITS = ("train", "validation", "test")
+
+# `--objective` -> the head trained: next-token prediction, or Mask-Predict's conditional masked LM
+# (Ghazvininejad et al., 2019: a bidirectional decoder with a length head, decoded in T iterations)
+OBJECTIVE_HEADS = {"autoregressive": AutoModelForSeq2SeqLM, "mask_predict": AutoModelForMaskedLM}
 
 
 @dataclass
@@ -246,9 +253,22 @@ class TranslationModelArguments:
     embedding_size: int | None = field(
         default=None, metadata={"help": "From scratch, rnn_seq2seq: embedding width; default hidden_size."}
     )
+    objective: str = field(
+        default="autoregressive",
+        metadata={
+            "help": "autoregressive (left-to-right decoder, beam search) or mask_predict (Ghazvininejad et al., "
+            "2019: a conditional masked LM with length prediction, decoded by Mask-Predict; T5/BART families)."
+        },
+    )
 
     def __post_init__(self) -> None:
         common.check_model_arguments(self, "hidden_dropout", "attention_dropout")
+        if self.objective not in OBJECTIVE_HEADS:
+            raise ValueError(f"`objective` must be one of {list(OBJECTIVE_HEADS)}, got {self.objective!r}.")
+        if self.objective == "mask_predict" and self.from_scratch and self.family == "rnn_seq2seq":
+            raise ValueError(
+                "`objective` mask_predict needs a Transformer family (t5, bart or a preset), not rnn_seq2seq."
+            )
         if self.family not in SCRATCH_FAMILIES:
             raise ValueError(f"`family` must be one of {sorted(SCRATCH_FAMILIES)}, got {self.family!r}.")
         if self.cell_type not in RNN_CELLS:
@@ -301,12 +321,25 @@ class TranslationTrainingArguments(common.ScriptTrainingArguments, Seq2SeqTraini
         default=True,
         metadata={"help": "Also decode the test split greedily, for comparison with beam search."},
     )
+    mask_predict_iterations: int = field(
+        default=10, metadata={"help": "objective mask_predict: T, the decoding iterations (the paper's 10)."}
+    )
+    mask_predict_length_beam: int = field(
+        default=5,
+        metadata={"help": "objective mask_predict: the length candidates per source (the paper's 5)."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()  # the budget too
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
-        optional_positive(self, "generation_num_beams", "generation_max_length")
+        optional_positive(
+            self,
+            "generation_num_beams",
+            "generation_max_length",
+            "mask_predict_iterations",
+            "mask_predict_length_beam",
+        )
 
 
 ARGUMENT_CLASSES = (TranslationDataArguments, TranslationModelArguments, TranslationTrainingArguments)
@@ -547,6 +580,8 @@ def _scratch_config(model_args: TranslationModelArguments, family: Family, prese
     }
     if tokenizer.bos_token_id is not None:
         special_ids["bos_token_id"] = tokenizer.bos_token_id
+    if model_args.objective == "mask_predict":  # the conditional masked LM's decoder
+        special_ids.update(decoder_attention="bidirectional", mask_token_id=tokenizer.mask_token_id)
     if family.name == "rnn_seq2seq":
         return family.config_class(
             vocab_size=len(tokenizer),
@@ -579,7 +614,8 @@ def _pretrained(model_args: TranslationModelArguments) -> tuple[object, PreTrain
     """The tokenizer and encoder-decoder of `model_name_or_path`, checked to fit each other."""
     path = model_args.model_name_or_path
     tokenizer = common.load_tokenizer(model_args, path)
-    model = AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
+    auto_class = OBJECTIVE_HEADS[model_args.objective]
+    model = auto_class.from_pretrained(path, trust_remote_code=model_args.trust_remote_code)
     if not getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"{path} is not an encoder-decoder model ({type(model).__name__}).")
     ensure_eos(tokenizer)
@@ -627,8 +663,10 @@ def build_tokenizer_and_model(
         common.resolve_max_length(data_args.max_target_length, None, "max_target_length"),
         common.resolve_max_length(training_args.generation_max_length, None, "generation_max_length"),
     )
+    if model_args.objective == "mask_predict":
+        mask_token_id(tokenizer)  # before the vocabulary is sized
     config = _scratch_config(model_args, family, preset, tokenizer, positions)
-    model = family.head(AutoModelForSeq2SeqLM)(config)
+    model = family.head(OBJECTIVE_HEADS[model_args.objective])(config)
     logger.info(
         "From scratch: %s, %d+%d layers x %d wide, %s parameters, %d-token %s vocabulary.",
         model_args.family,
@@ -640,6 +678,40 @@ def build_tokenizer_and_model(
         model_args.tokenizer_kind,
     )
     return tokenizer, model
+
+
+def mask_token_id(tokenizer) -> int:
+    """The tokenizer's mask token id, adding a `<mask>` special token to a tokenizer without one (T5's)."""
+    if tokenizer.mask_token_id is None:
+        tokenizer.add_special_tokens({"mask_token": "<mask>"})
+        logger.info("Added the mask token <mask> (id %d) for Mask-Predict.", tokenizer.mask_token_id)
+    return tokenizer.mask_token_id
+
+
+class MaskPredictTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` for Mask-Predict heads: evaluation decodes with the model's own `generate()`
+    (`mask_predict_iterations`, `mask_predict_length_beam`, targets up to `max_length` - 2 tokens:
+    the start token and EOS are added), not transformers' autoregressive search; the loss is the CMLM loss."""
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        if prediction_loss_only:
+            return super().prediction_step(model, inputs, True, ignore_keys=ignore_keys)
+        inputs = self._prepare_inputs(inputs)
+        max_length = (gen_kwargs.get("max_length") or getattr(self, "_gen_kwargs", {}).get("max_length")) or (
+            model.config.max_position_embeddings + 2
+        )
+        tokens = model.generate(
+            inputs["input_ids"],
+            inputs.get("attention_mask"),
+            num_iterations=self.args.mask_predict_iterations,
+            length_beam=self.args.mask_predict_length_beam,
+            max_new_tokens=min(
+                max(max_length - 2, self.args.mask_predict_length_beam), model.config.max_position_embeddings
+            ),
+        )
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = model(**inputs).loss.detach()
+        return loss, tokens, inputs["labels"]
 
 
 def source_prefix(data_args: TranslationDataArguments, model: PreTrainedModel) -> str:
@@ -854,9 +926,11 @@ def _write_card(
 def _save(trainer, tokenizer, output_dir: Path, prefix: str, src: str, tgt: str) -> Path:
     """`final/` with the decoding the test was scored with and the source prefix in the config."""
     model, args = trainer.model, trainer.args
-    # the decoding the test was scored with becomes the checkpoint's default
-    model.generation_config.num_beams = args.generation_num_beams or 1
-    model.generation_config.max_length = args.generation_max_length
+    # the decoding the test was scored with becomes the checkpoint's default (Mask-Predict heads have
+    # no generation config: their `generate()` takes its arguments)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.num_beams = args.generation_num_beams or 1
+        model.generation_config.max_length = args.generation_max_length
     # `pipeline("hflm-translation")` reads `config.prefix`; T5 checkpoints keep per-pair prefixes here
     model.config.prefix = prefix
     model.config.task_specific_params = {
@@ -913,14 +987,23 @@ def finetune(
     )
 
     compute_metrics = TranslationMetrics(tokenizer, bleu_metric(), references.get("validation"))
+    if model_args.objective == "mask_predict":
+        # the CMLM objective: a uniform number of target tokens masked, the loss on those and the length
+        trainer_class, collator = (
+            MaskPredictTrainer,
+            DataCollatorForMaskPredict(tokenizer, seed=training_args.seed),
+        )
+        training_args.test_greedy = False  # Mask-Predict has no beam search to compare with
+    else:
+        # labels padded with -100; decoder inputs from the model's own shift (its start token)
+        trainer_class, collator = Seq2SeqTrainer, DataCollatorForSeq2Seq(tokenizer, model=model)
     trainer, metrics = common.train_with_budget(
-        Seq2SeqTrainer,
+        trainer_class,
         training_args,
         encoded,
         model=model,
         processing_class=tokenizer,
-        # labels padded with -100; decoder inputs from the model's own shift (its start token)
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        data_collator=collator,
         compute_metrics=compute_metrics,
     )
     predictions = _evaluate_and_test(trainer, encoded, references, compute_metrics, metrics)

@@ -43,6 +43,9 @@ RNN_IMPLEMENTATIONS = ("fused", "loop")
 # sparse attention patterns (`attention_pattern`, "dense" or these joined with "+"), the course's
 # figure: global tokens, band (sliding window), dilated window, random keys, block-local
 ATTENTION_PATTERN_NAMES = ("global", "band", "dilated", "random", "block")
+# an encoder-decoder's decoder self-attention: "causal" (autoregressive), or "bidirectional", the
+# conditional masked LM of Mask-Predict (Ghazvininejad et al., 2019), which predicts masked targets
+DECODER_ATTENTION_NAMES = ("causal", "bidirectional")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,6 +145,7 @@ _PIPELINE_TAGS = {
     "ForQuestionAnswering": "question-answering",
     "ForMultipleChoice": "multiple-choice",
     "ForConditionalGeneration": "text2text-generation",
+    "ForMaskPredict": "text2text-generation",
     "Model": "feature-extraction",
 }
 

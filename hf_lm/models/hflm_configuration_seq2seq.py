@@ -6,7 +6,7 @@ Both families share one implementation (`hflm_modeling_seq2seq`) and differ only
 
 from __future__ import annotations
 
-from .hflm_common import _bool, _positive_int, _probability, _token_ids
+from .hflm_common import DECODER_ATTENTION_NAMES, _bool, _choice, _positive_int, _probability, _token_ids
 from .hflm_configuration_base import HfLmTransformerConfig
 
 
@@ -24,6 +24,9 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
         scale_decoder_output: multiply the decoder output by hidden_size**-0.5 before the tied
             LM head (T5, whose embeddings are not scaled down at the input).
         classifier_dropout: dropout in the sequence-classification head; `None` = `hidden_dropout`.
+        decoder_attention: the decoder's self-attention, "causal" (autoregressive generation) or
+            "bidirectional": a conditional masked LM, the Mask-Predict head (`...ForMaskPredict`).
+        mask_token_id: the token that marks the targets a Mask-Predict decoder predicts.
     """
 
     is_encoder_decoder: bool = True
@@ -33,6 +36,8 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
     embedding_norm: bool = False
     scale_decoder_output: bool = False
     classifier_dropout: float | None = None
+    decoder_attention: str = "causal"
+    mask_token_id: int | None = None
 
     supports_moe = True
     attribute_map = {"num_decoder_layers": "decoder_layers", "encoder_layers": "num_hidden_layers"}
@@ -51,6 +56,8 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
         _token_ids("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
         if self.classifier_dropout is not None:  # None: hidden_dropout
             _probability("classifier_dropout", self.classifier_dropout)
+        _choice("decoder_attention", self.decoder_attention, DECODER_ATTENTION_NAMES)
+        _token_ids("mask_token_id", self.mask_token_id, self.vocab_size)
 
     @classmethod
     def from_preset(cls, name: str, **kwargs):
