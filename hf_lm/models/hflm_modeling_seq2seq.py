@@ -711,6 +711,7 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             use_cache=False,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            output_router_logits=True,  # a mixture of experts' load-balancing loss needs them
             return_dict=True,
         )
         logits = self.token_logits(outputs.last_hidden_state)  # (B, T, V)
@@ -721,8 +722,14 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             )
         if length_labels is not None:
             check_length_labels(length_labels, logits.shape[0], length_logits.shape[-1])
+        loss = self.cmlm_loss(logits, labels, length_logits, length_labels, n_items)
+        if (
+            loss is not None and self.training
+        ):  # as the generation head: the router losses regularize training
+            aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
+            loss = loss + aux["loss"] if aux else loss
         return MaskPredictOutput(
-            loss=self.cmlm_loss(logits, labels, length_logits, length_labels, n_items),
+            loss=loss,
             logits=logits,
             length_logits=length_logits,
             **self.passed_through(outputs),
