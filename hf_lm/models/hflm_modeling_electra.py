@@ -97,9 +97,6 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
     `HfLmElectraForSequenceClassification` and `HfLmElectraForTokenClassification`).
     """
 
-    # one loss normalized by the counted tokens, not by `num_items_in_batch` (which counts labels only)
-    accepts_loss_kwargs = False
-
     def __init__(self, config: HfLmElectraConfig):
         super().__init__(config)
         self.discriminator_head = HfLmElectraDiscriminatorHead(config)
@@ -120,19 +117,30 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels)
         return super().forward(*inputs, loss_mask=attention_mask, **kwargs)
 
-    def head(self, outputs, labels, loss_mask=None, **kwargs) -> HfLmElectraForPreTrainingOutput:
+    def head(
+        self, outputs, labels, loss_mask=None, num_items_in_batch=None, **kwargs
+    ) -> HfLmElectraForPreTrainingOutput:
         """Logits (B, T); the loss is the binary cross-entropy averaged over the tokens that have a
         label and are not padding (transformers averages over the unpadded tokens: the same when
-        every label is 0 or 1). ELECTRA's paper counts every token, the unreplaced included."""
+        every label is 0 or 1). ELECTRA's paper counts every token, the unreplaced included. With
+        `num_items_in_batch` (Trainer's count of labels other than -100: label padding -100) it is
+        the sum divided by that count."""
         logits = self.discriminator_head(outputs.last_hidden_state)  # (B, T)
         loss = None
         if labels is not None:
-            check_labels(labels, logits.shape, 2, what="replaced-token labels (1 replaced, 0 original)")
+            n = num_items_in_batch
+            what = "replaced-token labels (1 replaced, 0 original)"
+            check_labels(labels, logits.shape, 2, num_items_in_batch=n, what=what)
             labels = labels.to(logits.device)
             counted = labels != -100  # (B, T)
             if loss_mask is not None:
                 counted = counted & (loss_mask.to(logits.device) != 0)
-            loss = F.binary_cross_entropy_with_logits(logits[counted].float(), labels[counted].float())
+            scores, targets = logits[counted].float(), labels[counted].float()  # (N,) each
+            if n is None:
+                loss = F.binary_cross_entropy_with_logits(scores, targets)
+            else:
+                loss = F.binary_cross_entropy_with_logits(scores, targets, reduction="sum")
+                loss = loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
         return HfLmElectraForPreTrainingOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
