@@ -13,7 +13,8 @@ import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file
 from test_finetune_classification import _toy_sentiment
-from test_train import TINY, _argv, _env, _fresh_accelerate_state, _run  # noqa: F401  (fixture)
+from test_train import TINY, _argv, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
+from test_train_objectives import run_full_and_resumed
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoTokenizer, pipeline
 
 from hf_lm import HfLmElectraConfig, HfLmElectraForMaskedLM, HfLmElectraForPreTraining
@@ -300,36 +301,10 @@ def test_training_run_then_fine_tuning_the_discriminator(tmp_path):
 def test_resume_is_exact(tmp_path, monkeypatch):
     """Masks and the generator's samples are pure functions of the data position: a run stopped
     after a checkpoint and resumed ends with the same discriminator and generator."""
-    import training.train as train_module
-
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    _run(full, ELECTRA, max_steps=8, save_every=4, eval_every=100)
-    _fresh_accelerate_state_now()
-    same = {
-        **ELECTRA,
-        "tokenizer_name_or_path": str(full / "tokenizer"),
-    }  # WordPiece ties (see test_train_objectives)
-    save = train_module.save_checkpoint
-
-    def save_then_stop(*args, **kwargs):
-        path = save(*args, **kwargs)
-        if kwargs["step"] == 4:
-            raise KeyboardInterrupt  # as if killed right after the checkpoint
-        return path
-
-    monkeypatch.setattr(train_module, "save_checkpoint", save_then_stop)
-    with pytest.raises(KeyboardInterrupt):
-        _run(cut, same, max_steps=8, save_every=4, eval_every=100)
-    monkeypatch.undo()
-    _fresh_accelerate_state_now()
-    _run(cut, same, max_steps=8, save_every=4, eval_every=100, resume="true")
+    settings = {k: v for k, v in ELECTRA.items() if k not in ("save_every", "eval_every")}
+    full, cut = run_full_and_resumed(
+        tmp_path, monkeypatch, settings, max_steps=8, save_every=4, eval_every=100
+    )
     for part in ("model.safetensors", "generator/model.safetensors"):
         a, b = load_file(full / "final" / part), load_file(cut / "final" / part)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), part
-
-
-def _fresh_accelerate_state_now():
-    from accelerate.state import AcceleratorState, GradientState
-
-    AcceleratorState._reset_state(True)
-    GradientState._reset_state()

@@ -380,12 +380,18 @@ class HfLmBertForSequenceClassification(HfLmBertTaskModel):
         """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
         (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return classifier_output(self.config, logits, outputs, labels, num_items_in_batch)
+
+
+def classifier_output(config, logits, outputs, labels, num_items_in_batch=None) -> SequenceClassifierOutput:
+    """A sentence classifier's output from its logits (B, num_labels), with the loss when `labels`
+    are given (`sequence_classification_loss`: regression, single- or multi-label)."""
+    loss = None
+    if labels is not None:
+        loss = sequence_classification_loss(config, logits, labels, num_items_in_batch)
+    return SequenceClassifierOutput(
+        loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+    )
 
 
 class HfLmBertForTokenClassification(HfLmBertTaskModel):

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import ModelOutput
 
 from .hflm_blocks import FEED_FORWARDS
-from .hflm_common import check_labels, sequence_classification_loss
+from .hflm_common import check_labels
 from .hflm_configuration_electra import HfLmElectraConfig
 from .hflm_modeling_bert import (
     HfLmBertForMaskedLM,
@@ -33,6 +32,7 @@ from .hflm_modeling_bert import (
     HfLmBertModel,
     HfLmBertTaskModel,
     _classifier_dropout,
+    classifier_output,
 )
 
 
@@ -158,17 +158,12 @@ class HfLmElectraForSequenceClassification(HfLmElectraTaskModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    def head(self, outputs, labels, num_items_in_batch=None, **kwargs) -> SequenceClassifierOutput:
+    def head(self, outputs, labels, num_items_in_batch=None, **kwargs):
         """Logits (B, num_labels); `labels` as `HfLmBertForSequenceClassification` takes them."""
         cls = outputs.last_hidden_state[:, 0]  # (B, C)
         hidden = self.dropout(F.gelu(self.dense(self.dropout(cls))))  # (B, C)
         logits = self.classifier(hidden)  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return classifier_output(self.config, logits, outputs, labels, num_items_in_batch)
 
 
 class HfLmElectraForTokenClassification(HfLmBertForTokenClassification):
