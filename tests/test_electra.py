@@ -266,6 +266,9 @@ def test_training_run_then_fine_tuning_the_discriminator(tmp_path):
     assert json.loads((final / "generator" / "config.json").read_text())["hidden_size"] == 8  # 32 / 4
     card = (final / "README.md").read_text()
     assert "ELECTRA" in card and "generator/" in card and "discriminator accuracy" in card
+    assert (
+        "`HfLmElectraForPreTraining`" in card and "ElectraPretrainingModel" not in card
+    )  # what final/ holds
     tokenizer = AutoTokenizer.from_pretrained(final)
     fill = pipeline("fill-mask", model=str(final / "generator"), tokenizer=tokenizer)
     assert len(fill(f"the {tokenizer.mask_token} is here", top_k=2)) == 2

@@ -182,7 +182,7 @@ class ElectraPretrainingModel(HfLmElectraForPreTraining):
 
     @classmethod
     def from_folders(
-        cls, folder, generator_size: float, discriminator_weight: float
+        cls, folder, generator_size: float = 0.25, discriminator_weight: float = 50.0
     ) -> ElectraPretrainingModel:
         """The joint model of a saved `final/` (the discriminator, the generator in `generator/`), to
         continue pretraining (`--init_from`)."""

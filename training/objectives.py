@@ -158,6 +158,10 @@ class Objective:
         """The card's "objective" row."""
         raise NotImplementedError
 
+    def card_model(self, model) -> torch.nn.Module:
+        """The model the card of `final/` describes: the model trained, unless final/ holds a part of it."""
+        return model
+
     # --- state carried across blocks (truncated BPTT) ---
     def start_update(self, update: int) -> None:
         """Called before each update, with its index within the epoch."""
@@ -340,13 +344,15 @@ class Electra(MaskedLM):
     def build_model(self, family, model_args, data_args, tokenizer):
         """The discriminator with its generator (`ElectraPretrainingModel`), fresh or from the
         `init_from` folder of a previous ELECTRA run (its discriminator and `generator/`)."""
-        args = self.args
+        args = self.args  # None from `build_model`: the model's defaults (1/4 width, λ = 50)
+        options = {} if args is None else {
+            "generator_size": args.electra_generator_size,
+            "discriminator_weight": args.electra_disc_weight,
+        }  # fmt: skip
         if model_args.init_from:
-            return ElectraPretrainingModel.from_folders(
-                model_args.init_from, args.electra_generator_size, args.electra_disc_weight
-            )
+            return ElectraPretrainingModel.from_folders(model_args.init_from, **options)
         config = family_config(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
-        return ElectraPretrainingModel(config, args.electra_generator_size, args.electra_disc_weight)
+        return ElectraPretrainingModel(config, **options)
 
     def inputs(self, batch, step, micro, rank):
         self.sampling_seeds[micro] = mask_seed(self.args.seed, step, micro, rank, self.SAMPLES)
@@ -389,6 +395,9 @@ class Electra(MaskedLM):
             f"masking, 80/10/10 rule) with samples; loss = MLM + {args.electra_disc_weight:g} · discriminator "
             "loss. This folder holds the discriminator (fine-tune it); the generator is in `generator/`"
         )
+
+    def card_model(self, model):
+        return model.discriminator()  # what final/ holds, beside generator/
 
 
 class Denoising(Objective):
@@ -465,7 +474,8 @@ def build_model(model_args, data_args, tokenizer, objective: str = "clm") -> tor
     """A fresh model of the run's family sized to the tokenizer, or the `init_from` checkpoint.
 
     `objective="clm"` builds an `HfLmGPTForCausalLM` (with `--arch`/`--family` the family named),
-    `"mlm"` an `HfLmBertForMaskedLM` (with `sparse_prediction`), the denoising objectives T5 or BART.
+    `"mlm"` an `HfLmBertForMaskedLM` (with `sparse_prediction`), `"electra"` an
+    `ElectraPretrainingModel` (the discriminator and its generator), the denoising objectives T5 or BART.
     """
     family = resolve_family(model_args.arch, model_args.family, objective)
     return OBJECTIVES[objective](None).build_model(family, model_args, data_args, tokenizer)
