@@ -16,12 +16,10 @@ Shape legend: B batch, T sequence length, C hidden size, V vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.utils import ModelOutput
+from transformers.modeling_outputs import TokenClassifierOutput
 
 from .hflm_blocks import FEED_FORWARDS
 from .hflm_common import check_labels
@@ -34,21 +32,6 @@ from .hflm_modeling_bert import (
     _classifier_dropout,
     classifier_output,
 )
-
-
-@dataclass
-class HfLmElectraForPreTrainingOutput(ModelOutput):
-    """Outputs of `HfLmElectraForPreTraining` (transformers' `ElectraForPreTrainingOutput`).
-
-    Args:
-        loss: the replaced-token-detection loss (binary cross-entropy, mean over the counted tokens).
-        logits: (B, T) per-token scores; > 0 means "replaced".
-    """
-
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 class HfLmElectraModel(HfLmBertModel):
@@ -93,6 +76,9 @@ class HfLmElectraDiscriminatorHead(nn.Module):
 class HfLmElectraForPreTraining(HfLmElectraTaskModel):
     """ELECTRA's discriminator (`AutoModelForPreTraining`): for every token, was it replaced?
 
+    Its output has the fields of transformers' `ElectraForPreTrainingOutput`: `loss`, `logits` (B, T)
+    (> 0: replaced), `hidden_states`, `attentions` (a `TokenClassifierOutput`).
+
     This is the model that is fine-tuned after pretraining (its encoder loads into
     `HfLmElectraForSequenceClassification` and `HfLmElectraForTokenClassification`).
     """
@@ -111,7 +97,7 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         **kwargs,
-    ) -> HfLmElectraForPreTrainingOutput:
+    ) -> TokenClassifierOutput:
         """`HfLmBertTaskModel.forward`; `labels` (B, T): 1 = replaced, 0 = original, -100 = not
         counted. The attention mask also goes to the head: padding never counts in the loss."""
         inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels)
@@ -119,7 +105,7 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
 
     def head(
         self, outputs, labels, loss_mask=None, num_items_in_batch=None, **kwargs
-    ) -> HfLmElectraForPreTrainingOutput:
+    ) -> TokenClassifierOutput:
         """Logits (B, T); the loss is the binary cross-entropy averaged over the tokens that have a
         label and are not padding (transformers averages over the unpadded tokens: the same when
         every label is 0 or 1). ELECTRA's paper counts every token, the unreplaced included. With
@@ -141,7 +127,7 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
             else:
                 loss = F.binary_cross_entropy_with_logits(scores, targets, reduction="sum")
                 loss = loss / (n.to(loss.device).reshape(()) if torch.is_tensor(n) else n)
-        return HfLmElectraForPreTrainingOutput(
+        return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
@@ -179,5 +165,4 @@ __all__ = [
     "HfLmElectraForPreTraining",
     "HfLmElectraForSequenceClassification",
     "HfLmElectraForTokenClassification",
-    "HfLmElectraForPreTrainingOutput",
 ]
