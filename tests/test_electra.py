@@ -20,12 +20,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoToke
 from hf_lm import HfLmElectraConfig, HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 from hf_lm.convert import from_transformers
 from training import finetune_classification
-from training.electra import (
-    ElectraPretrainingModel,
-    corrupt,
-    generator_config,
-    sample_replacements,
-)
+from training.electra import ElectraPretrainingModel, corrupt, generator_config, sample_replacements
 
 VOCAB = 97
 
@@ -146,6 +141,10 @@ def test_samples_follow_the_generator_and_the_seed():
     assert not torch.equal(sample_replacements(spread, 7), sample_replacements(spread, 8))
     logits.requires_grad_(True)
     assert not sample_replacements(logits, 0).requires_grad  # no gradient through the sampling
+    # the draws follow the softmax: 20,000 rows of the distribution (0.1, 0.2, 0.7, 0)
+    probs = torch.tensor([0.1, 0.2, 0.7, 0.0])
+    counts = torch.bincount(sample_replacements(probs.log().expand(20_000, 4), seed=3), minlength=4)
+    torch.testing.assert_close(counts / 20_000, probs, atol=0.012, rtol=0)
 
 
 def test_generator_is_a_quarter_wide_and_shares_the_embedding_parameters():
@@ -183,8 +182,9 @@ def test_loss_is_mlm_plus_lambda_times_discriminator_by_hand():
         selected = labels != -100
         mlm = F.cross_entropy(gen_logits[selected], labels[selected])
         # ... its samples (the same seeded draw) put in place of the masked tokens ...
-        torch_gen = torch.Generator().manual_seed(11)
-        sampled = torch.multinomial(torch.softmax(gen_logits[selected], -1), 1, generator=torch_gen)[:, 0]
+        u = torch.rand(int(selected.sum()), 1, generator=torch.Generator().manual_seed(11))
+        cdf = torch.softmax(gen_logits[selected], -1).cumsum(-1)  # (N, V)
+        sampled = (cdf < u * cdf[:, -1:]).sum(-1)  # the first token whose cumulated probability reaches u
         corrupted = ids.clone()
         corrupted[selected] = sampled
         targets = (corrupted != ids).float()

@@ -9,7 +9,7 @@ it is the original or a replacement. Following the paper:
 - the two share their embeddings (token, position and segment embeddings and their norm, all E
   wide; the original code shares the whole embedding scope), so the generator's softmax trains
   the discriminator's token embeddings too (§3.2);
-- the samples are drawn from the generator's softmax, with no gradient through the sampling: the
+- the samples are drawn from the generator's softmax (temperature 1), with no gradient through the sampling: the
   generator is trained by its MLM loss only (the discriminator's loss cannot reach it, §2);
 - a sampled token equal to the original counts as original (label 0), not replaced (§2);
 - loss = MLM loss + λ · discriminator loss with λ = 50 (`discriminator_weight`, Appendix A).
@@ -73,15 +73,18 @@ def share_embeddings(generator: HfLmElectraForMaskedLM, discriminator: HfLmElect
 def sample_replacements(logits: torch.Tensor, seed: int | None) -> torch.Tensor:
     """(N,) token ids sampled from the softmax of `logits` (N, V), without gradient.
 
-    `seed` makes the draw a pure function of the data position (as the masks are,
-    `training.objectives.mask_seed`), so a resumed run samples what an uninterrupted one did; None
-    draws from the global RNG.
+    Inverse-CDF sampling: one uniform number per row, drawn on the CPU (N numbers, cheap to move)
+    and looked up in the cumulated probabilities on the logits' device. `seed` makes the draw a pure
+    function of the data position (as the masks are, `training.objectives.mask_seed`), so a resumed
+    run samples what an uninterrupted one did, on any device; None draws from the global RNG.
     """
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=logits.device).manual_seed(seed)
     probs = torch.softmax(logits.detach().float(), dim=-1)  # (N, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (N,)
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    u = torch.rand(probs.shape[0], 1, generator=generator).to(probs.device)  # (N, 1)
+    cdf = probs.cumsum(dim=-1)  # (N, V)
+    # the first token whose cumulated probability reaches u: token i with probability p_i
+    picked = torch.searchsorted(cdf, u * cdf[:, -1:])  # (N, 1); scaled so rounding never passes the end
+    return picked.clamp_(max=probs.shape[-1] - 1).squeeze(-1)  # (N,)
 
 
 def corrupt(
