@@ -9,8 +9,9 @@ it is the original or a replacement. Following the paper:
 - the two share their embeddings (token, position and segment embeddings and their norm, all E
   wide; the original code shares the whole embedding scope), so the generator's softmax trains
   the discriminator's token embeddings too (§3.2);
-- the samples are drawn from the generator's softmax (temperature 1), with no gradient through the sampling: the
-  generator is trained by its MLM loss only (the discriminator's loss cannot reach it, §2);
+- the samples are drawn from the generator's softmax (temperature 1), with no gradient through
+  the sampling: the generator is trained by its MLM loss only (the discriminator's loss cannot
+  reach it, §2);
 - a sampled token equal to the original counts as original (label 0), not replaced (§2);
 - loss = MLM loss + λ · discriminator loss with λ = 50 (`discriminator_weight`, Appendix A).
 
