@@ -240,7 +240,8 @@ class HfLmBertTaskModel(HfLmBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        return self.head(outputs, labels, **kwargs)
+        # the mask goes to the head too: a head that scores every token leaves padding out (ELECTRA's)
+        return self.head(outputs, labels, attention_mask=attention_mask, **kwargs)
 
     def head(self, outputs: BaseModelOutputWithPooling, labels, **kwargs) -> ModelOutput:
         raise NotImplementedError

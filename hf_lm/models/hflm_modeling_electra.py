@@ -88,29 +88,15 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
         self.discriminator_head = HfLmElectraDiscriminatorHead(config)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        **kwargs,
-    ) -> TokenClassifierOutput:
-        """`HfLmBertTaskModel.forward`; `labels` (B, T): 1 = replaced, 0 = original, -100 = not
-        counted. The attention mask also goes to the head: padding never counts in the loss."""
-        inputs = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, labels)
-        return super().forward(*inputs, loss_mask=attention_mask, **kwargs)
-
     def head(
-        self, outputs, labels, loss_mask=None, num_items_in_batch=None, **kwargs
+        self, outputs, labels, attention_mask=None, num_items_in_batch=None, **kwargs
     ) -> TokenClassifierOutput:
-        """Logits (B, T); the loss is the binary cross-entropy averaged over the tokens that have a
-        label and are not padding (transformers averages over the unpadded tokens: the same when
-        every label is 0 or 1). ELECTRA's paper counts every token, the unreplaced included. With
-        `num_items_in_batch` (Trainer's count of labels other than -100: label padding -100) it is
-        the sum divided by that count."""
+        """Logits (B, T). `labels` (B, T): 1 = replaced, 0 = original, -100 = not counted; the loss is
+        the binary cross-entropy averaged over the tokens that have a label and are not padding
+        (transformers averages over the unpadded tokens: the same when every label is 0 or 1).
+        ELECTRA's paper counts every token, the unreplaced included. With `num_items_in_batch`
+        (Trainer's count of labels other than -100: label padding -100) it is the sum divided by
+        that count."""
         logits = self.discriminator_head(outputs.last_hidden_state)  # (B, T)
         loss = None
         if labels is not None:
@@ -119,8 +105,8 @@ class HfLmElectraForPreTraining(HfLmElectraTaskModel):
             check_labels(labels, logits.shape, 2, num_items_in_batch=n, what=what)
             labels = labels.to(logits.device)
             counted = labels != -100  # (B, T)
-            if loss_mask is not None:
-                counted = counted & (loss_mask.to(logits.device) != 0)
+            if attention_mask is not None:  # padding never counts
+                counted = counted & (attention_mask.to(logits.device) != 0)
             scores, targets = logits[counted].float(), labels[counted].float()  # (N,) each
             if n is None:
                 loss = F.binary_cross_entropy_with_logits(scores, targets)
