@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """SST-2 leaderboard: a BERT-style classifier fine-tuned from scratch against the same architecture
-after masked-LM pretraining on the available text, under the same fine-tuning budget.
+after masked-LM (or ELECTRA) pretraining on the available text, under the same fine-tuning budget.
 
     # the full leaderboard (15 min pretraining + 2 x 5 min fine-tuning + evaluation on a CPU)
     python -m benchmarks.leaderboard_sst2 --data_dir ../shared/data/sst2
@@ -9,6 +9,8 @@ after masked-LM pretraining on the available text, under the same fine-tuning bu
     # also the compute-matched control, with other budgets
     python -m benchmarks.leaderboard_sst2 --entries scratch,mlm,scratch_long \\
         --pretrain_seconds 1800 --budget_seconds 600
+    # ELECTRA against MLM pretraining, the same pretraining wall-clock time
+    python -m benchmarks.leaderboard_sst2 --entries scratch,mlm,electra
 
 Entries (`--entries`, comma-separated; default `scratch,mlm`):
 
@@ -17,6 +19,13 @@ Entries (`--entries`, comma-separated; default `scratch,mlm`):
   training sentences for `--pretrain_seconds` (`python -m training.train --objective mlm
   --init_from init/ ...`; the labels are not used), then fine-tuned from its `final/` folder
   exactly like `scratch`.
+- `electra` (optional): the same encoder pretrained for the same `--pretrain_seconds` of wall-clock
+  time with ELECTRA's replaced-token detection (Clark et al., 2020; `--objective electra`: a
+  generator 1/4 as wide sharing the embeddings, loss MLM + 50 x discriminator), then its
+  discriminator fine-tuned exactly like `mlm` (`HfLmElectraForSequenceClassification`: ELECTRA's
+  GELU classification head on [CLS] instead of BERT's tanh pooler). Same compute means the same
+  wall-clock pretraining time on the same machine: an ELECTRA step also runs the generator, so it
+  takes fewer (and costlier) steps than MLM in that time; both step counts are reported.
 - `scratch_long` (optional control): like `scratch` with the pretraining budget added to its
   fine-tuning budget, so it gets as much training time as `mlm` in all.
 
@@ -85,17 +94,23 @@ logger = logging.getLogger("leaderboard_sst2")
 
 @dataclass(frozen=True)
 class Entry:
-    """One leaderboard model: where fine-tuning starts, and whether it gets the pretraining time too."""
+    """One leaderboard model: where fine-tuning starts (the `training.train` objective that pretrains
+    it, None for the initialization), and whether it gets the pretraining time too."""
 
     label: str
-    pretrained: bool
+    pretraining: str | None = None
     extra_time: bool = False
+
+    @property
+    def pretrained(self) -> bool:
+        return self.pretraining is not None
 
 
 ENTRIES = {
-    "scratch": Entry("BERT-style, from scratch", pretrained=False),
-    "mlm": Entry("BERT-style, MLM-pretrained on SST-2 text", pretrained=True),
-    "scratch_long": Entry("BERT-style, from scratch, pretraining + fine-tuning time", False, extra_time=True),
+    "scratch": Entry("BERT-style, from scratch"),
+    "mlm": Entry("BERT-style, MLM-pretrained on SST-2 text", pretraining="mlm"),
+    "electra": Entry("ELECTRA discriminator, pretrained on SST-2 text", pretraining="electra"),
+    "scratch_long": Entry("BERT-style, from scratch, pretraining + fine-tuning time", extra_time=True),
 }
 DEFAULT_ENTRIES = "scratch,mlm"
 
@@ -204,12 +219,12 @@ def shared_tokenizer(sentences: list[str], settings: dict, data_dir: str, folder
     return reuse_or_train_tokenizer(folder, stamp, train)
 
 
-def save_initialization(folder: Path, tokenizer, settings: dict, seed: int) -> int:
-    """Save the seed's fresh `HfLmBertForMaskedLM` (and the tokenizer) to `folder`; returns its size."""
-    from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
+def _encoder_config(config_class, tokenizer, settings: dict, **extra):
+    """The leaderboard's encoder ("bert" preset: post-norm, exact GELU, learned positions), as `config_class`."""
+    from hf_lm import BERT_PRESETS
 
-    config = HfLmBertConfig.from_preset(
-        "bert",
+    return config_class(
+        **BERT_PRESETS["bert"],
         vocab_size=len(tokenizer),
         hidden_size=settings["hidden_size"],
         num_hidden_layers=settings["num_layers"],
@@ -222,21 +237,47 @@ def save_initialization(folder: Path, tokenizer, settings: dict, seed: int) -> i
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
         sparse_prediction=True,  # pretraining runs the MLM head on the masked positions only
+        **extra,
     )
+
+
+def save_initialization(folder: Path, tokenizer, settings: dict, seed: int) -> int:
+    """Save the seed's fresh `HfLmBertForMaskedLM` (and the tokenizer) to `folder`; returns its size."""
+    from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
+
     torch.manual_seed(seed)
-    model = HfLmBertForMaskedLM(config)
+    model = HfLmBertForMaskedLM(_encoder_config(HfLmBertConfig, tokenizer, settings))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model.num_parameters()
 
 
+def save_electra_initialization(folder: Path, tokenizer, settings: dict, seed: int) -> None:
+    """Save the seed's fresh ELECTRA pair (the discriminator, the same encoder as
+    `save_initialization`'s with embeddings as wide as the hidden size, and its 1/4-wide generator
+    in `generator/`) and the tokenizer to `folder`, where `--objective electra --init_from` reads it."""
+    from hf_lm import HfLmElectraConfig
+    from training.electra import ElectraPretrainingModel
+
+    config = _encoder_config(HfLmElectraConfig, tokenizer, settings, embedding_size=settings["hidden_size"])
+    torch.manual_seed(seed)
+    ElectraPretrainingModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
 def pretrain_argv(
-    settings: dict, args, text_file: Path, init_dir: Path, tokenizer_dir: Path, run_dir: Path
+    settings: dict,
+    args,
+    text_file: Path,
+    init_dir: Path,
+    tokenizer_dir: Path,
+    run_dir: Path,
+    objective: str = "mlm",
 ) -> list[str]:
-    """The `training.train` arguments of the masked-LM pretraining."""
+    """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
     s = settings
     return [
-        "--objective", "mlm", "--arch", "transformer", "--init_from", str(init_dir),
+        "--objective", objective, "--arch", "transformer", "--init_from", str(init_dir),
         "--tokenizer_name_or_path", str(tokenizer_dir), "--dataset", str(text_file), "--sample_by", "line",
         "--block_size", str(s["max_seq_length"]), "--eval_fraction", "0.05", "--eval_batches", "20",
         "--pseudo_perplexity_blocks", "0",
@@ -291,6 +332,44 @@ def pretrain(argv: list[str], run_dir: Path, stamp: dict, reuse: bool) -> tuple[
     return metrics, False
 
 
+def run_pretraining(objective: str, settings: dict, args, output_dir: Path, sentences, tokenizer) -> dict:
+    """Pretrain with `objective` on the training sentences for `--pretrain_seconds` (ELECTRA from its
+    own seeded initialization, `init_electra/`) into `runs/<objective>_pretrain/`; its record."""
+    tokenizer_dir, init_dir = output_dir / "tokenizer", output_dir / "init"
+    if objective == "electra":
+        init_dir = output_dir / "init_electra"
+        save_electra_initialization(init_dir, tokenizer, settings, args.seed)
+    text_file = output_dir / "pretraining_text.txt"
+    text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
+    run_dir = output_dir / "runs" / f"{objective}_pretrain"
+    run_argv = pretrain_argv(settings, args, text_file, init_dir, tokenizer_dir, run_dir, objective)
+    command = command_line("training.train", run_argv)
+    logger.info("=== %s pretraining: %s", objective, command)
+    stamp = {
+        "argv": run_argv,
+        "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text()),
+    }
+    metrics, reused = pretrain(run_argv, run_dir, stamp, args.reuse_pretraining)
+    keys = (
+        "train_loss",
+        "eval_loss",
+        "eval_mlm_accuracy",
+        "eval_disc_loss",
+        "eval_disc_accuracy",
+        "tokens_seen",
+    )
+    return {
+        "objective": objective,
+        "command": command,
+        "reused": reused,
+        "steps": metrics["step"],
+        "seconds": metrics["seconds"],
+        "budget_seconds": settings["pretrain_seconds"],
+        **{key: metrics.get(key) for key in keys},
+        "metrics": metrics,
+    }
+
+
 def run_entry(name: str, argv: list[str]) -> dict:
     """Fine-tune and test one entry in this process; returns its row for results.json."""
     from training.finetune_classification import finetune, parse_args
@@ -321,9 +400,22 @@ def percent(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
+def electra_sentence(run: dict | None) -> str:
+    """results.md's words on the ELECTRA pretraining, when there is one."""
+    if run is None:
+        return ""
+    return (
+        f"; the ELECTRA entry was pretrained for the same wall-clock budget by replaced-token detection "
+        f"({run['steps']:,} steps in {run['seconds']:.0f} s; held-out discriminator accuracy "
+        f"{percent(run.get('eval_disc_accuracy'))}%, generator masked-token accuracy "
+        f"{percent(run.get('eval_mlm_accuracy'))}%)"
+    )
+
+
 def markdown_lines(result: dict) -> list[str]:
     """results.md, line by line."""
     s, pre = result["settings"], result.get("pretraining")
+    pretrainings = result.get("pretrainings") or ({"mlm": pre} if pre is not None else {})
     header = [
         "model", "source", "parameters", "pretraining", "fine-tuning steps", "epochs", "fine-tuning time (s)",
         "dev accuracy (%)", "test accuracy (%)", "test F1 (%)",
@@ -333,11 +425,9 @@ def markdown_lines(result: dict) -> list[str]:
         if "error" in row:
             rows.append([row["label"], "measured", *["—"] * 5, f"failed: {row['error']}", "—", "—"])
             continue
-        pretraining = (
-            f"{pre['steps']:,} steps, {pre['seconds']:.0f} s"
-            if row["pretrained"] and pre is not None
-            else "none"
-        )
+        objective = ENTRIES[row["name"]].pretraining
+        run = pretrainings.get(objective) if objective else None
+        pretraining = f"{run['steps']:,} steps, {run['seconds']:.0f} s" if run is not None else "none"
         rows.append(
             [
                 row["label"],
@@ -378,6 +468,7 @@ def markdown_lines(result: dict) -> list[str]:
             if pre is not None
             else ""
         )
+        + electra_sentence(pretrainings.get("electra"))
         + f". Accuracy on the validation split ({result['dev_examples']:,} phrases) and the test split "
         f"({result['test_examples']:,} GLUE dev sentences).",
         "",
@@ -386,7 +477,9 @@ def markdown_lines(result: dict) -> list[str]:
         "Published rows (from the data README): approximate accuracies on the GLUE dev sentences, with far larger "
         "models and pretraining corpora (BERT-base) or none (bag of words): context, not measured here.",
         "",
-        *leaderboard_footer(result, [f"pretraining: {pre['command']}"] if pre is not None else []),
+        *leaderboard_footer(
+            result, [f"{name} pretraining: {run['command']}" for name, run in pretrainings.items()]
+        ),
     ]
     return text
 
@@ -407,35 +500,15 @@ def main(argv: list[str] | None = None) -> dict:
     num_parameters = save_initialization(init_dir, tokenizer, settings, args.seed)
     logger.info("Initialization: %s parameters (masked LM) saved to %s.", f"{num_parameters:,}", init_dir)
 
-    pretraining = None
-    pretrained_dir = output_dir / "runs" / "mlm_pretrain"
-    if any(ENTRIES[name].pretrained for name in names):
-        text_file = output_dir / "pretraining_text.txt"
-        text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
-        run_argv = pretrain_argv(settings, args, text_file, init_dir, tokenizer_dir, pretrained_dir)
-        command = command_line("training.train", run_argv)
-        logger.info("=== pretraining: %s", command)
-        stamp = {
-            "argv": run_argv,
-            "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text()),
-        }
-        metrics, reused = pretrain(run_argv, pretrained_dir, stamp, args.reuse_pretraining)
-        pretraining = {
-            "command": command,
-            "reused": reused,
-            "steps": metrics["step"],
-            "seconds": metrics["seconds"],
-            "budget_seconds": settings["pretrain_seconds"],
-            "train_loss": metrics.get("train_loss"),
-            "eval_loss": metrics.get("eval_loss"),
-            "eval_mlm_accuracy": metrics.get("eval_mlm_accuracy"),
-            "tokens_seen": metrics.get("tokens_seen"),
-            "metrics": metrics,
-        }
+    # objective -> its pretraining's record, one run each for the entries that start from it
+    pretrainings = {}
+    for objective in dict.fromkeys(ENTRIES[name].pretraining for name in names if ENTRIES[name].pretrained):
+        pretrainings[objective] = run_pretraining(objective, settings, args, output_dir, sentences, tokenizer)
 
     rows = []
     for name in names:
-        start_dir = pretrained_dir / "final" if ENTRIES[name].pretrained else init_dir
+        objective = ENTRIES[name].pretraining
+        start_dir = output_dir / "runs" / f"{objective}_pretrain" / "final" if objective else init_dir
         run_argv = finetune_argv(name, settings, args, start_dir, tokenizer_dir, output_dir / "runs" / name)
         failed = {"label": ENTRIES[name].label, "pretrained": ENTRIES[name].pretrained}
         row = run_entry_row(name, "training.finetune_classification", run_argv, run_entry, failed)
@@ -471,7 +544,9 @@ def main(argv: list[str] | None = None) -> dict:
             "num_parameters_masked_lm": num_parameters,
             "preset": "bert",
         },
-        "pretraining": pretraining,
+        # the MLM pretraining (as before ELECTRA's entry), and every pretraining by objective
+        "pretraining": pretrainings.get("mlm"),
+        "pretrainings": pretrainings,
         "command": command_line(__spec__.name, argv),
         "entries": rows,
         "references": [

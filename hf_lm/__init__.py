@@ -12,6 +12,7 @@ from transformers import AutoConfig
 from .families import FAMILIES, Family, family_of, head_info
 from .integrations import register_peft
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
+from .models.hflm_configuration_electra import ELECTRA_PRESETS, HfLmElectraConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
 from .models.hflm_configuration_ngram import HfLmNGramConfig
@@ -27,6 +28,13 @@ from .models.hflm_modeling_bert import (
     HfLmBertForTokenClassification,
     HfLmBertModel,
     HfLmBertPreTrainedModel,
+)
+from .models.hflm_modeling_electra import (
+    HfLmElectraForMaskedLM,
+    HfLmElectraForPreTraining,
+    HfLmElectraForSequenceClassification,
+    HfLmElectraForTokenClassification,
+    HfLmElectraModel,
 )
 from .models.hflm_modeling_ffnn import HfLmFFNNForCausalLM, HfLmFFNNModel, HfLmFFNNPreTrainedModel
 from .models.hflm_modeling_gpt import (
@@ -120,6 +128,13 @@ __all__ = [
     "HfLmBertForTokenClassification",
     "HfLmBertForQuestionAnswering",
     "HfLmBertForMultipleChoice",
+    "ELECTRA_PRESETS",
+    "HfLmElectraConfig",
+    "HfLmElectraModel",
+    "HfLmElectraForMaskedLM",
+    "HfLmElectraForPreTraining",
+    "HfLmElectraForSequenceClassification",
+    "HfLmElectraForTokenClassification",
     "HfLmGPTConfig",
     "HfLmGPTPreTrainedModel",
     "HfLmGPTModel",

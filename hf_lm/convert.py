@@ -1,6 +1,6 @@
 """Import weights from transformers' reference models into hf_lm models with identical outputs.
 
-This is how users start from real GPT-2, Llama or Mixtral checkpoints::
+This is how users start from real GPT-2, Llama, Mixtral, BERT, ELECTRA, T5, SwitchTransformers or BART checkpoints::
 
     from transformers import AutoModelForCausalLM
     from hf_lm.convert import from_transformers
@@ -21,6 +21,7 @@ import torch
 
 from .families import FAMILIES
 from .models.hflm_configuration_bert import HfLmBertConfig
+from .models.hflm_configuration_electra import HfLmElectraConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
 from .models.hflm_configuration_seq2seq import HfLmBartConfig, HfLmT5Config
 
@@ -198,8 +199,9 @@ def _mixtral_state_dict(sd: dict, config, ref_config) -> dict:
     return out
 
 
-def _bert_config(ref) -> HfLmBertConfig:
-    """BERT and RoBERTa: the same post-norm encoder; RoBERTa's positions start after its padding id."""
+def _bert_config(ref, config_class=HfLmBertConfig, **extra) -> HfLmBertConfig:
+    """BERT and RoBERTa: the same post-norm encoder; RoBERTa's positions start after its padding id.
+    ELECTRA's encoder is BERT's too: `config_class` and `extra` fields say what it adds."""
     if ref.hidden_act not in _BERT_ACTS:
         raise ValueError(f"{ref.model_type} hidden_act={ref.hidden_act!r} has no hf_lm equivalent.")
     if getattr(ref, "position_embedding_type", "absolute") not in (None, "absolute"):
@@ -210,7 +212,7 @@ def _bert_config(ref) -> HfLmBertConfig:
     if ref.model_type == "roberta":
         # RoBERTa numbers real tokens from padding_idx + 1; the rows below are never used by text
         positions -= ref.pad_token_id + 1
-    return HfLmBertConfig(
+    return config_class(
         hidden_size=ref.hidden_size,
         num_hidden_layers=ref.num_hidden_layers,
         num_attention_heads=ref.num_attention_heads,
@@ -230,6 +232,7 @@ def _bert_config(ref) -> HfLmBertConfig:
         initializer_range=ref.initializer_range,
         tie_word_embeddings=bool(getattr(ref, "tie_word_embeddings", True)),
         **_common_kwargs(ref),
+        **extra,
     )
 
 
@@ -240,7 +243,7 @@ def _bert_state_dict(sd: dict, config, ref_config) -> dict:
         ref_config.model_type,
         ref_config.pad_token_id or 0,
     )
-    prefix = next((p for p in ("bert.", "roberta.") if any(k.startswith(p) for k in sd)), "")
+    prefix = next((p for p in ("bert.", "roberta.", "electra.") if any(k.startswith(p) for k in sd)), "")
     out = {}
     emb = f"{prefix}embeddings."
     out["model.embed_tokens.weight"] = sd[f"{emb}word_embeddings.weight"]
@@ -284,6 +287,37 @@ def _bert_state_dict(sd: dict, config, ref_config) -> dict:
         if f"{a}.weight" in sd:
             out[f"{b}.weight"] = sd[f"{a}.weight"]
             out[f"{b}.bias"] = sd[f"{a}.bias"]
+    return out
+
+
+def _electra_config(ref) -> HfLmElectraConfig:
+    """ELECTRA: BERT's encoder with E-wide embeddings projected to the hidden size when E != C."""
+    return _bert_config(ref, HfLmElectraConfig, embedding_size=ref.embedding_size)
+
+
+def _electra_state_dict(sd: dict, config, ref_config) -> dict:
+    """BERT's renaming for the encoder, then ELECTRA's projection and heads: the discriminator's
+    `discriminator_predictions`, the generator's `generator_predictions` + `generator_lm_head`, the
+    sentence classifier's `classifier.dense`/`classifier.out_proj`."""
+    if "generator_lm_head.weight" in sd and config.hidden_act != "gelu":
+        # transformers' generator head is GELU whatever hidden_act says; hf_lm's follows hidden_act
+        raise ValueError(f"ElectraForMaskedLM converts with hidden_act='gelu', got {config.hidden_act!r}.")
+    out = _bert_state_dict(sd, config, ref_config)
+    prefix = "electra." if any(k.startswith("electra.") for k in sd) else ""
+    renames = {
+        f"{prefix}embeddings_project": "model.embed_proj",
+        "discriminator_predictions.dense": "discriminator_head.dense",
+        "discriminator_predictions.dense_prediction": "discriminator_head.dense_prediction",
+        "generator_predictions.dense": "lm_head.dense",
+        "generator_predictions.LayerNorm": "lm_head.norm",
+        "generator_lm_head": "lm_head.decoder",
+        "classifier.dense": "dense",
+        "classifier.out_proj": "classifier",
+    }
+    for a, b in renames.items():
+        for suffix in ("weight", "bias"):
+            if f"{a}.{suffix}" in sd:
+                out[f"{b}.{suffix}"] = sd[f"{a}.{suffix}"]
     return out
 
 
@@ -490,6 +524,7 @@ _CONVERTERS = {
     "mixtral": (_mixtral_config, _mixtral_state_dict),
     "bert": (_bert_config, _bert_state_dict),
     "roberta": (_bert_config, _bert_state_dict),
+    "electra": (_electra_config, _electra_state_dict),
     "t5": (_t5_config, _t5_state_dict),
     "switch_transformers": (_switch_config, _switch_state_dict),
     "bart": (_bart_config, _bart_state_dict),
@@ -502,6 +537,13 @@ _SUPPORTED = {
     "mixtral": ("MixtralForCausalLM", "MixtralModel"),
     "bert": ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
     "roberta": ("RobertaModel", "RobertaForMaskedLM"),
+    "electra": (
+        "ElectraModel",
+        "ElectraForPreTraining",
+        "ElectraForMaskedLM",
+        "ElectraForSequenceClassification",
+        "ElectraForTokenClassification",
+    ),
     "t5": ("T5ForConditionalGeneration", "T5Model"),
     "switch_transformers": ("SwitchTransformersForConditionalGeneration", "SwitchTransformersModel"),
     "bart": ("BartForConditionalGeneration", "BartModel"),
@@ -525,6 +567,8 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
     `LlamaModel`, `LlamaForSequenceClassification`, `BertModel`, `BertForMaskedLM`,
     `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`,
+    `ElectraModel`, `ElectraForPreTraining` (the discriminator), `ElectraForMaskedLM` (the generator),
+    `ElectraForSequenceClassification`, `ElectraForTokenClassification`,
     `T5ForConditionalGeneration` / `T5Model` (v1.0 ReLU and v1.1 gated-GELU), the mixtures of
     experts `MixtralForCausalLM` / `MixtralModel` (into the GPT family) and
     `SwitchTransformersForConditionalGeneration` / `SwitchTransformersModel` (into T5), and

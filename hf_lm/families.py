@@ -37,6 +37,7 @@ from transformers import (
 
 from .models.hflm_common import _PIPELINE_TAGS
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
+from .models.hflm_configuration_electra import ELECTRA_PRESETS, HfLmElectraConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
 from .models.hflm_configuration_ngram import HfLmNGramConfig
@@ -51,6 +52,13 @@ from .models.hflm_modeling_bert import (
     HfLmBertForSequenceClassification,
     HfLmBertForTokenClassification,
     HfLmBertModel,
+)
+from .models.hflm_modeling_electra import (
+    HfLmElectraForMaskedLM,
+    HfLmElectraForPreTraining,
+    HfLmElectraForSequenceClassification,
+    HfLmElectraForTokenClassification,
+    HfLmElectraModel,
 )
 from .models.hflm_modeling_ffnn import HfLmFFNNForCausalLM, HfLmFFNNModel
 from .models.hflm_modeling_gpt import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification, HfLmGPTModel
@@ -195,6 +203,22 @@ FAMILIES: dict[str, Family] = {
             special_tokens=_BERT_MLM_TOKENS,
             presets=tuple(BERT_PRESETS),
             convert_from=("bert", "roberta"),
+        ),
+        # ELECTRA (Clark et al., 2020): BERT's encoder; AutoModelForPreTraining is the discriminator
+        # (replaced-token detection), AutoModelForMaskedLM the generator
+        Family(
+            "electra",
+            HfLmElectraConfig,
+            {
+                AutoModel: HfLmElectraModel,
+                AutoModelForMaskedLM: HfLmElectraForMaskedLM,
+                AutoModelForPreTraining: HfLmElectraForPreTraining,
+                AutoModelForSequenceClassification: HfLmElectraForSequenceClassification,
+                AutoModelForTokenClassification: HfLmElectraForTokenClassification,
+            },
+            special_tokens=_BERT_MLM_TOKENS,
+            presets=tuple(ELECTRA_PRESETS),
+            convert_from=("electra",),
         ),
         Family(
             "t5",

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 LORA_TARGET_MODULES: dict[str, list[str]] = {
     "hflm_gpt": ["qkv_proj"],
     "hflm_bert": ["qkv_proj"],
+    "hflm_electra": ["qkv_proj"],  # BERT's encoder
     # self-attention, and the decoder's cross-attention (queries; keys and values of the encoder states)
     "hflm_t5": ["qkv_proj", "q_proj", "kv_proj"],
     "hflm_bart": ["qkv_proj", "q_proj", "kv_proj"],
@@ -54,6 +55,7 @@ LORA_TARGET_PARAMETERS: dict[str, list[str]] = {
 IA3_TARGET_MODULES: dict[str, list[str]] = {
     "hflm_gpt": ["qkv_proj", "down_proj"],
     "hflm_bert": ["qkv_proj", "down_proj"],
+    "hflm_electra": ["qkv_proj", "down_proj"],
     "hflm_t5": ["qkv_proj", "kv_proj", "down_proj"],
     "hflm_bart": ["qkv_proj", "kv_proj", "down_proj"],
 }

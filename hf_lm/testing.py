@@ -57,6 +57,12 @@ from hf_lm import (
     HfLmBertForSequenceClassification,
     HfLmBertForTokenClassification,
     HfLmBertModel,
+    HfLmElectraConfig,
+    HfLmElectraForMaskedLM,
+    HfLmElectraForPreTraining,
+    HfLmElectraForSequenceClassification,
+    HfLmElectraForTokenClassification,
+    HfLmElectraModel,
     HfLmFFNNConfig,
     HfLmFFNNForCausalLM,
     HfLmFFNNModel,
@@ -122,6 +128,11 @@ def _t5_moe() -> HfLmT5Config:
 
 def _bert() -> HfLmBertConfig:
     return HfLmBertConfig(**_TRANSFORMER)
+
+
+def _electra() -> HfLmElectraConfig:
+    # embeddings narrower than the hidden size: the projection E -> C is exercised (ELECTRA-small's shape)
+    return HfLmElectraConfig(**_TRANSFORMER, embedding_size=16)
 
 
 def _t5() -> HfLmT5Config:
@@ -247,6 +258,13 @@ def _mlm(config, gen, padding) -> dict:
 
 def _pretraining(config, gen, padding) -> dict:
     return {**_mlm(config, gen, padding), "next_sentence_label": torch.tensor([0, 1])}
+
+
+def _replaced(config, gen, padding) -> dict:
+    """ELECTRA discriminator inputs: 1 where a token was replaced, 0 where it is the original."""
+    batch = _encoder(config, gen, padding)
+    labels = torch.randint(0, 2, (BATCH, SEQ), generator=gen)
+    return {**batch, "labels": _padded(labels, batch["attention_mask"], -100)}
 
 
 def _classes(inputs: Callable) -> Callable:
@@ -392,6 +410,11 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("bert-token-cls", HfLmBertForTokenClassification, _bert, _token_class),
     FamilyCase("bert-qa", HfLmBertForQuestionAnswering, _bert, _question_answering),
     FamilyCase("bert-multiple-choice", HfLmBertForMultipleChoice, _bert, _multiple_choice),
+    FamilyCase("electra", HfLmElectraModel, _electra, _encoder),
+    FamilyCase("electra-mlm", HfLmElectraForMaskedLM, _electra, _mlm),
+    FamilyCase("electra-pretraining", HfLmElectraForPreTraining, _electra, _replaced),
+    FamilyCase("electra-seq-cls", HfLmElectraForSequenceClassification, _electra, _classes(_encoder)),
+    FamilyCase("electra-token-cls", HfLmElectraForTokenClassification, _electra, _token_class),
     FamilyCase("t5", HfLmT5Model, _t5, _seq2seq_bare),
     FamilyCase("t5-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5, _seq2seq, generates=True),
     FamilyCase("t5-seq-cls", HfLmT5ForSequenceClassification, _t5, _classes(_source)),

@@ -22,6 +22,7 @@ from hf_lm.testing import FAMILY_CASES
 INVALID = {
     "hflm_gpt": [("hidden_act", "tanhh"), ("num_attention_heads", 3), ("hidden_size", 0)],
     "hflm_bert": [("hidden_act", "tanhh"), ("num_attention_heads", 3)],
+    "hflm_electra": [("embedding_size", 0), ("num_attention_heads", 3)],
     "hflm_t5": [("hidden_act", "tanhh"), ("num_attention_heads", 3)],
     "hflm_bart": [("position_embedding_type", "rotary"), ("num_attention_heads", 3)],
     "hflm_rnn": [("cell_type", "lstmm")],

@@ -37,6 +37,11 @@ EXPECTED_HEADS = {
     "HfLmBertForTokenClassification": ("token-classification", "AutoModelForTokenClassification"),
     "HfLmBertForQuestionAnswering": ("question-answering", "AutoModelForQuestionAnswering"),
     "HfLmBertForMultipleChoice": ("multiple-choice", "AutoModelForMultipleChoice"),
+    "HfLmElectraModel": ("feature-extraction", "AutoModel"),
+    "HfLmElectraForMaskedLM": ("fill-mask", "AutoModelForMaskedLM"),
+    "HfLmElectraForPreTraining": ("fill-mask", "AutoModelForPreTraining"),
+    "HfLmElectraForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification"),
+    "HfLmElectraForTokenClassification": ("token-classification", "AutoModelForTokenClassification"),
     "HfLmT5Model": ("feature-extraction", "AutoModel"),
     "HfLmT5ForConditionalGeneration": ("text2text-generation", "AutoModelForSeq2SeqLM"),
     "HfLmT5ForSequenceClassification": ("text-classification", "AutoModelForSequenceClassification"),
@@ -72,7 +77,7 @@ def test_every_model_class_is_registered_exactly_once():
 
 
 def test_families_are_consistent():
-    assert list(FAMILIES) == ["gpt", "bert", "t5", "bart", "rnn", "rnn_seq2seq", "ffnn", "ngram"]
+    assert list(FAMILIES) == ["gpt", "bert", "electra", "t5", "bart", "rnn", "rnn_seq2seq", "ffnn", "ngram"]
     model_types = [family.model_type for family in FAMILIES.values()]
     assert len(set(model_types)) == len(model_types)
     converted = [model_type for family in FAMILIES.values() for model_type in family.convert_from]

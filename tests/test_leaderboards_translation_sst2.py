@@ -128,7 +128,22 @@ def test_sst2_entry_arguments_parse(tmp_path):
         assert model_args.model_name_or_path == str(start)
         assert training_args.learning_rate == (1e-4 if entry.pretrained else 5e-4)
         budgets[name] = training_args.max_train_seconds
-    assert budgets == {"scratch": 300, "mlm": 300, "scratch_long": 1200}
+    assert budgets == {"scratch": 300, "mlm": 300, "electra": 300, "scratch_long": 1200}
+    # ELECTRA's pretraining: the same command but the objective, so the same wall-clock budget
+    electra = sst2.pretrain_argv(
+        settings,
+        args,
+        tmp_path / "text.txt",
+        tmp_path / "init_electra",
+        tmp_path / "tok",
+        tmp_path / "pre",
+        "electra",
+    )
+    _, _, train_args = parse_train_args(electra)
+    assert train_args.objective == "electra" and train_args.max_train_seconds == 900
+    assert [x for x in electra if x not in ("electra", str(tmp_path / "init_electra"))] == [
+        x for x in argv if x not in ("mlm", str(tmp_path / "init"))
+    ]
 
 
 def test_reuse_or_train_tokenizer(tmp_path):

@@ -243,7 +243,16 @@ BARE = [case for case in FAMILY_CASES if AUTO_CLASS[case.model_class] == "AutoMo
 
 
 def test_every_family_has_a_bare_model():
-    assert {case.name for case in BARE} == {"gpt", "bert", "t5", "bart", "rnn", "rnn-seq2seq", "ffnn"}
+    assert {case.name for case in BARE} == {
+        "gpt",
+        "bert",
+        "electra",
+        "t5",
+        "bart",
+        "rnn",
+        "rnn-seq2seq",
+        "ffnn",
+    }
 
 
 @pytest.mark.parametrize("case", cases(BARE))

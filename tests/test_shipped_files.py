@@ -22,6 +22,14 @@ TRANSFORMER = COMMON | {"hflm_blocks.py", "hflm_configuration_base.py"}
 SHIPPED = {
     "gpt": TRANSFORMER | {"hflm_configuration_gpt.py", "hflm_modeling_gpt.py"},
     "bert": TRANSFORMER | {"hflm_configuration_bert.py", "hflm_modeling_bert.py"},
+    # ELECTRA extends BERT: its files import BERT's
+    "electra": TRANSFORMER
+    | {
+        "hflm_configuration_bert.py",
+        "hflm_modeling_bert.py",
+        "hflm_configuration_electra.py",
+        "hflm_modeling_electra.py",
+    },
     "t5": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
     "bart": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
     "rnn": COMMON | {"hflm_rnn_blocks.py", "hflm_configuration_rnn.py", "hflm_modeling_rnn.py"},

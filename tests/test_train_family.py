@@ -16,6 +16,7 @@ from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
+from training.electra import ElectraPretrainingModel
 from training.models import resolve_family
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
 from training.tokenizer import train_tokenizer
@@ -25,7 +26,13 @@ TEXTS = ["the cat sat on the mat.", "a dog ran in the park."] * 20
 
 @pytest.mark.parametrize(
     ("objective", "family"),
-    [("clm", "gpt"), ("mlm", "bert"), ("span_corruption", "t5"), ("bart_denoising", "bart")],
+    [
+        ("clm", "gpt"),
+        ("mlm", "bert"),
+        ("electra", "electra"),
+        ("span_corruption", "t5"),
+        ("bart_denoising", "bart"),
+    ],
 )
 def test_arch_transformer_means_the_objectives_family(objective, family):
     assert resolve_family("transformer", None, objective) == family
@@ -63,6 +70,7 @@ def test_the_run_refuses_a_misfit_before_reading_data(tmp_path):
     [
         ("gpt", "clm", HfLmGPTForCausalLM),
         ("bert", "mlm", HfLmBertForMaskedLM),
+        ("electra", "electra", ElectraPretrainingModel),  # the discriminator with its generator
         ("t5", "span_corruption", HfLmT5ForConditionalGeneration),
         ("bart", "bart_denoising", HfLmBartForConditionalGeneration),
         ("rnn", "clm", HfLmRNNForCausalLM),

@@ -47,30 +47,37 @@ def test_mlm_run_learns_and_saves_a_fill_mask_model(tmp_path):
 def test_mlm_resume_is_exact(tmp_path, monkeypatch):
     """The masks are a pure function of (seed, step, micro-step, rank): a run stopped after a
     checkpoint and resumed draws the same masks and ends with the same weights."""
+    full, cut = run_full_and_resumed(tmp_path, monkeypatch, MLM, max_steps=12, save_every=6)
+    a, b = _weights(full), _weights(cut)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def run_full_and_resumed(tmp_path, monkeypatch, settings: dict, max_steps: int, save_every: int, **flags):
+    """`settings` run uninterrupted into `tmp_path/full`, and into `tmp_path/cut` stopped right after
+    its first checkpoint (step `save_every`) then resumed; returns the two run folders."""
     import training.train as train_module
 
     full, cut = tmp_path / "full", tmp_path / "cut"
-    _run(full, max_steps=12, save_every=6, **MLM)
+    _run(full, max_steps=max_steps, save_every=save_every, **settings, **flags)
     _fresh_reset()
     # the same tokenizer for both runs: tokenizers' WordPiece trainer breaks frequency ties in hash
     # order, so two trainings on the same text may differ (huggingface/tokenizers#1794)
-    same = {**MLM, "tokenizer_name_or_path": str(full / "tokenizer")}
+    same = {**settings, **flags, "tokenizer_name_or_path": str(full / "tokenizer")}
     save = train_module.save_checkpoint
 
     def save_then_stop(*args, **kwargs):
         path = save(*args, **kwargs)
-        if kwargs["step"] == 6:
+        if kwargs["step"] == save_every:
             raise KeyboardInterrupt  # as if killed right after the checkpoint
         return path
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_stop)
     with pytest.raises(KeyboardInterrupt):
-        _run(cut, max_steps=12, save_every=6, **same)
+        _run(cut, max_steps=max_steps, save_every=save_every, **same)
     monkeypatch.undo()
     _fresh_reset()
-    _run(cut, max_steps=12, save_every=6, resume="true", **same)
-    a, b = _weights(full), _weights(cut)
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    _run(cut, max_steps=max_steps, save_every=save_every, resume="true", **same)
+    return full, cut
 
 
 def _fresh_reset():

@@ -38,7 +38,7 @@ MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
 # causal LM (HfLmGPT), masked LM (HfLmBert), T5 span corruption (HfLmT5), BART denoising (HfLmBart)
-OBJECTIVES = ("clm", "mlm", "span_corruption", "bart_denoising")
+OBJECTIVES = ("clm", "mlm", "electra", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
 # "transformer": the objective's own family; the others are the pre-Transformer models (issue 6)
 ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
@@ -58,6 +58,7 @@ EVAL_METRICS = {
         "eval_bits_per_word",
     ),
     "mlm": ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity"),
+    "electra": ("eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy"),
     "span_corruption": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
     "bart_denoising": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
 }
@@ -289,7 +290,7 @@ class ModelArguments:
         default=None,
         metadata={
             "help": f"The model family, one of {list(FAMILY_NAMES)}: gpt, rnn, ffnn and ngram (fitted by "
-            "counting, no gradient steps) train objective clm, bert mlm, t5 span_corruption, bart bart_denoising, "
+            "counting, no gradient steps) train objective clm, bert mlm, electra electra, t5 span_corruption, bart bart_denoising, "
             "rnn_seq2seq span_corruption or bart_denoising. Unset: from --arch."
         },
     )
@@ -565,12 +566,27 @@ class TrainArguments:
     objective: str = field(
         default="clm",
         metadata={
-            "help": "clm: causal LM (hflm_gpt); mlm: masked LM (hflm_bert); span_corruption: T5's "
+            "help": "clm: causal LM (hflm_gpt); mlm: masked LM (hflm_bert); electra: ELECTRA's replaced-token "
+            "detection, a small masked-LM generator and a discriminator trained jointly (hflm_electra); span_corruption: T5's "
             "objective (hflm_t5); bart_denoising: BART's text infilling + sentence permutation (hflm_bart)."
         },
     )
     mlm_probability: float = field(
-        default=0.15, metadata={"help": "mlm: share of tokens selected for prediction (80/10/10 rule)."}
+        default=0.15,
+        metadata={"help": "mlm, electra: share of tokens selected for prediction (80/10/10 rule)."},
+    )
+    electra_generator_size: float = field(
+        default=0.25,
+        metadata={
+            "help": "electra: the generator's width (hidden size, heads, feed-forward) as a fraction of the "
+            "discriminator's; 1/4 in Clark et al. (2020). Its depth and embeddings are the discriminator's."
+        },
+    )
+    electra_disc_weight: float = field(
+        default=50.0,
+        metadata={
+            "help": "electra: λ, the weight of the discriminator loss in MLM loss + λ · disc loss (50 in the paper)."
+        },
     )
     masking: str = field(
         default="token", metadata={"help": f"mlm: what is masked together: {MASKING_KINDS}."}
@@ -654,6 +670,14 @@ class TrainArguments:
             self.sampling_probability(0)  # the schedule validates its constants
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability!r}.")
+        if not 0 < self.electra_generator_size <= 1:
+            raise ValueError(
+                f"`electra_generator_size` must be in (0, 1], got {self.electra_generator_size!r}."
+            )
+        if not 0 <= self.electra_disc_weight < float("inf"):
+            raise ValueError(
+                f"`electra_disc_weight` must be a finite number >= 0, got {self.electra_disc_weight!r}."
+            )
         if (
             isinstance(self.pseudo_perplexity_blocks, bool)
             or not isinstance(self.pseudo_perplexity_blocks, int)

@@ -94,7 +94,7 @@ def export_run(
     write_final_folder(model, run.tokenizer, staging, loss_png)
     data_args = run.data_args
     write_model_card(
-        model,
+        run.objective.card_model(model),
         staging,
         dataset=run.description,
         tokenizer=run.tokenizer,

@@ -68,6 +68,7 @@ LOOP_BASE_ARGS = (
 LOOP_CASES: dict[str, tuple[str, ...]] = {
     "gpt": (),
     "bert_mlm": ("--objective", "mlm", "--tokenizer_kind", "wordpiece", "--pseudo_perplexity_blocks", "2"),
+    "electra": ("--objective", "electra", "--tokenizer_kind", "wordpiece"),
     "t5_span_corruption": ("--objective", "span_corruption"),
     "bart_denoising": ("--objective", "bart_denoising"),
     "ngram": ("--arch", "ngram"),

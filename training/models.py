@@ -19,6 +19,7 @@ DENOISING = ("span_corruption", "bart_denoising")
 FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "gpt": ("clm",),
     "bert": ("mlm",),
+    "electra": ("electra",),
     "t5": ("span_corruption",),
     "bart": ("bart_denoising",),
     "rnn": ("clm",),
@@ -27,7 +28,13 @@ FAMILY_OBJECTIVES: dict[str, tuple[str, ...]] = {
     "ngram": ("clm",),
 }
 # what the old `--arch transformer` means for each objective
-TRANSFORMER_FAMILIES = {"clm": "gpt", "mlm": "bert", "span_corruption": "t5", "bart_denoising": "bart"}
+TRANSFORMER_FAMILIES = {
+    "clm": "gpt",
+    "mlm": "bert",
+    "electra": "electra",
+    "span_corruption": "t5",
+    "bart_denoising": "bart",
+}
 TRANSFORMERS = tuple(TRANSFORMER_FAMILIES.values())
 RECURRENT = ("rnn", "rnn_seq2seq")
 
@@ -125,19 +132,25 @@ def _pretransformer_sizes(model_args, tokenizer, family: str) -> dict:
     return {"vocab_size": len(tokenizer), **specials, **sizes}
 
 
-def build_family_model(
-    family: str, auto_class, model_args, data_args, tokenizer, objective_config: dict
-) -> torch.nn.Module:
-    """A fresh model of `family` sized to the tokenizer: the family's head behind `auto_class`
-    (`hf_lm.families.FAMILIES`).
+def family_config(family: str, model_args, data_args, tokenizer, objective_config: dict):
+    """The config of a fresh model of `family` sized to the tokenizer.
 
     Args:
         objective_config: the config fields the objective sets (`Objective.model_config`), applied
             before `config_overrides`, which come last.
     """
-    config_cls, model_cls = FAMILIES[family].config_class, FAMILIES[family].head(auto_class)
+    config_cls = FAMILIES[family].config_class
     if family in TRANSFORMERS:
         kwargs = _transformer_sizes(model_args, data_args, tokenizer, family)
     else:
         kwargs = _pretransformer_sizes(model_args, tokenizer, family)
-    return model_cls(config_cls(**{**kwargs, **objective_config, **model_args.overrides(config_cls)}))
+    return config_cls(**{**kwargs, **objective_config, **model_args.overrides(config_cls)})
+
+
+def build_family_model(
+    family: str, auto_class, model_args, data_args, tokenizer, objective_config: dict
+) -> torch.nn.Module:
+    """A fresh model of `family` sized to the tokenizer (`family_config`): the family's head behind
+    `auto_class` (`hf_lm.families.FAMILIES`)."""
+    model_cls = FAMILIES[family].head(auto_class)
+    return model_cls(family_config(family, model_args, data_args, tokenizer, objective_config))

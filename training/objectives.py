@@ -10,6 +10,8 @@ of a micro-batch, the evaluation, and the model card's results. The objectives:
   block of a lane to the next (`GlobalBatchSampler(lanes=True)`).
 - `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
   `training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
+- `Electra` ("electra"): ELECTRA's replaced-token detection, a small masked-LM generator and the
+  discriminator trained jointly (`training.electra`).
 - `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
   encoder-decoder denoising objectives of `training.collators_seq2seq`.
 
@@ -22,7 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForSeq2SeqLM,
+)
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
@@ -30,7 +37,8 @@ from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 from . import evaluation
 from .collators_mlm import DataCollatorForMaskedLM
 from .collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
-from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, resolve_family
+from .electra import ElectraPretrainingModel, evaluate_electra
+from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
 from .tokenizer import (
     add_sentinel_tokens,
 )
@@ -39,9 +47,11 @@ SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
 
 
-def mask_seed(seed: int, step: int, micro: int, rank: int) -> int:
-    """The seed of the mask of one micro-batch: independent streams per (seed, step, micro, rank)."""
-    return int(np.random.SeedSequence([seed, step, micro, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
+def mask_seed(seed: int, step: int, micro: int, rank: int, *stream: int) -> int:
+    """The seed of the mask of one micro-batch: independent streams per (seed, step, micro, rank);
+    `stream` numbers further independent draws of the same micro-batch (ELECTRA's samples)."""
+    entropy = [seed, step, micro, rank, *stream]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def mlm_inputs(
@@ -147,6 +157,10 @@ class Objective:
     def describe(self) -> str:
         """The card's "objective" row."""
         raise NotImplementedError
+
+    def card_model(self, model) -> torch.nn.Module:
+        """The model the card of `final/` describes: the model trained, unless final/ holds a part of it."""
+        return model
 
     # --- state carried across blocks (truncated BPTT) ---
     def start_update(self, update: int) -> None:
@@ -308,6 +322,84 @@ class MaskedLM(Objective):
         )
 
 
+class Electra(MaskedLM):
+    """ELECTRA's replaced-token detection (Clark et al., 2020; `training.electra`): BERT's dynamic
+    masking feeds a small generator, whose samples fill the masked positions for the discriminator.
+
+    The generator's samples are seeded like the masks (`mask_seed`, a second stream of the same
+    micro-batch): a resumed run draws what an uninterrupted one did.
+    """
+
+    name = "electra"
+    auto_class = AutoModelForPreTraining  # the discriminator: what final/ holds (the generator in generator/)
+    SAMPLES = 1  # the `mask_seed` stream of the generator's samples
+
+    def __init__(self, train_args) -> None:
+        super().__init__(train_args)
+        self.sampling_seeds: dict[int, int] = {}
+
+    def model_config(self, tokenizer):
+        return {"bos_token_id": None}
+
+    def build_model(self, family, model_args, data_args, tokenizer):
+        """The discriminator with its generator (`ElectraPretrainingModel`), fresh or from the
+        `init_from` folder of a previous ELECTRA run (its discriminator and `generator/`)."""
+        args = self.args  # None from `build_model`: the model's defaults (1/4 width, λ = 50)
+        options = {} if args is None else {
+            "generator_size": args.electra_generator_size,
+            "discriminator_weight": args.electra_disc_weight,
+        }  # fmt: skip
+        if model_args.init_from:
+            return ElectraPretrainingModel.from_folders(model_args.init_from, **options)
+        config = family_config(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
+        return ElectraPretrainingModel(config, **options)
+
+    def inputs(self, batch, step, micro, rank):
+        self.sampling_seeds[micro] = mask_seed(self.args.seed, step, micro, rank, self.SAMPLES)
+        return super().inputs(batch, step, micro, rank)
+
+    def forward_inputs(self, micro):
+        return {"sampling_seed": self.sampling_seeds[micro]}
+
+    def evaluate(self, model, eval_blocks, accelerator):
+        args = self.args
+        return evaluate_electra(
+            model,
+            eval_blocks,
+            self.eval_noise(mlm_inputs),
+            lambda i, rank: mask_seed(args.seed, EVAL_STEP, i, rank, self.SAMPLES),
+            args.electra_disc_weight,
+            accelerator,
+            args.per_device_batch_size,
+            self.num_eval_blocks,
+        )
+
+    def card_rows(self, evaluation):
+        return {
+            "held-out loss (MLM + λ · discriminator)": evaluation["eval_loss"],
+            "held-out generator masked-token loss (nats/token)": evaluation["eval_mlm_loss"],
+            "held-out generator masked-token accuracy": evaluation["eval_mlm_accuracy"],
+            "held-out discriminator loss (per token)": evaluation["eval_disc_loss"],
+            "held-out discriminator accuracy (replaced vs original)": evaluation["eval_disc_accuracy"],
+            "held-out share of tokens replaced": evaluation["eval_replaced_fraction"],
+        }
+
+    def eval_results(self, evaluation):
+        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_disc_accuracy"]}
+
+    def describe(self) -> str:
+        args = self.args
+        return (
+            f"ELECTRA replaced-token detection (Clark et al., 2020): a generator {args.electra_generator_size:g} "
+            f"as wide, sharing the embeddings, fills {args.mlm_probability:.0%} masked tokens ({args.masking} "
+            f"masking, 80/10/10 rule) with samples; loss = MLM + {args.electra_disc_weight:g} · discriminator "
+            "loss. This folder holds the discriminator (fine-tune it); the generator is in `generator/`"
+        )
+
+    def card_model(self, model):
+        return model.discriminator()  # what final/ holds, beside generator/
+
+
 class Denoising(Objective):
     """An encoder-decoder rebuilds a block from a noised copy of it."""
 
@@ -367,7 +459,7 @@ class BartDenoising(Denoising):
 
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    cls.name: cls for cls in (CausalLM, MaskedLM, SpanCorruption, BartDenoising)
+    cls.name: cls for cls in (CausalLM, MaskedLM, Electra, SpanCorruption, BartDenoising)
 }
 
 
@@ -382,7 +474,8 @@ def build_model(model_args, data_args, tokenizer, objective: str = "clm") -> tor
     """A fresh model of the run's family sized to the tokenizer, or the `init_from` checkpoint.
 
     `objective="clm"` builds an `HfLmGPTForCausalLM` (with `--arch`/`--family` the family named),
-    `"mlm"` an `HfLmBertForMaskedLM` (with `sparse_prediction`), the denoising objectives T5 or BART.
+    `"mlm"` an `HfLmBertForMaskedLM` (with `sparse_prediction`), `"electra"` an
+    `ElectraPretrainingModel` (the discriminator and its generator), the denoising objectives T5 or BART.
     """
     family = resolve_family(model_args.arch, model_args.family, objective)
     return OBJECTIVES[objective](None).build_model(family, model_args, data_args, tokenizer)

@@ -42,6 +42,7 @@ FIXED_SETTINGS = (
     # what is trained on them
     "objective", "mlm_probability", "masking", "tbptt", "scheduled_sampling", "scheduled_sampling_k",
     "scheduled_sampling_c", "scheduled_sampling_min", "metric_for_best_model", "greater_is_better",
+    "electra_generator_size", "electra_disc_weight",
 ) + CLEANING_SETTINGS  # fmt: skip
 # in which order the blocks come (kept in every checkpoint's data_state), and the values of
 # checkpoints that predate a key

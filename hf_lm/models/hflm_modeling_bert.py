@@ -240,7 +240,8 @@ class HfLmBertTaskModel(HfLmBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        return self.head(outputs, labels, **kwargs)
+        # the mask goes to the head too: a head that scores every token leaves padding out (ELECTRA's)
+        return self.head(outputs, labels, attention_mask=attention_mask, **kwargs)
 
     def head(self, outputs: BaseModelOutputWithPooling, labels, **kwargs) -> ModelOutput:
         raise NotImplementedError
@@ -380,12 +381,18 @@ class HfLmBertForSequenceClassification(HfLmBertTaskModel):
         """Logits (B, num_labels). `labels`: (B,) class ids, (B,) floats for regression
         (num_labels=1), or (B, num_labels) multi-hot floats for multi-label classification."""
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels, num_items_in_batch)
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        return classifier_output(self.config, logits, outputs, labels, num_items_in_batch)
+
+
+def classifier_output(config, logits, outputs, labels, num_items_in_batch=None) -> SequenceClassifierOutput:
+    """A sentence classifier's output from its logits (B, num_labels), with the loss when `labels`
+    are given (`sequence_classification_loss`: regression, single- or multi-label)."""
+    loss = None
+    if labels is not None:
+        loss = sequence_classification_loss(config, logits, labels, num_items_in_batch)
+    return SequenceClassifierOutput(
+        loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+    )
 
 
 class HfLmBertForTokenClassification(HfLmBertTaskModel):
