@@ -534,6 +534,7 @@ FINITE_FIELDS = {
     hf_lm.HfLmNGramConfig: ("add_k",),
     hf_lm.HfLmFFNNConfig: ("hidden_dropout", "initializer_range"),
 }
+FINITE_FIELDS[hf_lm.HfLmElectraConfig] = FINITE_FIELDS[hf_lm.HfLmBertConfig]  # BERT's encoder config
 CONFIG_FIELDS = [(cls, field) for cls, fields in FINITE_FIELDS.items() for field in fields]
 
 

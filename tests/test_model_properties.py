@@ -310,6 +310,8 @@ def test_token_losses_cover_every_token_level_head():
         "gpt-causal-lm",
         "bert-mlm",
         "bert-token-cls",
+        "electra-mlm",
+        "electra-token-cls",
         "t5-seq2seq-lm",
         "bart-seq2seq-lm",
         "t5-mask-predict",

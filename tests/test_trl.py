@@ -60,7 +60,10 @@ def test_apply_chat_template_round_trip(chat_tokenizer, tmp_path):
         assert tok.decode(assistant) == "The number of items.<|im_end|>"
 
 
-def test_sft_trainer_on_messages(chat_tokenizer, tmp_path):
+@pytest.mark.parametrize("experts", [0, 4], ids=["dense", "moe"])
+def test_sft_trainer_on_messages(chat_tokenizer, tmp_path, experts):
+    """SFT on chat data; a dense model is dense to TRL (no router loss), a mixture of experts gets
+    TRL's load-balancing loss (TRL reads `num_experts`, `num_experts_per_tok`, `router_aux_loss_coef`)."""
     trl = pytest.importorskip("trl")
     from datasets import Dataset
 
@@ -77,7 +80,10 @@ def test_sft_trainer_on_messages(chat_tokenizer, tmp_path):
     tok = chat_tokenizer
     torch.manual_seed(0)
     ids = {f"{role}_token_id": getattr(tok, f"{role}_token_id") for role in ("pad", "bos", "eos")}
-    model = HfLmGPTForCausalLM(tiny_gpt_config(vocab_size=len(tok), max_position_embeddings=128, **ids))
+    config = tiny_gpt_config(
+        vocab_size=len(tok), max_position_embeddings=128, num_local_experts=experts, **ids
+    )
+    model = HfLmGPTForCausalLM(config)
     before = model.lm_head.weight.detach().clone()
     args = trl.SFTConfig(
         output_dir=str(tmp_path),
@@ -98,6 +104,7 @@ def test_sft_trainer_on_messages(chat_tokenizer, tmp_path):
     assert tok.decode(first["input_ids"]).startswith("<|im_start|>user\nWhat is 0 plus 0?<|im_end|>")
     # the loss is on the assistant's answer and its <|im_end|> only (the prompt's labels are -100)
     assert tok.decode([t for t in first["labels"] if t != -100]) == "0 plus 0 is 0.<|im_end|>"
+    assert trainer.aux_loss_enabled == bool(experts)
     trainer.train()
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))

@@ -85,7 +85,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
         num_local_experts: 0 (the default) = dense feed-forwards; E > 0 = a mixture of E experts
             (each a `hidden_act` feed-forward) in the sparse layers (Shazeer et al., 2017; Fedus
             et al., 2021). The MoE fields below (Mixtral's and SwitchTransformers' names) apply then.
-        num_experts_per_tok: k, the experts each token is routed to (2: Mixtral/GShard, 1: Switch).
+        num_experts_per_tok: k, the experts each token is routed to (2: Mixtral/GShard, 1: Switch);
+            `None` = 2 with experts, and stays None in a dense config.
         expert_capacity: the most tokens an expert takes per sequence; overflowing tokens are
             dropped (their feed-forward output is 0: they pass through the residual).
         capacity_factor: instead of `expert_capacity`, a capacity of
@@ -97,7 +98,10 @@ class HfLmTransformerConfig(PreTrainedConfig):
             learned softplus(x W_noise) to the router logits.
         router_jitter_noise: multiplicative uniform jitter in [1-eps, 1+eps] on the router's input
             in training (Switch).
-        router_aux_loss_coef: weight of the load-balancing loss added to the loss when labels are given.
+        router_aux_loss_coef: weight of the load-balancing loss added to the loss when labels are given;
+            `None` = 0.001 with experts (Mixtral's and Switch's), 0.0 in a dense config. Why the dense
+            values: TRL and other tools take `num_experts_per_tok` and a non-zero
+            `router_aux_loss_coef` as the marks of a mixture of experts.
         router_z_loss_coef: weight of the router z-loss (Zoph et al., 2022), mean logsumexp(logits)^2.
         output_router_logits: return the router logits of every sparse layer (`router_logits`).
         encoder_sparse_step, decoder_sparse_step: which layers of the encoder / decoder (GPT: the
@@ -108,6 +112,9 @@ class HfLmTransformerConfig(PreTrainedConfig):
     the others refuse values other than the defaults rather than silently ignoring them.
     """
 
+    # Mixtral's alias of the expert count, and the experts' width (each expert is an
+    # `intermediate_size` feed-forward), under the names tools such as TRL read
+    attribute_map = {"num_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size"}
     # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
     supports_albert_options = False
     # whether the family's heads implement the mixture-of-experts fields (their losses and outputs)
@@ -151,13 +158,13 @@ class HfLmTransformerConfig(PreTrainedConfig):
     embedding_size: int | None = None
     num_hidden_groups: int | None = None
     num_local_experts: int = 0
-    num_experts_per_tok: int = 2
+    num_experts_per_tok: int | None = None
     expert_capacity: int | None = None
     capacity_factor: float | None = None
     norm_topk_prob: bool = True
     noisy_gating: bool = False
     router_jitter_noise: float = 0.0
-    router_aux_loss_coef: float = 0.001
+    router_aux_loss_coef: float | None = None
     router_z_loss_coef: float = 0.0
     output_router_logits: bool = False
     encoder_sparse_step: int = 1
@@ -185,6 +192,7 @@ class HfLmTransformerConfig(PreTrainedConfig):
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
+        self._resolve_moe_defaults()
         if self.supports_albert_options:
             if self.embedding_size is None:
                 self.embedding_size = self.hidden_size
@@ -311,8 +319,17 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
             )
 
+    def _resolve_moe_defaults(self) -> None:
+        """Fill `num_experts_per_tok` and `router_aux_loss_coef` left None (see the class docstring)."""
+        moe = isinstance(self.num_local_experts, int) and self.num_local_experts > 0
+        if self.num_experts_per_tok is None and moe:
+            self.num_experts_per_tok = 2
+        if self.router_aux_loss_coef is None:
+            self.router_aux_loss_coef = 0.001 if moe else 0.0
+
     def _validate_moe_options(self) -> None:
         """The mixture-of-experts fields (`num_local_experts` > 0), see the class docstring."""
+        self._resolve_moe_defaults()  # experts may have been switched on after construction
         if isinstance(self.num_local_experts, bool) or not isinstance(self.num_local_experts, int):
             raise ValueError(f"`num_local_experts` must be an integer >= 0, got {self.num_local_experts!r}.")
         _non_negative("num_local_experts", self.num_local_experts)
@@ -322,7 +339,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 f"hflm_gpt, hflm_t5 and hflm_bart families implement mixture-of-experts): leave it 0, "
                 f"got {self.num_local_experts!r}."
             )
-        _positive_int("num_experts_per_tok", self.num_experts_per_tok)
+        if self.num_experts_per_tok is not None:
+            _positive_int("num_experts_per_tok", self.num_experts_per_tok)
         if self.num_local_experts and self.num_experts_per_tok > self.num_local_experts:
             raise ValueError(
                 f"`num_experts_per_tok` ({self.num_experts_per_tok}) cannot exceed `num_local_experts` "

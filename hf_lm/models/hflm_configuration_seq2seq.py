@@ -40,7 +40,11 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
     mask_token_id: int | None = None
 
     supports_moe = True
-    attribute_map = {"num_decoder_layers": "decoder_layers", "encoder_layers": "num_hidden_layers"}
+    attribute_map = {
+        **HfLmTransformerConfig.attribute_map,
+        "num_decoder_layers": "decoder_layers",
+        "encoder_layers": "num_hidden_layers",
+    }
 
     def __post_init__(self, **kwargs):
         if self.decoder_layers is None:
