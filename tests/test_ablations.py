@@ -26,7 +26,13 @@ COMPONENT_FIELDS = {
     "embeddings": {"tie_word_embeddings", "embedding_size"},
     "attention": {"num_key_value_heads", "attention_pattern", "attention_window"},
     "sharing": {"num_hidden_groups"},
-    "experts": {"num_local_experts", "num_experts_per_tok", "capacity_factor", "norm_topk_prob"},
+    "experts": {
+        "num_local_experts",
+        "num_experts_per_tok",
+        "capacity_factor",
+        "norm_topk_prob",
+        "router_aux_loss_coef",
+    },
 }
 
 
