@@ -10,7 +10,13 @@ import sys
 import pytest
 import torch
 
-from training.run_folder import RunFolderBusyError, RunLock, claim_output_dir, previous_run_outputs
+from training.run_folder import (
+    RunFolderBusyError,
+    RunLock,
+    claim_output_dir,
+    previous_run_outputs,
+    remove_staging_leftovers,
+)
 
 
 def test_a_second_lock_on_a_folder_fails_with_the_holder_and_the_first_release_frees_it(tmp_path):
@@ -47,6 +53,32 @@ def test_claiming_a_folder_with_another_runs_outputs(tmp_path):
     claim_output_dir(tmp_path, resuming=False, overwrite=True)
     assert previous_run_outputs(tmp_path) == []
     assert (tmp_path / "notes.txt").read_text() == "the user's own file"  # only run outputs go
+
+
+def _leave_staging(folder):
+    """What a run killed mid-write leaves: staging folders and files next to its outputs."""
+    (folder / "checkpoints" / ".tmp-checkpoint-00000008-123-abcd" / "model.safetensors").parent.mkdir(
+        parents=True
+    )
+    (folder / "checkpoints" / ".tmp-checkpoint-00000008-123-abcd" / "model.safetensors").write_text("half")
+    (folder / ".tmp-final-123-abcd").mkdir()
+    (folder / ".tmp-metrics.csv-123-abcd").write_text("step\n")
+    return [
+        ".tmp-final-123-abcd",
+        ".tmp-metrics.csv-123-abcd",
+        "checkpoints/.tmp-checkpoint-00000008-123-abcd",
+    ]
+
+
+def test_staging_leftovers_of_killed_runs_are_removed_and_nothing_else(tmp_path):
+    staged = _leave_staging(tmp_path)
+    (tmp_path / "checkpoints" / "checkpoint-00000004").mkdir()
+    (tmp_path / "notes.tmp").write_text("the user's own file")
+    removed = remove_staging_leftovers(tmp_path)
+    assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(staged)
+    assert not list(tmp_path.rglob(".tmp-*"))
+    assert (tmp_path / "checkpoints" / "checkpoint-00000004").is_dir() and (tmp_path / "notes.tmp").is_file()
+    assert remove_staging_leftovers(tmp_path / "missing") == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,6 +126,14 @@ def test_a_new_run_in_another_runs_folder_is_refused_or_replaced(tmp_path):
     resumed = _train(out, "--max_steps", "8", "--seed", "1", "--resume")
     assert resumed["step"] == 8 and json.loads((out / "final_metrics.json").read_text())["step"] == 8
     assert not all(torch.equal(a_weights[k], v) for k, v in _weights(out).items())  # B's model, not A's
+
+
+def test_a_run_deletes_what_a_killed_run_left_half_written(tmp_path):
+    out = tmp_path / "run"
+    _train(out, "--max_steps", "4")
+    _leave_staging(out)  # as if a later run was killed while saving
+    _train(out, "--max_steps", "8", "--resume")
+    assert not list(out.rglob(".tmp-*"))
 
 
 def test_a_second_live_run_in_the_same_folder_is_refused(tmp_path):

@@ -23,8 +23,8 @@ Atomicity: everything is written into a hidden sibling `root/.tmp-checkpoint-...
 fsynced, `COMPLETE` is written last, and only then is the folder renamed to its final name
 (`os.replace`, atomic on POSIX within one file system). A process killed at any moment leaves
 either no `checkpoint-N` folder or a complete one; `latest_checkpoint` also ignores any folder
-without `COMPLETE`. Leftover `.tmp-checkpoint-*` folders of killed runs are ignored (delete them at
-leisure). In distributed training call `save_checkpoint` on the main process only.
+without `COMPLETE`. Leftover `.tmp-*` staging of killed runs is ignored here; the next run that holds
+the folder's lock deletes it (`run_folder.remove_staging_leftovers`). In distributed training call `save_checkpoint` on the main process only.
 `atomic_folder` and `atomic_write_text` give any other output (a tokenizer, a final model, a metrics
 file) the same all-or-nothing guarantee.
 

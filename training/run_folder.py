@@ -9,6 +9,9 @@
   unless it is told to replace it (`--overwrite_output_dir`, transformers' name): then that work
   is removed first, and the removal logged. Without this, a second run's checkpoints were pruned by the first run's higher
   step numbers, and `--resume` then returned the other run's model.
+- `remove_staging_leftovers`: every output is written into a hidden `.tmp-*` sibling and renamed into
+  place (`checkpoint.py`); a run killed mid-write leaves that staging folder or file behind. The run
+  that next holds the lock deletes them: no live run can be writing them, and none is complete.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".run.lock"
+STAGING_PREFIX = ".tmp-"  # the hidden siblings outputs are written into before their rename
 # what a finished or interrupted run leaves in its folder (the tokenizer is reused only by a resume)
 RUN_OUTPUTS = ("checkpoints", "best", "final", "final_metrics.json", "metrics.csv", "loss.png", "tokenizer")
 
@@ -115,3 +119,25 @@ def claim_output_dir(output_dir: str | os.PathLike, resuming: bool, overwrite: b
             shutil.rmtree(path)
         else:
             path.unlink()
+
+
+def remove_staging_leftovers(output_dir: str | os.PathLike) -> list[Path]:
+    """Delete the `.tmp-*` staging folders and files of killed runs in `output_dir` and its direct
+    subfolders (`checkpoints/`, `best/`, ...); returns what was deleted. Call it holding the run lock."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return []
+    places = [folder] + [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(STAGING_PREFIX)]
+    removed = sorted(p for place in places for p in place.glob(f"{STAGING_PREFIX}*"))
+    for path in removed:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if removed:
+        logger.warning(
+            "Deleted what killed runs left half-written in %s: %s.",
+            folder,
+            ", ".join(str(p.relative_to(folder)) for p in removed),
+        )
+    return removed

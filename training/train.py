@@ -140,7 +140,7 @@ from .resume import data_order, restore_run, run_settings
 from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
 from .run_checks import check_arguments
 from .run_data import prepare_data, tail_split  # noqa: F401
-from .run_folder import RunLock, claim_output_dir
+from .run_folder import RunLock, claim_output_dir, remove_staging_leftovers
 from .run_log import CsvLog, projected_steps  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -564,6 +564,7 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
         # --resume true/auto continues the folder's own run (or, killed before its first
         # checkpoint, starts it again): only a run told not to resume must not mix with one
         claim_output_dir(output_dir, train_args.resume != "false", train_args.overwrite_output_dir)
+        remove_staging_leftovers(output_dir)
         return _train(data_args, model_args, train_args)
 
 
