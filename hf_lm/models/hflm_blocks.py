@@ -35,7 +35,6 @@ from .hflm_common import (
     _padding_mask_is_full,
     _require_integer,
     _require_tensor,
-    cache_key_offset,
     cache_lengths,
     check_encoder_states,
     check_padding_mask,
@@ -1392,11 +1391,10 @@ class TransformerStack:
         cross-attention mask. Masks are sized by the cache, static or dynamic (`cache_lengths`)."""
         B, T = inputs_embeds.shape[:2]
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
-        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees
-        past_len, kv_len = cache_lengths(past_key_values, T)
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees;
         # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset` keys:
         # masks are built over all offset + kv_len tokens and cut to the keys the cache returns
-        offset = cache_key_offset(past_key_values, T)
+        past_len, kv_len, offset = cache_lengths(past_key_values, T)
         kv_len = offset + kv_len
 
         # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded

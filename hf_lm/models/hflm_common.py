@@ -288,7 +288,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
         """
         if attention_mask is None or attention_mask.dim() != 2 or past_key_values is None:
             return attention_mask
-        _, kv_len = cache_lengths(past_key_values, inputs_embeds.shape[1])
+        _, kv_len, _ = cache_lengths(past_key_values, inputs_embeds.shape[1])
         width = attention_mask.shape[-1]
         return F.pad(attention_mask, (0, kv_len - width)) if kv_len > width else attention_mask
 
@@ -548,20 +548,24 @@ def check_cache_type(past_key_values, cache_class: type, what: str) -> None:
         raise ValueError(f"`past_key_values` must be {what}, got {type(past_key_values).__name__}{hint}.")
 
 
-def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]:
+def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int, int]:
     """Where T new tokens sit among the keys attention sees, for any transformers `Cache` (or None).
 
     Returns:
-        `(past_len, kv_len)`. `past_len`: tokens already cached. An int, except for a filled
+        `(past_len, kv_len, offset)`. `past_len`: tokens already cached. An int, except for a filled
         `StaticCache`, which counts in a 0-dim tensor on its device so that a compiled decoding
         step neither reads the device nor recompiles as it grows: use it in tensor arithmetic only
         (`torch.arange(T) + past_len`), never in Python branches or slices, and before the layers
         run (it is the cache's own counter, which their `update` increments in place). `kv_len`
         (an int): the keys attention sees, past + T for a dynamic cache and the preallocated length
         for a static one, whose still empty slots follow the new tokens and must be masked.
+        `offset` (an int): how many of the oldest keys a sliding-window cache has dropped
+        (transformers' `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`, made for a config
+        with a `sliding_window`): the keys attention sees are tokens `offset .. offset + kv_len - 1`;
+        0 for every other cache, and for None.
     """
     if past_key_values is None:
-        return 0, q_len
+        return 0, q_len, 0
     check_cache_type(
         past_key_values,
         Cache,
@@ -569,28 +573,17 @@ def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int]
         "earlier call with `use_cache=True` returned)",
     )
     # an EncoderDecoderCache answers for its self-attention cache
-    past_len, kv_len = past_key_values.get_seq_length(), past_key_values.get_mask_sizes(q_len, 0)[0]
+    past_len = past_key_values.get_seq_length()
+    kv_len, offset = past_key_values.get_mask_sizes(q_len, 0)
     # a full static cache would fail inside its own update with an index error; a static count is
     # read on the host, so only outside compiled graphs (a dynamic cache's kv_len is past + T; a
-    # sliding-window cache's keys start at `cache_key_offset`, the older ones dropped)
-    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len + cache_key_offset(
-        past_key_values, q_len
-    ):
+    # sliding-window cache's keys start at `offset`, the older ones dropped)
+    if not torch.compiler.is_compiling() and int(past_len) + q_len > kv_len + offset:
         raise ValueError(
             f"The static cache holds {kv_len} tokens: {int(past_len)} cached and {q_len} new ones do not fit. "
             "Give it a larger `max_cache_len`."
         )
-    return past_len, kv_len
-
-
-def cache_key_offset(past_key_values, q_len: int) -> int:
-    """How many of the oldest keys a sliding-window cache has dropped (transformers'
-    `DynamicSlidingWindowLayer` / `StaticSlidingWindowLayer`, made for a config with a
-    `sliding_window`): the keys attention sees are tokens `offset .. offset + kv_len - 1`. 0 for
-    every other cache, and for None."""
-    if past_key_values is None:
-        return 0
-    return past_key_values.get_mask_sizes(q_len, 0)[1]
+    return past_len, kv_len, offset
 
 
 def check_position_ids(
