@@ -722,6 +722,11 @@ def num_items_flag(num_items_in_batch) -> torch.Tensor | None:
     return None
 
 
+def wants_router_logits(config, output_router_logits: bool | None) -> bool:
+    """Whether a forward returns a mixture of experts' router logits: its argument, else the config's."""
+    return config.output_router_logits if output_router_logits is None else bool(output_router_logits)
+
+
 def check_labels(
     labels,
     expected_shape,

@@ -37,6 +37,7 @@ from .hflm_common import (
     lm_loss,
     logits_positions,
     trainer_shifts_labels,
+    wants_router_logits,
 )
 from .hflm_configuration_gpt import HfLmGPTConfig
 
@@ -64,10 +65,6 @@ class MoeSequenceClassifierOutputWithPast(SequenceClassifierOutputWithPast):
 
     aux_loss: torch.Tensor | None = None
     router_logits: tuple[torch.Tensor, ...] | None = None
-
-
-def _wants_router_logits(config, output_router_logits: bool | None) -> bool:
-    return config.output_router_logits if output_router_logits is None else bool(output_router_logits)
 
 
 class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
@@ -146,7 +143,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
             past_key_values=out.past_key_values,
             hidden_states=out.hidden_states,
             attentions=out.attentions,
-            router_logits=out.router_logits if _wants_router_logits(cfg, output_router_logits) else None,
+            router_logits=out.router_logits if wants_router_logits(cfg, output_router_logits) else None,
         )
 
 
@@ -212,7 +209,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
                 `router_aux_loss_coef` times the load-balancing loss (and the z-loss), as in Mixtral;
                 in eval mode the loss is the LM's alone (perplexity), `aux_loss` is still returned.
         """
-        want_router_logits = _wants_router_logits(self.config, output_router_logits)
+        want_router_logits = wants_router_logits(self.config, output_router_logits)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -273,7 +270,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or
         multi-label). The other arguments are `HfLmGPTModel.forward`'s."""
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        want_router_logits = _wants_router_logits(self.config, kwargs.pop("output_router_logits", None))
+        want_router_logits = wants_router_logits(self.config, kwargs.pop("output_router_logits", None))
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -50,6 +50,7 @@ from .hflm_common import (
     lm_loss,
     logits_positions,
     shift_tokens_right,
+    wants_router_logits,
 )
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
 
@@ -253,8 +254,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             output_router_logits: return both stacks' router logits (`num_local_experts`); defaults
                 to `config.output_router_logits`.
         """
-        if output_router_logits is None:
-            output_router_logits = self.config.output_router_logits
+        output_router_logits = wants_router_logits(self.config, output_router_logits)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -423,9 +423,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
                 the z-losses), as Switch does; in eval mode the loss is the LM's alone.
         """
         n_items = kwargs.get("num_items_in_batch")
-        want_router_logits = (
-            self.config.output_router_logits if output_router_logits is None else output_router_logits
-        )
+        want_router_logits = wants_router_logits(self.config, output_router_logits)
         if labels is not None:
             check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
