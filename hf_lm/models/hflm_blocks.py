@@ -767,15 +767,11 @@ class AttentionPattern:
         T queries at key indices past_len .. past_len + T - 1."""
         if not self.parts:
             return None
-        index = torch.arange(kv_len, device=device)  # (S,)
-        if attention_mask is None:
-            k_pos, real = index[None], None  # (1, S)
-        else:
-            real = attention_mask.to(device).bool()  # (B, S)
-            k_pos = torch.where(
-                real, real.long().cumsum(-1) - 1, index
-            )  # each real key's index among real keys
+        # distances count real tokens (the positions rule of the stack): each real key's index among
+        # the real keys, so a left-padded row gets the pattern it has alone
+        k_pos = real_token_positions(attention_mask, 0, kv_len, device)  # (1|B, S)
         q_pos = k_pos.index_select(1, torch.arange(q_len, device=device) + past_len)  # (1|B, T)
+        real = None if attention_mask is None else attention_mask.to(device).bool()  # (B, S)
         q_pos, k_pos = q_pos[:, :, None], k_pos[:, None, :]  # (1|B, T, 1), (1|B, 1, S)
         eligible = k_pos <= q_pos if causal else torch.ones_like(k_pos, dtype=torch.bool)
         if real is not None:
