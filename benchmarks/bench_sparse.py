@@ -102,11 +102,13 @@ def decode_run(model, prompt, n: int) -> tuple[dict, object]:
     prefill's wall and CPU seconds, the wall and CPU seconds per new token, and the cache."""
     import torch
 
+    from hf_lm.models.hflm_common import output_cache
+
     with torch.no_grad():
         t0 = clocks()
         out = model(prompt, use_cache=True, logits_to_keep=1)  # makes the config's cache, as generate()
         t1 = clocks()
-        cache, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        cache, token = output_cache(out), out.logits[:, -1:].argmax(-1)
         for _ in range(n):
             out = model(token, past_key_values=cache, use_cache=True)
             token = out.logits[:, -1:].argmax(-1)
@@ -155,12 +157,14 @@ def sanity(models, args) -> bool:
     import torch
     from transformers import DynamicCache
 
+    from hf_lm.models.hflm_common import returned_cache
+
     band = models["band"]
     prompt = torch.randint(3, args.vocab, (1, 4 * args.window), generator=torch.Generator().manual_seed(1))
     kwargs = dict(max_new_tokens=2 * args.window, do_sample=False)
     with torch.no_grad():
         sliding = band.generate(prompt, **kwargs)
-        full = band.generate(prompt, past_key_values=DynamicCache(), **kwargs)
+        full = band.generate(prompt, **returned_cache(DynamicCache()), **kwargs)
     return bool(torch.equal(sliding, full))
 
 

@@ -8,7 +8,9 @@
   in-process outputs, greedy and beam tokens; shipped code imports only torch, transformers, the
   standard library and its siblings;
 - generation: cached equals uncached (greedy and beam), and a static cache equals the dynamic one
-  where the class supports it (`_can_compile_fullgraph`);
+  where the class supports it (`_can_compile_fullgraph`); the cache is taken as `past_key_values`
+  (transformers <= 5.23) or `cache` (>= 5.24, what `generate()` passes there) alike, and returned
+  under the installed version's name;
 - padding: a padded row gives what the row gives alone (forward of every head, and `generate()`);
 - `resize_token_embeddings` keeps forward working, new ids included;
 - feature extraction from `input_ids` alone where transformers' counterpart allows it;
@@ -34,7 +36,7 @@ import transformers
 from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
 
 from hf_lm.families import all_heads
-from hf_lm.models.hflm_common import shift_tokens_right
+from hf_lm.models.hflm_common import CACHE_NAME, output_cache, shift_tokens_right
 from hf_lm.testing import FAMILY_CASES, VOCAB
 
 AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}
@@ -146,6 +148,39 @@ def test_cached_generation_equals_uncached(case, beams):
     tokens_uncached, logits_uncached = _generate(model, prompt, num_beams=beams, use_cache=False)
     assert torch.equal(tokens, tokens_uncached)
     torch.testing.assert_close(logits, logits_uncached, atol=1e-5, rtol=1e-5)
+
+
+CACHED = [case for case in GENERATING if case.name not in ("ffnn-causal-lm", "ngram-causal-lm")]
+
+
+def _next_step(case, model) -> tuple[dict, object]:
+    """A prompt's prefill with `use_cache`: the inputs of the next decoding step and the cache."""
+    prompt = case.prompt(case.make_batch())
+    if model.config.is_encoder_decoder:
+        start = torch.full((prompt["input_ids"].shape[0], 1), model.generation_config.decoder_start_token_id)
+        out = model(**prompt, decoder_input_ids=start, use_cache=True)
+        step = dict(prompt, decoder_input_ids=out.logits[:, -1:].argmax(-1))
+    else:
+        out = model(**prompt, use_cache=True)
+        mask = prompt["attention_mask"]
+        step = dict(
+            input_ids=out.logits[:, -1:].argmax(-1), attention_mask=torch.cat([mask, mask[:, -1:]], dim=1)
+        )
+    assert CACHE_NAME in out, f"the cache is not returned as `{CACHE_NAME}`"
+    return step, output_cache(out)
+
+
+@pytest.mark.parametrize("case", cases(CACHED))
+def test_the_cache_is_taken_under_both_of_its_names(case):
+    model = case.make_model().eval()
+    logits = {}
+    for name in ("past_key_values", "cache"):
+        step, cache = _next_step(case, model)
+        logits[name] = model(**step, **{name: cache}).logits
+    torch.testing.assert_close(logits["cache"], logits["past_key_values"], atol=0, rtol=0)
+    step, cache = _next_step(case, model)
+    with pytest.raises(ValueError, match="`cache` or as `past_key_values`, not both"):
+        model(**step, cache=cache, past_key_values=cache)
 
 
 STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]

@@ -32,6 +32,7 @@ from transformers import (
 )
 
 from hf_lm.families import FAMILIES
+from hf_lm.models.hflm_common import output_cache
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
 from . import evaluation
@@ -244,7 +245,7 @@ class TruncatedBPTT(CausalLM):
         return {"past_key_values": self.carried[micro], "use_cache": True}
 
     def after_forward(self, micro, outputs):
-        self.carried[micro] = outputs.past_key_values.detach()  # gradients stop at the block edge
+        self.carried[micro] = output_cache(outputs).detach()  # gradients stop at the block edge
 
     def state_tensors(self, rank):
         tensors = {}

@@ -40,6 +40,7 @@ from .hflm_common import (
     check_padding_mask,
     check_position_ids,
     is_integer_dtype,
+    returned_cache,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -1361,7 +1362,7 @@ class TransformerStack:
             all_hidden += (hidden_states,)
         return StackOutput(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            **returned_cache(past_key_values if use_cache else None),
             hidden_states=all_hidden,
             attentions=all_self,
             cross_attentions=all_cross,

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Cache, PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import cached_file
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,35 @@ ATTENTION_PATTERN_NAMES = ("global", "band", "dilated", "random", "block")
 # an encoder-decoder's decoder self-attention: "causal" (autoregressive), or "bidirectional", the
 # conditional masked LM of Mask-Predict (Ghazvininejad et al., 2019), which predicts masked targets
 DECODER_ATTENTION_NAMES = ("causal", "bidirectional")
+
+
+# ----------------------------------------------------------------------------------------------
+# The cache's name. transformers 5.24 renamed the cache from `past_key_values` to `cache`: `generate()`
+# passes `cache=` to `forward` and reads `outputs["cache"]`, and output classes have a `cache` field
+# (the old name still works there, with a deprecation warning). Up to 5.23 both are `past_key_values`.
+# hf_lm's forwards accept either name and return the cache under the installed version's, so a
+# saved folder's code runs with either version.
+# ----------------------------------------------------------------------------------------------
+
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_argument(past_key_values, kwargs: dict):
+    """The cache a forward was given as `past_key_values` or as `cache` (popped from its `kwargs`)."""
+    cache = kwargs.pop("cache", None)
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values if cache is None else cache
+
+
+def returned_cache(cache) -> dict:
+    """`{name: cache}` for an output's constructor, under the installed transformers' name."""
+    return {CACHE_NAME: cache}
+
+
+def output_cache(outputs):
+    """The cache an output holds (None without one), read under the installed transformers' name."""
+    return getattr(outputs, CACHE_NAME, None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,7 +267,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _no_split_modules = ["TransformerBlock"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]  # transformers <= 5.23, >= 5.24
     #: hf_lm pipelines this head's folders carry (`QA_PIPELINES`, `SEQ2SEQ_PIPELINES`), or none
     _hflm_pipelines: dict[str, tuple[str, str]] = {}
 
@@ -286,6 +316,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
         causality, prefix, ALiBi bias) in one place. Widened (empty slots = padding), the mask has
         the same shape at every decoding step, so a compiled step is not recompiled as it grows.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         if attention_mask is None or attention_mask.dim() != 2 or past_key_values is None:
             return attention_mask
         _, kv_len, _ = cache_lengths(past_key_values, inputs_embeds.shape[1])

@@ -34,4 +34,5 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     has_bidirectional_stack = False
     # a local `attention_pattern` ("band", "dilated", "block") decodes with a sliding-window cache
     attention_pattern_in_cache = True
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]

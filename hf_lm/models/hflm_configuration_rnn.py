@@ -57,7 +57,8 @@ class HfLmRNNConfig(PreTrainedConfig):
     """
 
     model_type = "hflm_rnn"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
 
     vocab_size: int = 10000
     cell_type: str = "lstm"

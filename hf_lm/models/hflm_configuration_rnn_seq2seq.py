@@ -85,7 +85,8 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
     """
 
     model_type = "hflm_rnn_seq2seq"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
     # tools that read the generic names (model cards, cache sizing) see the encoder depth
     attribute_map = {"num_hidden_layers": "encoder_layers"}
 

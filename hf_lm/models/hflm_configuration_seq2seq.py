@@ -88,7 +88,8 @@ class HfLmT5Config(HfLmEncoderDecoderConfig):
     """
 
     model_type = "hflm_t5"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
     PRESETS = {
         "t5": {},
         # T5 v1.1: gated-GELU, no dropout in pretraining, untied and unscaled output projection
@@ -126,7 +127,8 @@ class HfLmBartConfig(HfLmEncoderDecoderConfig):
     """
 
     model_type = "hflm_bart"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
     PRESETS = {
         "bart": {},
         "transformer": {

@@ -31,11 +31,14 @@ from .hflm_blocks import (
 )
 from .hflm_common import (
     HfLmPreTrainedModel,
+    cache_argument,
     check_labels,
     classify_last_token,
     embed_inputs,
     lm_loss,
     logits_positions,
+    output_cache,
+    returned_cache,
     trainer_shifts_labels,
     wants_router_logits,
 )
@@ -113,7 +116,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
                 static cache also its full length, the empty slots 0, as `generate()` passes it).
             position_ids: (B|1, T) positions; by default each real token's index among the real
                 tokens (past..past+T-1 without left padding).
-            past_key_values: a transformers `Cache` (a `DynamicCache` is made when `use_cache`).
+            past_key_values: a transformers `Cache` (a `DynamicCache` is made when `use_cache`); also
+                accepted as `cache`, transformers 5.24's name, which `generate()` then passes.
             inputs_embeds: (B, T, E) instead of `input_ids` (E = C unless embeddings are factorized).
             prefix_lengths: (B,) optional prefix-LM mask: the first `prefix_lengths[b]` tokens are
                 visible to every position (bidirectional prefix, causal rest).
@@ -123,6 +127,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
             output_router_logits: return the router logits of the sparse layers (`num_local_experts`);
                 defaults to `config.output_router_logits`.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         cfg = self.config
         width_name = "hidden_size" if cfg.embedding_size == cfg.hidden_size else "embedding_size"
         inputs_embeds = embed_inputs(input_ids, inputs_embeds, self.embed_tokens, cfg.vocab_size, width_name)
@@ -140,7 +145,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
         )
         return MoeModelOutputWithPast(
             last_hidden_state=out.last_hidden_state,
-            past_key_values=out.past_key_values,
+            **returned_cache(output_cache(out)),
             hidden_states=out.hidden_states,
             attentions=out.attentions,
             router_logits=out.router_logits if wants_router_logits(cfg, output_router_logits) else None,
@@ -210,6 +215,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
                 in eval mode the loss is the LM's alone (perplexity), `aux_loss` is still returned.
         """
         want_router_logits = wants_router_logits(self.config, output_router_logits)
+        past_key_values = cache_argument(past_key_values, kwargs)
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -241,7 +247,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         return MoeCausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **returned_cache(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             aux_loss=aux_loss if want_router_logits else None,
@@ -297,7 +303,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         return MoeSequenceClassifierOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **returned_cache(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             aux_loss=aux_loss if want_router_logits else None,

@@ -20,6 +20,7 @@ from transformers.utils import can_return_tuple
 
 from .hflm_common import (
     HfLmPreTrainedModel,
+    cache_argument,
     check_cache_type,
     check_labels,
     check_padding_mask,
@@ -27,6 +28,8 @@ from .hflm_common import (
     embed_inputs,
     lm_loss,
     logits_positions,
+    output_cache,
+    returned_cache,
     trainer_shifts_labels,
 )
 from .hflm_configuration_rnn import HfLmRNNConfig
@@ -172,13 +175,15 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
                 it has alone and a right-padded row's final state is the one after its last real token.
             position_ids: accepted (and shape-checked) for `generate()`; unused, a recurrence has no positions.
             past_key_values: the `RecurrentCache` of a previous call: the state to continue from. It is
-                updated in place and returned when `use_cache`.
+                updated in place and returned when `use_cache`. Also accepted as `cache` (transformers
+                5.24's name).
             inputs_embeds: (B, T, E) instead of `input_ids`.
             use_cache: return the final state as a `RecurrentCache`; defaults to `config.use_cache`
                 outside training and to False in training (pass True for truncated BPTT).
             output_hidden_states: also return the embeddings and every layer's outputs.
         """
         cfg = self.config
+        past_key_values = cache_argument(past_key_values, kwargs)
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
@@ -198,7 +203,7 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
             cache.update(state, inputs_embeds.shape[1])
         return BaseModelOutputWithPast(
             last_hidden_state=last_hidden_state,
-            past_key_values=cache,
+            **returned_cache(cache),
             hidden_states=(hidden_states, *layer_outputs) if output_hidden_states else None,
         )
 
@@ -285,6 +290,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all).
             See `HfLmRNNModel.forward` for the other arguments.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         p = scheduled_sampling_probability
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0):
             raise ValueError(
@@ -309,7 +315,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             )
             hidden_states, cache, all_hidden_states = (
                 outputs.last_hidden_state,
-                outputs.past_key_values,
+                output_cache(outputs),
                 outputs.hidden_states,
             )
             hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
@@ -322,7 +328,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
 
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=cache, hidden_states=all_hidden_states
+            loss=loss, logits=logits, **returned_cache(cache), hidden_states=all_hidden_states
         )
 
     def _scheduled_sampling(

@@ -33,12 +33,15 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .hflm_common import (
     SEQ2SEQ_PIPELINES,
     HfLmPreTrainedModel,
+    cache_argument,
     check_cache_type,
     check_encoder_states,
     check_padding_mask,
     check_seq2seq_labels,
     embed_inputs,
     lm_loss,
+    output_cache,
+    returned_cache,
     shift_tokens_right,
 )
 from .hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
@@ -440,7 +443,7 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
             hidden_states = (embeds, *per_layer.unbind(0), hidden)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden,
-            past_key_values=cache if use_cache else None,
+            **returned_cache(cache if use_cache else None),
             hidden_states=hidden_states,
             cross_attentions=(torch.stack(all_weights, dim=1),) if all_weights else None,  # ((B, T, S),)
         )
@@ -578,10 +581,12 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
             decoder_input_ids: (B, T) decoder inputs (the shifted targets);
             decoder_attention_mask: (B, T) target padding mask.
             encoder_outputs: `get_encoder()`'s output (or its tuple), reused by `generate()`.
-            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`).
+            past_key_values: the `RecurrentCache` of an earlier call (made when `use_cache`); also
+                accepted as `cache` (transformers 5.24's name).
             scheduled_sampling_probability, next_token_logits: the scheduled-sampling hooks the
                 conditional-generation head passes (see `HfLmRNNSeq2SeqDecoder.forward`).
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         cfg = self.config
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
@@ -618,7 +623,7 @@ class HfLmRNNSeq2SeqModel(HfLmRNNSeq2SeqPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **returned_cache(output_cache(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
@@ -730,6 +735,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
             weights with `output_attentions` (rows sum to 1 over the real source tokens, 0 on
             padding; None for `attention="none"`).
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         p = _check_sampling_probability(scheduled_sampling_probability)
         n_items = kwargs.get("num_items_in_batch")
         if labels is not None:
@@ -765,7 +771,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **returned_cache(output_cache(outputs)),
             decoder_hidden_states=outputs.decoder_hidden_states,
             cross_attentions=outputs.cross_attentions,
             encoder_last_hidden_state=outputs.encoder_last_hidden_state,

@@ -43,12 +43,15 @@ from .hflm_common import (
     SEQ2SEQ_PIPELINES,
     HfLmPreTrainedModel,
     _positive_int,
+    cache_argument,
     check_input_ids,
     check_seq2seq_labels,
     classify_last_token,
     embed_inputs,
     lm_loss,
     logits_positions,
+    output_cache,
+    returned_cache,
     shift_tokens_right,
     wants_router_logits,
 )
@@ -137,8 +140,9 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
             position_ids: (B|1, T); by default each real token's index among the real tokens.
             encoder_hidden_states: (B, S, C) the encoder output (decoder only).
             encoder_attention_mask: (B, S) the source padding mask (decoder only).
-            past_key_values: an `EncoderDecoderCache` (decoder only).
+            past_key_values: an `EncoderDecoderCache` (decoder only); also accepted as `cache`.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         # the user passed the decoder's arguments to the model under their `decoder_` names
         prefix = "decoder_" if self.is_decoder else ""
         scale = self.embed_scale if input_ids is not None else 1.0  # given embeddings are used as they are
@@ -172,7 +176,6 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
 class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
     config_class = HfLmEncoderDecoderConfig
     config: HfLmEncoderDecoderConfig
-    _skip_keys_device_placement = ["past_key_values"]
     # a decoding step with an EncoderDecoderCache of StaticCaches traces as one graph
     # (tests/test_static_cache.py): no host-side check runs under torch.compile
     _can_compile_fullgraph = True
@@ -250,10 +253,12 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             decoder_input_ids: (B, T) decoder inputs (the shifted targets);
             decoder_attention_mask: (B, P + T) target padding mask.
             encoder_outputs: a `BaseModelOutput` (or tuple) from `get_encoder()`, reused by `generate()`.
-            past_key_values: an `EncoderDecoderCache` (made when `use_cache`).
+            past_key_values: an `EncoderDecoderCache` (made when `use_cache`); also accepted as `cache`,
+                transformers 5.24's name, which `generate()` then passes.
             output_router_logits: return both stacks' router logits (`num_local_experts`); defaults
                 to `config.output_router_logits`.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         output_router_logits = wants_router_logits(self.config, output_router_logits)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -299,7 +304,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         )
         return Seq2SeqMoEModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **returned_cache(output_cache(decoder_outputs)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -422,6 +427,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
                 `router_aux_loss_coef` times the encoder's plus the decoder's load-balancing loss (and
                 the z-losses), as Switch does; in eval mode the loss is the LM's alone.
         """
+        past_key_values = cache_argument(past_key_values, kwargs)
         n_items = kwargs.get("num_items_in_batch")
         want_router_logits = wants_router_logits(self.config, output_router_logits)
         if labels is not None:
@@ -476,7 +482,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
             encoder_router_logits=outputs.encoder_router_logits if want_router_logits else None,
             decoder_router_logits=outputs.decoder_router_logits if want_router_logits else None,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **returned_cache(output_cache(outputs)),
             **self.passed_through(outputs),
         )
 

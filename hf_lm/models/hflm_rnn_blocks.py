@@ -552,7 +552,7 @@ class RecurrentCache:
     key/value (or linear-attention) layers whose `update(key, value, layer_idx)`, mask sizes,
     offloading and cropping have no meaning for a recurrent state. `generate()` only duck-types
     the cache it gets back from `forward` (`get_seq_length`, `reorder_cache` for beam search,
-    `is_compileable`, `is_croppable`). Models using it must override
+    `is_compileable`, `is_croppable`, `is_linear`). Models using it must override
     `_supports_default_dynamic_cache()` to return False, so `generate()` does not build a
     `DynamicCache` for them, and create the `RecurrentCache` in `forward` when `use_cache` is on;
     setting `_is_stateful = True` makes assisted decoding (which needs cropping) fail clearly.
@@ -566,6 +566,9 @@ class RecurrentCache:
 
     is_compileable = False  # the state is replaced, not written in place into static buffers
     is_croppable = False  # a recurrent state cannot be rewound to an earlier position
+    # transformers >= 5.24 feeds a cache whose layers are all "linear" (Mamba-style) the whole input
+    # again; this one counts the positions it has seen, so generate() must slice off the new ones
+    is_linear = (False,)
 
     def __init__(self, state: State | None = None, seen_tokens: int = 0, extras: dict | None = None):
         self.state = tuple(state) if state is not None else None
