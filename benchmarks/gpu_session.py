@@ -1,0 +1,427 @@
+#!/usr/bin/env python
+"""Issue 13's GPU measurements as parts that each fit one call of a lent GPU machine.
+
+A session lent a GPU gets about 15 minutes of device time, the machine's start included, and at
+most 10 minutes per command. The whole sweep (gpu-check in three precisions, the speed benchmarks
+with their compilations, nanoGPT's recipe side by side, Multi30k) takes far longer, so it is cut
+into parts of at most `--budget_seconds` (default 540 s: a 600-second call with a minute to spare).
+Run one part per call, in the order below, on a machine prepared with `../shared/gpu/prepare.sh`:
+
+    source .gpu/on-device.sh && python3 -m benchmarks.gpu_session --part check --output_dir $OUT
+
+| part | what | the issue's target |
+|---|---|---|
+| `check` | `training.gpu_check`: the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
+| `train` | `benchmarks.bench_gpu --sections gpt_train,head_loss`: GPT-2 small, eager and compiled | eager >= nanoGPT-shaped and >= 1.6x GPT2LMHeadModel; compiled MFU >= 40% |
+| `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml`, then nanoGPT's own code (`--nanogpt_dir`) on the same GPU | best val loss <= 1.46 in less wall time than nanoGPT |
+| `decode` | `bench_gpu --sections decode` then `--sections encoders` | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
+| `translation` | `benchmarks.leaderboard_translation --entries transformer --preset gpu` | test BLEU >= 37 within 10 minutes of training |
+| `leaderboards` | `training.gpu_check --only leaderboards --precisions bf16` (the smoke leaderboards, ablations) | everything runs on CUDA |
+| `rnn_translation` | Multi30k LSTM without attention, then GRU + Bahdanau (5 minutes each) | measured against 13.76 and 28.30 |
+
+`--part all` runs every part in turn under one budget (a machine lent for longer).
+
+Each step is a subprocess (a crash or a hang stays in its step) with the time left in the budget
+as its limit; at the limit its whole process group is killed and it is marked `timeout`, and the
+steps that no longer fit are marked `not run`. After every step `summary.md` and `summary.json`
+are rewritten under `--output_dir`, next to each step's log and outputs (`<step>.log`,
+`<step>/`), and the summary is printed: the device tool returns the last lines of a command's
+output even when it returns no files. The exit status is 1 when a step failed or timed out.
+
+nanoGPT (karpathy/nanoGPT, MIT) is not part of hf_lm and is never committed: bring a checkout with
+the search tool's `fetch`, then `mkdir -p .gpu/nanogpt && git --git-dir <mirror> archive HEAD |
+tar -x -C .gpu/nanogpt` (`.gpu/` travels with the tree). Its data is written here from
+`../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would (a character vocabulary, the
+first 90% to train.bin), without the download.
+
+`--smoke` runs every step at tiny size on the CPU (CI: tests/test_gpu_session.py), to check the
+commands and the summaries, not the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+MULTI30K = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+DEFAULT_BUDGET = 540.0
+KILL_GRACE = 10.0  # seconds a step gets after SIGTERM before SIGKILL
+MIN_STEP_SECONDS = 5.0  # a step is not started with less time left than this
+
+
+@dataclass
+class Step:
+    """One command of a part: `argv(ctx)` (after `python -m`), its own time limit, and a one-line
+    summary of what it wrote (`summarize(ctx)`, from its output folder)."""
+
+    name: str
+    argv: Callable[[dict], list[str] | None]  # None: skipped, with `skip_reason`
+    limit: float
+    summarize: Callable[[dict], str] = lambda ctx: ""
+    skip_reason: str = ""
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str  # ok, failed, timeout, skipped, not run
+    seconds: float = 0.0
+    command: str = ""
+    summary: str = ""
+    returncode: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# What each step reads back
+# --------------------------------------------------------------------------------------------
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def summarize_gpu_check(ctx: dict, name: str) -> str:
+    rows = _json(ctx["out"] / f"{name}.json") or []
+    failed = [f"{r['group']}/{r['name']} ({r['precision']})" for r in rows if not r["ok"]]
+    text = f"{len(rows) - len(failed)} of {len(rows)} checks passed"
+    return text + (f"; failed: {', '.join(failed)}" if failed else "")
+
+
+def summarize_bench_gpu(ctx: dict, name: str) -> str:
+    result = _json(ctx["out"] / name / "bench_gpu.json")
+    if not result:
+        return "no bench_gpu.json"
+    parts = []
+    for t in result.get("targets", []):
+        if t.get("measured") is not None:
+            value = f"{100 * t['measured']:.1f}%" if t["unit"] == "%" else f"{t['measured']:.2f}x"
+            parts.append(f"{t['key']} {value} ({'met' if t['met'] else 'NOT met'})")
+    ok = sum(r["status"] == "ok" for r in result.get("rows", []))
+    failed = [r["id"] for r in result.get("rows", []) if r["status"] == "error"]
+    parts.append(f"{ok} rows ok" + (f", failed: {', '.join(failed)}" if failed else ""))
+    return "; ".join(parts)
+
+
+def summarize_train_run(ctx: dict, name: str) -> str:
+    metrics = _json(ctx["out"] / name / "final_metrics.json")
+    if not metrics:
+        return "no final_metrics.json"
+    best = metrics.get("best") or {}
+    loss = best.get("eval_loss", metrics.get("eval_loss"))
+    step = best.get("step", metrics.get("step"))
+    return f"best eval_loss {loss:.4f} at step {step}; {metrics.get('seconds', 0):.0f} s in the loop"
+
+
+NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
+
+
+def summarize_nanogpt(ctx: dict, name: str) -> str:
+    try:
+        log = (ctx["out"] / f"{name}.log").read_text(errors="replace")
+    except OSError:
+        return "no log"
+    evals = [(float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall(log)]
+    if not evals:
+        return "no evaluation in the log"
+    best, step = min(evals)
+    return f"best val loss {best:.4f} at step {step} (nanoGPT's {ctx['nanogpt_eval_iters']}-batch estimate)"
+
+
+def summarize_translation(ctx: dict, name: str) -> str:
+    result = _json(ctx["out"] / name / "results.json")
+    if not result:
+        return "no results.json"
+    parts = []
+    for row in result.get("entries", []):
+        if "error" in row:
+            parts.append(f"{row['name']}: failed ({row['error'][:80]})")
+            continue
+        parts.append(
+            f"{row['name']}: BLEU {row.get('test_bleu_greedy', 0):.2f} greedy / {row.get('test_bleu_beam', 0):.2f} "
+            f"beam, {row.get('train_epochs', 0):.1f} epochs in {row.get('train_seconds', 0):.0f} s"
+        )
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# The parts
+# --------------------------------------------------------------------------------------------
+
+
+def gpu_check_step(name: str, only: str, precisions: str, limit: float, smoke_only: str) -> Step:
+    def argv(ctx):
+        return [
+            "training.gpu_check", "--device", ctx["device"], "--only", smoke_only if ctx["smoke"] else only,
+            "--precisions", "no" if ctx["smoke"] else precisions, "--output", str(ctx["out"] / f"{name}.json"),
+        ]  # fmt: skip
+
+    return Step(name, argv, limit, lambda ctx: summarize_gpu_check(ctx, name))
+
+
+def bench_gpu_step(name: str, sections: str, limit: float, extra: tuple[str, ...] = ()) -> Step:
+    def argv(ctx):
+        cmd = ["benchmarks.bench_gpu", "--sections", sections, "--output_dir", str(ctx["out"] / name)]
+        if ctx["smoke"]:
+            return [*cmd, "--smoke", "--device", "cpu", "--no_compile"]
+        return [*cmd, "--device", ctx["device"], *extra]
+
+    return Step(name, argv, limit, lambda ctx: summarize_bench_gpu(ctx, name))
+
+
+# the recipe at tiny size (CI): the same config file, overridden
+RECIPE_SMOKE = (
+    "--max_steps 4 --eval_every 2 --save_every 2 --num_hidden_layers 1 --hidden_size 32 --num_attention_heads 2 "
+    "--intermediate_size 64 --per_device_batch_size 4 --block_size 32 --torch_compile false --tf32 false "
+    "--mixed_precision no --log_every 1"
+).split()
+
+
+def recipe_step(name: str, limit: float, extra: tuple[str, ...] = ()) -> Step:
+    def argv(ctx):
+        cmd = ["training.train", "training/configs/shakespeare_char.yaml", *extra]
+        cmd += ["--output_dir", str(ctx["out"] / name), "--report_to", "csv"]
+        return [*cmd, *RECIPE_SMOKE] if ctx["smoke"] else cmd
+
+    return Step(name, argv, limit, lambda ctx: summarize_train_run(ctx, name))
+
+
+# nanoGPT's own train.py at tiny size on a CPU (CI has no nanoGPT checkout: the step is skipped there)
+NANOGPT_SMOKE = (
+    "--device=cpu --compile=False --dtype=float32 --max_iters=10 --lr_decay_iters=10 --eval_interval=5 "
+    "--eval_iters=2 --log_interval=5 --batch_size=4 --block_size=32 --n_layer=1 --n_head=2 --n_embd=32"
+).split()
+
+
+def prepare_nanogpt(ctx: dict) -> Path:
+    """A working copy of `--nanogpt_dir` with `data/shakespeare_char/{train,val}.bin` and `meta.pkl`
+    made from the shared text as nanoGPT's `prepare.py` makes them (no download)."""
+    import numpy as np
+
+    work = Path(tempfile.mkdtemp(prefix="nanogpt_"))
+    shutil.copytree(ctx["nanogpt_dir"], work / "nanogpt", ignore=shutil.ignore_patterns(".git"))
+    data_dir = work / "nanogpt" / "data" / "shakespeare_char"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    text = SHAKESPEARE.read_text(encoding="utf-8")
+    chars = sorted(set(text))  # one token per character, as nanoGPT's prepare.py
+    stoi = {c: i for i, c in enumerate(chars)}
+    split = int(0.9 * len(text))
+    for part, piece in (("train", text[:split]), ("val", text[split:])):
+        np.array([stoi[c] for c in piece], dtype=np.uint16).tofile(data_dir / f"{part}.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}
+    with open(data_dir / "meta.pkl", "wb") as f:
+        pickle.dump(meta, f)
+    return work / "nanogpt"
+
+
+def nanogpt_step(name: str, limit: float) -> Step:
+    def argv(ctx):
+        if ctx["nanogpt_dir"] is None:
+            return None
+        ctx["nanogpt_cwd"] = prepare_nanogpt(ctx)
+        cmd = ["train.py", "config/train_shakespeare_char.py", f"--out_dir={ctx['nanogpt_cwd'] / 'out'}"]
+        ctx["nanogpt_eval_iters"] = 2 if ctx["smoke"] else 200
+        return [*cmd, *NANOGPT_SMOKE] if ctx["smoke"] else cmd
+
+    return Step(
+        name, argv, limit, lambda ctx: summarize_nanogpt(ctx, name), skip_reason="no --nanogpt_dir given"
+    )
+
+
+def translation_step(name: str, entries: str, limit: float, extra: tuple[str, ...] = ()) -> Step:
+    def argv(ctx):
+        cmd = ["benchmarks.leaderboard_translation", "--data_dir", str(MULTI30K), "--entries", entries]
+        cmd += ["--output_dir", str(ctx["out"] / name)]
+        if ctx["smoke"]:
+            return [*cmd, "--smoke", "--device", "cpu"]
+        return [*cmd, "--device", ctx["device"], "--preset", "gpu", *extra]
+
+    return Step(name, argv, limit, lambda ctx: summarize_translation(ctx, name))
+
+
+PARTS: dict[str, list[Step]] = {
+    "check": [gpu_check_step("gpu_check", "loop,families,pipelines,tools", "no,bf16,fp16", 540, "tools/evaluate_cli")],
+    "train": [bench_gpu_step("bench_gpu_train", "gpt_train,head_loss", 540)],
+    "recipe": [
+        recipe_step("recipe_hf_lm", 250),
+        nanogpt_step("recipe_nanogpt", 280),
+    ],
+    "decode": [
+        bench_gpu_step("bench_gpu_decode", "decode", 330),
+        bench_gpu_step("bench_gpu_encoders", "encoders", 200),
+    ],
+    "translation": [translation_step("multi30k_transformer", "transformer", 540)],
+    "leaderboards": [gpu_check_step("gpu_check_leaderboards", "leaderboards", "bf16", 540, "tools/demo")],
+    "rnn_translation": [
+        translation_step("multi30k_lstm", "rnn", 265, ("--cell_type", "lstm", "--budget_seconds", "200")),
+        translation_step("multi30k_bahdanau", "rnn_bahdanau", 265, ("--budget_seconds", "200")),
+    ],
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Running steps under one budget
+# --------------------------------------------------------------------------------------------
+
+
+def run_step(step: Step, ctx: dict, time_left: float) -> StepResult:
+    """Run one step as `python -m ...` (or nanoGPT's script) with min(its limit, time left)."""
+    try:
+        argv = step.argv(ctx)
+    except Exception as err:  # noqa: BLE001 - a step that cannot even start is that step's failure
+        return StepResult(step.name, "failed", summary=f"could not start: {err!r}")
+    if argv is None:
+        return StepResult(step.name, "skipped", summary=step.skip_reason)
+    script = argv[0].endswith(".py")
+    cmd = [sys.executable, *argv] if script else [sys.executable, "-m", *argv]
+    cwd = ctx.pop("nanogpt_cwd", None) if script else REPO_ROOT
+    limit = min(step.limit, time_left)
+    log_path = ctx["out"] / f"{step.name}.log"
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=limit)
+            status = "ok" if returncode == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            returncode, status = None, "timeout"
+    seconds = time.perf_counter() - start
+    result = StepResult(step.name, status, seconds, " ".join(cmd), returncode=returncode)
+    try:
+        result.summary = step.summarize(ctx)
+    except Exception as err:  # noqa: BLE001 - a summary must not lose the other steps' results
+        result.summary = f"(no summary: {err!r})"
+    if status == "timeout":
+        result.summary = f"stopped at its {limit:.0f} s limit; " + result.summary
+    return result
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a step's whole process group (its workers and compilers too): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_steps(steps: list[Step], ctx: dict, budget: float, on_result=None) -> list[StepResult]:
+    """Run `steps` in order within `budget` seconds; the steps that no longer fit are `not run`."""
+    deadline = time.perf_counter() + budget
+    results = []
+    for step in steps:
+        time_left = deadline - time.perf_counter()
+        if time_left < MIN_STEP_SECONDS:
+            results.append(StepResult(step.name, "not run", summary="the part's budget was spent"))
+        else:
+            results.append(run_step(step, ctx, time_left))
+        if on_result is not None:
+            on_result(results)
+    return results
+
+
+def render(results: list[StepResult], header: dict) -> str:
+    lines = [
+        f"# GPU session: part `{header['part']}`" + (" (smoke, CPU)" if header["smoke"] else ""),
+        "",
+        f"{header['device']}; torch {header['torch']}, transformers {header['transformers']}; "
+        f"git {header['git']}; budget {header['budget']:.0f} s; {header['date']}.",
+        "",
+        "| step | status | seconds | result |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {r.name} | {r.status} | {r.seconds:.0f} | {r.summary.replace('|', '/')} |")
+    lines += ["", "Commands:", ""] + [f"- `{r.command}`" for r in results if r.command]
+    return "\n".join(lines) + "\n"
+
+
+def session_header(args, device: str) -> dict:
+    import torch
+    import transformers
+
+    from benchmarks.bench_common import git_revision
+
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "CPU"
+    return {
+        "part": args.part,
+        "smoke": args.smoke,
+        "device": name,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "git": git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown"),
+        "budget": args.budget_seconds,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--part", required=True, choices=[*PARTS, "all"], help="What to run (see the module docstring)."
+    )
+    p.add_argument(
+        "--output_dir", default="out/gpu_session", help="Logs, outputs and summary.md/json go here."
+    )
+    p.add_argument(
+        "--budget_seconds", type=float, default=DEFAULT_BUDGET, help="Wall-clock budget of the part."
+    )
+    p.add_argument("--nanogpt_dir", default=None, help="A karpathy/nanoGPT checkout (the recipe part).")
+    p.add_argument("--smoke", action="store_true", help="Every step at tiny size on the CPU (CI).")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and not args.smoke else "cpu"
+    if device == "cpu" and not args.smoke:
+        print(
+            "gpu_session: no CUDA device here; run it on a GPU machine, or with --smoke to check the commands."
+        )
+        return 0
+    if args.nanogpt_dir is not None and not (Path(args.nanogpt_dir) / "train.py").is_file():
+        raise ValueError(f"`--nanogpt_dir` {args.nanogpt_dir} holds no nanoGPT checkout (no train.py).")
+    out = Path(args.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    steps = [s for part in (PARTS if args.part == "all" else [args.part]) for s in PARTS[part]]
+    ctx = {"out": out, "device": device, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir}
+    header = session_header(args, device)
+
+    def write(results):
+        (out / "summary.json").write_text(
+            json.dumps({**header, "steps": [asdict(r) for r in results]}, indent=2)
+        )
+        (out / "summary.md").write_text(render(results, header))
+
+    results = run_steps(steps, ctx, args.budget_seconds, on_result=write)
+    print(render(results, header))
+    return 0 if all(r.status in ("ok", "skipped") for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

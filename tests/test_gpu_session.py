@@ -1,0 +1,122 @@
+"""benchmarks.gpu_session: the parts a lent GPU runs, checked on the CPU (`--smoke`): the budget, the
+timeouts, the summaries each step reads back, and real parts end to end at tiny size."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from benchmarks import gpu_session
+from benchmarks.gpu_session import PARTS, Step, run_steps
+
+SHAKESPEARE = gpu_session.SHAKESPEARE
+
+
+def _script(folder, name: str, text: str):
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def test_a_step_past_its_limit_is_stopped_and_the_others_go_on(tmp_path):
+    hang = _script(tmp_path, "hang.py", "import time\ntime.sleep(60)\n")
+    fine = _script(tmp_path, "fine.py", "print('hello')\n")
+    steps = [
+        Step("broken", lambda ctx: ["benchmarks.no_such_module"], limit=60),  # python -m: exit 1
+        Step("hang", lambda ctx: [str(hang)], limit=1.5),  # a .py path runs as a script
+        Step("fine", lambda ctx: [str(fine)], limit=30),
+        Step("skipped", lambda ctx: None, limit=30, skip_reason="nothing to run"),
+    ]
+    start = time.perf_counter()
+    results = run_steps(steps, {"out": tmp_path, "smoke": True}, budget=40)
+    assert time.perf_counter() - start < 30  # the hang was killed at its 1.5 s limit, not waited for
+    assert [r.status for r in results] == ["failed", "timeout", "ok", "skipped"]
+    assert results[1].summary.startswith("stopped at its 2 s limit")
+    assert "hello" in (tmp_path / "fine.log").read_text()
+    assert results[3].summary == "nothing to run"
+
+
+def test_steps_that_no_longer_fit_the_budget_are_not_run(tmp_path):
+    slow = _script(tmp_path, "slow.py", "import time\ntime.sleep(60)\n")
+    steps = [Step("slow", lambda ctx: [str(slow)], limit=60), Step("next", lambda ctx: [str(slow)], limit=60)]
+    results = run_steps(steps, {"out": tmp_path, "smoke": True}, budget=gpu_session.MIN_STEP_SECONDS + 1)
+    assert [r.status for r in results] == ["timeout", "not run"]
+    assert results[1].summary == "the part's budget was spent"
+
+
+def test_every_part_fits_one_device_call():
+    """A lent GPU allows at most 10 minutes a command: each part's steps fit the default budget."""
+    for name, steps in PARTS.items():
+        assert sum(s.limit for s in steps) <= 600, name
+        assert all(s.limit <= gpu_session.DEFAULT_BUDGET for s in steps), name
+
+
+def test_the_summaries_read_what_the_tools_write(tmp_path):
+    ctx = {"out": tmp_path, "nanogpt_eval_iters": 200}
+    (tmp_path / "chk.json").write_text(
+        json.dumps(
+            [
+                {"group": "loop", "name": "gpt", "precision": "bf16", "ok": True},
+                {"group": "families", "name": "t5", "precision": "fp16", "ok": False},
+            ]
+        )
+    )
+    assert gpu_session.summarize_gpu_check(ctx, "chk") == "1 of 2 checks passed; failed: families/t5 (fp16)"
+    (tmp_path / "b").mkdir()
+    bench = {
+        "targets": [
+            {"key": "eager_vs_nanogpt", "unit": "x", "measured": 1.04, "met": True},
+            {"key": "compiled_mfu", "unit": "%", "measured": 0.383, "met": False},
+            {"key": "static_decode_b1", "unit": "x", "measured": None, "met": None},
+        ],
+        "rows": [{"id": "a", "status": "ok"}, {"id": "b", "status": "error"}],
+    }
+    (tmp_path / "b" / "bench_gpu.json").write_text(json.dumps(bench))
+    assert gpu_session.summarize_bench_gpu(ctx, "b") == (
+        "eager_vs_nanogpt 1.04x (met); compiled_mfu 38.3% (NOT met); 1 rows ok, failed: b"
+    )
+    (tmp_path / "n.log").write_text(
+        "step 0: train loss 4.2, val loss 4.3\nstep 250: train loss 1.9, val loss 2.01\n"
+        "step 500: train loss 1.5, val loss 1.71\nstep 750: train loss 1.2, val loss 1.75\n"
+    )
+    assert gpu_session.summarize_nanogpt(ctx, "n") == (
+        "best val loss 1.7100 at step 500 (nanoGPT's 200-batch estimate)"
+    )
+    (tmp_path / "t").mkdir()
+    entry = {"name": "transformer", "test_bleu_greedy": 37.5, "test_bleu_beam": 38.25}
+    entry.update(train_epochs=20.0, train_seconds=301.0)
+    (tmp_path / "t" / "results.json").write_text(json.dumps({"entries": [entry]}))
+    assert gpu_session.summarize_translation(ctx, "t") == (
+        "transformer: BLEU 37.50 greedy / 38.25 beam, 20.0 epochs in 301 s"
+    )
+
+
+def test_without_cuda_it_says_so_and_exits_0(capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert gpu_session.main(["--part", "check"]) == 0
+    assert "no CUDA device here" in capsys.readouterr().out
+
+
+def test_the_check_part_end_to_end_at_smoke_size(tmp_path):
+    assert gpu_session.main(["--part", "check", "--smoke", "--output_dir", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (step,) = summary["steps"]
+    assert (step["name"], step["status"], step["summary"]) == ("gpu_check", "ok", "1 of 1 checks passed")
+    assert "| gpu_check | ok |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason="../shared/data/tinyshakespeare is absent")
+def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checkout(tmp_path):
+    assert gpu_session.main(["--part", "recipe", "--smoke", "--output_dir", str(tmp_path)]) == 0
+    steps = {s["name"]: s for s in json.loads((tmp_path / "summary.json").read_text())["steps"]}
+    assert steps["recipe_hf_lm"]["status"] == "ok"
+    assert steps["recipe_hf_lm"]["summary"].startswith("best eval_loss ")
+    assert "at step 4" in steps["recipe_hf_lm"]["summary"]
+    assert steps["recipe_nanogpt"]["status"] == "skipped"
+
+
+def test_a_nanogpt_dir_without_nanogpt_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="holds no nanoGPT checkout"):
+        gpu_session.main(["--part", "recipe", "--smoke", "--nanogpt_dir", str(tmp_path)])
