@@ -47,10 +47,11 @@ def test_steps_that_no_longer_fit_the_budget_are_not_run(tmp_path):
 
 
 def test_every_part_fits_one_device_call():
-    """A lent GPU allows at most 10 minutes a command: each part's steps fit the default budget."""
+    """A lent GPU allows at most 10 minutes a command: the budget leaves a minute of it, and no
+    step asks for more than the budget (later steps get what is left of it)."""
+    assert gpu_session.DEFAULT_BUDGET <= 540
     for name, steps in PARTS.items():
-        assert sum(s.limit for s in steps) <= 600, name
-        assert all(s.limit <= gpu_session.DEFAULT_BUDGET for s in steps), name
+        assert steps and all(s.limit <= gpu_session.DEFAULT_BUDGET for s in steps), name
 
 
 def test_the_summaries_read_what_the_tools_write(tmp_path):
