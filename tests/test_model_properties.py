@@ -377,6 +377,29 @@ def test_num_items_in_batch_turns_the_mean_into_a_sum_over_it(case):
             torch.testing.assert_close(loss * n, mean * count, atol=1e-5, rtol=1e-5, msg=f"{n}")
 
 
+CAUSAL_LMS = [case for case in FAMILY_CASES if case.model_class.__name__.endswith("ForCausalLM")]
+
+
+@pytest.mark.parametrize("case", cases(CAUSAL_LMS))
+def test_shift_labels_are_scored_as_they_are(case):
+    """`shift_labels` (transformers' name for targets aligned with the positions, as nanoGPT's `(x, y)`
+    windows are; the training loop's random windows pass them) score every position against them
+    unshifted; `labels` shifted by hand into `shift_labels` give the `labels` loss; bad ones are named."""
+    model, batch = case.make_model().eval(), case.make_batch()
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    targets = torch.roll(batch["input_ids"], -1, dims=1)  # any ids: each position's own target
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        loss = model(**inputs, shift_labels=targets).loss
+        expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+        torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+        shifted = torch.nn.functional.pad(batch["labels"], (0, 1), value=-100)[:, 1:]
+        by_hand = model(**inputs, shift_labels=shifted).loss
+        torch.testing.assert_close(by_hand, model(**batch).loss, atol=1e-6, rtol=1e-6)
+        with pytest.raises(ValueError, match="`shift_labels` contains"):
+            model(**inputs, shift_labels=targets + VOCAB)
+
+
 # ---------------------------------------------------------------- dtype moves
 
 

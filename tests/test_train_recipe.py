@@ -352,6 +352,33 @@ def test_compiled_training_saves_clean_weights(tmp_path):
     )
 
 
+def test_random_window_targets_are_scored_inside_the_compiled_forward():
+    """Random windows hand their targets to the model as `shift_labels`, so the cross-entropy is part
+    of the forward that `--torch_compile` compiles (one graph, no break) instead of running eagerly
+    on the (B, T, V) logits after it, a cost at a 50k vocabulary."""
+    from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
+    from hf_lm.models.hflm_common import lm_loss
+
+    config = HfLmGPTConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16
+    )
+    model = HfLmGPTForCausalLM(config).train()
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))
+    seen = {}
+
+    def spy(**kwargs):
+        seen.update(kwargs)
+        return model(**kwargs)
+
+    out = T.forward_loss(spy, {"input_ids": x, "targets": y}, {})
+    assert torch.equal(seen["shift_labels"], y) and "targets" not in seen and "labels" not in seen
+    torch.testing.assert_close(out.loss, lm_loss(out.logits, y, shift=False))
+    explained = torch._dynamo.explain(model)(input_ids=x, shift_labels=y)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    targets = [str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"]
+    assert any("cross_entropy" in t for t in targets)
+
+
 @pytest.mark.slow
 def test_inductor_compiled_training_saves_clean_weights(tmp_path):
     """The default backend, inductor (C++ code generation on CPU: slow to compile)."""

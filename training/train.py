@@ -109,7 +109,6 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 import hf_lm  # noqa: F401  (registers the Auto classes)
-from hf_lm.models.hflm_common import lm_loss
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
@@ -159,15 +158,14 @@ def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):
     """The model's outputs on a micro-batch, `loss` its token mean.
 
     A batch of random windows (`RandomWindows`) carries "targets" (B, T), the next token of every
-    input position: the loss is scored against them without a shift (`lm_loss`, the model's own
-    fp32 cross-entropy). Other batches carry `labels` and the model computes its loss.
+    input position: the model scores them as they are, given as `shift_labels` (transformers' name
+    for targets already aligned with the positions), so the loss is computed inside the forward, and
+    inside the compiled graph with `torch_compile`. Other batches carry `labels`.
     """
     targets = batch.get("targets")
     if targets is None:
         return model(**batch, **extra_inputs)
-    outputs = model(**{k: v for k, v in batch.items() if k != "targets"}, **extra_inputs)
-    outputs.loss = lm_loss(outputs.logits, targets, shift=False)
-    return outputs
+    return model(**{k: v for k, v in batch.items() if k != "targets"}, shift_labels=targets, **extra_inputs)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -765,22 +765,24 @@ def check_labels(
     ignore_index: int = -100,
     num_items_in_batch=None,
     what: str = "token ids",
+    name: str = "labels",
 ) -> None:
     """Token-level `labels`: the expected shape (None: any non-empty (batch, length)), integer ids in
-    [0, num_classes) or `ignore_index`; `num_items_in_batch` is checked in the same host read."""
-    _require_tensor(labels, "labels", what)
+    [0, num_classes) or `ignore_index`; `num_items_in_batch` is checked in the same host read.
+    `name`: the argument as the user passed it (`shift_labels`), for the error messages."""
+    _require_tensor(labels, name, what)
     if expected_shape is None:
         if labels.dim() != 2:
             raise ValueError(
-                f"`labels` must be a (batch, target_len) tensor, got shape {tuple(labels.shape)}."
+                f"`{name}` must be a (batch, target_len) tensor, got shape {tuple(labels.shape)}."
             )
     elif tuple(labels.shape) != tuple(expected_shape):
         raise ValueError(
-            f"`labels` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
+            f"`{name}` must have shape {tuple(expected_shape)} like the inputs, got {tuple(labels.shape)}."
         )
     if labels.numel() == 0:
-        raise ValueError(f"`labels` is empty (shape {tuple(labels.shape)}).")
-    _require_integer(labels, "labels", what)
+        raise ValueError(f"`{name}` is empty (shape {tuple(labels.shape)}).")
+    _require_integer(labels, name, what)
     count_ok = num_items_flag(num_items_in_batch)
     if torch.compiler.is_compiling():
         return
@@ -788,11 +790,30 @@ def check_labels(
     flags = host_read(valid.all(), *([] if count_ok is None else [count_ok]))
     if not flags[0]:
         raise ValueError(
-            f"`labels` contains {int(labels[~valid][0])}: labels must be {what} in [0, {num_classes}) "
+            f"`{name}` contains {int(labels[~valid][0])}: labels must be {what} in [0, {num_classes}) "
             f"or {ignore_index} (ignored)."
         )
     if not all(flags):
         raise num_items_error(num_items_in_batch)
+
+
+def causal_lm_loss(logits: torch.Tensor, labels, vocab_size: int, kwargs: dict) -> torch.Tensor | None:
+    """A causal LM head's loss, from `labels` or from `kwargs["shift_labels"]`; None without either.
+
+    `labels` (B, T) are shifted inside (`labels = input_ids` is right: position t is scored against
+    labels[t + 1], T - 1 predictions). `shift_labels` (B, T), transformers' name for targets already
+    aligned with the positions, are scored as they are: every position predicts, as nanoGPT's
+    `(x, y)` windows do, and the loss stays inside the forward (inside a compiled graph with it).
+    They win over `labels`, as in transformers' `ForCausalLMLoss`. `kwargs["num_items_in_batch"]`
+    turns the mean into a sum divided by it.
+    """
+    shift_labels = kwargs.get("shift_labels")
+    targets, name = (labels, "labels") if shift_labels is None else (shift_labels, "shift_labels")
+    if targets is None:
+        return None
+    n_items = kwargs.get("num_items_in_batch")
+    check_labels(targets, logits.shape[:2], vocab_size, num_items_in_batch=n_items, name=name)
+    return lm_loss(logits, targets, shift=shift_labels is None, num_items_in_batch=n_items)
 
 
 def check_seq2seq_labels(

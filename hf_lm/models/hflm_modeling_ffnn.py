@@ -30,10 +30,9 @@ from transformers.utils import can_return_tuple
 from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
-    check_labels,
+    causal_lm_loss,
     check_padding_mask,
     embed_inputs,
-    lm_loss,
     logits_positions,
     trainer_shifts_labels,
 )
@@ -209,7 +208,8 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
             inputs_embeds: (B, T, m) instead of `input_ids`.
             labels: (B, T) targets, shifted inside the model (`labels = input_ids` is right); -100
                 is ignored. With `num_items_in_batch` (passed by `Trainer`) the summed loss is
-                divided by it, so gradient accumulation equals one big batch.
+                divided by it, so gradient accumulation equals one big batch. `shift_labels` (B, T)
+                in their place are already aligned with the positions (`hflm_common.causal_lm_loss`).
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all),
                 or the positions of a 1-D index tensor; `generate()` passes 1.
         """
@@ -225,11 +225,7 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
         x, hidden = x[:, keep], hidden[:, keep]
         logits = self.lm_head(self.output_projection(hidden)) + self.direct(x)  # (B, T, V)
 
-        loss = None
-        if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
-            check_labels(labels, logits.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
+        loss = causal_lm_loss(logits, labels, self.config.vocab_size, kwargs)
         want_hidden = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )

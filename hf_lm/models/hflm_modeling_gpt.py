@@ -32,10 +32,9 @@ from .hflm_blocks import (
 from .hflm_common import (
     HfLmPreTrainedModel,
     cache_argument,
-    check_labels,
+    causal_lm_loss,
     classify_last_token,
     embed_inputs,
-    lm_loss,
     logits_positions,
     output_cache,
     returned_cache,
@@ -205,7 +204,9 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             labels: (B, T) targets, shifted inside the model (`labels = input_ids` is right);
                 -100 is ignored. With `num_items_in_batch` (passed by `Trainer`, or by your own
                 gradient-accumulation loop) the summed loss is divided by it instead of averaged,
-                so accumulated gradients equal those of one big batch.
+                so accumulated gradients equal those of one big batch. `shift_labels` (B, T) in
+                their place are already aligned with the positions and scored as they are
+                (`hflm_common.causal_lm_loss`).
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all);
                 `generate()` passes 1 and so never builds (B, T, V) logits for the prompt.
             output_router_logits: return the sparse layers' `router_logits` and `aux_loss` (defaults
@@ -234,14 +235,11 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.lm_head(self.output_projection(hidden_states))  # (B, T, C) -> (B, T, E) -> (B, T, V)
 
-        loss = aux_loss = None
-        if outputs.router_logits and (labels is not None or want_router_logits):
+        aux_loss = None
+        loss = causal_lm_loss(logits, labels, self.config.vocab_size, kwargs)
+        if outputs.router_logits and (loss is not None or want_router_logits):
             aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
-        if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
-            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
-            if aux_loss is not None and self.training:  # a regularizer: eval losses stay the LM's
+            if loss is not None and self.training:  # a regularizer: eval losses stay the LM's
                 loss = loss + router_loss
 
         return MoeCausalLMOutputWithPast(

@@ -33,10 +33,9 @@ from transformers.utils import can_return_tuple, logging
 from .hflm_common import (
     FixedWindowGeneration,
     HfLmPreTrainedModel,
+    causal_lm_loss,
     check_input_ids,
-    check_labels,
     check_padding_mask,
-    lm_loss,
     logits_positions,
     trainer_shifts_labels,
 )
@@ -604,6 +603,7 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
             attention_mask: (B, T) 1 for real tokens, 0 for padding; padding is never context.
             labels: (B, T) targets, shifted inside the model (`labels = input_ids` is right); -100
                 is ignored. With `num_items_in_batch` (Trainer) the summed loss is divided by it.
+                `shift_labels` (B, T) in their place are already aligned with the positions.
             logits_to_keep: score only the last `logits_to_keep` positions (0 = all), or the
                 positions of a 1-D index tensor; `generate()` passes 1.
 
@@ -630,13 +630,9 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
         probs = self._probabilities(context_ids, available[:, keep].reshape(-1), levels)  # (N, V)
         logits = probs.log().view(B, Tk, -1)  # (B, Tk, V)
 
-        loss = None
-        if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
-            check_labels(labels, (B, T), self.config.vocab_size, num_items_in_batch=n_items)
-            if Tk != T:
-                raise ValueError("`labels` need the logits of every position: leave `logits_to_keep` at 0.")
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
+        if Tk != T and (labels is not None or kwargs.get("shift_labels") is not None):
+            raise ValueError("`labels` need the logits of every position: leave `logits_to_keep` at 0.")
+        loss = causal_lm_loss(logits, labels, self.config.vocab_size, kwargs)
         return CausalLMOutput(loss=loss, logits=logits)
 
     # ------------------------------------------------------------------ generation

@@ -21,12 +21,11 @@ from transformers.utils import can_return_tuple
 from .hflm_common import (
     HfLmPreTrainedModel,
     cache_argument,
+    causal_lm_loss,
     check_cache_type,
-    check_labels,
     check_padding_mask,
     check_position_ids,
     embed_inputs,
-    lm_loss,
     logits_positions,
     output_cache,
     returned_cache,
@@ -284,7 +283,8 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
         Args:
             labels: (B, T) targets, shifted inside the model (`labels = input_ids` is right); -100 is
                 ignored. With `num_items_in_batch` (passed by `Trainer`) the summed loss is divided by
-                it, so gradient accumulation equals one big batch.
+                it, so gradient accumulation equals one big batch. `shift_labels` (B, T) in their
+                place are already aligned with the positions (`hflm_common.causal_lm_loss`).
             scheduled_sampling_probability: p in [0, 1]; see the class docstring. Only active in
                 training mode with `labels`; `hidden_states` are not collected on that path.
             logits_to_keep: compute logits only for the last `logits_to_keep` positions (0 = all).
@@ -321,12 +321,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
             hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
             logits = self._logits(hidden_states)  # (B, T, V)
 
-        loss = None
-        if labels is not None:
-            n_items = kwargs.get("num_items_in_batch")
-            check_labels(labels, hidden_states.shape[:2], self.config.vocab_size, num_items_in_batch=n_items)
-            loss = lm_loss(logits, labels, shift=True, num_items_in_batch=n_items)
-
+        loss = causal_lm_loss(logits, labels, self.config.vocab_size, kwargs)
         return CausalLMOutputWithPast(
             loss=loss, logits=logits, **returned_cache(cache), hidden_states=all_hidden_states
         )
