@@ -191,7 +191,7 @@ def bench_gpu_step(name: str, sections: str, limit: float, extra: tuple[str, ...
 RECIPE_SMOKE = (
     "--max_steps 4 --eval_every 2 --save_every 2 --num_hidden_layers 1 --hidden_size 32 --num_attention_heads 2 "
     "--intermediate_size 64 --per_device_batch_size 4 --block_size 32 --torch_compile false --tf32 false "
-    "--mixed_precision no --log_every 1"
+    "--mixed_precision no --log_every 1 --eval_batches 2"
 ).split()
 
 
