@@ -58,6 +58,9 @@ DECODER_ATTENTION_NAMES = ("causal", "bidirectional")
 # ----------------------------------------------------------------------------------------------
 
 CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+# both names, for the lists transformers reads by key: Trainer's `keys_to_ignore_at_inference` (a
+# cache is not a prediction) and `_skip_keys_device_placement`
+CACHE_NAMES = ("past_key_values", "cache")
 
 
 def cache_argument(past_key_values, kwargs: dict):
@@ -267,7 +270,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _no_split_modules = ["TransformerBlock"]
-    _skip_keys_device_placement = ["past_key_values", "cache"]  # transformers <= 5.23, >= 5.24
+    _skip_keys_device_placement = list(CACHE_NAMES)
     #: hf_lm pipelines this head's folders carry (`QA_PIPELINES`, `SEQ2SEQ_PIPELINES`), or none
     _hflm_pipelines: dict[str, tuple[str, str]] = {}
 

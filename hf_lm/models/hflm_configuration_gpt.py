@@ -5,6 +5,7 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
+from .hflm_common import CACHE_NAMES
 from .hflm_configuration_base import HfLmTransformerConfig
 
 
@@ -34,5 +35,4 @@ class HfLmGPTConfig(HfLmTransformerConfig):
     has_bidirectional_stack = False
     # a local `attention_pattern` ("band", "dilated", "block") decodes with a sliding-window cache
     attention_pattern_in_cache = True
-    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    keys_to_ignore_at_inference = list(CACHE_NAMES)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from transformers import PreTrainedConfig
 
 from .hflm_common import (
+    CACHE_NAMES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
     _bool,
@@ -57,8 +58,7 @@ class HfLmRNNConfig(PreTrainedConfig):
     """
 
     model_type = "hflm_rnn"
-    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    keys_to_ignore_at_inference = list(CACHE_NAMES)
 
     vocab_size: int = 10000
     cell_type: str = "lstm"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from transformers import PreTrainedConfig
 
 from .hflm_common import (
+    CACHE_NAMES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
     _bool,
@@ -85,8 +86,7 @@ class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
     """
 
     model_type = "hflm_rnn_seq2seq"
-    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    keys_to_ignore_at_inference = list(CACHE_NAMES)
     # tools that read the generic names (model cards, cache sizing) see the encoder depth
     attribute_map = {"num_hidden_layers": "encoder_layers"}
 

@@ -6,7 +6,15 @@ Both families share one implementation (`hflm_modeling_seq2seq`) and differ only
 
 from __future__ import annotations
 
-from .hflm_common import DECODER_ATTENTION_NAMES, _bool, _choice, _positive_int, _probability, _token_ids
+from .hflm_common import (
+    CACHE_NAMES,
+    DECODER_ATTENTION_NAMES,
+    _bool,
+    _choice,
+    _positive_int,
+    _probability,
+    _token_ids,
+)
 from .hflm_configuration_base import HfLmTransformerConfig
 
 
@@ -88,8 +96,7 @@ class HfLmT5Config(HfLmEncoderDecoderConfig):
     """
 
     model_type = "hflm_t5"
-    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    keys_to_ignore_at_inference = list(CACHE_NAMES)
     PRESETS = {
         "t5": {},
         # T5 v1.1: gated-GELU, no dropout in pretraining, untied and unscaled output projection
@@ -127,8 +134,7 @@ class HfLmBartConfig(HfLmEncoderDecoderConfig):
     """
 
     model_type = "hflm_bart"
-    # the cache, as transformers <= 5.23 and >= 5.24 name it: not a prediction
-    keys_to_ignore_at_inference = ["past_key_values", "cache"]
+    keys_to_ignore_at_inference = list(CACHE_NAMES)
     PRESETS = {
         "bart": {},
         "transformer": {
