@@ -212,6 +212,31 @@ def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
     assert out.count("| pass |") == 6 and "6 passed, 0 failed" in out
 
 
+def test_gpu_check_compares_fp32_without_tf32_whatever_ran_before(tmp_path):
+    """On an H100 every fp32 family check failed, 1e-3 off the CPU: the loop checks before them had
+    turned TF32 on for the whole process. fp32 checks now run with it off, and the caller's setting
+    comes back after each check."""
+    from training import gpu_check
+
+    seen = []
+
+    def probe(workdir, device, precision):
+        seen.append((precision, torch.get_float32_matmul_precision()))
+        torch.set_float32_matmul_precision("medium")  # a check that changes it (a training run)
+        return ""
+
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high")  # TF32 on, as a run on a GPU leaves it
+        checks = [gpu_check.Check("families", "probe", probe, ("no", "bf16"))]
+        results = list(gpu_check.run_checks(checks, "cpu", ("no", "bf16"), tmp_path))
+        assert all(r.ok for r in results)
+        assert seen == [("no", "highest"), ("bf16", "high")]
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
 # ----------------------------------------------------------------------------------------------
 # Every model class
 # ----------------------------------------------------------------------------------------------

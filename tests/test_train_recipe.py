@@ -5,6 +5,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -402,6 +403,30 @@ def test_optimizer_and_tf32_selection():
         assert configure_tf32(True, cuda) is True and torch.backends.cuda.matmul.allow_tf32 is True
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_a_run_gives_back_the_tf32_setting_it_found(tmp_path, monkeypatch):
+    """`--tf32` turns TF32 on for the process (on CUDA, here made to act as on CUDA); once `train`
+    returns, the caller's float32 matmuls are exact again. Left on, it made every fp32 check that
+    followed a loop run in gpu-check fail on an H100."""
+    import training.run
+
+    def as_on_cuda(enabled, device):
+        return configure_tf32(enabled, torch.device("cuda"))
+
+    monkeypatch.setattr(training.run, "configure_tf32", as_on_cuda)
+    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = False
+        metrics = _run(tmp_path / "run", max_steps=2)
+        card = (tmp_path / "run" / "final" / "README.md").read_text()
+        assert re.search(r"TF32 matmuls\W+on", card), "the run did not turn TF32 on"
+        assert math.isfinite(metrics["eval_loss"])
+        assert torch.get_float32_matmul_precision() == "highest" and torch.backends.cudnn.allow_tf32 is False
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32 = saved[1]
 
 
 def test_cpu_run_records_its_choices_in_the_card(tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 
 import torch
 from transformers import get_scheduler
@@ -67,6 +69,22 @@ def configure_tf32(enabled: bool, device: torch.device) -> bool:
     torch.backends.cuda.matmul.allow_tf32 = True  # = torch.set_float32_matmul_precision("high")
     torch.backends.cudnn.allow_tf32 = True
     return True
+
+
+@contextlib.contextmanager
+def tf32_restored() -> Iterator[None]:
+    """Put torch's process-wide TF32 flags back as they were on leaving the block.
+
+    `configure_tf32` changes a setting of the whole process: a run that leaves it on would make the
+    caller's later float32 work TF32 too (a notebook, `training.gpu_check`'s fp32 comparisons with
+    the CPU, measured 1e-3 apart on an H100 after one run had turned it on).
+    """
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cudnn.allow_tf32 = cudnn
 
 
 def compile_model(model: torch.nn.Module, train_args) -> torch.nn.Module:

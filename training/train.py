@@ -134,7 +134,13 @@ from .evaluation import bits_metrics, eval_block_count, eval_text_units, evaluat
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
 from .objectives import Objective, build_model, objective_for  # noqa: F401
-from .optim import build_optimizer, compile_model, configure_tf32, optimizer_kwargs  # noqa: F401
+from .optim import (  # noqa: F401
+    build_optimizer,
+    compile_model,
+    configure_tf32,
+    optimizer_kwargs,
+    tf32_restored,
+)
 from .resume import data_order, restore_run, run_settings
 from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
 from .run_checks import check_arguments
@@ -569,11 +575,12 @@ def train(data_args: DataArguments, model_args: ModelArguments, train_args: Trai
 def _train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
     """The run of `train`, in a folder it owns: an n-gram model is fitted by counting (no optimizer,
     steps or checkpoints), every other model by the gradient loop."""
-    run = start_run(data_args, model_args, train_args)
-    if run.family == "ngram" and not model_args.init_from:
-        model, csv_log, metrics, evaluation = fit_ngram_run(run)
-        return finish_run(run, model, csv_log, metrics, evaluation, None, [], fused=False)
-    return Trainer(run).train()
+    with tf32_restored():  # the run may turn TF32 on (`--tf32`): not for the caller's later work
+        run = start_run(data_args, model_args, train_args)
+        if run.family == "ngram" and not model_args.init_from:
+            model, csv_log, metrics, evaluation = fit_ngram_run(run)
+            return finish_run(run, model, csv_log, metrics, evaluation, None, [], fused=False)
+        return Trainer(run).train()
 
 
 def main(argv: list[str] | None = None) -> dict:
