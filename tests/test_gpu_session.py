@@ -116,6 +116,16 @@ def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checko
     assert steps["recipe_hf_lm"]["summary"].startswith("best eval_loss ")
     assert "at step 4" in steps["recipe_hf_lm"]["summary"]
     assert steps["recipe_nanogpt"]["status"] == "skipped"
+    assert steps["recipe_hf_lm_2500_steps"]["status"] == "ok"  # smoke size overrides its 2,500 steps
+
+
+def test_parts_join_with_commas_and_unknown_ones_are_refused(capsys):
+    assert gpu_session.parse_parts("recipe, decode") == ["recipe", "decode"]
+    assert gpu_session.parse_parts("all") == list(PARTS)
+    for bad in ("recipe,bogus", ",", ""):
+        with pytest.raises(SystemExit):
+            gpu_session.build_parser().parse_args(["--part", bad])
+        assert "unknown part(s)" in capsys.readouterr().err
 
 
 def test_a_nanogpt_dir_without_nanogpt_is_refused(tmp_path):
