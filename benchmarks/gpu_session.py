@@ -7,7 +7,7 @@ with their compilations, nanoGPT's recipe side by side, Multi30k) takes far long
 into parts of at most `--budget_seconds` (default 540 s: a 600-second call with a minute to spare).
 Run one part per call, in the order below, on a machine prepared with `../shared/gpu/prepare.sh`:
 
-    source .gpu/on-device.sh && python3 -m benchmarks.gpu_session --part check --output_dir $OUT
+    source .gpu/on-device.sh && python3 -m benchmarks.gpu_session --part check --output_dir $OUT --work_dir /tmp/gs
 
 | part | what | the issue's target |
 |---|---|---|
@@ -31,6 +31,10 @@ steps that no longer fit are marked `not run`. After every step `summary.md` and
 are rewritten under `--output_dir`, next to each step's log and outputs (`<step>.log`,
 `<step>/`), and the summary is printed: the device tool returns the last lines of a command's
 output even when it returns no files. The exit status is 1 when a step failed or timed out.
+The device tool brings back at most 8 files, 2 folders down (on the first H100 run the profiler
+table and the recipe's metrics stayed behind): with `--work_dir` the steps write there and
+`--output_dir` gets only the summaries and `results.tar.gz`, every small log, table, metrics file
+and plot of the steps (no weights, no checkpoints), rewritten after each step.
 
 nanoGPT (karpathy/nanoGPT, MIT) is not part of hf_lm and is never committed: bring a checkout with
 the search tool's `fetch`, then `mkdir -p .gpu/nanogpt && git --git-dir <mirror> archive HEAD |
@@ -388,6 +392,32 @@ def session_header(args, device: str) -> dict:
     }
 
 
+RESULTS_ARCHIVE = "results.tar.gz"
+PACKED_SUFFIXES = (".log", ".json", ".md", ".txt", ".csv", ".png")
+PACKED_MAX_BYTES = 4 * 2**20  # per file: logs, tables, metrics and plots, never weights or checkpoints
+
+
+def pack_results(work: Path, archive: Path) -> list[str]:
+    """Write the steps' small result files under `work` into the gzipped tar `archive` (atomically);
+    returns their paths relative to `work`. Checkpoint folders and weights are left out."""
+    import tarfile
+
+    names = sorted(
+        str(path.relative_to(work))
+        for path in work.rglob("*")
+        if path.is_file()
+        and path.suffix in PACKED_SUFFIXES
+        and path.stat().st_size <= PACKED_MAX_BYTES
+        and not {"checkpoints", "best"} & set(path.relative_to(work).parts)
+    )
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        for name in names:
+            tar.add(work / name, arcname=name)
+    partial.replace(archive)
+    return names
+
+
 def parse_parts(value: str) -> list[str]:
     """`--part`: a part, several joined by commas (run in that order under one budget), or `all`."""
     names = list(PARTS) if value == "all" else [v.strip() for v in value.split(",") if v.strip()]
@@ -413,6 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--budget_seconds", type=float, default=DEFAULT_BUDGET, help="Wall-clock budget of the part."
     )
+    p.add_argument(
+        "--work_dir",
+        default=None,
+        help="Where the steps write (default: --output_dir). When set, --output_dir gets only summary.md, "
+        f"summary.json and {RESULTS_ARCHIVE}: every log, table and metrics file of the steps, no weights "
+        "(the device tool brings back at most 8 files, 2 folders down).",
+    )
     p.add_argument("--nanogpt_dir", default=None, help="A karpathy/nanoGPT checkout (the recipe part).")
     p.add_argument("--smoke", action="store_true", help="Every step at tiny size on the CPU (CI).")
     return p
@@ -431,9 +468,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.nanogpt_dir is not None and not (Path(args.nanogpt_dir) / "train.py").is_file():
         raise ValueError(f"`--nanogpt_dir` {args.nanogpt_dir} holds no nanoGPT checkout (no train.py).")
     out = Path(args.output_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work_dir).resolve() if args.work_dir else out
+    for folder in (out, work):
+        folder.mkdir(parents=True, exist_ok=True)
     steps = [s for part in args.part for s in PARTS[part]]
-    ctx = {"out": out, "device": device, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir}
+    ctx = {"out": work, "device": device, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir}
     header = session_header(args, device)
 
     def write(results):
@@ -441,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({**header, "steps": [asdict(r) for r in results]}, indent=2)
         )
         (out / "summary.md").write_text(render(results, header))
+        if work != out:
+            pack_results(work, out / RESULTS_ARCHIVE)
 
     results = run_steps(steps, ctx, args.budget_seconds, on_result=write)
     print(render(results, header))

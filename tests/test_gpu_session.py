@@ -4,6 +4,7 @@ timeouts, the summaries each step reads back, and real parts end to end at tiny 
 from __future__ import annotations
 
 import json
+import tarfile
 import time
 
 import pytest
@@ -110,13 +111,38 @@ def test_the_check_part_end_to_end_at_smoke_size(tmp_path):
 
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason="../shared/data/tinyshakespeare is absent")
 def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checkout(tmp_path):
-    assert gpu_session.main(["--part", "recipe", "--smoke", "--output_dir", str(tmp_path)]) == 0
-    steps = {s["name"]: s for s in json.loads((tmp_path / "summary.json").read_text())["steps"]}
+    """With `--work_dir`, the output folder holds the summaries and the archive of the small files."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--part", "recipe", "--smoke", "--output_dir", str(out), "--work_dir", str(work)]
+    assert gpu_session.main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["results.tar.gz", "summary.json", "summary.md"]
+    with tarfile.open(out / "results.tar.gz") as tar:
+        names = tar.getnames()
+    assert "recipe_hf_lm.log" in names and "recipe_hf_lm/final_metrics.json" in names
+    assert not [n for n in names if n.endswith(".safetensors") or "checkpoint" in n]
+    steps = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
     assert steps["recipe_hf_lm"]["status"] == "ok"
     assert steps["recipe_hf_lm"]["summary"].startswith("best eval_loss ")
     assert "at step 4" in steps["recipe_hf_lm"]["summary"]
     assert steps["recipe_nanogpt"]["status"] == "skipped"
     assert steps["recipe_hf_lm_2500_steps"]["status"] == "ok"  # smoke size overrides its 2,500 steps
+
+
+def test_results_are_packed_without_weights(tmp_path):
+    work, out = tmp_path / "work", tmp_path / "out"
+    for name, size in {
+        "gpu_check.log": 10, "run/final_metrics.json": 10, "run/bench.md": 10, "run/curve.png": 10,
+        "run/final/model.safetensors": 10, "run/checkpoints/checkpoint-00000002/trainer_state.json": 10,
+        "run/best/checkpoint-00000002/config.json": 10, "huge.log": gpu_session.PACKED_MAX_BYTES + 1,
+    }.items():  # fmt: skip
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(b"x" * size)
+    out.mkdir()
+    packed = gpu_session.pack_results(work, out / "results.tar.gz")
+    assert packed == ["gpu_check.log", "run/bench.md", "run/curve.png", "run/final_metrics.json"]
+    with tarfile.open(out / "results.tar.gz") as tar:
+        assert sorted(tar.getnames()) == packed
+    assert [p.name for p in out.iterdir()] == ["results.tar.gz"]  # no partial archive left
 
 
 def test_parts_join_with_commas_and_unknown_ones_are_refused(capsys):
