@@ -115,6 +115,7 @@ from benchmarks.bench_common import (
     resolve_device,
 )
 from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
+from hf_lm.models.hflm_blocks import VocabProjection
 from hf_lm.models.hflm_common import lm_loss
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
@@ -210,6 +211,7 @@ GPT_IMPLS = ("hf_lm", "transformers", "nanogpt")
 IMPL_NAMES = {
     "hf_lm": "hf_lm",
     "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
+    "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
     "transformers": "transformers",
     "nanogpt": "nanoGPT-shaped (this file)",
 }
@@ -559,6 +561,21 @@ def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device
     return pairs.random_ids(batch, seq, vocab, seed).to(device)
 
 
+def unpadded_head(fn):
+    """`fn` with hf_lm's vocabulary projection computing F.linear on the unpadded (V, C) weight, as
+    before `VocabProjection.aligned_linear`: the same model, to measure what the padding buys."""
+
+    def run():
+        saved, VocabProjection.ALIGN = VocabProjection.ALIGN, 1
+        try:
+            return fn()
+        finally:
+            VocabProjection.ALIGN = saved
+
+    run.__dict__.update(fn.__dict__)  # optimizer_name
+    return run
+
+
 def head_loss_fns(ctx: dict, ids: torch.Tensor) -> dict:
     """The lm head + cross-entropy forward and backward alone, on the final hidden states the trunk
     hands over (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
@@ -592,6 +609,7 @@ def head_loss_fns(ctx: dict, ids: torch.Tensor) -> dict:
 
     fns = {
         "gpt2_head_loss/hf_lm/eager": make(hf, hf_head_loss, hidden["hf_lm"]),
+        "gpt2_head_loss/hf_lm_unpadded/eager": unpadded_head(make(hf, hf_head_loss, hidden["hf_lm"])),
         "gpt2_head_loss/transformers/eager": make(ref, ref_head_loss, hidden["transformers"]),
     }
     if ctx["compile"]:
@@ -628,10 +646,15 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
             # a copy: the compiled and eager rows then train separate parameters and optimizers
             twin = copy.deepcopy(model)
             modes["compiled"] = (twin, torch.compile(twin, backend=ctx["compile_backend"]))
+        if (
+            impl == "hf_lm"
+        ):  # the same model with the head's product unpadded, eager (compiled pads it itself)
+            modes["unpadded"] = (copy.deepcopy(model), None)
         for mode, (base, compiled) in modes.items():
             step = make_train_step(base, batch, device, s["learning_rate"], compiled)
-            rows[f"gpt2_train/{impl}/{mode}"]["optimizer"] = step.optimizer_name
-            fns[f"gpt2_train/{impl}/{mode}"] = step
+            row_id = f"gpt2_train/{impl}/{mode}" if mode != "unpadded" else "gpt2_train/hf_lm_unpadded/eager"
+            rows[row_id]["optimizer"] = step.optimizer_name
+            fns[row_id] = step if mode != "unpadded" else unpadded_head(step)
     samples = time_group(rows, fns, s, device, s["reps"], s["rounds"])
     for row_id in samples:
         row = rows[row_id]
@@ -641,7 +664,9 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
                 counted_flops_per_step=counted, mfu=model_flops / row["median_s"] / peak if peak else None,
             )  # fmt: skip
             continue
-        step_s = _value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
+        step_s = _value(
+            rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s"
+        )  # its own model's step
         row.update(
             value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
             share_of_step=ratio(row["median_s"], step_s),
@@ -838,7 +863,16 @@ def plan_rows(s: dict) -> Rows:
     for mode in ("eager", "compiled"):
         for impl in GPT_IMPLS:
             rows.plan(f"gpt2_train/{impl}/{mode}", "gpt_train", "GPT-2 training step", impl, mode, "tok/s")
-    for key in ("hf_lm/eager", "hf_lm/compiled", "transformers/eager"):
+        if mode == "eager":
+            rows.plan(
+                "gpt2_train/hf_lm_unpadded/eager",
+                "gpt_train",
+                "GPT-2 training step",
+                "hf_lm_unpadded",
+                mode,
+                "tok/s",
+            )
+    for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"):
         impl, mode = key.split("/")
         rows.plan(
             f"gpt2_head_loss/{key}", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", impl, mode, "s"
@@ -887,7 +921,13 @@ def targets(rows: Rows, s: dict) -> list[dict]:
         "compiled_mfu": _value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
         "static_decode_b1": ratio(decode, _value(rows, "gpt2_decode_b1/transformers/dynamic")),
     }
+    unpadded = ratio(
+        _value(rows, "gpt2_train/hf_lm_unpadded/eager"), _value(rows, "gpt2_train/transformers/eager")
+    )
     notes = {
+        "eager_vs_transformers": ""
+        if unpadded is None
+        else f"{unpadded:.2f}x with the head's product unpadded",
         "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, "
         f"B={s['gpt_batch']}, T={s['gpt_seq']}, bf16 autocast, "
         "against the bf16 matmul peak measured in this run",

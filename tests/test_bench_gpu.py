@@ -27,10 +27,12 @@ EXPECTED_ROWS = [
     "gpt2_train/hf_lm/eager",
     "gpt2_train/transformers/eager",
     "gpt2_train/nanogpt/eager",
+    "gpt2_train/hf_lm_unpadded/eager",
     "gpt2_train/hf_lm/compiled",
     "gpt2_train/transformers/compiled",
     "gpt2_train/nanogpt/compiled",
     "gpt2_head_loss/hf_lm/eager",
+    "gpt2_head_loss/hf_lm_unpadded/eager",
     "gpt2_head_loss/hf_lm/compiled",
     "gpt2_head_loss/transformers/eager",
     "bert_train/hf_lm/eager",
@@ -81,7 +83,7 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
         compiled = rows[f"gpt2_train/{impl}/compiled"]
         assert compiled["dynamo_first_call"]["graphs"] >= 1  # Dynamo really traced the model
         assert 0 < compiled["mfu"] and compiled["optimizer"].startswith("AdamW(")
-    for key in ("hf_lm/eager", "hf_lm/compiled", "transformers/eager"):
+    for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"):
         head = rows[f"gpt2_head_loss/{key}"]
         assert head["share_of_step"] > 0 and head["step_median_s"] == rows[f"gpt2_train/{key}"]["median_s"]
     for row_id in DECODE_ROWS:

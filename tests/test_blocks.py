@@ -205,6 +205,43 @@ def test_vocab_projection_equals_linear(shape, bias):
     torch.testing.assert_close(g_out, g_ref)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("vocab, pad", [(50, 14), (1001, 23), (64, 64)])
+def test_vocab_projection_aligned_product_equals_linear(vocab, pad, bias):
+    """The padded product CUDA takes for training-sized inputs (`aligned_linear`: the weight with
+    zero rows up to an aligned width, the logits cut back) gives F.linear's logits and gradients,
+    contiguous, for the weight and bias too (they are the tied embeddings)."""
+    from hf_lm.models.hflm_blocks import VocabProjection
+
+    torch.manual_seed(0)
+    head = VocabProjection(16, vocab, bias=bias)
+    if bias:
+        torch.nn.init.normal_(head.bias)
+    results = []
+    for project in (lambda h: head.aligned_linear(h, pad), lambda h: F.linear(h, head.weight, head.bias)):
+        x = torch.randn(3, 7, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        out = project(x)
+        params = [x, head.weight] + ([head.bias] if bias else [])
+        results.append((out, *torch.autograd.grad(out.square().sum(), params)))
+    assert results[0][0].shape == (3, 7, vocab) and results[0][0].is_contiguous()
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected)
+
+
+def test_vocab_projection_keeps_f_linear_off_cuda():
+    """The padded product is for CUDA's kernels only: on a CPU, a training-sized input goes
+    straight to F.linear (the check of the CUDA path itself is gpu_check's `vocab_projection`)."""
+    from hf_lm.models.hflm_blocks import VocabProjection
+
+    head = VocabProjection(16, 50, bias=False)
+    head.aligned_linear = lambda *args: pytest.fail("padded product on a CPU")
+    x = torch.randn(VocabProjection.ALIGN_MIN_ROWS, 16)
+    torch.testing.assert_close(head(x), F.linear(x, head.weight))
+    from training.gpu_check import run_vocab_projection_case
+
+    assert "no (CPU)" in run_vocab_projection_case("cpu", "no")
+
+
 def test_init_reaches_every_projection():
     """The role-specific inits apply in a freshly built model (transformers 5 skips `_init_weights` on
     parameter-less containers of remote-code models, so a container-level init would silently not run)."""

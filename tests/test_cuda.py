@@ -44,6 +44,11 @@ def test_evaluate_cli_and_demo_on_cuda(precision, tmp_path):
     gpu_check.run_demo(tmp_path, precision)
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_vocab_projection_pads_its_product_on_cuda(precision):
+    gpu_check.run_vocab_projection_case("cuda", precision)
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_ddp_two_processes(tmp_path):
     gpu_check.run_ddp(tmp_path, "bf16")

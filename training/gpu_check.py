@@ -231,6 +231,41 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
     return detail
 
 
+def run_vocab_projection_case(device: torch.device | str, precision: str = "no") -> str:
+    """The LM heads' vocabulary projection (GPT, T5/BART, BERT) at training size, against `F.linear`:
+    on CUDA it pads the weight of a vocabulary that is no multiple of 64 for the product
+    (`VocabProjection.aligned_linear`), which must give the same logits and gradients."""
+    import torch.nn.functional as F
+
+    from hf_lm.models.hflm_blocks import VocabProjection
+
+    torch.manual_seed(0)
+    head = VocabProjection(64, 1001, bias=True).to(device)  # 1001 = 15 x 64 + 41
+    torch.nn.init.normal_(head.bias)
+    x = torch.randn(2, VocabProjection.ALIGN_MIN_ROWS // 2, 64, device=device)
+    aligned = []
+    original = head.aligned_linear
+    head.aligned_linear = lambda *args: aligned.append(True) or original(*args)
+    autocast = contextlib.nullcontext()
+    if precision != "no":
+        autocast = torch.autocast(torch.device(device).type, HALF[precision])
+    results = []
+    for project in (head, lambda h: F.linear(h, head.weight, head.bias)):
+        h = x.clone().requires_grad_(True)
+        with autocast:
+            out = project(h)  # (2, 128, 1001)
+        grads = torch.autograd.grad(out.float().square().sum(), (h, head.weight, head.bias))
+        results.append((out.float(), *grads))
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if precision == "no" else {"atol": 5e-2, "rtol": 2e-2}
+    for got, expected in zip(*results):
+        torch.testing.assert_close(got, expected, **tolerance)
+    if torch.device(device).type == "cuda" and not aligned:
+        raise AssertionError("the padded product (aligned_linear) was not used on CUDA")
+    if not results[0][0].is_contiguous():
+        raise AssertionError("the logits are not contiguous")
+    return f"logits and gradients equal F.linear's; padded product: {'yes' if aligned else 'no (CPU)'}"
+
+
 # ----------------------------------------------------------------------------------------------
 # Pipelines: each task the README lists, on a tiny saved folder, against the same pipeline on the CPU
 # ----------------------------------------------------------------------------------------------
@@ -612,6 +647,13 @@ def checks(device: str) -> list[Check]:
         )
         for c in FAMILY_CASES
     ]
+    out.append(
+        Check(
+            "families",
+            "vocab_projection",
+            lambda workdir, device, precision: run_vocab_projection_case(device, precision),
+        )
+    )
     out += [
         Check(
             "pipelines",

@@ -130,20 +130,50 @@ class VocabProjection(nn.Linear):
     rows runs far below memory bandwidth (it repacks the large transposed operand on every call).
     `(W @ x.T).T` computes the same product with W as the untransposed operand and measured 2-5x
     faster for 2-4 rows (V=32k, C=256 and V=50k, C=768, one thread); from about 8 rows up the two
-    are on par, so only tiny inputs take that path. Differentiable either way; GPUs keep `F.linear`.
+    are on par, so only tiny inputs take that path. Differentiable either way.
+
+    On a CUDA GPU a vocabulary that is not a multiple of 64 (GPT-2's 50257, BERT's 30522) leaves
+    the rows of the (N, V) logits, and of their gradient, at unaligned addresses for the three
+    matmuls of the head (forward, and the two of its backward), which keeps cuBLAS off its fastest
+    kernels; nanoGPT pads its vocabulary to 50304 for that. Here the weight gets zero rows up to a
+    multiple of `ALIGN` for the product alone and the logits are cut back to V (`aligned_linear`):
+    parameters, checkpoints and outputs keep their shapes. Only for eager training-sized inputs
+    (`ALIGN_MIN_ROWS`): torch.compile pads such products itself, and a decoding step's few rows are
+    bound by reading the weight, which the padded copy would read twice. `ALIGN = 1` turns it off
+    (benchmarks/bench_gpu.py measures both).
     """
 
     SMALL_ROWS = 4
+    ALIGN = 64
+    ALIGN_MIN_ROWS = 256
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or rows > self.SMALL_ROWS or rows < 2:
-            return F.linear(x, self.weight, self.bias)
+        if x.device.type == "cpu" and 2 <= rows <= self.SMALL_ROWS:
+            return self.few_rows_linear(x, rows)
+        pad = -self.out_features % self.ALIGN
+        if (
+            pad
+            and x.device.type == "cuda"
+            and rows >= self.ALIGN_MIN_ROWS
+            and not torch.compiler.is_compiling()
+        ):
+            return self.aligned_linear(x, pad)
+        return F.linear(x, self.weight, self.bias)
+
+    def few_rows_linear(self, x: torch.Tensor, rows: int) -> torch.Tensor:
         out = (self.weight @ x.reshape(rows, -1).t()).t()  # (V, rows) viewed as (rows, V)
         if self.bias is not None:
             out = out + self.bias
         # contiguous (a copy of a few rows): callers may `.view()` the logits
         return out.contiguous().reshape(*x.shape[:-1], -1)  # (..., V)
+
+    def aligned_linear(self, x: torch.Tensor, pad: int) -> torch.Tensor:
+        weight = F.pad(self.weight, (0, 0, 0, pad))  # (V + pad, C): zero rows
+        bias = None if self.bias is None else F.pad(self.bias, (0, pad))
+        out = F.linear(x, weight, bias)  # (..., V + pad), each row starting aligned
+        # contiguous, as F.linear's logits are: callers may `.view()` them
+        return out[..., : self.out_features].contiguous()  # (..., V)
 
 
 # name -> (module class, activation)

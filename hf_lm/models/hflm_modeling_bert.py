@@ -32,6 +32,7 @@ from .hflm_blocks import (
     FEED_FORWARDS,
     NORMS,
     TransformerStack,
+    VocabProjection,
 )
 from .hflm_common import (
     QA_PIPELINES,
@@ -160,7 +161,7 @@ class HfLmBertLMHead(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.embedding_size)
         self.act = FEED_FORWARDS[config.hidden_act][1]  # the elementwise activation of the family
         self.norm = NORMS[config.norm_type](config.embedding_size, eps=config.norm_eps)
-        self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=True)
+        self.decoder = VocabProjection(config.embedding_size, config.vocab_size, bias=True)
 
     @can_return_tuple
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
