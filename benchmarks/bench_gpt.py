@@ -287,14 +287,17 @@ def compile_worker(args) -> dict:
     result = {
         "environment": environment(torch.get_num_threads()),
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "model": "hf_lm GPT (bench_gpt --family gpt2 config), torch.compile(model) default mode, inductor",
+        "model": f"hf_lm GPT (bench_gpt --family gpt2 config), torch.compile(model) default mode, {args.compile_backend}",
         "phases": {},
     }
     eager = build_gpt_hflm(args)
     ids = random_ids(args.batch, args.seq, args.vocab, args.seed)
     result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
     try:
-        models = {"eager": eager, "compiled": torch.compile(copy.deepcopy(eager))}
+        models = {
+            "eager": eager,
+            "compiled": torch.compile(copy.deepcopy(eager), backend=args.compile_backend),
+        }
     except Exception as exc:  # noqa: BLE001
         result["error"] = error_text(exc)
         return result
@@ -355,6 +358,12 @@ def parse_args(argv=None):
     )
     p.add_argument("--_memory-worker", nargs=2, metavar=("SIDE", "WORKLOAD"), help=argparse.SUPPRESS)
     p.add_argument("--_compile-worker", metavar="OUT_JSON", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--compile-backend",
+        default="inductor",
+        help="torch.compile's backend in the compile worker (the suite's --smoke: aot_eager, which traces "
+        "and partitions the graphs as inductor does, without its minute of C++ code generation on a CPU)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.rounds, args.train_reps, args.warmup = 2, 1, 1

@@ -203,12 +203,18 @@ RECIPE_SMOKE = (
 
 
 def recipe_step(name: str, limit: float, extra: tuple[str, ...] = ()) -> Step:
+    """The recipe's config file with `extra` flags; at smoke size only without them (a variant would
+    train the same tiny run again: the smoke sizes override what the variants change)."""
+
     def argv(ctx):
+        if ctx["smoke"] and extra:
+            return None
         cmd = ["training.train", "training/configs/shakespeare_char.yaml", *extra]
         cmd += ["--output_dir", str(ctx["out"] / name), "--report_to", "csv"]
         return [*cmd, *RECIPE_SMOKE] if ctx["smoke"] else cmd
 
-    return Step(name, argv, limit, lambda ctx: summarize_train_run(ctx, name))
+    skip = "a variant of recipe_hf_lm: at smoke size the same run"
+    return Step(name, argv, limit, lambda ctx: summarize_train_run(ctx, name), skip_reason=skip)
 
 
 # nanoGPT's own train.py at tiny size on a CPU (CI has no nanoGPT checkout: the step is skipped there)

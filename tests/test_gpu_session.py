@@ -125,7 +125,11 @@ def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checko
     assert steps["recipe_hf_lm"]["summary"].startswith("best eval_loss ")
     assert "at step 4" in steps["recipe_hf_lm"]["summary"]
     assert steps["recipe_nanogpt"]["status"] == "skipped"
-    assert steps["recipe_hf_lm_2500_steps"]["status"] == "ok"  # smoke size overrides its 2,500 steps
+    assert steps["recipe_hf_lm_2500_steps"]["status"] == "skipped"  # at smoke size the same run again
+    variant = next(s for s in PARTS["recipe"] if s.name == "recipe_hf_lm_2500_steps")
+    argv = variant.argv({"out": tmp_path, "smoke": False})
+    assert argv[:2] == ["training.train", "training/configs/shakespeare_char.yaml"]
+    assert argv[argv.index("--max_steps") + 1] == "2500"
 
 
 def test_results_are_packed_without_weights(tmp_path):
