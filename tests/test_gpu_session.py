@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import gpu_session
 from benchmarks.gpu_session import PARTS, Step, run_steps
+from training.args import parse_args
 
 SHAKESPEARE = gpu_session.SHAKESPEARE
 
@@ -125,11 +126,15 @@ def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checko
     assert steps["recipe_hf_lm"]["summary"].startswith("best eval_loss ")
     assert "at step 4" in steps["recipe_hf_lm"]["summary"]
     assert steps["recipe_nanogpt"]["status"] == "skipped"
-    assert steps["recipe_hf_lm_2500_steps"]["status"] == "skipped"  # at smoke size the same run again
-    variant = next(s for s in PARTS["recipe"] if s.name == "recipe_hf_lm_2500_steps")
-    argv = variant.argv({"out": tmp_path, "smoke": False})
-    assert argv[:2] == ["training.train", "training/configs/shakespeare_char.yaml"]
-    assert argv[argv.index("--max_steps") + 1] == "2500"
+    variants = [s for s in PARTS["recipe"] if s.name.startswith("recipe_hf_lm_")]
+    assert len(variants) == 2
+    for variant in variants:
+        assert steps[variant.name]["status"] == "skipped"  # at smoke size the same run again
+        argv = variant.argv({"out": tmp_path, "smoke": False})
+        assert argv[:2] == ["training.train", "training/configs/shakespeare_char.yaml"]
+        assert argv[argv.index("--max_steps") + 1] == "2500"
+    parsed = parse_args(variants[1].argv({"out": tmp_path, "smoke": False})[1:])  # the flags are valid
+    assert parsed[1].position_embedding_type == "rope" and parsed[2].max_steps == 2500
 
 
 def test_results_are_packed_without_weights(tmp_path):
