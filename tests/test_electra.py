@@ -270,7 +270,8 @@ def test_training_run_then_fine_tuning_the_discriminator(tmp_path):
         "`HfLmElectraForPreTraining`" in card and "ElectraPretrainingModel" not in card
     )  # what final/ holds
     tokenizer = AutoTokenizer.from_pretrained(final)
-    fill = pipeline("fill-mask", model=str(final / "generator"), tokenizer=tokenizer)
+    fill = pipeline("fill-mask", model=str(final / "generator"))  # generator/ carries the tokenizer too
+    assert fill.tokenizer.get_vocab() == tokenizer.get_vocab()
     assert len(fill(f"the {tokenizer.mask_token} is here", top_k=2)) == 2
 
     data = tmp_path / "sst"

@@ -29,6 +29,8 @@ def write_final_folder(model, tokenizer, folder: Path, loss_png: Path | None) ->
     (a staging folder: the caller renames it to `final/`; the model card goes in last)."""
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
+    for nested in sorted(p.parent for p in folder.glob("*/config.json")):  # ELECTRA's generator/
+        tokenizer.save_pretrained(nested)  # so that it loads on its own (AutoTokenizer, pipelines) too
     if loss_png is not None:
         shutil.copy2(loss_png, folder / "loss.png")  # the card shows it on the Hub
 
