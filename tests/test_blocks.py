@@ -242,6 +242,23 @@ def test_vocab_projection_keeps_f_linear_off_cuda():
     assert "no (CPU)" in run_vocab_projection_case("cpu", "no")
 
 
+def test_vocab_projection_pads_only_a_plain_weight_in_eager_mode(monkeypatch):
+    """A tensor subclass (a quantized or sharded weight) keeps F.linear, and so does a graph being
+    compiled (inductor pads unaligned matmuls itself)."""
+    from hf_lm.models.hflm_blocks import VocabProjection
+
+    class Subclass(torch.Tensor):
+        pass
+
+    head = VocabProjection(16, 50)
+    assert head._plain_weight()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert not head._plain_weight()
+    monkeypatch.undo()
+    head.weight = torch.nn.Parameter(head.weight.detach().as_subclass(Subclass))
+    assert not head._plain_weight()
+
+
 def test_init_reaches_every_projection():
     """The role-specific inits apply in a freshly built model (transformers 5 skips `_init_weights` on
     parameter-less containers of remote-code models, so a container-level init would silently not run)."""

@@ -152,14 +152,14 @@ class VocabProjection(nn.Linear):
         if x.device.type == "cpu" and 2 <= rows <= self.SMALL_ROWS:
             return self.few_rows_linear(x, rows)
         pad = -self.out_features % self.ALIGN
-        if (
-            pad
-            and x.device.type == "cuda"
-            and rows >= self.ALIGN_MIN_ROWS
-            and not torch.compiler.is_compiling()
-        ):
+        if pad and x.device.type == "cuda" and rows >= self.ALIGN_MIN_ROWS and self._plain_weight():
             return self.aligned_linear(x, pad)
         return F.linear(x, self.weight, self.bias)
+
+    def _plain_weight(self) -> bool:
+        """Eager, with a plain tensor: compiled graphs pad on their own, and a quantized or sharded
+        weight (a tensor subclass: torchao, DTensor) keeps its own kernels."""
+        return not torch.compiler.is_compiling() and type(self.weight) in (nn.Parameter, torch.Tensor)
 
     def few_rows_linear(self, x: torch.Tensor, rows: int) -> torch.Tensor:
         out = (self.weight @ x.reshape(rows, -1).t()).t()  # (V, rows) viewed as (rows, V)
