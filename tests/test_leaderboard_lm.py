@@ -262,6 +262,8 @@ def test_smoke_run_writes_the_leaderboard(tmp_path):
         assert row["steps"] > 0 and row["train_seconds"] < report["budget_seconds"] + 1.5
         assert row["curve"]["eval_loss"] and row["eval_block_size"] == 32
     assert nanogpt["steps"] == 20 and nanogpt["eval_block_size"] == 64
+    for flag in ("--sampling random_windows", "--min_lr_rate 0.1", "--load_best_model_at_end true"):
+        assert flag in nanogpt["command"], flag  # nanoGPT's recipe, as shakespeare_char_cpu.yaml
 
 
 @pytest.mark.slow
