@@ -646,15 +646,14 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
             # a copy: the compiled and eager rows then train separate parameters and optimizers
             twin = copy.deepcopy(model)
             modes["compiled"] = (twin, torch.compile(twin, backend=ctx["compile_backend"]))
-        if (
-            impl == "hf_lm"
-        ):  # the same model with the head's product unpadded, eager (compiled pads it itself)
-            modes["unpadded"] = (copy.deepcopy(model), None)
         for mode, (base, compiled) in modes.items():
             step = make_train_step(base, batch, device, s["learning_rate"], compiled)
-            row_id = f"gpt2_train/{impl}/{mode}" if mode != "unpadded" else "gpt2_train/hf_lm_unpadded/eager"
-            rows[row_id]["optimizer"] = step.optimizer_name
-            fns[row_id] = step if mode != "unpadded" else unpadded_head(step)
+            rows[f"gpt2_train/{impl}/{mode}"]["optimizer"] = step.optimizer_name
+            fns[f"gpt2_train/{impl}/{mode}"] = step
+    # the same hf_lm model with the head's product unpadded, eager only (compiled graphs pad it themselves)
+    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"], None)
+    rows["gpt2_train/hf_lm_unpadded/eager"]["optimizer"] = step.optimizer_name
+    fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(step)
     samples = time_group(rows, fns, s, device, s["reps"], s["rounds"])
     for row_id in samples:
         row = rows[row_id]
@@ -664,9 +663,7 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
                 counted_flops_per_step=counted, mfu=model_flops / row["median_s"] / peak if peak else None,
             )  # fmt: skip
             continue
-        step_s = _value(
-            rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s"
-        )  # its own model's step
+        step_s = _value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
         row.update(
             value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
             share_of_step=ratio(row["median_s"], step_s),

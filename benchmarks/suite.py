@@ -388,6 +388,7 @@ def compile_table(result: dict | None) -> str:
 
 def render_markdown(suite: dict) -> str:
     env, peak = suite["environment"], suite.get("peak") or {}
+    compile_backend = ((suite.get("compile") or {}).get("args") or {}).get("compile_backend", "inductor")
     peak_line = (
         f"peak fp32 matmul {peak['peak_flops'] / 1e9:.1f} GFLOP/s (square torch.mm n={peak['best_size']}, "
         f"{_threads(peak['threads'])})"
@@ -411,7 +412,7 @@ def render_markdown(suite: dict) -> str:
         "",
         details_table(suite["families"]),
         "",
-        f"## torch.compile (CPU, {((suite.get('compile') or {}).get('args') or {}).get('compile_backend', 'inductor')})",
+        f"## torch.compile (CPU, {compile_backend})",
         "",
         compile_table(suite.get("compile")),
     ]
