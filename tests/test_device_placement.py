@@ -221,20 +221,23 @@ def test_gpu_check_compares_fp32_without_tf32_whatever_ran_before(tmp_path):
     seen = []
 
     def probe(workdir, device, precision):
-        seen.append((precision, torch.get_float32_matmul_precision()))
+        seen.append((precision, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32))
         torch.set_float32_matmul_precision("medium")  # a check that changes it (a training run)
+        torch.backends.cudnn.allow_tf32 = True
         return ""
 
-    saved = torch.get_float32_matmul_precision()
+    saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     try:
         torch.set_float32_matmul_precision("high")  # TF32 on, as a run on a GPU leaves it
+        torch.backends.cudnn.allow_tf32 = True
         checks = [gpu_check.Check("families", "probe", probe, ("no", "bf16"))]
         results = list(gpu_check.run_checks(checks, "cpu", ("no", "bf16"), tmp_path))
         assert all(r.ok for r in results)
-        assert seen == [("no", "highest"), ("bf16", "high")]
-        assert torch.get_float32_matmul_precision() == "high"
+        assert seen == [("no", "highest", False), ("bf16", "high", True)]
+        assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32 is True
     finally:
-        torch.set_float32_matmul_precision(saved)
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cudnn.allow_tf32 = saved[1]
 
 
 # ----------------------------------------------------------------------------------------------
