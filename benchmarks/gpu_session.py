@@ -437,6 +437,22 @@ def parse_parts(value: str) -> list[str]:
     return names
 
 
+def select_steps(parts: list[str], names: str | None) -> list[Step]:
+    """The steps of `parts` in their order; with `names` (comma-separated) only those, each of which
+    must belong to one of the parts."""
+    steps = [s for part in parts for s in PARTS[part]]
+    if names is None:
+        return steps
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = wanted - {s.name for s in steps}
+    if unknown or not wanted:
+        raise ValueError(
+            f"`--steps`: {sorted(unknown) or names!r} not in part(s) {','.join(parts)}; "
+            f"its steps: {', '.join(s.name for s in steps)}"
+        )
+    return [s for s in steps if s.name in wanted]
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -457,6 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Where the steps write (default: --output_dir). When set, --output_dir gets only summary.md, "
         f"summary.json and {RESULTS_ARCHIVE}: every log, table and metrics file of the steps, no weights "
         "(the device tool brings back at most 8 files, 2 folders down).",
+    )
+    p.add_argument(
+        "--steps",
+        default=None,
+        help="Only these steps of the parts, comma-separated (e.g. a recipe variant measured before).",
     )
     p.add_argument("--nanogpt_dir", default=None, help="A karpathy/nanoGPT checkout (the recipe part).")
     p.add_argument("--smoke", action="store_true", help="Every step at tiny size on the CPU (CI).")
@@ -479,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir).resolve() if args.work_dir else out
     for folder in (out, work):
         folder.mkdir(parents=True, exist_ok=True)
-    steps = [s for part in args.part for s in PARTS[part]]
+    steps = select_steps(args.part, args.steps)
     ctx = {"out": work, "device": device, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir}
     header = session_header(args, device)
 

@@ -166,3 +166,12 @@ def test_parts_join_with_commas_and_unknown_ones_are_refused(capsys):
 def test_a_nanogpt_dir_without_nanogpt_is_refused(tmp_path):
     with pytest.raises(ValueError, match="holds no nanoGPT checkout"):
         gpu_session.main(["--part", "recipe", "--smoke", "--nanogpt_dir", str(tmp_path)])
+
+
+def test_steps_picks_named_steps_in_part_order_and_refuses_others():
+    picked = gpu_session.select_steps(["recipe"], "recipe_hf_lm_rope_2500_steps, recipe_nanogpt")
+    assert [s.name for s in picked] == ["recipe_nanogpt", "recipe_hf_lm_rope_2500_steps"]
+    assert [s.name for s in gpu_session.select_steps(["train"], None)] == [s.name for s in PARTS["train"]]
+    for bad in ("bench_gpu_decode", " , "):
+        with pytest.raises(ValueError, match="not in part"):
+            gpu_session.select_steps(["recipe"], bad)
