@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_gpt_config
@@ -26,6 +27,7 @@ from training.gpu_check import (
     LOOP_CASES,
     NOT_RESUMED,
     PIPELINE_CASES,
+    _close,
     check_loop_metrics,
     loop_argv,
     run_demo,
@@ -137,6 +139,17 @@ def test_pipelines_run_on_the_accelerator_and_agree_with_the_cpu(name, tmp_path)
     with simulated_device() as sim:
         run_pipeline_case(name, tmp_path, sim.device)
         assert sim.ops > 10
+
+
+def test_pipeline_outputs_compare_floats_within_tolerance_and_ids_exactly():
+    """Pipelines return scores as np.float32: a GPU's last-bit difference is not a failure, while a
+    different label, token or offset is (on an H200 this compared np.float32 scores exactly)."""
+    cpu = [{"entity": "LABEL_1", "score": np.float32(0.22114019), "index": 1, "start": 0}]
+    gpu = [{"entity": "LABEL_1", "score": np.float32(0.22114025), "index": 1, "start": 0}]
+    assert _close(gpu, cpu)
+    assert not _close([{**gpu[0], "score": np.float32(0.3)}], cpu)
+    assert not _close([{**gpu[0], "index": np.int64(2)}], cpu)
+    assert not _close([{**gpu[0], "entity": "LABEL_0"}], cpu)
 
 
 # ----------------------------------------------------------------------------------------------

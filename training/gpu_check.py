@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import math
+import numbers
 import os
 import shutil
 import subprocess
@@ -412,8 +413,14 @@ def _plain(output):
     return output
 
 
+def _is_float(x) -> bool:
+    """A Python or NumPy float (pipelines return scores as np.float32, which is not a `float`)."""
+    return isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral)
+
+
 def _close(a, b, tol: float = 1e-3) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
+    """Equal structure and values, floats within `tol` (ids, labels and offsets exactly)."""
+    if _is_float(a) and _is_float(b):
         return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], tol) for k in a)
