@@ -334,11 +334,23 @@ def test_best_model_metric_validation(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_compiled_training_saves_clean_weights(tmp_path):
+def test_compiled_training_saves_clean_weights(tmp_path, monkeypatch):
     """torch.compile (aot_eager: dynamo's graph capture and AOT autograd without inductor's code
-    generation, so it compiles in seconds) trains like eager and saves the plain model's names."""
+    generation, so it compiles in seconds) trains like eager and saves the plain model's names.
+    Evaluation runs the plain model: compiling its few forwards cost more than it saved."""
+    from training.objectives import CausalLM
+
+    evaluated = []
+    plain_evaluate = CausalLM.evaluate
+
+    def spy(self, model, *args):
+        evaluated.append(type(model).__name__)
+        return plain_evaluate(self, model, *args)
+
+    monkeypatch.setattr(CausalLM, "evaluate", spy)
     run = dict(max_steps=4, save_every=4, eval_every=4, sampling="random_windows")
     compiled = _run(tmp_path / "compiled", torch_compile=True, torch_compile_backend="aot_eager", **run)
+    assert evaluated and "OptimizedModule" not in evaluated, evaluated
     _reset()
     eager = _run(tmp_path / "eager", **run)
     for folder in ("final", "checkpoints/checkpoint-00000004"):

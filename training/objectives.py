@@ -91,7 +91,6 @@ class Objective:
 
     name = "clm"
     auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
-    compiled_evaluation = False  # evaluate with the compiled model (`--torch_compile`)
     lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
 
     def __init__(self, train_args) -> None:
@@ -187,8 +186,6 @@ class Objective:
 
 class CausalLM(Objective):
     """Next-token prediction: `labels = input_ids`, the model shifts."""
-
-    compiled_evaluation = True
 
     def bind(self, tokenizer, eval_blocks, world) -> None:
         super().bind(tokenizer, eval_blocks, world)
