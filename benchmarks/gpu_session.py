@@ -13,7 +13,7 @@ Run one part per call, in the order below, on a machine prepared with `../shared
 |---|---|---|
 | `check` | `training.gpu_check`: the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
 | `train` | `benchmarks.bench_gpu --sections gpt_train,head_loss`: GPT-2 small, eager (first alone) and compiled | eager >= nanoGPT-shaped and >= 1.6x GPT2LMHeadModel; compiled MFU >= 40% |
-| `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml`, then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with its cosine ending at step 2,500, without and with rotary positions | best val loss <= 1.46 in less wall time than nanoGPT |
+| `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml`, then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with its cosine ending at step 2,000, and with rotary positions at step 1,500 | best val loss <= 1.46 in less wall time than nanoGPT |
 | `decode` | `bench_gpu --sections decode` | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
 | `translation` | `benchmarks.leaderboard_translation --entries transformer --preset gpu` | test BLEU >= 37 within 10 minutes of training |
 | `leaderboards` | `training.gpu_check --only leaderboards --precisions bf16` (the smoke leaderboards, ablations) | everything runs on CUDA |
@@ -21,9 +21,12 @@ Run one part per call, in the order below, on a machine prepared with `../shared
 | `rnn_translation` | Multi30k LSTM without attention, then GRU + Bahdanau (5 minutes each) | measured against 13.76 and 28.30 |
 
 `--part recipe,decode` runs several parts in turn under one budget, `--part all` every part (a
-machine lent for longer). Measured on an H100 (2026-11-27): `check` 267 s, `train` 168 s (eager
-37 s, then eager and compiled 131 s), hf_lm's recipe about 120 s with a cold compile and nanoGPT's
-about 150 s; the machine's start and `on-device.sh` take a minute or two of the device time on top.
+machine lent for longer); `--steps a,b` only the named steps of the parts (what an earlier session
+measured need not run again). Measured on an H100 (2026-11-27): `check` 267 s, `train` 168 s
+(eager 37 s, then eager and compiled 131 s), hf_lm's recipe about 120 s with a cold compile and
+nanoGPT's about 150 s. On an H200: `bench_gpu_train` 141 s, `decode` 142 s, nanoGPT 143 s, each
+2,500-step recipe run about 100 s. The machine's start and `on-device.sh` take a minute or two of
+the device time on top; calls made back to back keep the machine warm.
 
 Each step is a subprocess (a crash or a hang stays in its step) with the time left in the budget
 as its limit; at the limit its whole process group is killed and it is marked `timeout`, and the
@@ -278,14 +281,14 @@ PARTS: dict[str, list[Step]] = {
         bench_gpu_step("bench_gpu_train_eager", "gpt_train", 200, ("--no_compile",)),
         bench_gpu_step("bench_gpu_train", "gpt_train,head_loss", 540),
     ],
-    # measured on an H100: hf_lm's 5,000 steps about 120 s with a cold compile, nanoGPT's about 150 s;
-    # then two candidates for <= 1.46: the cosine ending at step 2,500, where both had reached their
-    # best at a rate still 7e-4; and that with rotary positions (on the CPU config: 1.897 -> 1.794)
+    # measured on an H100: hf_lm's 5,000 steps about 120 s with a cold compile, nanoGPT's about 150 s.
+    # On an H200 the cosine ending at step 2,500 reached 1.4630 (best at 1750), with rotary positions
+    # 1.4663 (best at 1250, the rate still 5.8e-4); the next candidates for <= 1.46 end it sooner
     "recipe": [
         recipe_step("recipe_hf_lm", 200),
         nanogpt_step("recipe_nanogpt", 220),
-        recipe_step("recipe_hf_lm_2500_steps", 100, ("--max_steps", "2500")),
-        recipe_step("recipe_hf_lm_rope_2500_steps", 120, ("--max_steps", "2500", "--position_embedding_type", "rope")),
+        recipe_step("recipe_hf_lm_2000_steps", 100, ("--max_steps", "2000")),
+        recipe_step("recipe_hf_lm_rope_1500_steps", 100, ("--max_steps", "1500", "--position_embedding_type", "rope")),
     ],
     "decode": [bench_gpu_step("bench_gpu_decode", "decode", 540)],
     "translation": [translation_step("multi30k_transformer", "transformer", 540)],

@@ -132,9 +132,9 @@ def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checko
         assert steps[variant.name]["status"] == "skipped"  # at smoke size the same run again
         argv = variant.argv({"out": tmp_path, "smoke": False})
         assert argv[:2] == ["training.train", "training/configs/shakespeare_char.yaml"]
-        assert argv[argv.index("--max_steps") + 1] == "2500"
-    parsed = parse_args(variants[1].argv({"out": tmp_path, "smoke": False})[1:])  # the flags are valid
-    assert parsed[1].position_embedding_type == "rope" and parsed[2].max_steps == 2500
+    parsed = [parse_args(v.argv({"out": tmp_path, "smoke": False})[1:]) for v in variants]  # valid flags
+    assert [p[2].max_steps for p in parsed] == [2000, 1500]
+    assert [p[1].position_embedding_type for p in parsed] == ["learned", "rope"]
 
 
 def test_results_are_packed_without_weights(tmp_path):
@@ -169,8 +169,8 @@ def test_a_nanogpt_dir_without_nanogpt_is_refused(tmp_path):
 
 
 def test_steps_picks_named_steps_in_part_order_and_refuses_others():
-    picked = gpu_session.select_steps(["recipe"], "recipe_hf_lm_rope_2500_steps, recipe_nanogpt")
-    assert [s.name for s in picked] == ["recipe_nanogpt", "recipe_hf_lm_rope_2500_steps"]
+    picked = gpu_session.select_steps(["recipe"], "recipe_hf_lm_rope_1500_steps, recipe_nanogpt")
+    assert [s.name for s in picked] == ["recipe_nanogpt", "recipe_hf_lm_rope_1500_steps"]
     assert [s.name for s in gpu_session.select_steps(["train"], None)] == [s.name for s in PARTS["train"]]
     for bad in ("bench_gpu_decode", " , "):
         with pytest.raises(ValueError, match="not in part"):
