@@ -33,7 +33,9 @@ Sections (`--sections`, comma-separated; default all):
   is compileable: `_valid_auto_compile_criteria`; the `CompileConfig` used is recorded), against
   `GPT2LMHeadModel` with a dynamic cache and with a compiled static cache. Whether compilation
   happened (the model's `_compiled_call`, the graphs Dynamo built, its graph breaks) is printed per
-  row, and the static-cache tokens must equal the dynamic-cache tokens.
+  row, and the static-cache tokens must equal the dynamic-cache tokens. One compiled call of each
+  implementation at B=1 is then profiled (`profile_gpt2_decode_b1.txt`): the GPU's busy time
+  against the wall time, and the host's Python time by part of `generate()`'s loop.
 
 MFU (PaLM, Chowdhery et al. 2022, appendix B): model FLOPs per step / median step time / the
 GPU's bf16 matmul peak *measured in this run* (`peak_flops.measure_peak_flops`, square bf16
@@ -813,6 +815,9 @@ def run_decode(rows: Rows, ctx: dict) -> None:
             row_id = f"gpt2_decode_b{b}/{key}"
             fns[row_id] = gen(row_id, model, prompt, static, compiled)
         samples = time_group(rows, fns, s, device, 1, s["decode_rounds"])
+        if b == 1:
+            compiled = {r: fns[r] for r in samples if r.endswith("static_compiled")}
+            ctx["decode_profile"] = profile_decode(compiled, rows, ctx)
         for row_id in samples:
             row = rows[row_id]
             row.update(value=b * N / row["median_s"], batch=b, prompt_len=s["prompt_len"], new_tokens=N)
@@ -848,6 +853,74 @@ def run_decode(rows: Rows, ctx: dict) -> None:
                 impl, other = row_id.split("/")[1:]
                 rows[row_id]["tokens_identical_to_dynamic"] = check.get(f"{impl} {other} == dynamic")
         print(f"  B={b}: tokens {check}", flush=True)
+
+
+# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
+HOST_PARTS = {
+    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
+    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
+    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
+    "logits processors": ("logits_process.py", ("__call__",)),
+    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
+}
+
+
+def profile_decode(fns: dict, rows: Rows, ctx: dict) -> dict:
+    """Profile one call of each compiled static-cache decoding row (B=1): the GPU's busy time (the
+    kernels' device time, torch.profiler) against the call's median wall time, and the host's
+    Python time by part of `generate()`'s loop (cProfile, which slows Python down: shares, not
+    times). The tables go to `profile_gpt2_decode_b1.txt`."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    device, sync = ctx["device"], device_synchronizer(ctx["device"])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    found, text = {}, []
+    for row_id, fn in fns.items():
+        sync()
+        with profile(activities=activities) as prof:
+            fn()
+            sync()
+        events = prof.key_averages()
+        busy_ms = sum(e.self_device_time_total for e in events) / 1e3
+        graph_launches = sum(e.count for e in events if e.key == "cudaGraphLaunch")
+        host = cProfile.Profile()
+        host.enable()
+        fn()
+        sync()
+        host.disable()
+        stats = pstats.Stats(host)
+        total = max(ct for _, _, _, ct, _ in stats.stats.values())
+        parts = {}
+        for part, (suffix, names) in HOST_PARTS.items():
+            cum = [
+                ct
+                for (file, _, func), (_, _, _, ct, _) in stats.stats.items()
+                if func in names and (suffix is None or file.endswith(suffix))
+            ]
+            parts[part] = max(cum) / total if cum else None
+        wall_ms = rows[row_id].get("median_s", float("nan")) * 1e3
+        found[row_id] = {
+            "wall_ms": wall_ms, "gpu_busy_ms": busy_ms, "cuda_graph_launches": graph_launches,
+            "host_share": parts,
+        }  # fmt: skip
+        table = io.StringIO()
+        pstats.Stats(host, stream=table).sort_stats("cumulative").print_stats(40)
+        text += [
+            f"== {row_id}: median {wall_ms:.1f} ms per call; kernels busy {busy_ms:.1f} ms; "
+            f"{graph_launches} CUDA graph launches; host shares (cProfile) {parts}",
+            "",
+            events.table(sort_by="self_cpu_time_total", row_limit=25),
+            "",
+            table.getvalue(),
+        ]
+        print(f"  profile {row_id}: kernels busy {busy_ms:.1f} of {wall_ms:.1f} ms; host {parts}", flush=True)
+    path = Path(ctx["output_dir"]) / "profile_gpt2_decode_b1.txt"
+    path.write_text("\n".join(text))
+    return {"path": str(path), "rows": found}
 
 
 # --------------------------------------------------------------------------------------------
@@ -1086,6 +1159,20 @@ def _training_lines(result: dict, table) -> list[str]:
     return lines
 
 
+def _decode_profile_lines(prof: dict | None) -> list[str]:
+    """One line per profiled compiled decoding row: GPU busy time against wall time, host shares."""
+    if not prof:
+        return []
+    lines = ["Profile of one compiled static-cache call at B=1 (`" + Path(prof["path"]).name + "`):", ""]
+    for row_id, p in prof["rows"].items():
+        shares = ", ".join(f"{k} {_pct(v)}" for k, v in p["host_share"].items())
+        lines.append(
+            f"- {row_id}: kernels busy {p['gpu_busy_ms']:.1f} ms of {p['wall_ms']:.1f} ms; "
+            f"{p['cuda_graph_launches']} CUDA graph launches; host Python time (cProfile): {shares}"
+        )
+    return lines + [""]
+
+
 def _decoding_lines(result: dict, table) -> list[str]:
     """The greedy decoding table, the checks and the command."""
     env, s = result["environment"], result["settings"]
@@ -1127,6 +1214,7 @@ def _decoding_lines(result: dict, table) -> list[str]:
         "(`_valid_auto_compile_criteria`), whatever that flag says; the CompileConfig used: "
         f"`{result.get('decode_compile_config')}`.",
         "",
+        *_decode_profile_lines(result.get("decode_profile")),
         "## Checks",
         "",
         "```",
@@ -1175,6 +1263,7 @@ def write_outputs(rows: Rows, ctx: dict, run: dict, final: bool) -> dict:
         "peak": run["peak"],
         "gpt_flops": ctx.get("gpt_flops"),
         "profile": ctx.get("profile"),
+        "decode_profile": ctx.get("decode_profile"),
         "decode_compile_config": ctx.get("decode_compile_config"),
         "can_compile_fullgraph": ctx.get("can_compile_fullgraph"),
         "checks": checks,

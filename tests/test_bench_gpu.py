@@ -122,6 +122,17 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
         assert t["text"] in markdown
     assert markdown.count("| GPT-2 greedy decoding B=") == len(DECODE_ROWS) and "## Checks" in markdown
     assert (tmp_path / "profile_gpt2_hf_lm_train.txt").is_file()
+    # the compiled decoding rows' profile: the host's time found in generate()'s parts
+    profiled = result["decode_profile"]["rows"]
+    assert sorted(profiled) == [
+        "gpt2_decode_b1/hf_lm/static_compiled",
+        "gpt2_decode_b1/transformers/static_compiled",
+    ]
+    for p in profiled.values():
+        assert 0 < p["host_share"]["prepare_inputs_for_generation"] < 1
+        assert 0 < p["host_share"]["compiled forward"] < 1
+    assert "Profile of one compiled static-cache call" in markdown
+    assert (tmp_path / "profile_gpt2_decode_b1.txt").is_file()
 
 
 def test_without_cuda_it_says_so_and_exits_0(monkeypatch, capsys, tmp_path):
