@@ -676,6 +676,15 @@ def run_gpt(rows: Rows, ctx: dict, with_head_loss: bool) -> None:
         ctx["profile"] = profile_step(step, ctx)
 
 
+def kernel_time_us(events) -> float:
+    """The device's busy time in a profile (microseconds): its kernels' own events. An operator's
+    `self_device_time_total` is the time of the kernels it launched, so summing every event's
+    would count each kernel twice."""
+    from torch.autograd import DeviceType
+
+    return sum(e.self_device_time_total for e in events if e.device_type != DeviceType.CPU)
+
+
 def profile_step(step, ctx: dict) -> dict:
     """torch.profiler of one hf_lm GPT-2 training step: the operator table (by device time on a GPU)
     and the share of time in operators on tensors with a vocabulary-sized dimension (the head, the
@@ -691,7 +700,9 @@ def profile_step(step, ctx: dict) -> dict:
         device_synchronizer(device)()
     attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     by_shape = prof.key_averages(group_by_input_shape=True)
-    total = sum(getattr(e, attr) for e in by_shape)
+    # on a GPU the operators' self device time, whose input shapes are known, over the kernels' time
+    cpu = sum(e.self_cpu_time_total for e in by_shape)
+    total = kernel_time_us(by_shape) if device.type == "cuda" else cpu
     vocab = sum(getattr(e, attr) for e in by_shape if str(V) in str(e.input_shapes))
     path = Path(ctx["output_dir"]) / "profile_gpt2_hf_lm_train.txt"
     share = vocab / total if total else None
@@ -885,7 +896,7 @@ def profile_decode(fns: dict, rows: Rows, ctx: dict) -> dict:
             fn()
             sync()
         events = prof.key_averages()
-        busy_ms = sum(e.self_device_time_total for e in events) / 1e3
+        busy_ms = kernel_time_us(events) / 1e3
         graph_launches = sum(e.count for e in events if e.key == "cudaGraphLaunch")
         host = cProfile.Profile()
         host.enable()

@@ -185,6 +185,22 @@ def test_device_helpers():
     assert len(syncs) == 1 + 3 * 2 * 2  # after warm-up, then before both clock reads of every sample
 
 
+def test_kernel_time_counts_each_kernel_once():
+    """A profile lists a GPU kernel twice: as its own (device) event and inside the self device time
+    of the operator that launched it. The busy time is the kernels' events alone."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    events = [
+        SimpleNamespace(key="aten::mm", device_type=DeviceType.CPU, self_device_time_total=30.0),
+        SimpleNamespace(key="gemm_kernel", device_type=DeviceType.CUDA, self_device_time_total=30.0),
+        SimpleNamespace(key="aten::add", device_type=DeviceType.CPU, self_device_time_total=5.0),
+        SimpleNamespace(key="add_kernel", device_type=DeviceType.CUDA, self_device_time_total=5.0),
+    ]
+    assert bench_gpu.kernel_time_us(events) == 35.0
+
+
 def test_a_failing_row_is_recorded_and_the_others_timed():
     rows = bench_gpu.Rows()
     rows.plan("x/ok", "s", "w", "hf_lm", "eager", "s")
