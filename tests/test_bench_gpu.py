@@ -19,6 +19,7 @@ DECODE_ROWS = [
         "hf_lm/dynamic",
         "hf_lm/static",
         "hf_lm/static_compiled",
+        "hf_lm/static_compiled_loop",
         "transformers/dynamic",
         "transformers/static_compiled",
     )
@@ -89,7 +90,7 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
     for row_id in DECODE_ROWS:
         if "static" in row_id:
             assert rows[row_id]["tokens_identical_to_dynamic"] is True, row_id
-        if row_id.endswith("static_compiled"):
+        if "static_compiled" in row_id:
             assert rows[row_id]["compiled"] is True, row_id
 
     # the FLOP count of the reference is the fused-attention closed form; MFU uses PaLM's (12 L d T^2)
@@ -126,11 +127,16 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
     profiled = result["decode_profile"]["rows"]
     assert sorted(profiled) == [
         "gpt2_decode_b1/hf_lm/static_compiled",
+        "gpt2_decode_b1/hf_lm/static_compiled_loop",
         "gpt2_decode_b1/transformers/static_compiled",
     ]
-    for p in profiled.values():
-        assert 0 < p["host_share"]["prepare_inputs_for_generation"] < 1
+    for row_id, p in profiled.items():
         assert 0 < p["host_share"]["compiled forward"] < 1
+        prepare = p["host_share"]["prepare_inputs_for_generation"]
+        if row_id.endswith("_loop"):  # static_greedy prepares its inputs once
+            assert prepare is None
+        else:
+            assert 0 < prepare < 1
     assert "Profile of one compiled static-cache call" in markdown
     assert (tmp_path / "profile_gpt2_decode_b1.txt").is_file()
 
