@@ -49,6 +49,10 @@ def static_greedy(
     max_length = generation_config.max_length
     pad = generation_config._pad_token_tensor
     has_eos = generation_config._eos_token_tensor is not None
+    if has_eos and pad is None:
+        raise ValueError(
+            "static_greedy pads finished sequences: set `pad_token_id` (generate() needs it too)."
+        )
     if prompt_len >= max_length:
         return input_ids
 
