@@ -70,7 +70,7 @@ def static_greedy(
 
     compiled = model._valid_auto_compile_criteria(model_kwargs, generation_config)
     forward = model.get_compiled_call(generation_config.compile_config) if compiled else model.__call__
-    # the arguments generate()'s own loop passes, so that both use one compiled graph
+    # the same arguments at every step, the mask at its static width: one compiled graph for all
     inputs = dict(attention_mask=keys_mask, cache=cache, use_cache=True, return_dict=True)
     logits = model(input_ids=input_ids, logits_to_keep=1, **inputs).logits  # the prefill, not compiled
     for cur in range(prompt_len, max_length):
