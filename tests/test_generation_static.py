@@ -108,6 +108,32 @@ def test_compiled_forward_gives_the_same_tokens():
     assert torch.equal(fast, reference)
 
 
+def test_compiled_steps_skip_guards_only_inside_the_loop():
+    """After its first compiled step the loop skips Dynamo's guard checks (the same inputs every
+    step). A new batch size must still get its own graph (its first step checks every guard), and the
+    setting must not outlive the call: a function compiled outside sees its guards checked again."""
+    model = _model()
+    config = CompileConfig(backend="eager", mode=None)
+    config._compile_all_devices = True
+    double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    assert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))
+    for left_padded in (False, True):  # batch 1, then batch 2 with padding
+        ids, mask = _prompts(left_padded)
+        reference = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6)
+        fast = model.generate(
+            ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=6,
+            cache_implementation="static",
+            compile_config=config,
+            custom_generate=static_greedy,
+        )
+        assert torch.equal(fast, reference)
+    # a guard that must fail (another shape): with guards skipped the (2,) graph would run on (3,)
+    assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))
+
+
 def test_what_it_refuses():
     model = _model()
     ids, mask = _prompts(left_padded=False)
