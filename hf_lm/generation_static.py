@@ -86,7 +86,8 @@ def static_greedy(
     logits = model(input_ids=input_ids, logits_to_keep=1, **inputs).logits  # the prefill, not compiled
     with contextlib.ExitStack() as later_steps:
         for cur in range(prompt_len, max_length):
-            scores = logits_processor(tokens[:, :cur], logits[:, -1].float())  # (B, V)
+            # a copy, as generate() takes: a compiled step's logits live in memory its next replay reuses
+            scores = logits_processor(tokens[:, :cur], logits[:, -1].to(torch.float32, copy=True))  # (B, V)
             next_tokens = scores.argmax(dim=-1)  # (B,)
             if has_eos:  # a finished sequence gets padding, as in generate()
                 next_tokens = torch.where(unfinished, next_tokens, pad)
