@@ -24,6 +24,8 @@ a small CPU, 100 us with the stance.
 
 Greedy search only (no sampling, beams or `return_dict_in_generate`), and decoder-only hf_lm models,
 whose forward takes the static-width padding mask (`HfLmPreTrainedModel.create_masks_for_generate`).
+A `StaticCache` passed in yourself may hold up to `stop_check_every - 1` positions past the returned
+sequences (the steps run before the stop was read); `generate()` makes a fresh one otherwise.
 """
 
 from __future__ import annotations
