@@ -710,8 +710,10 @@ def profile_step(step, ctx: dict) -> dict:
     attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
     by_shape = prof.key_averages(group_by_input_shape=True)
     # on a GPU the operators' self device time, whose input shapes are known, over the kernels' time
-    cpu = sum(e.self_cpu_time_total for e in by_shape)
-    total = kernel_time_us(by_shape) if device.type == "cuda" else cpu
+    if device.type == "cuda":
+        total = kernel_time_us(by_shape)
+    else:
+        total = sum(e.self_cpu_time_total for e in by_shape)
     vocab = sum(getattr(e, attr) for e in by_shape if str(V) in str(e.input_shapes))
     path = Path(ctx["output_dir"]) / "profile_gpt2_hf_lm_train.txt"
     share = vocab / total if total else None

@@ -87,23 +87,19 @@ def test_min_new_tokens_and_repetition_penalty_apply():
     assert torch.equal(fast, reference)
 
 
-def test_compiled_forward_gives_the_same_tokens():
+def _compile_here() -> CompileConfig:
     """generate() compiles the static-cache forward on a GPU; `_compile_all_devices` does it here (the
-    eager backend: Dynamo's graph, no code generation) and static_greedy uses that compiled call."""
-    model = _model()
-    ids, mask = _prompts(left_padded=True)
+    eager backend: Dynamo's graph, no code generation)."""
     config = CompileConfig(backend="eager", mode=None)
     config._compile_all_devices = True
-    reference = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6)
-    fast = model.generate(
-        ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=6,
-        cache_implementation="static",
-        compile_config=config,
-        custom_generate=static_greedy,
-    )
+    return config
+
+
+def test_compiled_forward_gives_the_same_tokens():
+    """static_greedy uses the forward generate() compiled."""
+    model = _model()
+    ids, mask = _prompts(left_padded=True)
+    reference, fast = _both(model, ids, mask, max_new_tokens=6, compile_config=_compile_here())
     assert hasattr(model, "_compiled_call")  # the compiled forward was built and used
     assert torch.equal(fast, reference)
 
@@ -112,23 +108,12 @@ def test_compiled_steps_skip_guards_only_inside_the_loop():
     """After its first compiled step the loop skips Dynamo's guard checks (the same inputs every
     step). A new batch size must still get its own graph (its first step checks every guard), and the
     setting must not outlive the call: a function compiled outside sees its guards checked again."""
-    model = _model()
-    config = CompileConfig(backend="eager", mode=None)
-    config._compile_all_devices = True
+    model, config = _model(), _compile_here()
     double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
     assert torch.equal(double(torch.ones(2)), torch.full((2,), 2.0))
     for left_padded in (False, True):  # batch 1, then batch 2 with padding
         ids, mask = _prompts(left_padded)
-        reference = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=6)
-        fast = model.generate(
-            ids,
-            attention_mask=mask,
-            do_sample=False,
-            max_new_tokens=6,
-            cache_implementation="static",
-            compile_config=config,
-            custom_generate=static_greedy,
-        )
+        reference, fast = _both(model, ids, mask, max_new_tokens=6, compile_config=config)
         assert torch.equal(fast, reference)
     # a guard that must fail (another shape): with guards skipped the (2,) graph would run on (3,)
     assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))
