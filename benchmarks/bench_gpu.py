@@ -34,10 +34,13 @@ Sections (`--sections`, comma-separated; default all):
   `GPT2LMHeadModel` with a dynamic cache and with a compiled static cache. Whether compilation
   happened (the model's `_compiled_call`, the graphs Dynamo built, its graph breaks) is printed per
   row, and the static-cache tokens must equal the dynamic-cache tokens. hf_lm is also timed with
-  its own greedy loop (`custom_generate=static_greedy`: no per-step input preparation, a host-device
-  sync every 8 steps instead of every step; `hf_lm.generation_static`). One compiled call of each
-  implementation at B=1 is then profiled (`profile_gpt2_decode_b1.txt`): the GPU's busy time
-  against the wall time, and the host's Python time by part of `generate()`'s loop.
+  its own decoding loop (`custom_generate=static_decode`: no per-step input preparation, a host-device
+  sync every 8 steps instead of every step; `hf_lm.generation_static`), and sampling (top-k 50)
+  is timed with `generate()`'s loop and with hf_lm's, whose tokens from one seed must be equal
+  (`torch.multinomial` reads the device twice a step; hf_lm's loop draws the same tokens without).
+  One compiled greedy call of each implementation at B=1 is then profiled
+  (`profile_gpt2_decode_b1.txt`): the GPU's busy time against the wall time, and the host's
+  Python time by part of `generate()`'s loop.
 
 MFU (PaLM, Chowdhery et al. 2022, appendix B): model FLOPs per step / median step time / the
 GPU's bf16 matmul peak *measured in this run* (`peak_flops.measure_peak_flops`, square bf16
@@ -119,7 +122,7 @@ from benchmarks.bench_common import (
     resolve_device,
 )
 from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
-from hf_lm.generation_static import static_greedy
+from hf_lm.generation_static import static_decode
 from hf_lm.models.hflm_blocks import VocabProjection
 from hf_lm.models.hflm_common import lm_loss
 
@@ -212,7 +215,7 @@ TARGETS = [
     ),
     dict(
         key="static_decode_b1_loop",
-        text="the same with hf_lm's greedy loop (`custom_generate=static_greedy`)",
+        text="the same with hf_lm's decoding loop (`custom_generate=static_decode`)",
         threshold=5.0,
         unit="x",
     ),
@@ -778,6 +781,21 @@ def run_encoders(rows: Rows, ctx: dict) -> None:
             torch.cuda.empty_cache()
 
 
+# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
+# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, as generate()
+# samples by default: torch.multinomial reads the device twice a step) instead of greedy search
+DECODE_ROWS = {
+    "hf_lm/dynamic": dict(static=False, compiled=False),
+    "hf_lm/static": dict(static=True, compiled=False),
+    "hf_lm/static_compiled": dict(static=True, compiled=True),
+    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
+    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
+    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
+    "transformers/dynamic": dict(static=False, compiled=False),
+    "transformers/static_compiled": dict(static=True, compiled=True),
+}
+
+
 def run_decode(rows: Rows, ctx: dict) -> None:
     s, device, seed = ctx["settings"], ctx["device"], ctx["seed"]
     dtype = DTYPES[s["decode_dtype"]]
@@ -801,9 +819,11 @@ def run_decode(rows: Rows, ctx: dict) -> None:
 
     outputs: dict[str, torch.Tensor] = {}  # row id -> the tokens of its last call
 
-    def gen(row_id: str, model, prompt, static: bool, compiled: bool, loop: bool = False):
+    def gen(
+        row_id: str, model, prompt, static: bool, compiled: bool, loop: bool = False, sample: bool = False
+    ):
         kwargs = dict(
-            attention_mask=torch.ones_like(prompt), max_new_tokens=N, min_new_tokens=N, do_sample=False,
+            attention_mask=torch.ones_like(prompt), max_new_tokens=N, min_new_tokens=N, do_sample=sample,
             pad_token_id=0,
         )  # fmt: skip
         if static:
@@ -812,11 +832,13 @@ def run_decode(rows: Rows, ctx: dict) -> None:
                 kwargs["compile_config"] = compile_config
             else:
                 kwargs["disable_compile"] = True
-        if loop:  # hf_lm's own greedy loop for generate(): no per-step input preparation or sync
-            kwargs["custom_generate"] = static_greedy
+        if loop:  # hf_lm's own decoding loop for generate(): no per-step input preparation or sync
+            kwargs["custom_generate"] = static_decode
 
         @torch.no_grad()
         def fn():
+            if sample:  # every sampling call draws the same tokens (both loops draw them alike)
+                torch.manual_seed(seed + 4)
             out = model.generate(prompt, **kwargs)
             assert out.shape == (prompt.shape[0], prompt.shape[1] + N), out.shape
             outputs[row_id] = out
@@ -824,24 +846,16 @@ def run_decode(rows: Rows, ctx: dict) -> None:
 
         return fn
 
-    variants = {
-        "hf_lm/dynamic": (hf, False, False),
-        "hf_lm/static": (hf, True, False),
-        "hf_lm/static_compiled": (hf, True, True),
-        "hf_lm/static_compiled_loop": (hf, True, True, True),
-        "transformers/dynamic": (ref, False, False),
-        "transformers/static_compiled": (ref, True, True),
-    }
     graphs = {"hf_lm": 0, "transformers": 0}  # graphs Dynamo built for each model's compiled generate
     for b in (int(x) for x in comma_list(s["decode_batches"])):
         prompt = random_ids(b, s["prompt_len"], s["gpt_vocab"], seed + 3, device)
         fns = {}
-        for key, (model, *how) in variants.items():
+        for key, how in DECODE_ROWS.items():
             row_id = f"gpt2_decode_b{b}/{key}"
-            fns[row_id] = gen(row_id, model, prompt, *how)
+            fns[row_id] = gen(row_id, hf if key.startswith("hf_lm/") else ref, prompt, **how)
         samples = time_group(rows, fns, s, device, 1, s["decode_rounds"])
         if b == 1:
-            compiled = {r: fns[r] for r in samples if "static_compiled" in r}
+            compiled = {r: fns[r] for r in samples if "static_compiled" in r and not r.endswith("_sample")}
             ctx["decode_profile"] = profile_decode(compiled, rows, ctx)
         for row_id in samples:
             row = rows[row_id]
@@ -867,16 +881,23 @@ def run_decode(rows: Rows, ctx: dict) -> None:
                 out = outputs.get(f"{key}/{impl}/{other}")
                 if dyn is not None and out is not None:
                     check[f"{impl} {other} == dynamic"] = bool(torch.equal(dyn.cpu(), out.cpu()))
+        # sampling from one seed: static_decode draws what torch.multinomial draws, on this device too
+        sampled = "hf_lm static_compiled_loop_sample == static_compiled_sample"
+        drawn = [outputs.get(f"{key}/hf_lm/static_compiled{loop}_sample") for loop in ("", "_loop")]
+        if all(out is not None for out in drawn):
+            check[sampled] = bool(torch.equal(drawn[0].cpu(), drawn[1].cpu()))
         a, r = outputs.get(f"{key}/hf_lm/dynamic"), outputs.get(f"{key}/transformers/dynamic")
         if a is not None and r is not None:
             check["hf_lm vs transformers dynamic agreement (informational)"] = (a == r).float().mean().item()
-        identical = [v for k, v in check.items() if k.endswith("== dynamic")]
+        identical = [v for k, v in check.items() if "==" in k]
         check["ok"] = all(identical)  # rows that failed to run are reported as failed rows, not here
         ctx["checks"][f"decode_b{b}_tokens"] = check
         for row_id in samples:
             if "/static" in row_id:
                 impl, other = row_id.split("/")[1:]
-                rows[row_id]["tokens_identical_to_dynamic"] = check.get(f"{impl} {other} == dynamic")
+                # a sampling row: whether both sampling rows drew the same tokens (none is dynamic)
+                name = sampled if other.endswith("_sample") else f"{impl} {other} == dynamic"
+                rows[row_id]["tokens_identical_to_dynamic"] = check.get(name)
         print(f"  B={b}: tokens {check}", flush=True)
 
 
@@ -989,14 +1010,9 @@ def plan_rows(s: dict) -> Rows:
         for impl in ("hf_lm", "transformers"):
             rows.plan(f"t5_train/{impl}/{mode}", "encoders", "T5 training step", impl, mode, "tok/s")
     for b in (int(x) for x in comma_list(s["decode_batches"])):
-        for key in (
-            "hf_lm/dynamic", "hf_lm/static", "hf_lm/static_compiled", "hf_lm/static_compiled_loop",
-            "transformers/dynamic", "transformers/static_compiled",
-        ):  # fmt: skip
+        for key in DECODE_ROWS:
             impl, mode = key.split("/")
-            rows.plan(
-                f"gpt2_decode_b{b}/{key}", "decode", f"GPT-2 greedy decoding B={b}", impl, mode, "new tok/s"
-            )
+            rows.plan(f"gpt2_decode_b{b}/{key}", "decode", f"GPT-2 decoding B={b}", impl, mode, "new tok/s")
     return rows
 
 
@@ -1211,8 +1227,12 @@ def _decoding_lines(result: dict, table) -> list[str]:
     """The greedy decoding table, the checks and the command."""
     env, s = result["environment"], result["settings"]
     lines = [
-        f"## Greedy decoding (prompt {s['prompt_len']}, {s['new_tokens']} new tokens, {s['decode_dtype']} weights, "
+        f"## Decoding (prompt {s['prompt_len']}, {s['new_tokens']} new tokens, {s['decode_dtype']} weights, "
         "prefill included)",
+        "",
+        "Greedy search, except the `_sample` rows (sampling, top-k 50). Same tokens: a greedy static row's "
+        "equal the dynamic cache's; the two `_sample` rows, each from the same seed, equal each other "
+        "(hf_lm's loop draws what `torch.multinomial` draws).",
         "",
         table(
             ("gpt2_decode",),
@@ -1222,7 +1242,7 @@ def _decoding_lines(result: dict, table) -> list[str]:
                 "cache / mode",
                 "new tok/s",
                 "ms / call",
-                "tokens = dynamic",
+                "same tokens",
                 "torch.compile",
                 "first call s",
                 "status",

@@ -1,31 +1,36 @@
-"""Greedy decoding with a static cache, without `generate()`'s per-step host work (hf_lm decoders).
+"""Greedy and sampled decoding with a static cache, without `generate()`'s per-step host work.
 
 On a GPU, `generate()` with a static cache compiles the forward into CUDA graphs, and then the host
 is the bottleneck: GPT-2 small decoding at batch 1 took 1.45 ms a token on an H200, where reading
 the weights takes about 0.1 ms. Each step of transformers' loop prepares the inputs anew
 (`prepare_inputs_for_generation`, about 200 us on a small CPU), grows the attention mask by
 concatenation, and reads a device flag to decide whether to stop, which makes the host wait for the
-GPU every step, so host and GPU never work at the same time.
+GPU every step, so host and GPU never work at the same time. Sampling adds two more waits a step:
+`torch.multinomial` checks the probabilities on the host before it draws.
 
-`static_greedy` is a drop-in decoding loop for `generate()` (its `custom_generate` argument):
-`generate()` still validates the arguments, builds the static cache, the logits processors and the
-stopping criteria; only the loop differs. It writes each token into a preallocated (B, max_length)
-buffer and the attention mask in place (the static width the compiled forward already sees), calls
-the same compiled forward as `generate()`, and checks the stop condition on the host only every
-`stop_check_every` steps; the tokens after a finished sequence are padding as in `generate()`, and
-the result is cut to the length `generate()` returns, so the output is identical. After the first
-compiled step, Dynamo checks only the guards that tell its graphs apart (`skip_guards`): every step
-passes the same tensors, and checking all of a 12-layer model's guards costs about 550 us a call on
-a small CPU, 100 us with the stance.
+`static_decode` is a drop-in decoding loop for `generate()` (its `custom_generate` argument):
+`generate()` still validates the arguments, runs the encoder (encoder-decoders), builds the static
+cache, the logits processors (and sampling's temperature, top-k, top-p) and the stopping criteria;
+only the loop differs. It writes each token into a preallocated (B, max_length) buffer and a
+decoder-only model's attention mask in place (the static width the compiled forward already sees),
+calls the same compiled forward as `generate()`, and checks the stop condition on the host only
+every `stop_check_every` steps; the tokens after a finished sequence are padding as in `generate()`,
+and the result is cut to the length `generate()` returns, so the output is identical: for sampling
+too, under the same seed, since it draws the same random numbers through the same operations as
+`torch.multinomial`. After the first compiled step, Dynamo checks only the guards that tell its
+graphs apart (`skip_guards`): every step passes the same tensors, and checking all of a 12-layer
+model's guards costs about 550 us a call on a small CPU, 100 us with the stance.
 
-    >>> from hf_lm.generation_static import static_greedy
+    >>> from hf_lm.generation_static import static_decode
     >>> out = model.generate(ids, attention_mask=mask, max_new_tokens=128, do_sample=False,
-    ...                      cache_implementation="static", custom_generate=static_greedy)
+    ...                      cache_implementation="static", custom_generate=static_decode)
 
-Greedy search only (no sampling, beams or `return_dict_in_generate`), and decoder-only hf_lm models,
-whose forward takes the static-width padding mask (`HfLmPreTrainedModel.create_masks_for_generate`).
-A `StaticCache` passed in yourself may hold up to `stop_check_every - 1` positions past the returned
-sequences (the steps run before the stop was read); `generate()` makes a fresh one otherwise.
+Greedy search and sampling (no beams, no `return_dict_in_generate`, no streamer), for the hf_lm
+models with static caches: the decoder-only families, whose forward takes the static-width padding
+mask (`HfLmPreTrainedModel.create_masks_for_generate`), and the T5/BART encoder-decoders. The steps
+run before the stop was read (up to `stop_check_every - 1`) leave their marks: a `StaticCache` passed
+in yourself holds their positions, and sampling has drawn their random numbers, so the random state
+after the call differs from `generate()`'s.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import torch
 from .models.hflm_common import HfLmPreTrainedModel, cache_lengths
 
 
-def static_greedy(
+def static_decode(
     model,
     input_ids: torch.LongTensor,
     logits_processor,
@@ -49,85 +54,142 @@ def static_greedy(
     skip_guards: bool = True,
     **model_kwargs,
 ) -> torch.LongTensor:
-    """`generate()`'s greedy loop for a static cache, with one host-device sync every
-    `stop_check_every` steps instead of every step. Returns the (B, T) sequences `generate()` returns.
+    """`generate()`'s greedy or sampling loop for a static cache, with one host-device sync every
+    `stop_check_every` steps instead of one to three every step. Returns the (B, T) sequences
+    `generate()` returns (for an encoder-decoder, the decoder's).
 
     With a compiled forward and `skip_guards`, the steps after the first run under
     `torch.compiler.set_stance(skip_guard_eval_unsafe=True)` (restored on return): safe here because
     nothing changes between steps but the values of the same tensors. It is process-wide while the
     loop runs: do not compile other code in other threads meanwhile."""
     cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
-    _check_supported(model, generation_config, cache, synced_gpus, streamer, stop_check_every)
+    _check_supported(model, generation_config, cache, synced_gpus, streamer, stop_check_every, model_kwargs)
     B, prompt_len = input_ids.shape
     max_length = generation_config.max_length
     pad = generation_config._pad_token_tensor
     has_eos = generation_config._eos_token_tensor is not None
     if has_eos and pad is None:
         raise ValueError(
-            "static_greedy pads finished sequences: set `pad_token_id` (generate() needs it too)."
+            "static_decode pads finished sequences: set `pad_token_id` (generate() needs it too)."
         )
     if prompt_len >= max_length:
         return input_ids
 
-    # (B, max_length) tokens and (B, cache width) padding mask, written in place step by step
-    tokens = input_ids.new_zeros(B, max_length)
+    tokens = input_ids.new_zeros(B, max_length)  # (B, max_length), written in place step by step
     tokens[:, :prompt_len] = input_ids
-    mask = model_kwargs.get("attention_mask")
-    mask = torch.ones_like(input_ids) if mask is None else mask
-    _, width, _ = cache_lengths(cache, prompt_len)  # the static cache's full length
-    keys_mask = mask.new_zeros(B, width)
-    keys_mask[:, :prompt_len] = mask
+    # the same arguments at every step: one compiled graph for all
+    inputs, keys_mask = _step_inputs(model, input_ids, cache, model_kwargs)
+    ids_name = "decoder_input_ids" if model.config.is_encoder_decoder else "input_ids"
     unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
-    # alive[i]: some sequence was still unfinished after new token i (read once, at the end)
+    # alive[i]: some sequence was still unfinished after new token i (read every stop_check_every steps)
     alive = torch.zeros(max_length - prompt_len, dtype=torch.bool, device=input_ids.device)
+    # sampling: some row's probabilities were NaN (None for greedy search, which has nothing to check)
+    invalid = (
+        torch.zeros((), dtype=torch.bool, device=input_ids.device) if generation_config.do_sample else None
+    )
 
     compiled = model._valid_auto_compile_criteria(model_kwargs, generation_config)
     forward = model.get_compiled_call(generation_config.compile_config) if compiled else model.__call__
-    # the same arguments at every step, the mask at its static width: one compiled graph for all
-    inputs = dict(attention_mask=keys_mask, cache=cache, use_cache=True, return_dict=True)
-    logits = model(input_ids=input_ids, logits_to_keep=1, **inputs).logits  # the prefill, not compiled
+    logits = model(**{ids_name: input_ids}, logits_to_keep=1, **inputs).logits  # the prefill, not compiled
     with contextlib.ExitStack() as later_steps:
         for cur in range(prompt_len, max_length):
             # a copy, as generate() takes: a compiled step's logits live in memory its next replay reuses
             scores = logits_processor(tokens[:, :cur], logits[:, -1].to(torch.float32, copy=True))  # (B, V)
-            next_tokens = scores.argmax(dim=-1)  # (B,)
+            if generation_config.do_sample:
+                next_tokens = _sample(scores, invalid)
+            else:
+                next_tokens = scores.argmax(dim=-1)  # (B,)
             if has_eos:  # a finished sequence gets padding, as in generate()
                 next_tokens = torch.where(unfinished, next_tokens, pad)
             tokens[:, cur] = next_tokens
             unfinished &= ~stopping_criteria(tokens[:, : cur + 1], scores)
             alive[cur - prompt_len] = unfinished.any()
             step = cur - prompt_len + 1
-            if cur + 1 == max_length or (step % stop_check_every == 0 and not alive[step - 1]):
+            if cur + 1 == max_length or step % stop_check_every == 0 and _stopped(alive[step - 1], invalid):
                 break
-            keys_mask[:, cur] = 1
-            logits = forward(input_ids=next_tokens[:, None], **inputs).logits
+            if keys_mask is not None:
+                keys_mask[:, cur] = 1
+            logits = forward(**{ids_name: next_tokens[:, None]}, **inputs).logits
             if compiled and skip_guards and step == 1:
                 # The first compiled step picked (or built) its graph with all of Dynamo's guards
                 # checked; every later step passes the same tensors and kinds of inputs, so Dynamo
                 # need only tell its graphs apart (about 100 instead of 550 us a step on a small CPU)
                 later_steps.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
+    if invalid is not None:
+        _stopped(alive[step - 1], invalid)  # the NaN check of the last steps
     # generate() stops after the first step at which every sequence is finished
     done = (~alive[:step]).nonzero()
     new_tokens = int(done[0]) + 1 if len(done) else step
     return tokens[:, : prompt_len + new_tokens].contiguous()
 
 
-def _check_supported(model, generation_config, cache, synced_gpus, streamer, stop_check_every) -> None:
+def _step_inputs(model, input_ids, cache, model_kwargs) -> tuple[dict, torch.Tensor | None]:
+    """The keyword arguments every forward gets, and a decoder-only model's (B, cache width) padding
+    mask, which the loop extends in place (None for an encoder-decoder: its decoder's empty cache
+    slots are masked by position, and the source mask does not change)."""
+    common = dict(cache=cache, use_cache=True, return_dict=True)
+    if model.config.is_encoder_decoder:
+        encoder = dict(
+            encoder_outputs=model_kwargs["encoder_outputs"], attention_mask=model_kwargs.get("attention_mask")
+        )
+        return {**encoder, **common}, None
+    B, prompt_len = input_ids.shape
+    mask = model_kwargs.get("attention_mask")
+    mask = torch.ones_like(input_ids) if mask is None else mask
+    _, width, _ = cache_lengths(cache, prompt_len)  # the static cache's full length
+    keys_mask = mask.new_zeros(B, width)
+    keys_mask[:, :prompt_len] = mask
+    return dict(attention_mask=keys_mask, **common), keys_mask
+
+
+def _sample(scores: torch.Tensor, invalid: torch.Tensor) -> torch.Tensor:
+    """One token per row from softmax(scores), as `torch.multinomial(probs, 1)` draws it: its
+    one-sample path is argmax(probs / q) with q ~ Exp(1), the same random numbers from the same
+    generator, after checking the probabilities on the host (two syncs a step). Here a NaN row (from
+    NaN or infinite scores; softmax leaves no other invalid row) is recorded in `invalid` on the device
+    and raised at the next stop check."""
+    probs = torch.softmax(scores, dim=-1)  # (B, V)
+    invalid |= probs[:, 0].isnan().any()  # softmax makes a whole row NaN or none of it
+    q = torch.empty_like(probs).exponential_(1)
+    return (probs / q).argmax(dim=-1)  # (B,)
+
+
+def _stopped(alive: torch.Tensor, invalid: torch.Tensor | None) -> bool:
+    """Read the device flags (one sync): True when every sequence has finished."""
+    if invalid is None:
+        return not alive
+    alive, invalid = torch.stack((alive, invalid)).tolist()
+    if invalid:
+        raise RuntimeError(
+            "static_decode: the sampling probabilities contain NaN (NaN or infinite scores from the model or "
+            "a logits processor); generate() raises the same from torch.multinomial."
+        )
+    return not alive
+
+
+def _check_supported(
+    model, generation_config, cache, synced_gpus, streamer, stop_check_every, model_kwargs
+) -> None:
     name = type(model).__name__
-    if generation_config.do_sample or generation_config.num_beams != 1:
+    if generation_config.num_beams != 1:
         raise ValueError(
-            f"static_greedy is greedy search: got do_sample={generation_config.do_sample}, "
-            f"num_beams={generation_config.num_beams}."
+            f"static_decode is greedy search or sampling, one sequence per row: got num_beams={generation_config.num_beams}."
         )
     if generation_config.return_dict_in_generate or streamer is not None or synced_gpus:
         raise ValueError(
-            "static_greedy returns the sequences only: no return_dict_in_generate, streamer or synced_gpus."
+            "static_decode returns the sequences only: no return_dict_in_generate, streamer or synced_gpus."
         )
-    if model.config.is_encoder_decoder or not isinstance(model, HfLmPreTrainedModel):
-        raise ValueError(f"static_greedy decodes hf_lm decoder-only models, not {name}.")
+    if not isinstance(model, HfLmPreTrainedModel):
+        raise ValueError(f"static_decode decodes hf_lm models, not {name}.")
     if cache is None or not getattr(cache, "is_compileable", False):
         raise ValueError(
-            'static_greedy needs a static cache: pass cache_implementation="static" (or a StaticCache).'
+            'static_decode needs a static cache: pass cache_implementation="static" (or a StaticCache); '
+            f"{name} must support one."
+        )
+    if model.config.is_encoder_decoder and model_kwargs.get("decoder_attention_mask") is not None:
+        raise ValueError(
+            "static_decode starts every decoder row at the same position: drop `decoder_attention_mask` "
+            "(or use generate() without custom_generate)."
         )
     if stop_check_every < 1:
         raise ValueError(f"`stop_check_every` must be at least 1, got {stop_check_every}.")

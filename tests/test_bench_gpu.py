@@ -20,6 +20,8 @@ DECODE_ROWS = [
         "hf_lm/static",
         "hf_lm/static_compiled",
         "hf_lm/static_compiled_loop",
+        "hf_lm/static_compiled_sample",
+        "hf_lm/static_compiled_loop_sample",
         "transformers/dynamic",
         "transformers/static_compiled",
     )
@@ -121,7 +123,7 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
     markdown = (tmp_path / "bench_gpu.md").read_text()
     for t in bench_gpu.TARGETS:
         assert t["text"] in markdown
-    assert markdown.count("| GPT-2 greedy decoding B=") == len(DECODE_ROWS) and "## Checks" in markdown
+    assert markdown.count("| GPT-2 decoding B=") == len(DECODE_ROWS) and "## Checks" in markdown
     assert (tmp_path / "profile_gpt2_hf_lm_train.txt").is_file()
     # the compiled decoding rows' profile: the host's time found in generate()'s parts
     profiled = result["decode_profile"]["rows"]
@@ -133,7 +135,7 @@ def test_smoke_run_on_cpu_writes_every_row(tmp_path):
     for row_id, p in profiled.items():
         assert 0 < p["host_share"]["compiled forward"] < 1
         prepare = p["host_share"]["prepare_inputs_for_generation"]
-        if row_id.endswith("_loop"):  # static_greedy prepares its inputs once
+        if row_id.endswith("_loop"):  # static_decode prepares its inputs once
             assert prepare is None
         else:
             assert 0 < prepare < 1

@@ -1,15 +1,44 @@
-"""`hf_lm.generation_static.static_greedy`: generate()'s greedy loop for a static cache with a
-host-device sync every k steps. Its output must be generate()'s, token for token and length for
-length, whatever k, padding, stopping or logits processors."""
+"""`hf_lm.generation_static.static_decode`: generate()'s greedy and sampling loop for a static cache,
+with a host-device sync every k steps. Its output must be generate()'s, token for token and length
+for length (under the same seed when sampling), whatever k, padding, stopping or logits processors,
+for every family with a static cache; the others are refused with a message."""
+
+import dataclasses
 
 import pytest
 import torch
 from conftest import VARIANTS, tiny_gpt_config
-from transformers import CompileConfig, LogitsProcessor, LogitsProcessorList
+from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, LogitsProcessor, LogitsProcessorList
 
-from hf_lm import HfLmGPTForCausalLM, HfLmT5ForConditionalGeneration
-from hf_lm.generation_static import static_greedy
-from hf_lm.models.hflm_configuration_seq2seq import HfLmT5Config
+from hf_lm import HfLmBartConfig, HfLmGPTForCausalLM
+from hf_lm.generation_static import static_decode
+from hf_lm.testing import FAMILY_CASES
+
+GENERATING = [case for case in FAMILY_CASES if case.generates]
+# the families with a static cache (GPT, T5, BART and their mixtures of experts), which compile their
+# decoding step; the recurrent, n-gram and feed-forward models have no attention cache
+STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]
+_BART = next(case for case in STATIC if case.name == "bart-seq2seq-lm")
+# the course's Transformer (sinusoidal positions, post-norm): the BART classes with a preset
+TRANSFORMER = dataclasses.replace(
+    _BART,
+    name="transformer-seq2seq-lm",
+    make_config=lambda: HfLmBartConfig.from_preset(
+        "transformer",
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    ),  # fmt: skip
+)
 
 
 def _model(seed: int = 0, **overrides) -> HfLmGPTForCausalLM:
@@ -26,29 +55,64 @@ def _prompts(left_padded: bool):
     return ids[: 2 if left_padded else 1], mask[: 2 if left_padded else 1]
 
 
-def _both(model, ids, mask, stop_check_every: int = 8, **kwargs):
-    reference = model.generate(ids, attention_mask=mask, do_sample=False, **kwargs)
-    fast = model.generate(
-        ids,
-        attention_mask=mask,
-        do_sample=False,
-        cache_implementation="static",
-        custom_generate=static_greedy,
-        stop_check_every=stop_check_every,
-        **kwargs,
-    )
-    return reference, fast
+def _both(model, ids, mask, stop_check_every: int = 8, do_sample: bool = False, **kwargs):
+    """generate()'s sequences and static_decode's, each from the same seed."""
+    results = []
+    for extra in ({}, dict(cache_implementation="static", custom_generate=static_decode)):
+        if "custom_generate" in extra:
+            extra["stop_check_every"] = stop_check_every
+        torch.manual_seed(1234)
+        results.append(model.generate(ids, attention_mask=mask, do_sample=do_sample, **extra, **kwargs))
+    return results
 
 
 @pytest.mark.parametrize("stop_check_every", [1, 3, 8, 100])
 @pytest.mark.parametrize("left_padded", [False, True])
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sample"])
 @pytest.mark.parametrize("variant", ["gpt2", "llama"])
-def test_same_tokens_as_generate(variant, left_padded, stop_check_every):
+def test_same_tokens_as_generate(variant, do_sample, left_padded, stop_check_every):
     model = _model(**VARIANTS[variant])
     ids, mask = _prompts(left_padded)
-    reference, fast = _both(model, ids, mask, max_new_tokens=12, stop_check_every=stop_check_every)
+    reference, fast = _both(
+        model, ids, mask, max_new_tokens=12, stop_check_every=stop_check_every, do_sample=do_sample
+    )
     assert fast.shape == reference.shape == (ids.shape[0], ids.shape[1] + 12)
     assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sample"])
+@pytest.mark.parametrize("case", [*STATIC, TRANSFORMER], ids=str)
+def test_every_family_with_a_static_cache(case, do_sample):
+    """Decoder-only and encoder-decoder alike, from a padded batch (an encoder-decoder's source is
+    right-padded, a decoder-only prompt left-padded): generate()'s tokens."""
+    model = case.make_model(seed=0)
+    prompt = case.prompt(case.make_batch(padding=True))
+    reference, fast = _both(
+        model, prompt["input_ids"], prompt["attention_mask"], 3, do_sample, max_new_tokens=9
+    )
+    assert fast.shape[1] == reference.shape[1] > 9
+    assert torch.equal(fast, reference)
+
+
+@pytest.mark.parametrize("case", [c for c in GENERATING if c not in STATIC], ids=str)
+def test_families_without_a_static_cache_are_refused(case):
+    model = case.make_model(seed=0)
+    prompt = case.prompt(case.make_batch(padding=False))
+    with pytest.raises(ValueError, match="needs a static cache"):
+        model.generate(
+            **prompt, max_new_tokens=3, cache_implementation="static", custom_generate=static_decode
+        )
+
+
+def test_sampling_warpers_apply():
+    """Temperature, top-k and top-p are logits processors generate() builds; the draw is multinomial's."""
+    model = _model(seed=2)
+    ids, mask = _prompts(left_padded=True)
+    for warpers in (dict(temperature=0.7, top_k=5), dict(top_p=0.8), dict(temperature=1.5)):
+        reference, fast = _both(model, ids, mask, do_sample=True, max_new_tokens=10, **warpers)
+        assert torch.equal(fast, reference), warpers
+    greedy, _ = _both(model, ids, mask, max_new_tokens=10)
+    assert not torch.equal(reference, greedy)  # the sampled tokens are not the greedy ones
 
 
 class FavorEos(LogitsProcessor):
@@ -65,15 +129,23 @@ class FavorEos(LogitsProcessor):
         return scores
 
 
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sample"])
 @pytest.mark.parametrize("stop_check_every", [1, 2, 5, 64])
-def test_stops_where_generate_stops_and_pads_finished_rows(stop_check_every):
+def test_stops_where_generate_stops_and_pads_finished_rows(stop_check_every, do_sample):
     """Row 0 ends at length 10, row 1 at 13: generate() pads row 0 after its end and returns
     length 13; a sync every k steps must not change either."""
     model = _model()
     ids, mask = _prompts(left_padded=True)
     processors = LogitsProcessorList([FavorEos(eos=2, lengths=[10, 13])])
     reference, fast = _both(
-        model, ids, mask, max_new_tokens=30, logits_processor=processors, stop_check_every=stop_check_every
+        model,
+        ids,
+        mask,
+        max_new_tokens=30,
+        logits_processor=processors,
+        stop_check_every=stop_check_every,
+        do_sample=do_sample,
+        top_k=1 if do_sample else None,  # the end-of-sequence token is then the only choice
     )
     assert reference.shape[1] == 14  # the second row's end-of-sequence token is its last
     assert reference[0, 11:].eq(0).all() and reference[0, 10] == 2
@@ -87,6 +159,43 @@ def test_min_new_tokens_and_repetition_penalty_apply():
     assert torch.equal(fast, reference)
 
 
+class NaNAt(LogitsProcessor):
+    """One NaN score (not in the first column) from a given length on."""
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] >= self.length:
+            scores = scores.clone()
+            scores[:, 7] = float("nan")
+        return scores
+
+
+@pytest.mark.parametrize("stop_check_every", [1, 4, 100])
+def test_nan_scores_raise_when_sampling(stop_check_every):
+    """torch.multinomial refuses NaN probabilities on the host; static_decode draws without that
+    check and must still raise (at the next stop check), never return tokens drawn from NaN."""
+    model = _model()
+    ids, mask = _prompts(left_padded=False)
+    kwargs = dict(
+        attention_mask=mask,
+        do_sample=True,
+        max_new_tokens=10,
+        logits_processor=LogitsProcessorList([NaNAt(9)]),
+    )
+    with pytest.raises(RuntimeError, match="nan"):
+        model.generate(ids, **kwargs)
+    with pytest.raises(RuntimeError, match="NaN"):
+        model.generate(
+            ids,
+            cache_implementation="static",
+            custom_generate=static_decode,
+            stop_check_every=stop_check_every,
+            **kwargs,
+        )
+
+
 def _compile_here() -> CompileConfig:
     """generate() compiles the static-cache forward on a GPU; `_compile_all_devices` does it here (the
     eager backend: Dynamo's graph, no code generation)."""
@@ -95,11 +204,12 @@ def _compile_here() -> CompileConfig:
     return config
 
 
-def test_compiled_forward_gives_the_same_tokens():
-    """static_greedy uses the forward generate() compiled."""
-    model = _model()
-    ids, mask = _prompts(left_padded=True)
-    reference, fast = _both(model, ids, mask, max_new_tokens=6, compile_config=_compile_here())
+@pytest.mark.parametrize("case", [c for c in STATIC if c.name in ("gpt-causal-lm", "t5-seq2seq-lm")], ids=str)
+def test_compiled_forward_gives_the_same_tokens(case):
+    """static_decode uses the forward generate() compiled."""
+    model = case.make_model(seed=0)
+    prompt = case.prompt(case.make_batch(padding=True))
+    reference, fast = _both(model, *prompt.values(), max_new_tokens=6, compile_config=_compile_here())
     assert hasattr(model, "_compiled_call")  # the compiled forward was built and used
     assert torch.equal(fast, reference)
 
@@ -122,19 +232,23 @@ def test_compiled_steps_skip_guards_only_inside_the_loop():
 def test_what_it_refuses():
     model = _model()
     ids, mask = _prompts(left_padded=False)
-    kwargs = dict(attention_mask=mask, max_new_tokens=3, custom_generate=static_greedy)
+    kwargs = dict(attention_mask=mask, max_new_tokens=3, custom_generate=static_decode)
     with pytest.raises(ValueError, match="needs a static cache"):
         model.generate(ids, **kwargs)
-    with pytest.raises(ValueError, match="greedy search"):
-        model.generate(ids, cache_implementation="static", do_sample=True, **kwargs)
+    with pytest.raises(ValueError, match="num_beams=2"):
+        model.generate(ids, cache_implementation="static", num_beams=2, **kwargs)
     with pytest.raises(ValueError, match="sequences only"):
         model.generate(ids, cache_implementation="static", return_dict_in_generate=True, **kwargs)
     with pytest.raises(ValueError, match="stop_check_every"):
         model.generate(ids, cache_implementation="static", stop_check_every=0, **kwargs)
-    t5 = HfLmT5ForConditionalGeneration(
-        HfLmT5Config(
-            vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=97, n_embd=16, n_layer=1, n_head=2)).eval()
+    with pytest.raises(ValueError, match="decodes hf_lm models, not GPT2LMHeadModel"):
+        gpt2.generate(ids, cache_implementation="static", **kwargs)
+    t5 = next(case for case in STATIC if case.name == "t5-seq2seq-lm").make_model()
+    with pytest.raises(ValueError, match="decoder_attention_mask"):
+        t5.generate(
+            ids,
+            decoder_attention_mask=torch.ones(1, 1, dtype=torch.long),
+            cache_implementation="static",
+            **kwargs,
         )
-    ).eval()
-    with pytest.raises(ValueError, match="decoder-only"):
-        t5.generate(ids, cache_implementation="static", **kwargs)

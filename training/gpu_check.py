@@ -16,7 +16,9 @@ The sweep, each case at tiny size, in fp32, bf16 and fp16 autocast (`--precision
   wall-clock budget; then a resume of the same run two steps further (fp16: the GradScaler's state
   is in the checkpoint and restored). With two or more GPUs, a 2-process DDP run (`torchrun`).
 - `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`): forward with labels,
-  backward, and `generate()` where the family generates, next to the same model on the CPU.
+  backward, and `generate()` where the family generates, next to the same model on the CPU; in
+  fp32, the families with a static cache also decode with `hf_lm.generation_static.static_decode`,
+  greedy and sampled, which must give `generate()`'s tokens on the device.
 - `pipelines`: every pipeline the README lists, with `device=0`, against the CPU pipeline's output.
 - `tools`: `evaluate_cli --device cuda`, the demo, the fine-tuning scripts (classification, and
   translation for every family) with `--bf16`/`--fp16`.
@@ -229,7 +231,31 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
                     f"greedy tokens {tokens.tolist()} != the CPU's {expected_tokens.tolist()}"
                 )
         detail += f", generated {tuple(tokens.shape)}"
+        if precision == "no" and type(model)._can_compile_fullgraph:  # the families with a static cache
+            detail += ", " + _static_decode_agrees(
+                model, {k: v.to(device) for k, v in case.prompt(batch).items()}
+            )
     return detail
+
+
+def _static_decode_agrees(model, prompt: dict) -> str:
+    """hf_lm's static-cache decoding loop gives `generate()`'s tokens on this device: greedy, and
+    sampled from one seed (its draw is `torch.multinomial`'s without the host check). Uncompiled:
+    bench_gpu times the compiled loop."""
+    from hf_lm.generation_static import static_decode
+
+    loop = dict(cache_implementation="static", custom_generate=static_decode, disable_compile=True)
+    for do_sample in (False, True):
+        runs = []
+        for extra in ({}, loop):
+            torch.manual_seed(0)
+            runs.append(model.generate(**prompt, max_new_tokens=5, do_sample=do_sample, **extra))
+        if not torch.equal(*runs):
+            how = "sampled" if do_sample else "greedy"
+            raise AssertionError(
+                f"static_decode's {how} tokens {runs[1].tolist()} != generate()'s {runs[0].tolist()}"
+            )
+    return "static_decode = generate() (greedy, sampled)"
 
 
 def run_vocab_projection_case(device: torch.device | str, precision: str = "no") -> str:
