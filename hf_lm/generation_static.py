@@ -39,7 +39,7 @@ import contextlib
 
 import torch
 
-from .models.hflm_common import HfLmPreTrainedModel, cache_lengths
+from .models.hflm_common import cache_lengths
 
 
 def static_decode(
@@ -179,7 +179,9 @@ def _check_supported(
         raise ValueError(
             "static_decode returns the sequences only: no return_dict_in_generate, streamer or synced_gpus."
         )
-    if not isinstance(model, HfLmPreTrainedModel):
+    # by name: a folder loaded with trust_remote_code before hf_lm was imported brings its own copy
+    # of the classes, still hf_lm's models
+    if not any(cls.__name__ == "HfLmPreTrainedModel" for cls in type(model).__mro__):
         raise ValueError(f"static_decode decodes hf_lm models, not {name}.")
     if cache is None or not getattr(cache, "is_compileable", False):
         raise ValueError(

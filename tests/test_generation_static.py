@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 from conftest import VARIANTS, tiny_gpt_config
+from remote_code import run_fresh_interpreter
 from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, LogitsProcessor, LogitsProcessorList
 
 from hf_lm import HfLmBartConfig, HfLmGPTForCausalLM
@@ -227,6 +228,27 @@ def test_compiled_steps_skip_guards_only_inside_the_loop():
         assert torch.equal(fast, reference)
     # a guard that must fail (another shape): with guards skipped the (2,) graph would run on (3,)
     assert torch.equal(double(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_a_folder_loaded_as_remote_code_before_hf_lm(tmp_path):
+    """Classes loaded from a folder's own code (trust_remote_code before hf_lm was imported) are a
+    copy of hf_lm's: still hf_lm models, with generate()'s tokens."""
+    next(case for case in STATIC if case.name == "gpt-causal-lm").make_model().save_pretrained(
+        tmp_path / "gpt"
+    )
+    script = """
+    import sys, torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    from hf_lm.generation_static import static_decode
+    ids = torch.tensor([[5, 9, 12, 40, 7]])
+    reference = model.generate(ids, max_new_tokens=6, do_sample=False)
+    fast = model.generate(ids, max_new_tokens=6, do_sample=False, cache_implementation="static",
+                          custom_generate=static_decode)
+    print("SAME" if torch.equal(reference, fast) else f"DIFFERENT {reference} {fast}")
+    """
+    assert "SAME" in run_fresh_interpreter(script, tmp_path / "gpt", cwd=tmp_path)
 
 
 def test_what_it_refuses():
