@@ -20,25 +20,20 @@ GENERATING = [case for case in FAMILY_CASES if case.generates]
 # decoding step; the recurrent, n-gram and feed-forward models have no attention cache
 STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]
 _BART = next(case for case in STATIC if case.name == "bart-seq2seq-lm")
-# the course's Transformer (sinusoidal positions, post-norm): the BART classes with a preset
+# the course's Transformer (sinusoidal positions, ReLU, scaled embeddings): the BART case's sizes
+# and tokens under the "transformer" preset
+_PRESET = HfLmBartConfig.PRESETS["transformer"]
 TRANSFORMER = dataclasses.replace(
     _BART,
     name="transformer-seq2seq-lm",
     make_config=lambda: HfLmBartConfig.from_preset(
         "transformer",
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=32,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-    ),  # fmt: skip
+        **{
+            k: v
+            for k, v in _BART.make_config().to_diff_dict().items()
+            if k not in _PRESET and k != "model_type"
+        },
+    ),
 )
 
 
