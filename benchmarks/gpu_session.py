@@ -14,7 +14,7 @@ Run one part per call, in the order below, on a machine prepared with `../shared
 | `check` | `training.gpu_check`: the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
 | `train` | `benchmarks.bench_gpu --sections gpt_train,head_loss`: GPT-2 small, eager (first alone) and compiled | eager >= nanoGPT-shaped and >= 1.6x GPT2LMHeadModel; compiled MFU >= 40% |
 | `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml`, then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with its cosine ending at step 2,000, and with rotary positions at step 1,500 | best val loss <= 1.46 in less wall time than nanoGPT |
-| `decode` | `bench_gpu --sections decode` | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
+| `decode` | `bench_gpu --sections decode`, with hf_lm's loop (`static_decode`) greedy and sampled | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
 | `translation` | `benchmarks.leaderboard_translation --entries transformer --preset gpu` | test BLEU >= 37 within 10 minutes of training |
 | `leaderboards` | `training.gpu_check --only leaderboards --precisions bf16` (the smoke leaderboards, ablations) | everything runs on CUDA |
 | `encoders` | `bench_gpu --sections encoders`: BERT-base masked LM and T5-small training | (measured against their references) |
