@@ -101,14 +101,20 @@ def test_families_without_a_static_cache_are_refused(case):
 
 
 def test_sampling_warpers_apply():
-    """Temperature, top-k and top-p are logits processors generate() builds; the draw is multinomial's."""
+    """Temperature, top-k and top-p are logits processors generate() builds; the draw is multinomial's.
+    Several samples per prompt (`num_return_sequences`) are rows generate() makes before the loop."""
     model = _model(seed=2)
     ids, mask = _prompts(left_padded=True)
-    for warpers in (dict(temperature=0.7, top_k=5), dict(top_p=0.8), dict(temperature=1.5)):
+    greedy, _ = _both(model, ids, mask, max_new_tokens=10)
+    for warpers in (
+        dict(temperature=0.7, top_k=5),
+        dict(top_p=0.8),
+        dict(temperature=1.5, num_return_sequences=3),
+    ):
         reference, fast = _both(model, ids, mask, do_sample=True, max_new_tokens=10, **warpers)
         assert torch.equal(fast, reference), warpers
-    greedy, _ = _both(model, ids, mask, max_new_tokens=10)
-    assert not torch.equal(reference, greedy)  # the sampled tokens are not the greedy ones
+        assert reference.shape[0] == ids.shape[0] * warpers.get("num_return_sequences", 1)
+        assert not torch.equal(reference[:: reference.shape[0] // 2], greedy)  # sampled, not greedy
 
 
 class FavorEos(LogitsProcessor):
