@@ -183,10 +183,14 @@ def _check_supported(
     # of the classes, still hf_lm's models
     if not any(cls.__name__ == "HfLmPreTrainedModel" for cls in type(model).__mro__):
         raise ValueError(f"static_decode decodes hf_lm models, not {name}.")
+    if not type(model)._can_compile_fullgraph:
+        raise ValueError(
+            f"static_decode needs a static cache, which {name} has not (the recurrent, n-gram and "
+            "feed-forward models keep no attention cache): use generate() without custom_generate."
+        )
     if cache is None or not getattr(cache, "is_compileable", False):
         raise ValueError(
-            'static_decode needs a static cache: pass cache_implementation="static" (or a StaticCache); '
-            f"{name} must support one."
+            'static_decode needs a static cache: pass cache_implementation="static" (or a StaticCache).'
         )
     if model.config.is_encoder_decoder and model_kwargs.get("decoder_attention_mask") is not None:
         raise ValueError(

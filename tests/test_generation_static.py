@@ -94,7 +94,7 @@ def test_every_family_with_a_static_cache(case, do_sample):
 def test_families_without_a_static_cache_are_refused(case):
     model = case.make_model(seed=0)
     prompt = case.prompt(case.make_batch(padding=False))
-    with pytest.raises(ValueError, match="needs a static cache"):
+    with pytest.raises(ValueError, match=f"needs a static cache, which {type(model).__name__} has not"):
         model.generate(
             **prompt, max_new_tokens=3, cache_implementation="static", custom_generate=static_decode
         )
