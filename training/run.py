@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import broadcast_object_list, set_seed
+from accelerate.utils import DistributedType, broadcast_object_list, set_seed
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments
@@ -117,6 +117,29 @@ def forget_previous_run_settings() -> None:
     GradientState._reset_state()
 
 
+# engines that shard the model's parameters or the optimizer's state across processes
+SHARDED_ENGINES = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
+
+
+def check_distributed_type(distributed_type: DistributedType) -> None:
+    """Refuse the engines whose states this loop's checkpoints cannot hold.
+
+    A checkpoint is the main process's `state_dict()` of the model (`model.safetensors`), the optimizer
+    and the scheduler: under FSDP, DeepSpeed ZeRO or Megatron-LM each process holds only its shard
+    (of the parameters or of the optimizer's moments), so the checkpoint would lose the other
+    shards, and resuming from it or shipping `final/` would silently train or publish something
+    else. DDP replicates everything and is supported; `Trainer` (the fine-tuning scripts) saves
+    sharded states through accelerate's own paths.
+    """
+    if distributed_type in SHARDED_ENGINES:
+        raise ValueError(
+            f"training.train does not support accelerate's {distributed_type.value} engine: its checkpoints hold the "
+            "main process's full model and optimizer states, and this engine shards them across processes. Train "
+            "with DDP (`distributed_type: MULTI_GPU` in the accelerate config, or torchrun), or fine-tune with the "
+            "Trainer-based scripts, which save sharded states through accelerate."
+        )
+
+
 def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> Run:
     """The accelerator, the data and a fresh model (the same on every process), then the dropout
     stream of each process's own."""
@@ -133,6 +156,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
         log_with=trackers or None,
         project_dir=str(output_dir),
     )
+    check_distributed_type(accelerator.distributed_type)
     world, rank = accelerator.num_processes, accelerator.process_index
     logger.info("Process %d of %d on %s (%s).", rank, world, accelerator.device, accelerator.distributed_type)
     set_seed(train_args.seed)  # the same split, tokenizer and initial weights on every process
