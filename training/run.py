@@ -128,15 +128,15 @@ def check_distributed_type(distributed_type: DistributedType) -> None:
     and the scheduler: under FSDP, DeepSpeed ZeRO or Megatron-LM each process holds only its shard
     (of the parameters or of the optimizer's moments), so the checkpoint would lose the other
     shards, and resuming from it or shipping `final/` would silently train or publish something
-    else. DDP replicates everything and is supported; `Trainer` (the fine-tuning scripts) saves
-    sharded states through accelerate's own paths.
+    else. DDP replicates everything and is supported; transformers' `Trainer` (the fine-tuning
+    scripts) has its own FSDP and DeepSpeed saving.
     """
     if distributed_type in SHARDED_ENGINES:
         raise ValueError(
             f"training.train does not support accelerate's {distributed_type.value} engine: its checkpoints hold the "
             "main process's full model and optimizer states, and this engine shards them across processes. Train "
-            "with DDP (`distributed_type: MULTI_GPU` in the accelerate config, or torchrun), or fine-tune with the "
-            "Trainer-based scripts, which save sharded states through accelerate."
+            "with DDP (`distributed_type: MULTI_GPU` in the accelerate config, or torchrun), or use the "
+            "Trainer-based fine-tuning scripts (transformers' Trainer saves FSDP and DeepSpeed states itself)."
         )
 
 
