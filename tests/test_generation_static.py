@@ -53,10 +53,11 @@ def _prompts(left_padded: bool):
 
 def _both(model, ids, mask, stop_check_every: int = 8, do_sample: bool = False, **kwargs):
     """generate()'s sequences and static_decode's, each from the same seed."""
+    loop = dict(
+        cache_implementation="static", custom_generate=static_decode, stop_check_every=stop_check_every
+    )
     results = []
-    for extra in ({}, dict(cache_implementation="static", custom_generate=static_decode)):
-        if "custom_generate" in extra:
-            extra["stop_check_every"] = stop_check_every
+    for extra in ({}, loop):
         torch.manual_seed(1234)
         results.append(model.generate(ids, attention_mask=mask, do_sample=do_sample, **extra, **kwargs))
     return results
