@@ -37,7 +37,7 @@ Sections (`--sections`, comma-separated; default all):
   its own decoding loop (`custom_generate=static_decode`: no per-step input preparation, a host-device
   sync every 8 steps instead of every step; `hf_lm.generation_static`), and sampling (top-k 50)
   is timed with `generate()`'s loop and with hf_lm's, whose tokens from one seed must be equal
-  (`torch.multinomial` reads the device twice a step; hf_lm's loop draws the same tokens without).
+  (hf_lm's loop draws what `torch.multinomial` draws).
   One compiled greedy call of each implementation at B=1 is then profiled
   (`profile_gpt2_decode_b1.txt`): the GPU's busy time against the wall time, and the host's
   Python time by part of `generate()`'s loop.
@@ -783,7 +783,7 @@ def run_encoders(rows: Rows, ctx: dict) -> None:
 
 # the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
 # compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, as generate()
-# samples by default: torch.multinomial reads the device twice a step) instead of greedy search
+# samples by default) instead of greedy search
 DECODE_ROWS = {
     "hf_lm/dynamic": dict(static=False, compiled=False),
     "hf_lm/static": dict(static=True, compiled=False),

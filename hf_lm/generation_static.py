@@ -5,8 +5,7 @@ is the bottleneck: GPT-2 small decoding at batch 1 took 1.45 ms a token on an H2
 the weights takes about 0.1 ms. Each step of transformers' loop prepares the inputs anew
 (`prepare_inputs_for_generation`, about 200 us on a small CPU), grows the attention mask by
 concatenation, and reads a device flag to decide whether to stop, which makes the host wait for the
-GPU every step, so host and GPU never work at the same time. Sampling adds two more waits a step:
-`torch.multinomial` checks the probabilities on the host before it draws.
+GPU every step, so host and GPU never work at the same time.
 
 `static_decode` is a drop-in decoding loop for `generate()` (its `custom_generate` argument):
 `generate()` still validates the arguments, runs the encoder (encoder-decoders), builds the static
@@ -17,7 +16,8 @@ calls the same compiled forward as `generate()`, and checks the stop condition o
 every `stop_check_every` steps; the tokens after a finished sequence are padding as in `generate()`,
 and the result is cut to the length `generate()` returns, so the output is identical: for sampling
 too, under the same seed, since it draws the same random numbers through the same operations as
-`torch.multinomial`. After the first compiled step, Dynamo checks only the guards that tell its
+`torch.multinomial`'s one-sample path, without its validity checks (a NaN flag read at the stop
+checks stands in for them). After the first compiled step, Dynamo checks only the guards that tell its
 graphs apart (`skip_guards`): every step passes the same tensors, and checking all of a 12-layer
 model's guards costs about 550 us a call on a small CPU, 100 us with the stance.
 
@@ -55,7 +55,7 @@ def static_decode(
     **model_kwargs,
 ) -> torch.LongTensor:
     """`generate()`'s greedy or sampling loop for a static cache, with one host-device sync every
-    `stop_check_every` steps instead of one to three every step. Returns the (B, T) sequences
+    `stop_check_every` steps instead of one every step. Returns the (B, T) sequences
     `generate()` returns (for an encoder-decoder, the decoder's).
 
     With a compiled forward and `skip_guards`, the steps after the first run under
@@ -145,9 +145,10 @@ def _step_inputs(model, input_ids, cache, model_kwargs) -> tuple[dict, torch.Ten
 def _sample(scores: torch.Tensor, invalid: torch.Tensor) -> torch.Tensor:
     """One token per row from softmax(scores), as `torch.multinomial(probs, 1)` draws it: its
     one-sample path is argmax(probs / q) with q ~ Exp(1), the same random numbers from the same
-    generator, after checking the probabilities on the host (two syncs a step). Here a NaN row (from
-    NaN or infinite scores; softmax leaves no other invalid row) is recorded in `invalid` on the device
-    and raised at the next stop check."""
+    generator, after checking the probabilities (with `.item()`, a host sync, in older torch; with
+    device asserts, which end the CUDA context on failure, in torch 2.13). Here a NaN row (from NaN or
+    infinite scores; softmax leaves no other invalid row) is recorded in `invalid` on the device and
+    raised as a Python error at the next stop check."""
     probs = torch.softmax(scores, dim=-1)  # (B, V)
     invalid |= probs[:, 0].isnan().any()  # softmax makes a whole row NaN or none of it
     q = torch.empty_like(probs).exponential_(1)
@@ -162,7 +163,7 @@ def _stopped(alive: torch.Tensor, invalid: torch.Tensor | None) -> bool:
     if invalid:
         raise RuntimeError(
             "static_decode: the sampling probabilities contain NaN (NaN or infinite scores from the model or "
-            "a logits processor); generate() raises the same from torch.multinomial."
+            "a logits processor); generate() refuses them too, inside torch.multinomial."
         )
     return not alive
 

@@ -177,7 +177,7 @@ class NaNAt(LogitsProcessor):
 
 @pytest.mark.parametrize("stop_check_every", [1, 4, 100])
 def test_nan_scores_raise_when_sampling(stop_check_every):
-    """torch.multinomial refuses NaN probabilities on the host; static_decode draws without that
+    """torch.multinomial refuses NaN probabilities; static_decode draws without that
     check and must still raise (at the next stop check), never return tokens drawn from NaN."""
     model = _model()
     ids, mask = _prompts(left_padded=False)
