@@ -869,16 +869,13 @@ def run_decode(rows: Rows, ctx: dict) -> None:
                     row["note"] = (
                         "generate did NOT compile the forward (no `_compiled_call` or no graph built)"
                     )
-        # tokens: static (eager and compiled) must equal dynamic, per implementation
+        # tokens: every greedy static row (eager, compiled, hf_lm's loop) must equal its dynamic row
         key = f"gpt2_decode_b{b}"
         check = {}
-        for impl, others in (
-            ("hf_lm", ("static", "static_compiled", "static_compiled_loop")),
-            ("transformers", ("static_compiled",)),
-        ):
-            dyn = outputs.get(f"{key}/{impl}/dynamic")
-            for other in others:
-                out = outputs.get(f"{key}/{impl}/{other}")
+        for row_key, how in DECODE_ROWS.items():
+            impl, other = row_key.split("/")
+            if how["static"] and not how.get("sample"):
+                dyn, out = outputs.get(f"{key}/{impl}/dynamic"), outputs.get(f"{key}/{row_key}")
                 if dyn is not None and out is not None:
                     check[f"{impl} {other} == dynamic"] = bool(torch.equal(dyn.cpu(), out.cpu()))
         # sampling from one seed: static_decode draws what torch.multinomial draws, on this device too

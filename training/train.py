@@ -253,7 +253,7 @@ class Trainer:
         # compiled module only runs the training forward. (`accelerator.unwrap_model` of a compiled
         # DDP model would re-point the compiled module at the plain one, dropping DDP's gradient sync.)
         self.raw_model = run.accelerator.unwrap_model(self.model)
-        self.forward_model, self.eval_model = self.model, self.raw_model
+        self.forward_model = self.model
         if args.torch_compile:
             logger.info(
                 "torch.compile: backend %s, mode %s (the first steps compile).",
@@ -266,7 +266,7 @@ class Trainer:
             self.forward_model = compile_model(self.model, args)
 
     def evaluate(self) -> dict[str, float | None]:
-        return self.run.objective.evaluate(self.eval_model, self.run.eval_blocks, self.run.accelerator)
+        return self.run.objective.evaluate(self.raw_model, self.run.eval_blocks, self.run.accelerator)
 
     def train(self) -> dict:
         """Train to `max_steps` (or the time budget), then evaluate and write the final outputs."""
