@@ -133,7 +133,7 @@ def test_the_recipe_part_runs_the_config_file_and_skips_nanogpt_without_a_checko
         argv = variant.argv({"out": tmp_path, "smoke": False})
         assert argv[:2] == ["training.train", "training/configs/shakespeare_char.yaml"]
     parsed = [parse_args(v.argv({"out": tmp_path, "smoke": False})[1:]) for v in variants]  # valid flags
-    assert [p[2].max_steps for p in parsed] == [2000, 1500]
+    assert [p[2].max_steps for p in parsed] == [5000, 1500]
     assert [p[1].position_embedding_type for p in parsed] == ["learned", "rope"]
 
 
