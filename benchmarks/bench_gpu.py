@@ -896,6 +896,7 @@ def run_decode(rows: Rows, ctx: dict) -> None:
                 name = sampled if other.endswith("_sample") else f"{impl} {other} == dynamic"
                 rows[row_id]["tokens_identical_to_dynamic"] = check.get(name)
         print(f"  B={b}: tokens {check}", flush=True)
+        ctx["write_partial"]()  # each batch size takes minutes of compilation on a GPU: keep what it measured
 
 
 # where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
@@ -1411,6 +1412,7 @@ def run_sections(rows: Rows, ctx: dict, run: dict, sections: list[str]) -> None:
         check_ids = random_ids(2, min(64, settings["gpt_seq"]), settings["gpt_vocab"], seed + 1, device)
         ctx["checks"]["gpt2_logits"] = logit_check(ctx["gpt_models"], {"input_ids": check_ids})
         print(f"  logits vs GPT2LMHeadModel: {ctx['checks']['gpt2_logits']}", flush=True)
+    ctx["write_partial"] = lambda: write_outputs(rows, ctx, run, final=False)
     runners = {
         "gpt_train": lambda rows, ctx: run_gpt(rows, ctx, with_head_loss="head_loss" in sections),
         "encoders": run_encoders,

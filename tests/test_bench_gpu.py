@@ -229,3 +229,25 @@ def test_peak_probe_takes_a_dtype_and_a_device():
     result = measure_peak_flops(sizes=(32, 64), repeats=2, min_time=0.005, dtype=torch.bfloat16, device="cpu")
     assert result["peak_flops"] > 0 and result["dtype"] == "bfloat16" and result["device"] == "cpu"
     assert result["device_name"] is None
+
+
+def test_decode_writes_each_batch_size_before_the_next(tmp_path, monkeypatch):
+    """A decode section stopped by a time limit while it compiles its batch-8 rows (as on the second
+    H100) must leave batch 1's rows and token checks in bench_gpu.json."""
+    on_disk = {}
+    real_time_group = bench_gpu.time_group
+
+    def spy(rows, fns, *args, **kwargs):
+        if any(row_id.startswith("gpt2_decode_b8/") for row_id in fns):  # batch 8 is about to start
+            on_disk.update(json.loads((tmp_path / "bench_gpu.json").read_text()))
+        return real_time_group(rows, fns, *args, **kwargs)
+
+    monkeypatch.setattr(bench_gpu, "time_group", spy)
+    argv = ["--smoke", "--device", "cpu", "--threads", "1", "--sections", "decode", "--no_compile"]
+    assert bench_gpu.main([*argv, "--output_dir", str(tmp_path)]) == 0
+    rows = {row["id"]: row for row in on_disk["rows"]}
+    assert on_disk["finished"] is False
+    for key in ("hf_lm/dynamic", "hf_lm/static", "transformers/dynamic"):
+        assert rows[f"gpt2_decode_b1/{key}"]["status"] == "ok" and rows[f"gpt2_decode_b1/{key}"]["value"] > 0
+        assert rows[f"gpt2_decode_b8/{key}"]["status"] == "not run"
+    assert on_disk["checks"]["decode_b1_tokens"]["ok"] is True
