@@ -34,7 +34,8 @@ the same vocabulary); every entry gets it through `--tokenizer_name_or_path`. No
 (T5's "translate German to English: " carries no information for a model trained from scratch).
 Each entry is one `training.finetune_translation` run (in this process; its exact command line is
 recorded): AdamW, constant learning rate after a linear warmup (a time budget has no known last
-step for a decay to aim at; `--lr_scheduler` and `--label_smoothing` change that), batch 64,
+step for a decay to aim at; `--lr_scheduler`, `--budget_schedule linear`, which decays the rate over
+the wall-clock budget itself, and `--label_smoothing` change that), batch 64,
 training until `--budget_seconds` of wall-clock training or `--max_epochs` epochs, whichever
 comes first (`--max_train_seconds`: it stops at a step
 boundary). No validation during or after training (nothing is selected on it); then the 1,000
@@ -94,6 +95,7 @@ from benchmarks.bench_common import (
     write_results,
 )
 from benchmarks.bench_common import translation_tokenizer as shared_tokenizer
+from training.trainer_common import BUDGET_SCHEDULES
 
 logger = logging.getLogger("leaderboard_translation")
 
@@ -161,6 +163,12 @@ PRESETS, HELP = preset_table(
             "constant_with_warmup",
             "Learning-rate schedule after the warmup (a transformers `lr_scheduler_type`): constant suits "
             "a wall-clock budget, which has no known last step for a decay to aim at",
+        ),
+        "budget_schedule": (
+            "none",
+            "none",
+            "`linear`: decay the rate to 0 over the wall-clock budget (replaces lr_scheduler; set `max_epochs` "
+            "high enough that the budget, not the epochs, ends training); `none`: lr_scheduler",
         ),
         "label_smoothing": (0.0, 0.0, "Label smoothing of the training loss (Szegedy et al., 2016)"),
         "rnn_learning_rate": (1e-3, 3e-3, "Peak AdamW learning rate of the RNN entries"),
@@ -250,7 +258,8 @@ def entry_argv(
         ]  # fmt: skip
     argv += [
         "--per_device_train_batch_size", str(s["batch_size"]),
-        "--lr_scheduler_type", s["lr_scheduler"], "--warmup_steps", str(s["warmup_steps"]),
+        "--lr_scheduler_type", s["lr_scheduler"], "--budget_schedule", s["budget_schedule"],
+        "--warmup_steps", str(s["warmup_steps"]),
         "--label_smoothing_factor", str(s["label_smoothing"]),
         "--num_train_epochs", str(s["max_epochs"]), "--max_train_seconds", str(s["budget_seconds"]),
         "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(s["logging_steps"]),
@@ -391,7 +400,13 @@ def markdown_lines(result: dict) -> list[str]:
         f"first; test BLEU (sacrebleu corpus BLEU, 13a, cased) on {result['test_pairs']:,} test_2016_flickr pairs, "
         f"greedy and beam {beams}. One joint byte-level BPE tokenizer ({result['tokenizer']['vocab_size']:,} "
         f"tokens) for all. RNN entries: {cell.upper()} cells. Device: {result['device']}"
-        f" (preset `{result['preset']}`).",
+        f" (preset `{result['preset']}`). Learning rate: "
+        + (
+            "linear decay to 0 over the wall-clock budget"
+            if s["budget_schedule"] == "linear"
+            else f"`{s['lr_scheduler']}`"
+        )
+        + f" after {s['warmup_steps']} warmup steps; label smoothing {s['label_smoothing']:g}.",
         "",
         markdown_table(header, rows),
         "",
@@ -422,6 +437,10 @@ def main(argv: list[str] | None = None) -> dict:
     settings = resolve(args, PRESETS[preset])
     if not settings["budget_seconds"] > 0:
         parser.error("--budget_seconds must be > 0.")
+    if settings["budget_schedule"] not in BUDGET_SCHEDULES:
+        parser.error(
+            f"--budget_schedule must be one of {BUDGET_SCHEDULES}, got {settings['budget_schedule']!r}."
+        )
     if settings["mixed_precision"] not in MIXED_PRECISIONS:
         parser.error(
             f"--mixed_precision must be one of {MIXED_PRECISIONS}, got {settings['mixed_precision']!r}."

@@ -3,10 +3,14 @@ accuracy `evaluate` module (`hf_lm/metrics/accuracy`)."""
 
 import csv
 import json
+import logging
 import os
 import random
+import subprocess
+import sys
 
 import pytest
+import torch
 from conftest import REPO_ROOT, SHARED_DATA
 from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
@@ -231,15 +235,14 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_wall_clock_budget_callback_stops_at_step_boundary(monkeypatch):
+def test_wall_clock_budget_callback_stops_at_step_boundary():
     """The callback reads a clock after each optimizer step and stops at the first one past the budget."""
     from transformers import TrainerControl, TrainerState
 
     import training.trainer_common as module
 
     now = [100.0]
-    monkeypatch.setattr(module.time, "perf_counter", lambda: now[0])
-    callback = module.WallClockBudgetCallback(10)
+    callback = module.WallClockBudgetCallback(10, clock=lambda: now[0])
     state, control = TrainerState(), TrainerControl()
     callback.on_train_begin(None, state, control)
     for step, elapsed in ((1, 3.0), (2, 9.99)):
@@ -253,6 +256,115 @@ def test_wall_clock_budget_callback_stops_at_step_boundary(monkeypatch):
     callback.on_train_begin(None, state, TrainerControl())
     assert not callback.reached and callback.stopped_at_step is None
     assert not callback.on_step_end(None, state, TrainerControl()).should_training_stop
+
+
+class _Quadratic(torch.nn.Module):
+    """The smallest model `Trainer` trains: a loss from one parameter, whatever the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+
+    def forward(self, x, **kwargs):
+        return {"loss": ((self.w - x.mean()) ** 2).sum()}
+
+
+def _logged_rates(tmp_path, budget_schedule: bool) -> tuple[list[float], object]:
+    """The learning rate logged at every step of a `Trainer` run whose clock advances 1 s a step,
+    stopped by a 10 s budget; with `budget_schedule`, the trainer of `--budget_schedule linear`."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from training.trainer_common import WallClockBudgetCallback, with_budget_schedule
+
+    now = [0.0]
+
+    class Tick(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            now[0] += 1.0  # each step takes 1 s of the fake clock
+
+    budget = WallClockBudgetCallback(10, clock=lambda: now[0])
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=100, per_device_train_batch_size=2, learning_rate=0.1,
+        warmup_steps=2, lr_scheduler_type="constant_with_warmup", logging_steps=1, save_strategy="no",
+        report_to="none", disable_tqdm=True,
+        use_cpu=True,
+    )  # fmt: skip
+    trainer_class = with_budget_schedule(Trainer, budget) if budget_schedule else Trainer
+    data = [{"x": torch.tensor(float(i))} for i in range(8)]
+    trainer = trainer_class(model=_Quadratic(), args=args, train_dataset=data, callbacks=[Tick(), budget])
+    trainer.train()
+    rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
+    return rates, budget
+
+
+def test_budget_schedule_decays_the_rate_to_zero_over_the_budget(tmp_path):
+    """`--budget_schedule linear`: after the warmup the rate falls with the share of the budget
+    spent, to 0 where the budget stops training; the step-based constant schedule stays flat."""
+    rates, budget = _logged_rates(tmp_path / "linear", budget_schedule=True)
+    assert budget.reached and budget.stopped_at_step == 10 and len(rates) == 10
+    # step j runs at the rate set by step j - 1's scheduler step (warmup j - 1 of 2), from the time
+    # agreed at step j - 2's end (j - 2 s into the budget)
+    expected = [0.1 * min(1.0, (j - 1) / 2) * (1 - max(0, j - 2) / 10) for j in range(1, 11)]
+    assert rates == pytest.approx(expected, abs=1e-9)
+    constant, budget = _logged_rates(tmp_path / "constant", budget_schedule=False)
+    assert budget.reached and constant[2:] == pytest.approx([0.1] * 8)
+
+
+# two processes whose clocks disagree (rank 1's runs twice as fast): each must stop at the same
+# step and follow the same rates, or the other is left waiting in the gradients' all-reduce
+TWO_CLOCKS = """
+import json, sys
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+sys.path.insert(0, sys.argv[2])
+from test_finetune_classification import _Quadratic
+from training.trainer_common import WallClockBudgetCallback, with_budget_schedule
+
+now = [0.0]
+class Tick(TrainerCallback):
+    def on_step_begin(self, args, state, control, **kwargs):
+        now[0] += 1.0 + args.process_index  # rank 0: 1 s a step, rank 1: 2 s
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=100, per_device_train_batch_size=2,
+    learning_rate=0.1, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
+    report_to="none", disable_tqdm=True, use_cpu=True)
+budget = WallClockBudgetCallback(10, clock=lambda: now[0])
+data = [{"x": torch.tensor(float(i))} for i in range(64)]
+trainer = with_budget_schedule(Trainer, budget)(model=_Quadratic(), args=args, train_dataset=data,
+    callbacks=[Tick(), budget])
+trainer.train()
+rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
+with open(f"{sys.argv[1]}/rank{args.process_index}.json", "w") as f:
+    json.dump({"step": budget.stopped_at_step, "rates": rates, "w": trainer.model.w.tolist()}, f)
+"""
+
+
+@pytest.mark.slow
+def test_budget_stops_every_process_at_one_step_with_one_rate(tmp_path):
+    """Under DDP (torchrun, two CPU processes) the budget's stop and the budget schedule's rate
+    follow the largest elapsed time of the processes: the same step, rates and weights everywhere."""
+    script = tmp_path / "two_clocks.py"
+    script.write_text(TWO_CLOCKS)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    tests = os.path.join(REPO_ROOT, "tests")
+    result = subprocess.run(
+        [*cmd, str(script), str(tmp_path), tests], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]
+    assert ranks[0]["step"] == 5  # rank 1's clock: 2 s a step, so 10 s after 5 steps
+    assert ranks[0]["rates"][-1] == pytest.approx(0.1 * (1 - 6 / 10))  # step 5: the time at step 3's end
+
+
+def test_budget_schedule_needs_a_budget_and_a_known_name(tmp_path):
+    _write_tsv(tmp_path / "train.tsv", [("a", 0), ("b", 1)])
+    argv = ["--data_dir", str(tmp_path), "--from_scratch", "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match="`budget_schedule`='linear' decays over the wall-clock budget"):
+        parse_args([*argv, "--budget_schedule", "linear"])
+    with pytest.raises(ValueError, match="`budget_schedule` must be one of"):
+        parse_args([*argv, "--budget_schedule", "cosine", "--max_train_seconds", "10"])
 
 
 @pytest.mark.parametrize("seconds", [0, -1.0, True, "10"])
@@ -270,7 +382,7 @@ def test_wall_clock_budget_rejects_bad_values(tmp_path, seconds):
             )  # fmt: skip
 
 
-def test_wall_clock_budget_ends_training_then_evaluates_and_tests(tmp_path):
+def test_wall_clock_budget_ends_training_then_evaluates_and_tests(tmp_path, caplog):
     """A budget spent by the first step stops a 1,000-step run after that step; validation, test,
     metrics.json and the model card follow as usual. Without a budget the step count rules."""
     _toy_sentiment(tmp_path / "train.tsv", 48, seed=0)
@@ -294,6 +406,21 @@ def test_wall_clock_budget_ends_training_then_evaluates_and_tests(tmp_path):
     assert budgeted["eval_samples"] == 16 and budgeted["num_parameters"] > 0
     assert json.loads((tmp_path / "b" / "metrics.json").read_text()) == pytest.approx(budgeted)
     assert "wall-clock budget" in (tmp_path / "b" / "final" / "README.md").read_text()
+
+    # the budget schedule reaches the script: the rate falls once time is spent, and a run that the
+    # steps end before its budget says the rate never reached 0
+    decayed = common + ["--max_steps", "3", "--max_train_seconds", "1000", "--budget_schedule", "linear"]
+    with caplog.at_level(logging.WARNING, logger="training.trainer_common"):
+        finetune(
+            *parse_args(
+                decayed + ["--warmup_steps", "0", "--logging_steps", "1", "--output_dir", str(tmp_path / "d")]
+            )
+        )
+    assert "the budget schedule's rate had not reached 0" in caplog.text
+    state = json.loads((tmp_path / "d" / "trainer_state.json").read_text())
+    rates = [row["learning_rate"] for row in state["log_history"] if "learning_rate" in row]
+    assert len(rates) == 3 and rates[0] == rates[1] > rates[2] > 0.99 * rates[0]  # step 3: 2 steps' time
+    assert "linear decay over the wall-clock budget" in (tmp_path / "d" / "final" / "README.md").read_text()
 
     unbudgeted = finetune(*parse_args(common + ["--max_steps", "3", "--output_dir", str(tmp_path / "u")]))
     assert unbudgeted["train_steps"] == 3 and unbudgeted["train_budget_reached"] is False

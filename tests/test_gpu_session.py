@@ -96,6 +96,31 @@ def test_the_summaries_read_what_the_tools_write(tmp_path):
     )
 
 
+def test_the_translation_runs_parse_down_to_the_training_run(tmp_path):
+    """Both Transformer runs of the `translation` part: valid for the leaderboard and, through its
+    GPU preset, for `training.finetune_translation` (a typo must not cost a lent GPU's time)."""
+    from benchmarks import leaderboard_translation as translation
+    from training.finetune_translation import parse_args as parse_finetune
+
+    runs = {}
+    for step in PARTS["translation"]:
+        argv = step.argv({"out": tmp_path, "smoke": False, "device": "cuda"})
+        assert argv[0] == "benchmarks.leaderboard_translation" and "--preset" in argv
+        args = translation.build_parser().parse_args(argv[1:])
+        settings = translation.resolve(args, translation.PRESETS[args.preset])
+        run = translation.entry_argv("transformer", settings, args, tmp_path / "tok", tmp_path / step.name)
+        runs[step.name] = parse_finetune(run)[2]
+    plain, decayed = runs["multi30k_transformer"], runs["multi30k_transformer_budget_linear"]
+    assert (plain.budget_schedule, plain.max_train_seconds, plain.num_train_epochs) == ("none", 200, 10)
+    assert (decayed.budget_schedule, decayed.max_train_seconds, decayed.label_smoothing_factor) == (
+        "linear",
+        180,
+        0.1,
+    )
+    assert decayed.num_train_epochs == 1000  # the budget, not the epochs, ends it
+    assert sum(s.limit for s in PARTS["translation"]) <= gpu_session.DEFAULT_BUDGET  # both in one call
+
+
 def test_without_cuda_it_says_so_and_exits_0(capsys, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert gpu_session.main(["--part", "check"]) == 0

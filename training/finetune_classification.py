@@ -41,8 +41,9 @@ Wall-clock budget: `--max_train_seconds S` stops training at the first optimizer
 after S seconds of `trainer.train()` (evaluations during training included), whatever
 `--num_train_epochs`/`--max_steps` say; the final evaluation, test and save then run as usual
 (`training.trainer_common.WallClockBudgetCallback`). The learning-rate schedule still spans the
-planned steps, so a budgeted run usually wants `--lr_scheduler_type constant_with_warmup` and a
-generous `--num_train_epochs`. `metrics.json` records `train_steps`, `train_epochs` and
+planned steps, so a budgeted run wants a generous `--num_train_epochs` and either
+`--lr_scheduler_type constant_with_warmup`, or `--budget_schedule linear`: after the warmup the
+rate decays to 0 with the share of the budget spent, reaching 0 where the budget stops training. `metrics.json` records `train_steps`, `train_epochs` and
 `train_budget_reached`.
 """
 

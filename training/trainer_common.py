@@ -15,6 +15,7 @@ from pathlib import Path
 
 import datasets
 import torch
+from torch.optim.lr_scheduler import LambdaLR
 from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ def resolve_max_length(requested: int | None, limit: int | None, name: str) -> i
             f"(max_position_embeddings={limit}); pass {limit} or less."
         )
     return requested
+
+
+# how the learning rate follows a wall-clock budget (`--budget_schedule`)
+BUDGET_SCHEDULES = ("none", "linear")
 
 
 def check_budget(seconds: float | None) -> None:
@@ -89,9 +94,28 @@ class ScriptTrainingArguments:
         },
     )
 
+    budget_schedule: str = field(
+        default="none",
+        metadata={
+            "help": "With `max_train_seconds`: `linear` decays the learning rate after the warmup to 0 over the "
+            "wall-clock budget (the fraction of it spent), replacing `lr_scheduler_type`, so that the rate ends "
+            "where the budget stops training whatever the hardware's speed; `none` (default) keeps "
+            f"`lr_scheduler_type`. One of {BUDGET_SCHEDULES}."
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_budget(self.max_train_seconds)
+        if self.budget_schedule not in BUDGET_SCHEDULES:
+            raise ValueError(
+                f"`budget_schedule` must be one of {BUDGET_SCHEDULES}, got {self.budget_schedule!r}."
+            )
+        if self.budget_schedule != "none" and self.max_train_seconds is None:
+            raise ValueError(
+                f"`budget_schedule`={self.budget_schedule!r} decays over the wall-clock budget: "
+                "pass `max_train_seconds` too."
+            )
 
 
 def trust_remote_code_field():
@@ -139,12 +163,28 @@ def require_validation(raw: datasets.DatasetDict, args: TrainingArguments, how: 
         )
 
 
+def agreed_seconds(elapsed: float, args: TrainingArguments) -> float:
+    """The largest of every process's `elapsed` under torch.distributed (DDP), else `elapsed`.
+
+    Each process reads its own clock; if each decided alone, one could stop a step before the others
+    and leave them waiting in the gradients' all-reduce, or follow another learning rate. The
+    agreement costs one tiny all-reduce per step, and only with several processes.
+    """
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return elapsed
+    value = torch.tensor([elapsed], dtype=torch.float64, device=args.device)  # NCCL reduces on the GPU
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return float(value.item())
+
+
 class WallClockBudgetCallback(TrainerCallback):
     """Stop `Trainer` at the first optimizer-step boundary after `max_seconds` of training.
 
     The clock starts at `on_train_begin` (after the data loader and optimizer are set up) and is
     read after every optimizer step, so the step in progress always completes and the model is
-    never left half-updated; evaluations run during training count towards the budget. Training
+    never left half-updated; evaluations run during training count towards the budget. Under DDP
+    the processes agree on the largest elapsed time (`agreed_seconds`), so all stop at one step. Training
     then ends as at `max_steps`: the epoch-end hooks run and `Trainer.train` returns.
 
     Attributes:
@@ -153,21 +193,27 @@ class WallClockBudgetCallback(TrainerCallback):
         stopped_at_step: the global step at which it stopped, or None.
     """
 
-    def __init__(self, max_seconds: float):
+    def __init__(self, max_seconds: float, clock: Callable[[], float] = time.perf_counter):
         check_budget(max_seconds)
         self.max_seconds = float(max_seconds)
+        self.clock = clock  # seconds, monotonic (a test passes a fake one)
         self.reached = False
         self.stopped_at_step: int | None = None
         self._start: float | None = None
+        self._elapsed = 0.0  # seconds of training at the last step's end, the same in every process
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
+        self._start, self._elapsed = self.clock(), 0.0
         self.reached, self.stopped_at_step = False, None
+
+    def spent(self) -> float:
+        """The fraction of the budget spent at the last step's end (0 before it): 1 or more at its end."""
+        return self._elapsed / self.max_seconds
 
     def on_step_end(self, args, state, control, **kwargs):
         if self._start is None or control.should_training_stop:
             return control
-        elapsed = time.perf_counter() - self._start
+        self._elapsed = elapsed = agreed_seconds(self.clock() - self._start, args)
         if elapsed >= self.max_seconds:
             control.should_training_stop = True
             self.reached, self.stopped_at_step = True, state.global_step
@@ -179,6 +225,38 @@ class WallClockBudgetCallback(TrainerCallback):
                 state.epoch or 0.0,
             )
         return control
+
+
+def budget_linear_schedule(optimizer, warmup_steps: int, budget: WallClockBudgetCallback) -> LambdaLR:
+    """A linear warmup over `warmup_steps`, then a linear decay to 0 over the budget's wall-clock time.
+
+    A time budget has no known last step for a step-based decay to aim at; this one follows the
+    clock instead, so the rate reaches 0 where `budget` stops training on any hardware. The factor
+    is read at each `scheduler.step()`, from the time the processes agreed on at the previous step's
+    end (`WallClockBudgetCallback.spent`), so every process follows the same rate. A run that
+    resumes from a checkpoint starts a new budget, so a new decay.
+    """
+
+    def factor(step: int) -> float:
+        warmup = min(1.0, step / warmup_steps) if warmup_steps > 0 else 1.0  # as transformers' warmups
+        return warmup * max(0.0, 1.0 - budget.spent())
+
+    return LambdaLR(optimizer, factor)
+
+
+def with_budget_schedule(trainer_class: type[Trainer], budget: WallClockBudgetCallback) -> type[Trainer]:
+    """`trainer_class` whose scheduler is `budget_linear_schedule` (`--budget_schedule linear`)."""
+
+    class BudgetScheduledTrainer(trainer_class):
+        def create_scheduler(self, num_training_steps: int, optimizer=None):
+            if self.lr_scheduler is None:
+                warmup = self.args.get_warmup_steps(num_training_steps)
+                self.lr_scheduler = budget_linear_schedule(optimizer or self.optimizer, warmup, budget)
+                self._created_lr_scheduler = True
+            return self.lr_scheduler
+
+    BudgetScheduledTrainer.__name__ = BudgetScheduledTrainer.__qualname__ = f"Budget{trainer_class.__name__}"
+    return BudgetScheduledTrainer
 
 
 def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, encoded, **kwargs):
@@ -198,6 +276,8 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
     """
     seconds = getattr(args, "max_train_seconds", None)
     budget = None if seconds is None else WallClockBudgetCallback(seconds)
+    if budget is not None and getattr(args, "budget_schedule", "none") == "linear":
+        trainer_class = with_budget_schedule(trainer_class, budget)
     trainer = trainer_class(
         args=args,
         train_dataset=encoded["train"],
@@ -206,6 +286,13 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
         **kwargs,
     )
     train_result = trainer.train()
+    if budget is not None and getattr(args, "budget_schedule", "none") != "none" and not budget.reached:
+        logger.warning(
+            "The steps or epochs ended training after %.0f%% of the %.0f s budget: the budget schedule's "
+            "rate had not reached 0. Raise `num_train_epochs` (or `max_steps`) so that the budget ends it.",
+            100 * budget.spent(),
+            budget.max_seconds,
+        )
     metrics = dict(
         train_result.metrics,
         train_samples=len(encoded["train"]),
@@ -260,7 +347,11 @@ def card_hyperparameters(args: TrainingArguments, head: dict, tail: dict) -> dic
         "batch size per device": args.per_device_train_batch_size,
         "gradient accumulation steps": args.gradient_accumulation_steps,
         "learning rate": args.learning_rate,
-        "schedule": f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}",
+        "schedule": (
+            f"linear decay over the wall-clock budget, warmup {args.warmup_steps}"
+            if getattr(args, "budget_schedule", "none") == "linear"
+            else f"{_plain(args.lr_scheduler_type)}, warmup {args.warmup_steps}"
+        ),
         "optimizer": f"{_plain(args.optim)}, weight decay {args.weight_decay}",
         **tail,
         "seed": args.seed,
