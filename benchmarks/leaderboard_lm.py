@@ -31,7 +31,8 @@ Entries. Each is one `python -m training.train` run in its own subprocess, one a
   1e-3, 100 warmup steps, AdamW beta2 0.99, weight decay 0.1, `bias=False`, cosine decay to 1e-4),
   run for its 2000 iterations, not the budget, with nanoGPT's recipe options of the loop: windows at
   random offsets (`--sampling random_windows`) and the best evaluation's model kept (nanoGPT saves
-  only improvements), as `training/configs/shakespeare_char_cpu.yaml`. Differences, all small:
+  only improvements), as `training/configs/shakespeare_char_cpu.yaml` (but with nanoGPT's learned
+  positions, not the config's rotary ones). Differences, all small:
   hf_lm's LayerNorms keep their bias (`bias=False` removes only the linear biases here: 1.2k
   parameters); the vocabulary has the 2 special tokens more; nanoGPT estimates its loss on 200
   random validation batches, this script scores the whole split.
@@ -765,7 +766,7 @@ def run_reference(ctx: Context, entry: Entry) -> dict:
         max_steps=s.nanogpt_iters, eval_every=s.nanogpt_eval_every,
         warmup_steps=min(100, s.nanogpt_iters // 10),
     )  # fmt: skip
-    # nanoGPT's recipe (training/configs/shakespeare_char_cpu.yaml): its get_batch windows, its
+    # nanoGPT's recipe (as training/configs/shakespeare_char_cpu.yaml, positions aside): its get_batch windows, its
     # cosine ending at a tenth of the peak, and the best evaluation's model kept (it saves only
     # when its validation estimate improves)
     args += ["--sampling", "random_windows", "--min_lr_rate", "0.1"]
