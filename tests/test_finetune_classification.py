@@ -365,6 +365,11 @@ def test_budget_schedule_needs_a_budget_and_a_known_name(tmp_path):
         parse_args([*argv, "--budget_schedule", "linear"])
     with pytest.raises(ValueError, match="`budget_schedule` must be one of"):
         parse_args([*argv, "--budget_schedule", "cosine", "--max_train_seconds", "10"])
+    with pytest.raises(ValueError, match="`warmup_steps`=0.1 below 1 is a share of the planned steps"):
+        parse_args(
+            [*argv, "--budget_schedule", "linear", "--max_train_seconds", "10", "--warmup_steps", "0.1"]
+        )
+    parse_args([*argv, "--budget_schedule", "linear", "--max_train_seconds", "10", "--warmup_steps", "3"])
 
 
 @pytest.mark.parametrize("seconds", [0, -1.0, True, "10"])

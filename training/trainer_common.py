@@ -116,6 +116,11 @@ class ScriptTrainingArguments:
                 f"`budget_schedule`={self.budget_schedule!r} decays over the wall-clock budget: "
                 "pass `max_train_seconds` too."
             )
+        if self.budget_schedule != "none" and 0 < self.warmup_steps < 1:
+            raise ValueError(
+                f"`warmup_steps`={self.warmup_steps} below 1 is a share of the planned steps, which a run "
+                "ended by its budget does not reach: pass `warmup_steps` as a number of steps."
+            )
 
 
 def trust_remote_code_field():
