@@ -22,7 +22,8 @@ Run one part per call, in the order below, on a machine prepared with `../shared
 
 `--part recipe,decode` runs several parts in turn under one budget, `--part all` every part (a
 machine lent for longer); `--steps a,b` only the named steps of the parts (what an earlier session
-measured need not run again). Measured on an H100 (2026-11-27): `check` 267 s, `train` 168 s
+measured need not run again), on-demand steps included, which run only when named (`decode`'s
+batch 8 alone, `bench_gpu_decode_b8`). Measured on an H100 (2026-11-27): `check` 267 s, `train` 168 s
 (eager 37 s, then eager and compiled 131 s), hf_lm's recipe about 120 s with a cold compile and
 nanoGPT's about 150 s. On an H200: `bench_gpu_train` 141 s, `decode` 142 s, nanoGPT 143 s, each
 2,500-step recipe run about 100 s. On a second H100: nanoGPT 166 s, the 2,000-step recipe 81 s,
@@ -86,6 +87,7 @@ class Step:
     limit: float
     summarize: Callable[[dict], str] = lambda ctx: ""
     skip_reason: str = ""
+    on_demand: bool = False  # run only when `--steps` names it (a rerun of part of another step)
 
 
 @dataclass
@@ -189,14 +191,16 @@ def gpu_check_step(name: str, only: str, precisions: str, limit: float, smoke_on
     return Step(name, argv, limit, lambda ctx: summarize_gpu_check(ctx, name))
 
 
-def bench_gpu_step(name: str, sections: str, limit: float, extra: tuple[str, ...] = ()) -> Step:
+def bench_gpu_step(
+    name: str, sections: str, limit: float, extra: tuple[str, ...] = (), on_demand: bool = False
+) -> Step:
     def argv(ctx):
         cmd = ["benchmarks.bench_gpu", "--sections", sections, "--output_dir", str(ctx["out"] / name)]
         if ctx["smoke"]:
             return [*cmd, "--smoke", "--device", "cpu", "--no_compile"]
         return [*cmd, "--device", ctx["device"], *extra]
 
-    return Step(name, argv, limit, lambda ctx: summarize_bench_gpu(ctx, name))
+    return Step(name, argv, limit, lambda ctx: summarize_bench_gpu(ctx, name), on_demand=on_demand)
 
 
 # the recipe at tiny size (CI): the same config file, overridden
@@ -298,7 +302,13 @@ PARTS: dict[str, list[Step]] = {
         recipe_step("recipe_hf_lm_5000_steps", 200, ("--max_steps", "5000")),
         recipe_step("recipe_hf_lm_rope_1500_steps", 100, ("--max_steps", "1500", "--position_embedding_type", "rope")),
     ],
-    "decode": [bench_gpu_step("bench_gpu_decode", "decode", 540)],
+    # batch 1 then 8 (an H100: more than 181 s; batch 1 with its profile about 150 s). The second step,
+    # batch 8 alone, runs only when named, for a session that measured batch 1 before
+    # (`--part decode --steps bench_gpu_decode_b8`)
+    "decode": [
+        bench_gpu_step("bench_gpu_decode", "decode", 540),
+        bench_gpu_step("bench_gpu_decode_b8", "decode", 540, ("--decode_batches", "8"), on_demand=True),
+    ],
     # the preset (bentrevett's 10 epochs at a constant rate), its budget cut to fit the call; then the
     # same model trained for its whole budget with the rate decaying over it and label smoothing 0.1
     # (Vaswani et al.): a GPU runs an epoch in seconds, so 10 epochs leave most of 10 minutes unused
@@ -455,11 +465,11 @@ def parse_parts(value: str) -> list[str]:
 
 
 def select_steps(parts: list[str], names: str | None) -> list[Step]:
-    """The steps of `parts` in their order; with `names` (comma-separated) only those, each of which
-    must belong to one of the parts."""
+    """The steps of `parts` in their order, but for the on-demand ones; with `names` (comma-separated)
+    only those, each of which must belong to one of the parts (on-demand steps included)."""
     steps = [s for part in parts for s in PARTS[part]]
     if names is None:
-        return steps
+        return [s for s in steps if not s.on_demand]
     wanted = {n.strip() for n in names.split(",") if n.strip()}
     unknown = wanted - {s.name for s in steps}
     if unknown or not wanted:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tarfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,7 @@ def test_steps_picks_named_steps_in_part_order_and_refuses_others():
     for bad in ("bench_gpu_decode", " , "):
         with pytest.raises(ValueError, match="not in part"):
             gpu_session.select_steps(["recipe"], bad)
+    # an on-demand step runs only when named
+    assert [s.name for s in gpu_session.select_steps(["decode"], None)] == ["bench_gpu_decode"]
+    (b8,) = gpu_session.select_steps(["decode"], "bench_gpu_decode_b8")
+    assert b8.argv({"out": Path("/o"), "smoke": False, "device": "cuda"})[-2:] == ["--decode_batches", "8"]
