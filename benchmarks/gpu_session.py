@@ -13,7 +13,7 @@ Run one part per call, in the order below, on a machine prepared with `../shared
 |---|---|---|
 | `check` | `training.gpu_check`: the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
 | `train` | `benchmarks.bench_gpu --sections gpt_train,head_loss`: GPT-2 small, eager (first alone) and compiled | eager >= nanoGPT-shaped and >= 1.6x GPT2LMHeadModel; compiled MFU >= 40% |
-| `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml`, (its cosine ends at step 2,000), then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with nanoGPT's 5,000 steps, and with rotary positions ending at step 1,500 | best val loss <= 1.46 in less wall time than nanoGPT |
+| `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml` (its cosine ends at step 2,000), then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with nanoGPT's 5,000 steps, and with rotary positions ending at step 1,500 | best val loss <= 1.46 in less wall time than nanoGPT |
 | `decode` | `bench_gpu --sections decode`, with hf_lm's loop (`static_decode`) greedy and sampled | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
 | `translation` | `benchmarks.leaderboard_translation --entries transformer --preset gpu` (200 s at most), then the same trained for 180 s with `--budget_schedule linear --label_smoothing 0.1` | test BLEU >= 37 within 10 minutes of training |
 | `leaderboards` | `training.gpu_check --only leaderboards --precisions bf16` (the smoke leaderboards, ablations) | everything runs on CUDA |

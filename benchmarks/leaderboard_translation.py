@@ -403,7 +403,7 @@ def markdown_lines(result: dict) -> list[str]:
         f" (preset `{result['preset']}`). Learning rate: "
         + (
             "linear decay to 0 over the wall-clock budget"
-            if s["budget_schedule"] == "linear"
+            if s.get("budget_schedule") == "linear"  # results written before the option have none
             else f"`{s['lr_scheduler']}`"
         )
         + f" after {s['warmup_steps']} warmup steps; label smoothing {s['label_smoothing']:g}.",

@@ -243,18 +243,8 @@ def test_decode_writes_each_batch_size_before_the_next(tmp_path, monkeypatch):
         return real_time_group(rows, fns, *args, **kwargs)
 
     monkeypatch.setattr(bench_gpu, "time_group", spy)
-    argv = [
-        "--smoke",
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-        "--sections",
-        "decode",
-        "--no_compile",
-        "--decode_rounds",
-        "1",
-    ]
+    argv = ["--smoke", "--device", "cpu", "--threads", "1", "--sections", "decode", "--no_compile"]
+    argv += ["--decode_rounds", "1"]
     assert bench_gpu.main([*argv, "--output_dir", str(tmp_path)]) == 0
     rows = {row["id"]: row for row in on_disk["rows"]}
     assert on_disk["finished"] is False

@@ -43,7 +43,8 @@ after S seconds of `trainer.train()` (evaluations during training included), wha
 (`training.trainer_common.WallClockBudgetCallback`). The learning-rate schedule still spans the
 planned steps, so a budgeted run wants a generous `--num_train_epochs` and either
 `--lr_scheduler_type constant_with_warmup`, or `--budget_schedule linear`: after the warmup the
-rate decays to 0 with the share of the budget spent, reaching 0 where the budget stops training. `metrics.json` records `train_steps`, `train_epochs` and
+rate decays to 0 with the share of the budget spent, reaching 0 where the budget stops training.
+`metrics.json` records `train_steps`, `train_epochs` and
 `train_budget_reached`.
 """
 
