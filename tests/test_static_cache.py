@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 import torch
+import transformers
 from conftest import VARIANTS as GPT_VARIANTS
 from conftest import tiny_gpt_config
 from torch._dynamo.utils import counters
@@ -393,3 +394,19 @@ def test_families_without_an_attention_cache_ignore_a_static_cache_with_a_warnin
             got = model.generate(x, cache_implementation="static", **kwargs, **extra)
         assert "cache_implementation" in captured.out
         assert torch.equal(got, expected)
+
+
+def test_gpu_checks_compiled_static_case_and_what_it_catches(monkeypatch):
+    """`make gpu-check`'s `<family>/compiled_static`: every family with a static cache, compiled by
+    `generate()` in one graph with the dynamic cache's tokens (eager backend here, Inductor on a GPU);
+    a cache that `generate()` would not compile fails it."""
+    from training.gpu_check import run_compiled_static_case, static_families
+
+    names = ["gpt-causal-lm", "t5-seq2seq-lm", "bart-seq2seq-lm", "gpt-moe-causal-lm", "t5-moe-seq2seq-lm"]
+    assert static_families() == names
+    assert run_compiled_static_case("bart-seq2seq-lm", "cpu") == (
+        "eager, 1 graph(s) with fullgraph=True; tokens = the dynamic cache's"
+    )
+    monkeypatch.setattr(transformers.cache_utils.StaticLayer, "is_compileable", False)
+    with pytest.raises(AssertionError, match="did not compile the decoding step"):
+        run_compiled_static_case("t5-seq2seq-lm", "cpu")

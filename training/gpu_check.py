@@ -18,7 +18,9 @@ The sweep, each case at tiny size, in fp32, bf16 and fp16 autocast (`--precision
 - `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`): forward with labels,
   backward, and `generate()` where the family generates, next to the same model on the CPU; in
   fp32, the families with a static cache also decode with `hf_lm.generation_static.static_decode`,
-  greedy and sampled, which must give `generate()`'s tokens on the device.
+  greedy and sampled, which must give `generate()`'s tokens on the device, and `<family>/compiled_static`
+  has `generate()` compile their decoding step (fullgraph, Inductor on a GPU) and give the dynamic
+  cache's tokens.
 - `pipelines`: every pipeline the README lists, with `device=0`, against the CPU pipeline's output.
 - `tools`: `evaluate_cli --device cuda`, the demo, the fine-tuning scripts (classification, and
   translation for every family) with `--bf16`/`--fp16`.
@@ -256,6 +258,44 @@ def _static_decode_agrees(model, prompt: dict) -> str:
                 f"static_decode's {how} tokens {runs[1].tolist()} != generate()'s {runs[0].tolist()}"
             )
     return "static_decode = generate() (greedy, sampled)"
+
+
+def static_families() -> list[str]:
+    """The generating families with a static cache (GPT, T5, BART, their mixtures of experts)."""
+    from hf_lm.testing import FAMILY_CASES
+
+    return [c.name for c in FAMILY_CASES if c.generates and c.model_class._can_compile_fullgraph]
+
+
+def run_compiled_static_case(name: str, device: torch.device | str) -> str:
+    """`generate()` compiles the decoding step of a family with a static cache, in one graph, and
+    decodes the dynamic cache's greedy tokens (fp32). Inductor on a GPU, as `generate()` does by
+    itself there; the eager backend elsewhere (the CPU run checks the tracing, not the kernels)."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    from hf_lm.testing import FAMILY_CASES
+
+    case = next(c for c in FAMILY_CASES if c.name == name)
+    model = case.make_model(seed=0).to(device).eval()
+    prompt = {k: v.to(device) for k, v in case.prompt(case.make_batch()).items()}
+    cuda = torch.device(device).type == "cuda"
+    config = CompileConfig(fullgraph=True, backend="inductor" if cuda else "eager")
+    if not cuda:
+        config.mode, config._compile_all_devices = None, True  # generate() compiles on accelerators only
+    greedy = dict(max_new_tokens=5, do_sample=False)
+    torch._dynamo.reset()  # a fresh cache: no graph of another model counts towards the recompile limit
+    dynamic = model.generate(**prompt, **greedy)
+    before = counters["stats"]["unique_graphs"]
+    static = model.generate(**prompt, **greedy, cache_implementation="static", compile_config=config)
+    graphs = counters["stats"]["unique_graphs"] - before
+    if not hasattr(model, "_compiled_call") or graphs == 0:
+        raise AssertionError("generate() did not compile the decoding step")
+    if not torch.equal(dynamic, static):
+        raise AssertionError(
+            f"compiled static tokens {static.tolist()} != the dynamic cache's {dynamic.tolist()}"
+        )
+    return f"{config.backend}, {graphs} graph(s) with fullgraph=True; tokens = the dynamic cache's"
 
 
 def run_vocab_projection_case(device: torch.device | str, precision: str = "no") -> str:
@@ -679,6 +719,15 @@ def checks(device: str) -> list[Check]:
             lambda workdir, device, precision, name=c.name: run_family_case(name, device, precision),
         )
         for c in FAMILY_CASES
+    ]
+    out += [
+        Check(
+            "families",
+            f"{name}/compiled_static",
+            lambda workdir, device, precision, name=name: run_compiled_static_case(name, device),
+            ("no",),
+        )
+        for name in static_families()
     ]
     out.append(
         Check(
