@@ -119,6 +119,8 @@ def test_the_translation_runs_parse_down_to_the_training_run(tmp_path):
         0.1,
     )
     assert decayed.num_train_epochs == 1000  # the budget, not the epochs, ends it
+    smoke = PARTS["translation"][1].argv({"out": tmp_path, "smoke": True})  # the flags run in CI too
+    assert "--smoke" in smoke and smoke[-6:] == list(gpu_session.BUDGET_LINEAR)
     assert sum(s.limit for s in PARTS["translation"]) <= gpu_session.DEFAULT_BUDGET  # both in one call
 
 
