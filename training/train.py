@@ -122,6 +122,7 @@ from .batches import (  # noqa: F401  (the loop's data classes, importable from 
     window_document_columns,
 )
 from .best import BestModel
+from .budget import agreed_seconds
 from .checkpoint import (
     checkpoint_name,
     get_rng_state,
@@ -152,12 +153,9 @@ logger = logging.getLogger(__name__)
 
 
 def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> bool:
-    """Whether `budget_s` seconds have passed since `start`, as the main process sees it (every
-    process stops at the same step)."""
-    spent = torch.tensor(float(time.perf_counter() - start >= budget_s), device=accelerator.device)
-    if accelerator.num_processes > 1:
-        spent = accelerator.reduce(spent, reduction="sum") > 0
-    return bool(spent)
+    """Whether `budget_s` seconds have passed since `start` in any process (every process stops at
+    the same step)."""
+    return agreed_seconds(time.perf_counter() - start, accelerator.device) >= budget_s
 
 
 def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):

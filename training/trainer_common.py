@@ -18,6 +18,8 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
+from .budget import agreed_seconds
+
 logger = logging.getLogger(__name__)
 
 # the input length when none is asked for (and the positions of a fresh model)
@@ -168,21 +170,6 @@ def require_validation(raw: datasets.DatasetDict, args: TrainingArguments, how: 
         )
 
 
-def agreed_seconds(elapsed: float, args: TrainingArguments) -> float:
-    """The largest of every process's `elapsed` under torch.distributed (DDP), else `elapsed`.
-
-    Each process reads its own clock; if each decided alone, one could stop a step before the others
-    and leave them waiting in the gradients' all-reduce, or follow another learning rate. The
-    agreement costs one tiny all-reduce per step, and only with several processes.
-    """
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return elapsed
-    value = torch.tensor([elapsed], dtype=torch.float64, device=args.device)  # NCCL reduces on the GPU
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value.item())
-
-
 class WallClockBudgetCallback(TrainerCallback):
     """Stop `Trainer` at the first optimizer-step boundary after `max_seconds` of training.
 
@@ -218,7 +205,7 @@ class WallClockBudgetCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self._start is None or control.should_training_stop:
             return control
-        self._elapsed = elapsed = agreed_seconds(self.clock() - self._start, args)
+        self._elapsed = elapsed = agreed_seconds(self.clock() - self._start, getattr(args, "device", None))
         if elapsed >= self.max_seconds:
             control.should_training_stop = True
             self.reached, self.stopped_at_step = True, state.global_step
