@@ -435,3 +435,8 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("gpt-moe-causal-lm", HfLmGPTForCausalLM, _gpt_moe, _causal, generates=True),
     FamilyCase("t5-moe-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5_moe, _seq2seq, generates=True),
 ]
+# the model classes that generate(), and those of them with a static cache (GPT, T5, BART and their
+# mixtures of experts), whose decoding step compiles; the recurrent, n-gram and feed-forward models
+# keep no attention cache
+GENERATING_CASES = [case for case in FAMILY_CASES if case.generates]
+STATIC_CACHE_CASES = [case for case in GENERATING_CASES if case.model_class._can_compile_fullgraph]

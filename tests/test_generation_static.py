@@ -13,12 +13,9 @@ from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, LogitsProce
 
 from hf_lm import HfLmBartConfig, HfLmGPTForCausalLM
 from hf_lm.generation_static import static_decode
-from hf_lm.testing import FAMILY_CASES
+from hf_lm.testing import GENERATING_CASES, STATIC_CACHE_CASES
 
-GENERATING = [case for case in FAMILY_CASES if case.generates]
-# the families with a static cache (GPT, T5, BART and their mixtures of experts), which compile their
-# decoding step; the recurrent, n-gram and feed-forward models have no attention cache
-STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]
+GENERATING, STATIC = GENERATING_CASES, STATIC_CACHE_CASES
 _BART = next(case for case in STATIC if case.name == "bart-seq2seq-lm")
 # the course's Transformer (sinusoidal positions, ReLU, scaled embeddings): the BART case's sizes
 # and tokens under the "transformer" preset

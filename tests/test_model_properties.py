@@ -37,10 +37,10 @@ from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_t
 
 from hf_lm.families import all_heads
 from hf_lm.models.hflm_common import CACHE_NAME, output_cache, shift_tokens_right
-from hf_lm.testing import FAMILY_CASES, VOCAB
+from hf_lm.testing import FAMILY_CASES, GENERATING_CASES, STATIC_CACHE_CASES, VOCAB
 
 AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}
-GENERATING = [case for case in FAMILY_CASES if case.generates]
+GENERATING = GENERATING_CASES
 
 
 def cases(selected=FAMILY_CASES, xfail: dict[str, str] | None = None) -> list:
@@ -183,7 +183,7 @@ def test_the_cache_is_taken_under_both_of_its_names(case):
         model(**step, cache=cache, past_key_values=cache)
 
 
-STATIC = [case for case in GENERATING if case.model_class._can_compile_fullgraph]
+STATIC = STATIC_CACHE_CASES
 
 
 def test_the_static_cache_families_are_the_attention_families():

@@ -22,12 +22,12 @@ from conftest import REPO_ROOT
 
 import hf_lm
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS, StackedRNN
-from hf_lm.testing import FAMILY_CASES
+from hf_lm.testing import FAMILY_CASES, GENERATING_CASES
 from training.args import parse_args
 from training.train import train
 
 BF16 = torch.bfloat16
-GENERATING = [case for case in FAMILY_CASES if case.generates]
+GENERATING = GENERATING_CASES
 
 
 def _main_output(output) -> torch.Tensor:

@@ -260,13 +260,6 @@ def _static_decode_agrees(model, prompt: dict) -> str:
     return "static_decode = generate() (greedy, sampled)"
 
 
-def static_families() -> list[str]:
-    """The generating families with a static cache (GPT, T5, BART, their mixtures of experts)."""
-    from hf_lm.testing import FAMILY_CASES
-
-    return [c.name for c in FAMILY_CASES if c.generates and c.model_class._can_compile_fullgraph]
-
-
 def run_compiled_static_case(name: str, device: torch.device | str) -> str:
     """`generate()` compiles the decoding step of a family with a static cache, in one graph, and
     decodes the dynamic cache's greedy tokens (fp32). Inductor on a GPU, as `generate()` does by
@@ -710,7 +703,7 @@ def checks(device: str) -> list[Check]:
         )
         for case in LOOP_CASES
     ]
-    from hf_lm.testing import FAMILY_CASES
+    from hf_lm.testing import FAMILY_CASES, STATIC_CACHE_CASES
 
     out += [
         Check(
@@ -727,7 +720,7 @@ def checks(device: str) -> list[Check]:
             lambda workdir, device, precision, name=name: run_compiled_static_case(name, device),
             ("no",),
         )
-        for name in static_families()
+        for name in (c.name for c in STATIC_CACHE_CASES)
     ]
     out.append(
         Check(
