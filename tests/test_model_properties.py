@@ -16,6 +16,8 @@
 - feature extraction from `input_ids` alone where transformers' counterpart allows it;
 - contiguous logits (so `.view(-1, V)` works) for every batch size;
 - `num_items_in_batch`: the token losses are summed and divided by it, as transformers' are;
+- training: the loss reaches every parameter with a finite, non-zero gradient (the gradients' parity
+  with transformers' reference models is tests/test_training_parity.py);
 - dtype moves: `.to(torch.float64)` gives float64 outputs equal to fp32's.
 
 Covered by sweeps over the same cases elsewhere (not repeated here): bad input gets a `ValueError`
@@ -398,6 +400,32 @@ def test_shift_labels_are_scored_as_they_are(case):
         torch.testing.assert_close(by_hand, model(**batch).loss, atol=1e-6, rtol=1e-6)
         with pytest.raises(ValueError, match="`shift_labels` contains"):
             model(**inputs, shift_labels=targets + VOCAB)
+
+
+# ---------------------------------------------------------------- training
+
+
+TRAINED = [case for case in FAMILY_CASES if any(key in case.make_batch() for key in TARGETS)]
+
+
+@pytest.mark.parametrize("case", cases(TRAINED))
+def test_every_parameter_learns_from_the_loss(case):
+    """In training mode the loss reaches every parameter with a finite, non-zero gradient: a `detach()`,
+    a head the loss bypasses or a module built and never called shows up here naming the parameter.
+    (Parity of the gradients themselves with transformers: tests/test_training_parity.py.)
+
+    Exempt: an expert that no token of the tiny batch was routed to (its gradient is exactly 0), and the
+    n-gram model, whose counts are fitted rather than trained (no parameter requires a gradient)."""
+    model, batch = case.make_model().train(), case.make_batch()
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    if not params:
+        assert case.name == "ngram-causal-lm", "only the count-based n-gram model has nothing to train"
+        return
+    model(**batch).loss.backward()
+    for name, p in params.items():
+        assert p.grad is not None, f"{name}: the loss does not reach it"
+        assert p.grad.isfinite().all(), f"{name}: a non-finite gradient"
+        assert p.grad.any() or ".experts." in name, f"{name}: a gradient of exactly 0"
 
 
 # ---------------------------------------------------------------- dtype moves

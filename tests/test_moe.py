@@ -198,14 +198,29 @@ def test_dense_default_is_unchanged():
     assert len(out.to_tuple()) == 3  # loss, logits, cache: the dense tuple of before
 
 
-def test_mixtral_parity_and_generation():
-    torch.manual_seed(0)
-    ref_config = MixtralConfig(
+def mixtral_reference_config(**kw) -> MixtralConfig:
+    """A small Mixtral whose training loss includes the load-balancing loss (`output_router_logits`)."""
+    base = dict(
         vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
         max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
     )  # fmt: skip
-    ref = MixtralForCausalLM(ref_config).eval()
+    return MixtralConfig(**{**base, **kw})
+
+
+def switch_reference_config(**kw) -> SwitchTransformersConfig:
+    """A small SwitchTransformers whose expert capacity (3 slots) binds on 13-token sources."""
+    base = dict(
+        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=4, num_decoder_layers=4, num_heads=4,
+        num_experts=4, expert_capacity=3, num_sparse_encoder_layers=2, num_sparse_decoder_layers=2,
+        router_jitter_noise=0.01, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    return SwitchTransformersConfig(**{**base, **kw})
+
+
+def test_mixtral_parity_and_generation():
+    torch.manual_seed(0)
+    ref = MixtralForCausalLM(mixtral_reference_config()).eval()
     ours = from_transformers(ref)
     assert type(ours) is HfLmGPTForCausalLM and ours.config.num_local_experts == 4
     x = torch.randint(3, VOCAB, (2, 11))
@@ -227,12 +242,7 @@ def test_mixtral_parity_and_generation():
 
 def test_switch_transformers_parity_with_capacity():
     torch.manual_seed(0)
-    ref_config = SwitchTransformersConfig(
-        vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=48, num_layers=4, num_decoder_layers=4, num_heads=4,
-        num_experts=4, expert_capacity=3, num_sparse_encoder_layers=2, num_sparse_decoder_layers=2,
-        router_jitter_noise=0.01, decoder_start_token_id=0, pad_token_id=0, eos_token_id=1,
-    )  # fmt: skip
-    ref = SwitchTransformersForConditionalGeneration(ref_config).eval()
+    ref = SwitchTransformersForConditionalGeneration(switch_reference_config()).eval()
     ours = from_transformers(ref)
     assert ours.config.expert_capacity == 3 and ours.config.router_jitter_noise == 0.01
     x, y = torch.randint(2, VOCAB, (2, 13)), torch.randint(2, VOCAB, (2, 9))
