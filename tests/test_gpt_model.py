@@ -217,20 +217,6 @@ def test_output_attentions_and_hidden_states(variant_config):
     torch.testing.assert_close(tuple_out[0], out.logits)
 
 
-def test_activation_checkpointing_gives_the_same_gradients():
-    config = tiny_gpt_config(hidden_dropout=0.0)
-    model = HfLmGPTForCausalLM(config).train()
-    x = ids()
-    model(x, labels=x).loss.backward()
-    ref = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    model.activation_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.model.layers)
-    model(x, labels=x, use_cache=True).loss.backward()
-    for a, p in zip(ref, model.parameters()):
-        torch.testing.assert_close(a, p.grad)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_forward_and_generate(dtype):
     model = lm(tiny_gpt_config(**VARIANTS["llama"])).to(dtype)

@@ -17,7 +17,8 @@
 - contiguous logits (so `.view(-1, V)` works) for every batch size;
 - `num_items_in_batch`: the token losses are summed and divided by it, as transformers' are;
 - training: the loss reaches every parameter with a finite, non-zero gradient (the gradients' parity
-  with transformers' reference models is tests/test_training_parity.py);
+  with transformers' reference models is tests/test_training_parity.py), and activation checkpointing
+  gives the same loss and gradients;
 - dtype moves: `.to(torch.float64)` gives float64 outputs equal to fp32's.
 
 Covered by sweeps over the same cases elsewhere (not repeated here): bad input gets a `ValueError`
@@ -426,6 +427,57 @@ def test_every_parameter_learns_from_the_loss(case):
         assert p.grad is not None, f"{name}: the loss does not reach it"
         assert p.grad.isfinite().all(), f"{name}: a non-finite gradient"
         assert p.grad.any() or ".experts." in name, f"{name}: a gradient of exactly 0"
+
+
+CHECKPOINTED = [case for case in TRAINED if case.model_class.supports_gradient_checkpointing]
+
+
+def test_activation_checkpointing_covers_the_transformer_families():
+    families = {case.name.split("-")[0] for case in CHECKPOINTED}
+    assert families == {"gpt", "bert", "electra", "t5", "bart"}
+
+
+@pytest.mark.parametrize("case", cases(CHECKPOINTED))
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(case):
+    """Recomputing the blocks in the backward pass (`gradient_checkpointing_enable()`) changes memory,
+    not training: the same loss and gradients, dropout included (the recomputation must replay the
+    RNG), and every block's modules really run twice (once forward, once recomputed; transformers
+    checkpoints a block's `forward`, so the block's own hooks run once)."""
+    config = case.make_config()
+    config.hidden_dropout = config.attention_dropout = 0.1  # the recomputed forward must draw the same masks
+    torch.manual_seed(0)
+    model, batch = case.model_class(config).train(), case.make_batch()
+    blocks = [
+        m for m in model.modules() if isinstance(m, transformers.modeling_layers.GradientCheckpointingLayer)
+    ]
+    assert blocks, "no block can be checkpointed"
+    calls = []  # (block, a module inside it) per call
+    for block in blocks:
+        for child in block.children():
+            child.register_forward_pre_hook(lambda module, args, block=block: calls.append(block))
+    # a decoder asked to cache must not cache under checkpointing (the recomputation would append twice)
+    extra = {"use_cache": True} if case.generates else {}
+    runs, counts = [], []
+    for checkpointing in (False, True):
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        model.zero_grad()
+        calls.clear()
+        torch.manual_seed(0)
+        loss = model(**batch, **extra).loss
+        loss.backward()
+        counts.append([sum(c is block for c in calls) for block in blocks])
+        runs.append(
+            (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        )
+    assert all(n > 0 for n in counts[0]) and counts[1] == [2 * n for n in counts[0]], counts
+    (plain_loss, plain), (loss, grads) = runs
+    with torch.no_grad():
+        assert not torch.equal(model.eval()(**batch).loss, plain_loss), "dropout is not active"
+    torch.testing.assert_close(loss, plain_loss)
+    assert grads.keys() == plain.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, plain[name], msg=name)
 
 
 # ---------------------------------------------------------------- dtype moves
