@@ -262,7 +262,14 @@ def test_vocab_projection_pads_only_a_plain_weight_in_eager_mode(monkeypatch):
 def test_init_reaches_every_projection():
     """The role-specific inits apply in a freshly built model (transformers 5 skips `_init_weights` on
     parameter-less containers of remote-code models, so a container-level init would silently not run)."""
-    from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmT5Config, HfLmT5ForConditionalGeneration
+    from hf_lm import (
+        HfLmBartConfig,
+        HfLmBartForConditionalGeneration,
+        HfLmGPTConfig,
+        HfLmGPTForCausalLM,
+        HfLmT5Config,
+        HfLmT5ForConditionalGeneration,
+    )
 
     torch.manual_seed(0)
     gpt = HfLmGPTForCausalLM(
@@ -273,6 +280,24 @@ def test_init_reaches_every_projection():
     assert block.self_attn.o_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
     assert block.mlp.down_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
     assert block.self_attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    # a post-norm stack is drawn as BERT and BART draw it: no residual scaling (a BART-style model
+    # trained from scratch collapsed its encoder with it)
+    for post_norm in (
+        HfLmGPTForCausalLM(
+            HfLmGPTConfig(
+                vocab_size=100,
+                hidden_size=256,
+                num_hidden_layers=8,
+                num_attention_heads=4,
+                norm_position="post",
+            )
+        ).model.layers[0],
+        HfLmBartForConditionalGeneration(
+            HfLmBartConfig(vocab_size=100, hidden_size=256, num_hidden_layers=8, num_attention_heads=4)
+        ).model.decoder.layers[0],
+    ):
+        assert post_norm.self_attn.o_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+        assert post_norm.mlp.down_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
 
     d, heads, ff = 128, 4, 512
     t5 = HfLmT5ForConditionalGeneration(

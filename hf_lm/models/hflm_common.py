@@ -286,7 +286,8 @@ class HfLmPreTrainedModel(PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
 
     def _init_weights(self, module):
-        """GPT-2 init: N(0, 0.02) everywhere, residual output projections scaled by 1/sqrt(2 * layers).
+        """N(0, 0.02) everywhere (BERT, BART); in a pre-norm stack (GPT-2) the residual output
+        projections are scaled by 1/sqrt(2 * layers).
 
         Written per leaf module (Linear, Embedding, norm): for remote-code models transformers 5 skips
         `_init_weights` on modules without parameters of their own (Attention, MLP), so the Linears
@@ -305,8 +306,13 @@ class HfLmPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
-        if getattr(module, "init_role", None) in ("attn_out", "ff_out"):
-            # each block adds two residual branches; keep the sum's variance flat in depth (GPT-2, nanoGPT)
+        pre_norm = getattr(self.config, "norm_position", "pre") == "pre"
+        if pre_norm and getattr(module, "init_role", None) in ("attn_out", "ff_out"):
+            # each block adds two residual branches to a stream no norm rescales: keep the sum's
+            # variance flat in depth (GPT-2, nanoGPT). A post-norm stack renormalizes after every
+            # branch, and its references (BERT, BART) do not scale: scaled, the branches start too
+            # weak to pull tokens apart, and a BART-style model trained from scratch on Multi30k
+            # kept every encoder output the same vector (benchmarks/results/leaderboard_translation)
             init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
 
     def create_masks_for_generate(
