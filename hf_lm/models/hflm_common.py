@@ -310,9 +310,9 @@ class HfLmPreTrainedModel(PreTrainedModel):
         if pre_norm and getattr(module, "init_role", None) in ("attn_out", "ff_out"):
             # each block adds two residual branches to a stream no norm rescales: keep the sum's
             # variance flat in depth (GPT-2, nanoGPT). A post-norm stack renormalizes after every
-            # branch, and its references (BERT, BART) do not scale: scaled, the branches start too
-            # weak to pull tokens apart, and a BART-style model trained from scratch on Multi30k
-            # kept every encoder output the same vector (benchmarks/results/leaderboard_translation)
+            # branch, and its references (BERT, BART) do not scale. Scaled, a BART-style model
+            # trained from scratch on Multi30k kept every encoder output the same vector; unscaled,
+            # it recovered within 200 steps (benchmarks/results/leaderboard_translation)
             init.normal_(module.weight, mean=0.0, std=std / math.sqrt(2 * self.config.num_hidden_layers))
 
     def create_masks_for_generate(
