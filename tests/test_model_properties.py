@@ -451,7 +451,7 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(case):
         m for m in model.modules() if isinstance(m, transformers.modeling_layers.GradientCheckpointingLayer)
     ]
     assert blocks, "no block can be checkpointed"
-    calls = []  # (block, a module inside it) per call
+    calls = []  # one entry per call of a module inside a block: that block
     for block in blocks:
         for child in block.children():
             child.register_forward_pre_hook(lambda module, args, block=block: calls.append(block))

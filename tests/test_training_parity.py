@@ -228,8 +228,7 @@ def test_the_same_loss_and_gradients_as_the_reference(name):
     expected.backward()
     got.backward()
 
-    want = reference_gradients(ref, ours.config)
-    compared = []
+    want = reference_gradients(ref, ours.config)  # its keys are hf_lm's: from_transformers loaded them
     for param_name, param in ours.named_parameters():
         assert param_name in want, f"{param_name} has no counterpart in the reference"
         target = want[param_name]
@@ -241,6 +240,3 @@ def test_the_same_loss_and_gradients_as_the_reference(name):
         assert error <= 1e-4 * scale + 1e-8, (
             f"{param_name}: max |Δ grad| {error:.3g} against a max |grad| of {scale:.3g}"
         )
-        compared.append(param_name)
-    # every trained reference tensor has an hf_lm parameter (or is the tied head of one)
-    assert len(compared) == len(dict(ours.named_parameters()))
