@@ -12,11 +12,12 @@ The reference's gradients go through the same state-dict conversion as its weigh
 transposing GPT-2's Conv1D, dropping RoBERTa's and BART's unused position rows). So each hf_lm
 parameter is compared with the reference gradient it should equal, and a mismatch names the
 parameter. Both models run in training mode with every dropout at 0; a second reference pass checks
-that the loss really is deterministic.
+that the loss really is deterministic. The batches are `hf_lm.testing`'s, the ones every family's
+property suite uses, built from the reference's config.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
@@ -28,73 +29,33 @@ from test_moe import mixtral_reference_config, switch_reference_config
 from test_seq2seq_model import BART_REF, T5_REF
 
 from hf_lm.convert import _CONVERTERS, from_transformers
+from hf_lm.testing import (
+    _classes,
+    _encoder,
+    _mlm,
+    _padded,
+    _pretraining,
+    _replaced,
+    _seq2seq,
+    _source,
+    _token_class,
+)
 
-V_CAUSAL = gpt2_config().vocab_size  # one vocabulary per reference family, from its config
 BERT_DROPOUT_OFF = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _padded_ids(vocab: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(3, 13) ids from [3, vocab) and their mask, rows 1 and 2 right-padded with id 0.
-
-    Right padding, as in training: with left padding a row's first real token would be scored from a
-    padding position, whose output each implementation is free to choose.
-    """
-    ids = torch.randint(3, vocab, (3, 13), generator=_gen(seed))
-    mask = torch.ones_like(ids)
-    mask[1, 8:] = 0
-    mask[2, 9:] = 0
-    return ids.masked_fill(mask == 0, 0), mask
-
-
-def causal_lm(vocab: int) -> dict:
-    """Padding is never scored."""
-    ids, mask = _padded_ids(vocab)
-    return dict(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
-
-
-def sequence_classification(vocab: int) -> dict:
-    """No mask: the classifiers find each row's last real token from the pad id (0), as transformers' do."""
-    ids, _ = _padded_ids(vocab)
-    return dict(input_ids=ids, labels=torch.tensor([0, 1, 1]))  # valid for 2 or more labels
-
-
-def masked_lm(vocab: int, pad_id: int = 0) -> dict:
-    """Right padding, two segments, about 30% of the real tokens scored."""
-    ids, mask = _padded_ids(vocab)
-    ids = ids.masked_fill(mask == 0, pad_id)
-    scored = (torch.rand(ids.shape, generator=_gen(2)) < 0.3) & mask.bool()
-    scored[0, 1] = True
-    token_types = torch.zeros_like(ids)
-    token_types[:, 6:] = 1
-    return dict(
-        input_ids=ids,
-        attention_mask=mask,
-        token_type_ids=token_types * mask,
-        labels=ids.masked_fill(~scored, -100),
-    )
-
-
-def encoder_labels(vocab: int, make_labels: Callable[[torch.Tensor, torch.Tensor], dict]) -> dict:
-    ids, mask = _padded_ids(vocab)
-    return dict(input_ids=ids, attention_mask=mask, **make_labels(ids, mask))
-
-
-def seq2seq(vocab: int) -> dict:
-    """A right-padded source and targets of another length, target padding unscored."""
-    ids, mask = _padded_ids(vocab)
-    targets = torch.randint(3, vocab, (3, 7), generator=_gen(3))
-    targets[2, 5:] = -100
-    return dict(input_ids=ids, attention_mask=mask, labels=targets)
+def _causal_right(config, gen, padding) -> dict:
+    """hf_lm.testing's causal-LM batch, right-padded: with left padding a row's first real token would
+    be scored from a padding position, whose output each implementation is free to choose."""
+    batch = _source(config, gen, padding)
+    return {**batch, "labels": _padded(batch["input_ids"], batch["attention_mask"], -100)}
 
 
 @dataclass(frozen=True)
 class Case:
     reference: Callable[[], torch.nn.Module]
-    batch: Callable[[], dict]
+    batch: Callable  # one of hf_lm.testing's batch builders: (config, generator, padding) -> dict
+    extra: dict = field(default_factory=dict)  # more forward arguments
 
 
 def _bert(cls: str, **kw) -> Callable[[], torch.nn.Module]:
@@ -105,71 +66,50 @@ def _electra(cls: str) -> Callable[[], torch.nn.Module]:
     return lambda: getattr(transformers, cls)(electra_config())
 
 
-V_BERT, V_ELECTRA, V_SEQ2SEQ = BERT_SIZES["vocab_size"], electra_config().vocab_size, T5_REF["vocab_size"]
-
 CASES = {
-    "gpt2_lm": Case(lambda: transformers.GPT2LMHeadModel(gpt2_config()), lambda: causal_lm(V_CAUSAL)),
+    "gpt2_lm": Case(lambda: transformers.GPT2LMHeadModel(gpt2_config(pad_token_id=0)), _causal_right),
+    # no mask: the classifiers find each row's last real token from the pad id, as transformers' do
     "gpt2_cls": Case(
         lambda: transformers.GPT2ForSequenceClassification(gpt2_config(num_labels=3, pad_token_id=0)),
-        lambda: sequence_classification(V_CAUSAL),
+        lambda *a: {k: v for k, v in _classes(_source)(*a).items() if k != "attention_mask"},
     ),
-    "llama_lm_gqa": Case(lambda: transformers.LlamaForCausalLM(llama_config()), lambda: causal_lm(V_CAUSAL)),
+    "llama_lm_gqa": Case(lambda: transformers.LlamaForCausalLM(llama_config(pad_token_id=0)), _causal_right),
     "llama_lm_tied_bias": Case(
         lambda: transformers.LlamaForCausalLM(
-            llama_config(tie_word_embeddings=True, attention_bias=True, mlp_bias=True)
+            llama_config(tie_word_embeddings=True, attention_bias=True, mlp_bias=True, pad_token_id=0)
         ),
-        lambda: causal_lm(V_CAUSAL),
+        _causal_right,
     ),
     "llama_cls": Case(
         lambda: transformers.LlamaForSequenceClassification(llama_config(num_labels=2, pad_token_id=0)),
-        lambda: sequence_classification(V_CAUSAL),
+        _classes(_source),
     ),
     "mixtral_lm": Case(
-        lambda: transformers.MixtralForCausalLM(mixtral_reference_config()),
-        lambda: causal_lm(mixtral_reference_config().vocab_size),
+        lambda: transformers.MixtralForCausalLM(mixtral_reference_config(pad_token_id=0)), _causal_right
     ),
-    "bert_mlm": Case(_bert("BertForMaskedLM"), lambda: masked_lm(V_BERT)),
-    "bert_pretraining": Case(
-        _bert("BertForPreTraining"),
-        lambda: dict(masked_lm(V_BERT), next_sentence_label=torch.tensor([0, 1, 1])),
-    ),
-    "bert_cls": Case(
-        _bert("BertForSequenceClassification", num_labels=3),
-        lambda: dict(masked_lm(V_BERT), labels=torch.tensor([2, 0, 1])),
-    ),
+    "bert_mlm": Case(_bert("BertForMaskedLM"), _mlm),
+    "bert_pretraining": Case(_bert("BertForPreTraining"), _pretraining),
+    "bert_cls": Case(_bert("BertForSequenceClassification", num_labels=3), _classes(_encoder)),
     "roberta_mlm": Case(
         lambda: transformers.RobertaForMaskedLM(
             transformers.RobertaConfig(
-                **{**BERT_SIZES, "max_position_embeddings": 42}, **BERT_DROPOUT_OFF, pad_token_id=1
+                **{**BERT_SIZES, "max_position_embeddings": 42},
+                **BERT_DROPOUT_OFF,
+                pad_token_id=1,
+                type_vocab_size=2,
             )
         ),
-        lambda: {k: v for k, v in masked_lm(V_BERT, pad_id=1).items() if k != "token_type_ids"},
+        _mlm,
     ),
-    "electra_discriminator": Case(
-        _electra("ElectraForPreTraining"),
-        lambda: encoder_labels(
-            V_ELECTRA, lambda ids, mask: {"labels": torch.randint(0, 2, ids.shape, generator=_gen(4))}
-        ),
-    ),
-    "electra_generator": Case(_electra("ElectraForMaskedLM"), lambda: masked_lm(V_ELECTRA)),
-    "electra_cls": Case(
-        _electra("ElectraForSequenceClassification"),
-        lambda: encoder_labels(V_ELECTRA, lambda ids, mask: {"labels": torch.tensor([2, 0, 1])}),
-    ),
-    "electra_token_cls": Case(
-        _electra("ElectraForTokenClassification"),
-        lambda: encoder_labels(
-            V_ELECTRA,
-            lambda ids, mask: {
-                "labels": torch.randint(0, 3, ids.shape, generator=_gen(5)).masked_fill(mask == 0, -100)
-            },
-        ),
-    ),
+    "electra_discriminator": Case(_electra("ElectraForPreTraining"), _replaced),
+    "electra_generator": Case(_electra("ElectraForMaskedLM"), _mlm),
+    "electra_cls": Case(_electra("ElectraForSequenceClassification"), _classes(_encoder)),
+    "electra_token_cls": Case(_electra("ElectraForTokenClassification"), _token_class),
     "t5": Case(
         lambda: transformers.T5ForConditionalGeneration(
             transformers.T5Config(**T5_REF, num_layers=3, num_decoder_layers=2)
         ),
-        lambda: seq2seq(V_SEQ2SEQ),
+        _seq2seq,
     ),
     "t5_v1_1": Case(
         lambda: transformers.T5ForConditionalGeneration(
@@ -177,9 +117,10 @@ CASES = {
                 **T5_REF, num_layers=2, feed_forward_proj="gated-gelu", tie_word_embeddings=False
             )
         ),
-        lambda: seq2seq(V_SEQ2SEQ),
+        _seq2seq,
     ),
-    # Capacity 3 of 13 source tokens binds, so dropped tokens are part of what must match; no jitter.
+    # Capacity 3 for 8 source tokens a sequence binds (one expert gets up to 7), so dropped tokens are
+    # part of what must match; no jitter.
     # The router losses are weighted 0: hf_lm defines the load-balancing loss as Mixtral does (over
     # the real tokens of the whole batch), where transformers' Switch averages it per sequence and
     # counts padding (docs/models.md). The router still trains through the experts' weighting.
@@ -189,11 +130,11 @@ CASES = {
                 router_jitter_noise=0.0, dropout_rate=0.0, router_aux_loss_coef=0.0, router_z_loss_coef=0.0
             )
         ),
-        lambda: dict(seq2seq(switch_reference_config().vocab_size), output_router_logits=True),
+        _seq2seq,
+        {"output_router_logits": True},
     ),
     "bart": Case(
-        lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(**BART_REF)),
-        lambda: seq2seq(V_SEQ2SEQ),
+        lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(**BART_REF)), _seq2seq
     ),
 }
 
@@ -219,7 +160,7 @@ def test_the_same_loss_and_gradients_as_the_reference(name):
     ref = randomize(case.reference())  # norms and biases away from 1 and 0, so that they are compared too
     ours = from_transformers(ref)
     ref.train(), ours.train()
-    batch = case.batch()
+    batch = {**case.batch(ref.config, torch.Generator().manual_seed(1), True), **case.extra}
 
     expected, again = ref(**batch).loss, ref(**batch).loss
     assert torch.equal(expected, again), "the reference's training loss is not deterministic: a dropout is on"
