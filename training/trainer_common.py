@@ -268,7 +268,8 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
     """
     seconds = getattr(args, "max_train_seconds", None)
     budget = None if seconds is None else WallClockBudgetCallback(seconds)
-    if budget is not None and getattr(args, "budget_schedule", "none") == "linear":
+    schedule = getattr(args, "budget_schedule", "none")
+    if budget is not None and schedule == "linear":
         trainer_class = with_budget_schedule(trainer_class, budget)
     trainer = trainer_class(
         args=args,
@@ -278,7 +279,7 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
         **kwargs,
     )
     train_result = trainer.train()
-    if budget is not None and getattr(args, "budget_schedule", "none") != "none" and not budget.reached:
+    if budget is not None and schedule != "none" and not budget.reached:
         logger.warning(
             "The steps or epochs ended training after %.0f%% of the %.0f s budget: the budget schedule's "
             "rate had not reached 0. Raise `num_train_epochs` (or `max_steps`) so that the budget ends it.",
