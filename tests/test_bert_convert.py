@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from test_bert_model import check_remote_bert
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -107,11 +106,6 @@ def test_roberta_masked_lm_matches_on_real_tokens(type_vocab_size):
     compare(ref, new, ["logits"], x, mask, real_only=True)
     base = from_transformers(RobertaModel(config, add_pooling_layer=True).eval())
     assert base.pooler is not None
-
-
-def test_converted_checkpoint_loads_without_hf_lm(tmp_path):
-    ref = BertForMaskedLM(BertConfig(**SIZES)).eval()
-    check_remote_bert(from_transformers(ref), tmp_path)
 
 
 def test_unconvertible_bert_configs_are_refused():

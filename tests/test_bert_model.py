@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import parameters_after_one_trainer_step
-from remote_code import RemoteCode, shipped_files
+from remote_code import shipped_files
 
 from hf_lm import (
     HfLmBertConfig,
@@ -398,26 +398,6 @@ def test_auto_map_lists_every_head(tmp_path):
     }
     card = (tmp_path / "README.md").read_text()
     assert "pipeline_tag: fill-mask" in card and "- hflm_bert" in card
-
-
-def check_remote_bert(model: HfLmBertForMaskedLM, tmp_path) -> None:
-    """The MLM and its bare model, loaded from the folder's own code in a fresh interpreter, give the
-    in-process outputs on a padded batch."""
-    remote = RemoteCode(tmp_path)
-    folder = remote.save(model.eval(), "mlm")
-    x = torch.randint(3, model.config.vocab_size, (2, 7))
-    mask = torch.ones_like(x)
-    mask[1, 5:] = 0
-    inputs = {"input_ids": x, "attention_mask": mask}
-    remote.expect(folder, "AutoModelForMaskedLM", model, inputs)
-    remote.expect(folder, "AutoModel", model.model, inputs)
-    remote.run()
-
-
-def test_remote_code_round_trip_of_albert(tmp_path):
-    """Factorized embeddings and shared layers from the folder's own code (the default BERT of every
-    head: tests/test_model_properties.py)."""
-    check_remote_bert(HfLmBertForMaskedLM(tiny_bert_config(**BERT_VARIANTS["albert"])), tmp_path)
 
 
 @pytest.mark.parametrize(

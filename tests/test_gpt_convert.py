@@ -6,7 +6,6 @@ code is the same one that imports real checkpoints.
 
 import pytest
 import torch
-from test_gpt_save_load import check_remote_gpt
 from transformers import (
     GPT2Config,
     GPT2ForSequenceClassification,
@@ -141,11 +140,6 @@ def test_identical_generations(ref_factory):
     ):
         common = dict(attention_mask=mask, max_new_tokens=10, min_new_tokens=10, pad_token_id=0, **kwargs)
         assert torch.equal(ref.generate(x, **common), ours.generate(x, **common))
-
-
-def test_converted_checkpoint_loads_as_remote_code(tmp_path):
-    ours = from_transformers(randomize(LlamaForCausalLM(llama_config())))
-    check_remote_gpt(ours, tmp_path)
 
 
 def test_unsupported_models_are_refused():

@@ -1,16 +1,17 @@
-"""Saving and loading GPT checkpoints, and the remote-code round trip of the variants."""
+"""Saving and loading GPT checkpoints (the variants' remote-code round trip is in the property suite,
+tests/test_model_properties.py)."""
 
 import json
 
 import pytest
 import torch
 from conftest import VARIANTS, tiny_gpt_config
-from remote_code import RemoteCode, shipped_files
+from remote_code import shipped_files
 from safetensors import safe_open
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
-from hf_lm import HfLmGPTForCausalLM, HfLmGPTForSequenceClassification
+from hf_lm import HfLmGPTForCausalLM
 
 SHIPPED_GPT_FILES = {
     "hflm_blocks.py",
@@ -58,29 +59,6 @@ def test_shipped_files_and_auto_map(tmp_path):
         "AutoModelForCausalLM": "hflm_modeling_gpt.HfLmGPTForCausalLM",
         "AutoModelForSequenceClassification": "hflm_modeling_gpt.HfLmGPTForSequenceClassification",
     }
-
-
-def check_remote_gpt(model: HfLmGPTForCausalLM, tmp_path) -> None:
-    """The causal LM, its bare model and a classifier on the same weights, loaded from their folders'
-    own code in a fresh interpreter, give the in-process outputs and greedy tokens."""
-    remote = RemoteCode(tmp_path)
-    model.eval()
-    classifier = HfLmGPTForSequenceClassification(model.config).eval()
-    classifier.model.load_state_dict(model.model.state_dict())
-    lm, cls = remote.save(model, "lm"), remote.save(classifier, "cls")
-    x = {"input_ids": torch.randint(3, model.config.vocab_size, (2, 7))}
-    remote.expect(lm, "AutoModelForCausalLM", model, x)
-    remote.expect(lm, "AutoModelForCausalLM", model, x, generate=dict(max_new_tokens=5, do_sample=False))
-    remote.expect(lm, "AutoModel", model.model, x)
-    remote.expect(cls, "AutoModelForSequenceClassification", classifier, x)
-    remote.run()
-
-
-@pytest.mark.parametrize("variant", ["llama", "alibi_mqa", "xpos_gqa"])
-def test_remote_code_round_trip_of_the_variants(tmp_path, variant):
-    """RoPE, RMSNorm, SwiGLU, GQA/MQA, ALiBi and xPos from the folder's own code (the default GPT of every
-    head: tests/test_model_properties.py)."""
-    check_remote_gpt(HfLmGPTForCausalLM(tiny_gpt_config(**VARIANTS[variant])), tmp_path)
 
 
 def test_every_saved_model_gets_a_model_card(tmp_path):

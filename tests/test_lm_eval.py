@@ -10,6 +10,7 @@ token, as lm-eval's perplexity tasks score it).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -159,10 +160,16 @@ def reported(samples: list[dict]) -> list[list[float]]:
     return [by_doc[i] for i in sorted(by_doc)]
 
 
-def simple_evaluate(folder: Path, tasks: list[str], **model_args) -> dict:
-    """`lm_eval.simple_evaluate` with `--model hf`, run from the repository root (the tasks' data)."""
+@functools.cache
+def task_manager():
+    """Our two tasks only: indexing lm-eval's thousands of bundled tasks takes 9 s per manager."""
     from lm_eval.tasks import TaskManager
 
+    return TaskManager(include_path=str(TASKS), include_defaults=False)
+
+
+def simple_evaluate(folder: Path, tasks: list[str], **model_args) -> dict:
+    """`lm_eval.simple_evaluate` with `--model hf`, run from the repository root (the tasks' data)."""
     args = ",".join(
         f"{k}={v}" for k, v in {"pretrained": folder, "trust_remote_code": True, **model_args}.items()
     )
@@ -173,7 +180,7 @@ def simple_evaluate(folder: Path, tasks: list[str], **model_args) -> dict:
             model="hf",
             model_args=args,
             tasks=tasks,
-            task_manager=TaskManager(include_path=str(TASKS)),
+            task_manager=task_manager(),
             device="cpu",
             batch_size=2,
             log_samples=True,

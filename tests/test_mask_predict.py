@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import SHARED_DATA
-from remote_code import RemoteCode
 from transformers import AutoModelForMaskedLM
 
 from hf_lm import (
@@ -261,21 +260,11 @@ def test_generate_with_a_tiny_model(case):
         model.generate(src, mask, max_new_tokens=cfg.max_position_embeddings + 1)
 
 
-def test_generate_loads_as_remote_code(tmp_path):
-    case = CASES[1]
-    model = case.make_model()
-    src, mask = _source()
-    remote = RemoteCode(tmp_path)
-    folder = remote.save(model, "cmlm")
-    assert type(AutoModelForMaskedLM.from_pretrained(folder)) is type(model)
-    target = torch.full((3, 4), MASK)
-    inputs = {"input_ids": src, "attention_mask": mask, "decoder_input_ids": target}
-    remote.expect(folder, "AutoModelForMaskedLM", model, inputs)
-    generate = {"num_iterations": 3, "length_beam": 2, "max_new_tokens": 6}
-    remote.expect(
-        folder, "AutoModelForMaskedLM", model, {"input_ids": src, "attention_mask": mask}, generate=generate
-    )
-    remote.run()
+def test_auto_model_for_masked_lm_loads_the_mask_predict_head(tmp_path):
+    """In process; iterative decoding from the folder's own code: tests/test_model_properties.py."""
+    model = CASES[1].make_model()
+    model.save_pretrained(tmp_path)
+    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path)) is type(model)
 
 
 # ---------------------------------------------------------------- the CMLM objective in training

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_gpt_config
-from remote_code import RemoteCode
 from simulated_device import simulated_device, to_cpu
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicSlidingWindowLayer
@@ -443,33 +442,20 @@ def test_defaults_are_dense():
         assert config.attention_pattern == "dense" and config.sliding_window is None
 
 
-def test_save_load_and_remote_code(tmp_path):
-    remote = RemoteCode(tmp_path)
+def test_save_and_load_keep_the_pattern(tmp_path):
+    """In process; the same models as remote code: tests/test_model_properties.py."""
     band = gpt("band+dilated")
     ids, mask = padded_batch("gpt", T=6)
-    folder = remote.save(band, "gpt")
-    assert "sliding_window" not in (folder / "config.json").read_text()  # derived, not stored
-    assert "| sparse attention pattern | band+dilated |" in (folder / "README.md").read_text()
-    reloaded = HfLmGPTForCausalLM.from_pretrained(folder).eval()
+    band.save_pretrained(tmp_path)
+    assert "sliding_window" not in (tmp_path / "config.json").read_text()  # derived, not stored
+    assert "| sparse attention pattern | band+dilated |" in (tmp_path / "README.md").read_text()
+    reloaded = HfLmGPTForCausalLM.from_pretrained(tmp_path).eval()
     assert reloaded.config.attention_pattern == "band+dilated"
     assert reloaded.config.attention_window == SETTINGS["attention_window"]
-    remote.expect(folder, "AutoModelForCausalLM", band, {"input_ids": ids, "attention_mask": mask})
-    remote.expect(
-        folder,
-        "AutoModelForCausalLM",
-        band,
-        {"input_ids": ids, "attention_mask": mask},
-        generate={"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0},
-    )
-    encoder = bert("band+global+random")
-    bert_ids, bert_mask = padded_batch("bert")
-    remote.expect(
-        remote.save(encoder, "bert"),
-        "AutoModel",
-        encoder,
-        {"input_ids": bert_ids, "attention_mask": bert_mask},
-    )
-    remote.run()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reloaded(ids, attention_mask=mask).logits, band(ids, attention_mask=mask).logits
+        )
 
 
 def test_the_patterns_run_on_an_accelerator_like_on_the_cpu():
