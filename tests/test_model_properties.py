@@ -24,8 +24,9 @@
 - dtype moves: `.to(torch.float64)` gives float64 outputs equal to fp32's.
 
 Covered by sweeps over the same cases elsewhere (not repeated here): bad input gets a `ValueError`
-naming the argument (tests/test_bad_input.py), bf16 weights and autocast (tests/test_precision.py),
-and a move to an accelerator (tests/test_device_placement.py, on a simulated device).
+naming the argument (tests/test_bad_input.py), bf16 and fp16 weights and autocast, config variants
+included (tests/test_precision.py), and a move to an accelerator (tests/test_device_placement.py, on a
+simulated device).
 
 A property that fails today because of a model bug is marked `xfail(strict=True)` with the bug, so the
 fix turns it into a failure until the mark is removed.
@@ -38,6 +39,7 @@ import inspect
 import pytest
 import torch
 import transformers
+from config_variants import variant_models
 from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
 
 from hf_lm.families import all_heads
@@ -113,90 +115,13 @@ def test_families_without_attention_ship_no_attention_code(case, tmp_path):
     assert "scaled_dot_product_attention" not in shipped and "rotary" not in shipped.lower()
 
 
-def _remote_variants() -> list[tuple[str, object, str, list[tuple[dict, dict | None]]]]:
-    """The config variants whose code the family cases' defaults leave out, as (name, model, auto class,
-    checks); a check is (inputs, `generate()` arguments), None for a forward pass. They are every entry of
-    the GPT and BERT variant grids, ALBERT's factorized and shared GPT, mixtures of experts with a
-    capacity, sparse attention, Llama and BERT checkpoints imported from transformers, and Mask-Predict's
-    iterative decoding; each is defined once, in the module that tests its feature in process."""
-    from conftest import VARIANTS, tiny_gpt_config
-    from test_bert_convert import SIZES as BERT_SIZES
-    from test_bert_model import BERT_VARIANTS, tiny_bert_config
-    from test_gpt_convert import llama_config, randomize
-    from test_mask_predict import CASES as MASK_PREDICT_CASES
-    from test_mask_predict import MASK, _source
-    from test_moe import gpt_config as moe_gpt_config
-    from test_moe import t5_config as moe_t5_config
-    from test_sparse_attention import bert as sparse_bert
-    from test_sparse_attention import gpt as sparse_gpt
-    from test_sparse_attention import padded_batch
-    from transformers import BertConfig, BertForMaskedLM, LlamaForCausalLM
-
-    from hf_lm import HfLmBertForMaskedLM, HfLmGPTForCausalLM, HfLmT5ForConditionalGeneration
-    from hf_lm.convert import from_transformers
-
-    torch.manual_seed(0)
-    greedy = dict(max_new_tokens=5, do_sample=False)
-    decoders = {f"gpt-{name}": HfLmGPTForCausalLM(tiny_gpt_config(**o)) for name, o in VARIANTS.items()}
-    decoders["gpt-albert"] = HfLmGPTForCausalLM(
-        tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
-    )
-    decoders["gpt-moe-capacity"] = HfLmGPTForCausalLM(
-        moe_gpt_config(capacity_factor=1.25, hidden_act="swiglu", mlp_bias=False, output_router_logits=True)
-    )
-    decoders["llama-imported"] = from_transformers(randomize(LlamaForCausalLM(llama_config())))
-    variants = []
-    for name, model in decoders.items():
-        x = {"input_ids": torch.randint(3, model.config.vocab_size, (2, 7))}
-        variants.append((name, model, "AutoModelForCausalLM", [(x, None), (x, greedy)]))
-    ids, mask = padded_batch("gpt", T=6)
-    x = {"input_ids": ids, "attention_mask": mask}
-    band = [(x, None), (x, dict(greedy, max_new_tokens=10))]
-    variants.append(("gpt-band-dilated", sparse_gpt("band+dilated"), "AutoModelForCausalLM", band))
-
-    encoders = {
-        f"bert-{name}": HfLmBertForMaskedLM(tiny_bert_config(**o)) for name, o in BERT_VARIANTS.items()
-    }
-    encoders["bert-imported"] = from_transformers(BertForMaskedLM(BertConfig(**BERT_SIZES)))
-    for name, model in encoders.items():
-        ids = torch.randint(3, model.config.vocab_size, (2, 7))
-        mask = torch.ones_like(ids)
-        mask[1, 5:] = 0
-        variants.append(
-            (name, model, "AutoModelForMaskedLM", [({"input_ids": ids, "attention_mask": mask}, None)])
-        )
-    ids, mask = padded_batch("bert")
-    x = {"input_ids": ids, "attention_mask": mask}
-    variants.append(("bert-band-global-random", sparse_bert("band+global+random"), "AutoModel", [(x, None)]))
-
-    switch = HfLmT5ForConditionalGeneration(moe_t5_config(expert_capacity=4, encoder_sparse_step=2))
-    ids = torch.randint(3, switch.config.vocab_size, (2, 7))
-    variants.append(
-        ("t5-moe-capacity", switch, "AutoModelForSeq2SeqLM", [({"input_ids": ids, "labels": ids}, None)])
-    )
-    src, mask = _source()
-    x = {"input_ids": src, "attention_mask": mask}
-    target = dict(x, decoder_input_ids=torch.full((src.shape[0], 4), MASK))
-    search = dict(num_iterations=3, length_beam=2, max_new_tokens=6)
-    for case in MASK_PREDICT_CASES:
-        variants.append(
-            (
-                f"{case.name}-iterative",
-                case.make_model(),
-                "AutoModelForMaskedLM",
-                [(target, None), (x, search)],
-            )
-        )
-    return variants
-
-
 def test_every_class_and_variant_loads_as_remote_code_in_one_fresh_interpreter(tmp_path):
     """All classes and config variants in one interpreter without hf_lm: forward (every output tensor),
     greedy and beam search (and Mask-Predict's iterations) from the folder's own code give the in-process
     model's outputs."""
     remote = RemoteCode(tmp_path)
-    for name, model, auto, checks in _remote_variants():
-        folder = remote.save(model.eval(), name)
+    for name, model, auto, checks in variant_models():
+        folder = remote.save(model, name)
         for inputs, search in checks:
             remote.expect(folder, auto, model, inputs, generate=search)
     for case in FAMILY_CASES:

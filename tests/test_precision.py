@@ -1,4 +1,5 @@
-"""bf16 on CPU for every family: autocast forward, backward and generation, bf16 weights, the training loop.
+"""bf16 and fp16 on CPU for every family: autocast forward, backward and generation, half-precision weights;
+the training loop in bf16.
 
 Every check runs over `hf_lm.testing.FAMILY_CASES` (one tiny case per registered model class).
 
@@ -18,6 +19,7 @@ import sys
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
+from config_variants import variant_models
 from conftest import REPO_ROOT
 
 import hf_lm
@@ -27,6 +29,9 @@ from training.args import parse_args
 from training.train import train
 
 BF16 = torch.bfloat16
+# both half types: bf16 (8 bits of mantissa, fp32's range) and fp16 (11 bits, largest finite 65504, where a
+# mask fill of -1e9 or an fp32 minimum would overflow), as GPUs train and serve them
+HALF = [pytest.param(BF16, id="bf16"), pytest.param(torch.float16, id="fp16")]
 GENERATING = GENERATING_CASES
 
 
@@ -80,9 +85,10 @@ def test_family_table_covers_the_registry():
         assert case.generates == case.model_class.can_generate(), case.name
 
 
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("padding", [True, False], ids=["padded", "full"])
 @pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
-def test_bf16_autocast_forward_and_backward(case, padding):
+def test_autocast_forward_and_backward(case, padding, dtype):
     """Under CPU autocast: a finite loss and outputs close to fp32's, and a finite fp32 gradient for every
     parameter that has one in fp32.
 
@@ -97,7 +103,7 @@ def test_bf16_autocast_forward_and_backward(case, padding):
     has_grad = {name: g is not None for name, g in _gradients(model).items()}
     model.zero_grad(set_to_none=True)
 
-    with torch.autocast("cpu", dtype=BF16):
+    with torch.autocast("cpu", dtype=dtype):
         output = model(**batch)
     _assert_near(output, reference, 0.05, case.name)
     if trainable:
@@ -129,29 +135,54 @@ def test_fused_rnn_kernels_under_cpu_autocast(cell_type, dtype):
         assert param.grad.dtype == torch.float32 and torch.isfinite(param.grad).all(), name
 
 
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("case", GENERATING, ids=str)
-def test_bf16_autocast_generate(case):
+def test_autocast_generate(case, dtype):
     model = case.make_model()
     prompt = case.prompt(case.make_batch())
-    with torch.autocast("cpu", dtype=BF16):
+    with torch.autocast("cpu", dtype=dtype):
         out = model.generate(**prompt, max_new_tokens=4, do_sample=False)
     assert out.shape[0] == prompt["input_ids"].shape[0] and out.shape[1] > 1
     assert 0 <= out.min() and out.max() < model.config.vocab_size
 
 
+@pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
-def test_bf16_weights_forward(case):
-    """`model.to(torch.bfloat16)`: every float parameter in bf16; forward (and generation) run, near fp32."""
+def test_half_weights_forward(case, dtype):
+    """`model.to(dtype)`: every float parameter in bf16 or fp16; forward (and generation) run, near fp32."""
     model = case.make_model()
     batch = case.make_batch()
     with torch.no_grad():
         reference = model(**batch)
-        model.to(BF16)
-        assert all(p.dtype == BF16 for p in model.parameters() if p.is_floating_point())
+        model.to(dtype)
+        assert all(p.dtype == dtype for p in model.parameters() if p.is_floating_point())
         _assert_near(model(**batch), reference, 0.08, case.name)
         if case.generates:
             out = model.generate(**case.prompt(batch), max_new_tokens=3, do_sample=False)
             assert out.max() < model.config.vocab_size
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_every_config_variant_in_half_precision_weights(dtype):
+    """The variants the cases' defaults leave out (tests/config_variants.py: ALiBi, xPos and relative
+    biases, RoPE, gated activations, grouped queries, experts, sparse masks, Mask-Predict), each with its
+    weights in `dtype`: every check's forward near fp32 and its search gives valid ids."""
+    failures = []
+    for name, model, _, checks in variant_models():
+        forward = [inputs for inputs, search in checks if search is None]
+        searches = [(inputs, search) for inputs, search in checks if search is not None]
+        with torch.no_grad():
+            references = [model(**inputs) for inputs in forward]
+            model.to(dtype)
+            try:  # every variant is tried; the failures name theirs
+                for inputs, reference in zip(forward, references):
+                    _assert_near(model(**inputs), reference, 0.08, name)
+                for inputs, search in searches:
+                    out = model.generate(**inputs, **search)
+                    assert 0 <= out.min() and out.max() < model.config.vocab_size, f"{name}: ids out of range"
+            except (AssertionError, RuntimeError, ValueError) as error:
+                failures.append(f"{name}: {type(error).__name__}: {error}")
+    assert not failures, failures
 
 
 # ----------------------------------------------------------------------------------------------
