@@ -1,6 +1,7 @@
 """The config variants whose code `hf_lm.testing.FAMILY_CASES` (one tiny default model per class) leaves
 out, as ready models with inputs, for the sweeps that must cover them too: the remote-code round trip
-(tests/test_model_properties.py) and half precision (tests/test_precision.py).
+(tests/test_model_properties.py), half precision (tests/test_precision.py) and the simulated
+accelerator (tests/test_device_placement.py).
 
 They are every entry of the GPT and BERT variant grids (positions, norms, activations, grouped-query
 attention, ALBERT sharing), ALBERT's factorized and shared GPT, mixtures of experts with a capacity,

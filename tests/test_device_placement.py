@@ -3,7 +3,8 @@
 A GPU rejects a CPU tensor next to a CUDA tensor; a CPU-only CI never sees the difference. Here the
 model lives on `tests/simulated_device.py`'s device (real CPU data that reports another device and
 follows CUDA's mixing rules), the data starts on the CPU, and every path of the training loop,
-every model family, the pipelines and the tools must still run. The same cases run on a real GPU
+every model family and config variant (tests/config_variants.py), the pipelines and the tools must
+still run. The same cases run on a real GPU
 with `make gpu-check` (`training.gpu_check`), which this suite shares its case lists with.
 """
 
@@ -264,3 +265,46 @@ def test_every_family_runs_on_the_accelerator_like_on_the_cpu(case):
     with simulated_device() as sim:
         run_family_case(case.name, sim.device)
         assert sim.ops > 10
+
+
+def _main_tensor(output) -> torch.Tensor:
+    return output.logits if "logits" in output else output.last_hidden_state
+
+
+def test_every_config_variant_runs_on_the_accelerator_like_on_the_cpu():
+    """The variants the cases' defaults leave out (tests/config_variants.py: ALiBi slopes, xPos and
+    relative biases, RoPE tables, expert capacity, sparse patterns, ALBERT groups, Mask-Predict) build
+    their tensors on the model's device: every forward equals the CPU's, greedy tokens are identical.
+
+    Mask-Predict's tokens are only checked to be valid: T5's relative positions give its all-mask first
+    iteration exactly tied confidences at mirrored positions, and rounding at 1e-6 (kernels differ between
+    devices, as between the simulated device's and the CPU's) breaks those ties either way."""
+    from config_variants import variant_models
+
+    failures = []
+    for name, model, _, checks in variant_models():
+        with torch.no_grad():
+            expected = [
+                model(**x) if search is None else model.generate(**x, **search) for x, search in checks
+            ]
+            try:
+                with simulated_device() as sim:
+                    model.to(sim.device)
+                    for (inputs, search), want in zip(checks, expected):
+                        moved = {key: value.to(sim.device) for key, value in inputs.items()}
+                        if search is None:
+                            got = to_cpu(_main_tensor(model(**moved)))
+                            torch.testing.assert_close(got, _main_tensor(want), atol=1e-5, rtol=1e-5)
+                        elif "num_iterations" in search:  # Mask-Predict
+                            got = to_cpu(model.generate(**moved, **search))
+                            assert (
+                                got.shape[0] == want.shape[0]
+                                and 0 <= got.min()
+                                and got.max() < model.config.vocab_size
+                            )
+                        else:
+                            got = to_cpu(model.generate(**moved, **search))
+                            assert torch.equal(got, want), (got.tolist(), want.tolist())
+            except (AssertionError, RuntimeError, ValueError) as error:
+                failures.append(f"{name}: {type(error).__name__}: {str(error)[:300]}")
+    assert not failures, failures
