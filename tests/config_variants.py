@@ -76,13 +76,15 @@ def variant_models() -> list[tuple[str, object, str, list[tuple[dict, dict | Non
     x = {"input_ids": src, "attention_mask": mask}
     target = dict(x, decoder_input_ids=torch.full((src.shape[0], 4), MASK))
     search = dict(num_iterations=3, length_beam=2, max_new_tokens=6)
-    for case in MASK_PREDICT_CASES:
-        variants.append(
-            (
-                f"{case.name}-iterative",
-                case.make_model(),
-                "AutoModelForMaskedLM",
-                [(target, None), (x, search)],
-            )
+    # BART's: T5's relative positions tie its all-mask first iteration exactly at mirrored positions, and
+    # 1e-6 of rounding (another kernel, device or memory alignment) breaks those ties either way
+    (bart,) = [case for case in MASK_PREDICT_CASES if case.name == "bart-mask-predict"]
+    variants.append(
+        (
+            "bart-mask-predict-iterative",
+            bart.make_model(),
+            "AutoModelForMaskedLM",
+            [(target, None), (x, search)],
         )
+    )
     return [(name, model.eval(), auto, checks) for name, model, auto, checks in variants]

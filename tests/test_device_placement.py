@@ -274,11 +274,8 @@ def _main_tensor(output) -> torch.Tensor:
 def test_every_config_variant_runs_on_the_accelerator_like_on_the_cpu():
     """The variants the cases' defaults leave out (tests/config_variants.py: ALiBi slopes, xPos and
     relative biases, RoPE tables, expert capacity, sparse patterns, ALBERT groups, Mask-Predict) build
-    their tensors on the model's device: every forward equals the CPU's, greedy tokens are identical.
-
-    Mask-Predict's tokens are only checked to be valid: T5's relative positions give its all-mask first
-    iteration exactly tied confidences at mirrored positions, and rounding at 1e-6 (kernels differ between
-    devices, as between the simulated device's and the CPU's) breaks those ties either way."""
+    their tensors on the model's device: every forward equals the CPU's, the searches' tokens are
+    identical."""
     from config_variants import variant_models
 
     failures = []
@@ -295,13 +292,6 @@ def test_every_config_variant_runs_on_the_accelerator_like_on_the_cpu():
                         if search is None:
                             got = to_cpu(_main_tensor(model(**moved)))
                             torch.testing.assert_close(got, _main_tensor(want), atol=1e-5, rtol=1e-5)
-                        elif "num_iterations" in search:  # Mask-Predict
-                            got = to_cpu(model.generate(**moved, **search))
-                            assert (
-                                got.shape[0] == want.shape[0]
-                                and 0 <= got.min()
-                                and got.max() < model.config.vocab_size
-                            )
                         else:
                             got = to_cpu(model.generate(**moved, **search))
                             assert torch.equal(got, want), (got.tolist(), want.tolist())
