@@ -6,6 +6,9 @@
 The sweeps over it: tests/test_model_properties.py (save/load and remote code, caches, padding,
 resizing, feature extraction, contiguous logits, `num_items_in_batch`, dtype moves),
 tests/test_bad_input.py, tests/test_precision.py and tests/test_device_placement.py.
+`VARIANT_CASES` adds the causal LM and the masked LM of each entry of `GPT_VARIANTS` and
+`BERT_VARIANTS` (grids over the variant fields: positions, norms, activations, grouped queries, ALBERT
+sharing), for the sweeps where a variant's own code can fail: remote code, half precision, devices.
 A case builds a tiny model (vocab 64, width 16-32, 1-2 layers, no dropout) and a valid batch for its
 head, labels included, so a suite needs no per-family code:
 
@@ -201,6 +204,69 @@ def _ffnn() -> HfLmFFNNConfig:
 
 
 # ----------------------------------------------------------------------------------------------
+# Config variants. FAMILY_CASES builds each class with its family's default stack; the grids below
+# change the variant fields (positions, norms, activations, grouped queries, ALBERT sharing) so that
+# every value of every field appears at least once, and VARIANT_CASES builds the causal LM or the
+# masked LM once per entry: the sweeps and `make gpu-check` reach ALiBi, xPos, T5's relative biases,
+# RoPE, gated feed-forwards and grouped queries too. The grids are overrides of any tiny config.
+# ----------------------------------------------------------------------------------------------
+
+GPT_VARIANTS = {
+    "gpt2": dict(),
+    "llama": dict(
+        position_embedding_type="rope",
+        norm_type="rmsnorm",
+        hidden_act="swiglu",
+        attention_bias=False,
+        mlp_bias=False,
+        tie_word_embeddings=False,
+        num_key_value_heads=2,
+    ),
+    "alibi_mqa": dict(position_embedding_type="alibi", num_key_value_heads=1, hidden_act="geglu"),
+    "sinusoidal_post": dict(position_embedding_type="sinusoidal", norm_position="post", hidden_act="relu"),
+    "nope_reglu": dict(position_embedding_type="none", hidden_act="reglu", norm_type="rmsnorm"),
+    "learned_gelu_post_rms": dict(
+        hidden_act="gelu", norm_position="post", norm_type="rmsnorm", num_key_value_heads=2
+    ),
+    "alibi_6heads": dict(
+        position_embedding_type="alibi", num_attention_heads=6, hidden_size=48, num_key_value_heads=3
+    ),
+    "t5bias_geglu": dict(
+        position_embedding_type="relative_buckets",
+        hidden_act="geglu_tanh",
+        norm_type="rmsnorm",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_scale=1.0,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    ),
+    "rope_headdim": dict(
+        position_embedding_type="rope", head_dim=16, num_key_value_heads=1, tie_word_embeddings=False
+    ),
+    # a small scale base, so the tiny tests see the decay (the paper's is 512)
+    "xpos_gqa": dict(position_embedding_type="xpos", xpos_scale_base=16, num_key_value_heads=2),
+}
+# every position scheme, both norm placements, gated and plain feed-forwards, the presets' options
+BERT_VARIANTS = {
+    "bert": dict(),
+    "roberta": dict(type_vocab_size=0, norm_eps=1e-5, pad_token_id=1),
+    "albert": dict(embedding_size=16, num_hidden_groups=1, hidden_act="gelu_tanh", num_hidden_layers=3),
+    "prenorm_rope_swiglu": dict(
+        norm_position="pre", norm_type="rmsnorm", position_embedding_type="rope", hidden_act="swiglu"
+    ),
+    "alibi_gqa": dict(position_embedding_type="alibi", num_key_value_heads=2, hidden_act="geglu"),
+    "sinusoidal_groups": dict(position_embedding_type="sinusoidal", num_hidden_layers=4, num_hidden_groups=2),
+    "nope": dict(position_embedding_type="none", hidden_act="relu"),
+}
+
+
+def _variant(config_class: type, overrides: dict) -> Callable:
+    """A config maker: the tiny Transformer config with a grid entry's overrides."""
+    return lambda: config_class(**{**_TRANSFORMER, **overrides})
+
+
+# ----------------------------------------------------------------------------------------------
 # Batches, one builder per kind of head: (config, generator, padding) -> dict of CPU tensors
 # ----------------------------------------------------------------------------------------------
 
@@ -237,15 +303,15 @@ def _decoder_only(config, gen, padding) -> dict:
 
 
 def _encoder(config, gen, padding) -> dict:
-    """BERT inputs: right padding, segment A then segment B."""
+    """BERT inputs: right padding, segment A then segment B (no segments where the config has none,
+    as RoBERTa)."""
     mask = _mask(SEQ, padding)
-    token_types = torch.zeros(BATCH, SEQ, dtype=torch.long)
-    token_types[:, SEQ // 2 :] = 1
-    return {
-        "input_ids": _padded(_ids(gen, BATCH, SEQ), mask, config.pad_token_id),
-        "attention_mask": mask,
-        "token_type_ids": token_types * mask,
-    }
+    batch = {"input_ids": _padded(_ids(gen, BATCH, SEQ), mask, config.pad_token_id), "attention_mask": mask}
+    if config.type_vocab_size > 0:
+        token_types = torch.zeros(BATCH, SEQ, dtype=torch.long)
+        token_types[:, SEQ // 2 :] = 1 if config.type_vocab_size > 1 else 0
+        batch["token_type_ids"] = token_types * mask
+    return batch
 
 
 def _mlm(config, gen, padding) -> dict:
@@ -434,6 +500,18 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("ffnn-causal-lm", HfLmFFNNForCausalLM, _ffnn, _causal, generates=True),
     FamilyCase("gpt-moe-causal-lm", HfLmGPTForCausalLM, _gpt_moe, _causal, generates=True),
     FamilyCase("t5-moe-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5_moe, _seq2seq, generates=True),
+]
+# the grids' entries other than the defaults: the causal LM and the masked LM of each
+VARIANT_CASES: list[FamilyCase] = [
+    FamilyCase(
+        f"gpt-causal-lm-{name}", HfLmGPTForCausalLM, _variant(HfLmGPTConfig, o), _causal, generates=True
+    )
+    for name, o in GPT_VARIANTS.items()
+    if o
+] + [
+    FamilyCase(f"bert-mlm-{name}", HfLmBertForMaskedLM, _variant(HfLmBertConfig, o), _mlm)
+    for name, o in BERT_VARIANTS.items()
+    if o
 ]
 # the model classes that generate(), and those of them with a static cache (GPT, T5, BART and their
 # mixtures of experts), whose decoding step compiles; the recurrent, n-gram and feed-forward models

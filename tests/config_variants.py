@@ -1,12 +1,13 @@
-"""The config variants whose code `hf_lm.testing.FAMILY_CASES` (one tiny default model per class) leaves
-out, as ready models with inputs, for the sweeps that must cover them too: the remote-code round trip
-(tests/test_model_properties.py), half precision (tests/test_precision.py) and the simulated
-accelerator (tests/test_device_placement.py).
+"""The config variants beyond `hf_lm.testing`'s cases, as ready models with inputs, for the sweeps that
+must cover them too: the remote-code round trip (tests/test_model_properties.py), half precision
+(tests/test_precision.py) and the simulated accelerator (tests/test_device_placement.py).
 
-They are every entry of the GPT and BERT variant grids (positions, norms, activations, grouped-query
-attention, ALBERT sharing), ALBERT's factorized and shared GPT, mixtures of experts with a capacity,
-sparse attention, Llama and BERT checkpoints imported from transformers, and Mask-Predict's iterative
-decoding. Each config is defined once, in the module that tests its feature in process.
+`hf_lm.testing` has each class with its family's default (`FAMILY_CASES`) and the GPT and BERT variant
+grids (`VARIANT_CASES`: positions, norms, activations, grouped queries). These are the rest, each
+needing more than a config override of the tiny cases or a search of its own: ALBERT's factorized and
+shared GPT, mixtures of experts with a capacity, sparse attention, Llama and BERT checkpoints imported
+from transformers, and Mask-Predict's iterative decoding. Each config is defined once, in the module
+that tests its feature in process.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ import torch
 def variant_models() -> list[tuple[str, object, str, list[tuple[dict, dict | None]]]]:
     """Every variant as (name, model in eval mode, auto class, checks); a check is (inputs, `generate()`
     arguments), None for a forward pass. Fresh models with weights drawn from seed 0."""
-    from conftest import VARIANTS, tiny_gpt_config
+    from conftest import tiny_gpt_config
     from test_bert_convert import SIZES as BERT_SIZES
-    from test_bert_model import BERT_VARIANTS, tiny_bert_config
     from test_gpt_convert import llama_config, randomize
     from test_mask_predict import CASES as MASK_PREDICT_CASES
     from test_mask_predict import MASK, _source
@@ -30,15 +30,16 @@ def variant_models() -> list[tuple[str, object, str, list[tuple[dict, dict | Non
     from test_sparse_attention import padded_batch
     from transformers import BertConfig, BertForMaskedLM, LlamaForCausalLM
 
-    from hf_lm import HfLmBertForMaskedLM, HfLmGPTForCausalLM, HfLmT5ForConditionalGeneration
+    from hf_lm import HfLmGPTForCausalLM, HfLmT5ForConditionalGeneration
     from hf_lm.convert import from_transformers
 
     torch.manual_seed(0)
     greedy = dict(max_new_tokens=5, do_sample=False)
-    decoders = {f"gpt-{name}": HfLmGPTForCausalLM(tiny_gpt_config(**o)) for name, o in VARIANTS.items()}
-    decoders["gpt-albert"] = HfLmGPTForCausalLM(
-        tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
-    )
+    decoders = {
+        "gpt-albert": HfLmGPTForCausalLM(
+            tiny_gpt_config(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1)
+        )
+    }
     decoders["gpt-moe-capacity"] = HfLmGPTForCausalLM(
         moe_gpt_config(capacity_factor=1.25, hidden_act="swiglu", mlp_bias=False, output_router_logits=True)
     )
@@ -52,10 +53,7 @@ def variant_models() -> list[tuple[str, object, str, list[tuple[dict, dict | Non
     band = [(x, None), (x, dict(greedy, max_new_tokens=10))]
     variants.append(("gpt-band-dilated", sparse_gpt("band+dilated"), "AutoModelForCausalLM", band))
 
-    encoders = {
-        f"bert-{name}": HfLmBertForMaskedLM(tiny_bert_config(**o)) for name, o in BERT_VARIANTS.items()
-    }
-    encoders["bert-imported"] = from_transformers(BertForMaskedLM(BertConfig(**BERT_SIZES)))
+    encoders = {"bert-imported": from_transformers(BertForMaskedLM(BertConfig(**BERT_SIZES)))}
     for name, model in encoders.items():
         ids = torch.randint(3, model.config.vocab_size, (2, 7))
         mask = torch.ones_like(ids)

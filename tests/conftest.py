@@ -10,6 +10,7 @@ import torch  # noqa: E402
 
 import hf_lm  # noqa: E402,F401  (registers the Auto classes)
 from hf_lm import HfLmGPTConfig  # noqa: E402
+from hf_lm.testing import GPT_VARIANTS  # noqa: E402
 
 torch.set_num_threads(1)  # pytest-xdist runs one worker per core
 
@@ -34,43 +35,8 @@ def tiny_gpt_config(**overrides) -> HfLmGPTConfig:
     return HfLmGPTConfig(**kwargs)
 
 
-# A variant grid in which every value of every variant field appears at least once.
-VARIANTS = {
-    "gpt2": dict(),
-    "llama": dict(
-        position_embedding_type="rope",
-        norm_type="rmsnorm",
-        hidden_act="swiglu",
-        attention_bias=False,
-        mlp_bias=False,
-        tie_word_embeddings=False,
-        num_key_value_heads=2,
-    ),
-    "alibi_mqa": dict(position_embedding_type="alibi", num_key_value_heads=1, hidden_act="geglu"),
-    "sinusoidal_post": dict(position_embedding_type="sinusoidal", norm_position="post", hidden_act="relu"),
-    "nope_reglu": dict(position_embedding_type="none", hidden_act="reglu", norm_type="rmsnorm"),
-    "learned_gelu_post_rms": dict(
-        hidden_act="gelu", norm_position="post", norm_type="rmsnorm", num_key_value_heads=2
-    ),
-    "alibi_6heads": dict(
-        position_embedding_type="alibi", num_attention_heads=6, hidden_size=48, num_key_value_heads=3
-    ),
-    "t5bias_geglu": dict(
-        position_embedding_type="relative_buckets",
-        hidden_act="geglu_tanh",
-        norm_type="rmsnorm",
-        attention_bias=False,
-        mlp_bias=False,
-        attention_scale=1.0,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-    ),
-    "rope_headdim": dict(
-        position_embedding_type="rope", head_dim=16, num_key_value_heads=1, tie_word_embeddings=False
-    ),
-    # a small scale base, so the tiny tests see the decay (the paper's is 512)
-    "xpos_gqa": dict(position_embedding_type="xpos", xpos_scale_base=16, num_key_value_heads=2),
-}
+# the GPT variant grid (every value of every variant field at least once), defined with the cases
+VARIANTS = GPT_VARIANTS
 
 
 @pytest.fixture(params=sorted(VARIANTS))

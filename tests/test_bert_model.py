@@ -18,6 +18,7 @@ from hf_lm import (
     HfLmBertForTokenClassification,
     HfLmBertModel,
 )
+from hf_lm.testing import BERT_VARIANTS
 
 V = 101
 
@@ -35,20 +36,6 @@ def tiny_bert_config(**overrides) -> HfLmBertConfig:
     )
     kwargs.update(overrides)
     return HfLmBertConfig(**kwargs)
-
-
-# every position scheme, both norm placements, gated and plain feed-forwards, the presets' options
-BERT_VARIANTS = {
-    "bert": dict(),
-    "roberta": dict(type_vocab_size=0, norm_eps=1e-5, pad_token_id=1),
-    "albert": dict(embedding_size=16, num_hidden_groups=1, hidden_act="gelu_tanh", num_hidden_layers=3),
-    "prenorm_rope_swiglu": dict(
-        norm_position="pre", norm_type="rmsnorm", position_embedding_type="rope", hidden_act="swiglu"
-    ),
-    "alibi_gqa": dict(position_embedding_type="alibi", num_key_value_heads=2, hidden_act="geglu"),
-    "sinusoidal_groups": dict(position_embedding_type="sinusoidal", num_hidden_layers=4, num_hidden_groups=2),
-    "nope": dict(position_embedding_type="none", hidden_act="relu"),
-}
 
 
 @pytest.fixture(params=sorted(BERT_VARIANTS))

@@ -21,7 +21,7 @@ from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simula
 import training.evaluation
 import training.train as train_module
 from hf_lm import HfLmGPTForCausalLM
-from hf_lm.testing import FAMILY_CASES
+from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
 from training.gpu_check import (
     COMPILED,
     FINETUNE_CASES,
@@ -206,7 +206,7 @@ def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
     assert gpu_check.main(["--list", "--device", "cpu"]) == 0
     listed = capsys.readouterr().out.split()
     assert {name.split("/")[0] for name in listed} == set(gpu_check.GROUPS)
-    families = [case.name for case in FAMILY_CASES]
+    families = [case.name for case in FAMILY_CASES + VARIANT_CASES]
     for case in [*LOOP_CASES, *PIPELINE_CASES, *gpu_check.LEADERBOARDS, *families]:
         assert any(name.endswith("/" + case) for name in listed), case
     status = gpu_check.main(
@@ -259,7 +259,7 @@ def test_gpu_check_compares_fp32_without_tf32_whatever_ran_before(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+@pytest.mark.parametrize("case", FAMILY_CASES + VARIANT_CASES, ids=str)
 def test_every_family_runs_on_the_accelerator_like_on_the_cpu(case):
     """Forward with labels, backward and greedy `generate()` on the device equal the CPU's."""
     with simulated_device() as sim:

@@ -44,7 +44,7 @@ from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_t
 
 from hf_lm.families import all_heads
 from hf_lm.models.hflm_common import CACHE_NAME, output_cache, shift_tokens_right
-from hf_lm.testing import FAMILY_CASES, GENERATING_CASES, STATIC_CACHE_CASES, VOCAB
+from hf_lm.testing import FAMILY_CASES, GENERATING_CASES, STATIC_CACHE_CASES, VARIANT_CASES, VOCAB
 
 AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}
 GENERATING = GENERATING_CASES
@@ -124,7 +124,7 @@ def test_every_class_and_variant_loads_as_remote_code_in_one_fresh_interpreter(t
         folder = remote.save(model, name)
         for inputs, search in checks:
             remote.expect(folder, auto, model, inputs, generate=search)
-    for case in FAMILY_CASES:
+    for case in FAMILY_CASES + VARIANT_CASES:
         model, batch = case.make_model(), case.make_batch()
         folder = remote.save(model, case.name)
         auto = AUTO_CLASS[case.model_class]

@@ -1,7 +1,8 @@
 """bf16 and fp16 on CPU for every family: autocast forward, backward and generation, half-precision weights;
 the training loop in bf16.
 
-Every check runs over `hf_lm.testing.FAMILY_CASES` (one tiny case per registered model class).
+Every check runs over `hf_lm.testing.FAMILY_CASES` (one tiny case per registered model class) and, but for
+the training loop, its `VARIANT_CASES` (the GPT and BERT variant grids) and tests/config_variants.py.
 
 The LSTM once crashed under CPU autocast ("could not create a primitive descriptor for the LSTM forward
 propagation primitive") on CPUs without oneDNN bf16 kernels, e.g. AVX2-only x86, and ran on those with
@@ -24,7 +25,7 @@ from conftest import REPO_ROOT
 
 import hf_lm
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS, StackedRNN
-from hf_lm.testing import FAMILY_CASES, GENERATING_CASES
+from hf_lm.testing import FAMILY_CASES, GENERATING_CASES, VARIANT_CASES
 from training.args import parse_args
 from training.train import train
 
@@ -32,7 +33,8 @@ BF16 = torch.bfloat16
 # both half types: bf16 (8 bits of mantissa, fp32's range) and fp16 (11 bits, largest finite 65504, where a
 # mask fill of -1e9 or an fp32 minimum would overflow), as GPUs train and serve them
 HALF = [pytest.param(BF16, id="bf16"), pytest.param(torch.float16, id="fp16")]
-GENERATING = GENERATING_CASES
+CASES = FAMILY_CASES + VARIANT_CASES  # every class, and the GPT and BERT variant grids
+GENERATING = GENERATING_CASES + [case for case in VARIANT_CASES if case.generates]
 
 
 def _main_output(output) -> torch.Tensor:
@@ -87,7 +89,7 @@ def test_family_table_covers_the_registry():
 
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("padding", [True, False], ids=["padded", "full"])
-@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
 def test_autocast_forward_and_backward(case, padding, dtype):
     """Under CPU autocast: a finite loss and outputs close to fp32's, and a finite fp32 gradient for every
     parameter that has one in fp32.
@@ -147,7 +149,7 @@ def test_autocast_generate(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("case", FAMILY_CASES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
 def test_half_weights_forward(case, dtype):
     """`model.to(dtype)`: every float parameter in bf16 or fp16; forward (and generation) run, near fp32."""
     model = case.make_model()

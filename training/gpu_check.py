@@ -15,7 +15,9 @@ The sweep, each case at tiny size, in fp32, bf16 and fp16 autocast (`--precision
   encoder-decoder, scheduled sampling), streaming, document masking, gradient accumulation and a
   wall-clock budget; then a resume of the same run two steps further (fp16: the GradScaler's state
   is in the checkpoint and restored). With two or more GPUs, a 2-process DDP run (`torchrun`).
-- `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`): forward with labels,
+- `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`) and every entry of the
+  GPT and BERT variant grids (`VARIANT_CASES`: ALiBi, xPos, relative biases, RoPE, gated activations,
+  grouped queries, ALBERT sharing): forward with labels,
   backward, and `generate()` where the family generates, next to the same model on the CPU; in
   fp32, the families with a static cache also decode with `hf_lm.generation_static.static_decode`,
   greedy and sampled, which must give `generate()`'s tokens on the device, and `<family>/compiled_static`
@@ -190,9 +192,9 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
     fp32 must match the CPU (loss, main output, greedy tokens); bf16/fp16 must stay within 5% of
     its loss (measured: under 3%) with finite gradients.
     """
-    from hf_lm.testing import FAMILY_CASES
+    from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
 
-    case = next(c for c in FAMILY_CASES if c.name == name)
+    case = next(c for c in FAMILY_CASES + VARIANT_CASES if c.name == name)
     reference = case.make_model(seed=0)
     batch = case.make_batch()
     with torch.no_grad():
@@ -703,7 +705,7 @@ def checks(device: str) -> list[Check]:
         )
         for case in LOOP_CASES
     ]
-    from hf_lm.testing import FAMILY_CASES, STATIC_CACHE_CASES
+    from hf_lm.testing import FAMILY_CASES, STATIC_CACHE_CASES, VARIANT_CASES
 
     out += [
         Check(
@@ -711,7 +713,7 @@ def checks(device: str) -> list[Check]:
             c.name,
             lambda workdir, device, precision, name=c.name: run_family_case(name, device, precision),
         )
-        for c in FAMILY_CASES
+        for c in FAMILY_CASES + VARIANT_CASES
     ]
     out += [
         Check(
