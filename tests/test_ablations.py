@@ -154,7 +154,7 @@ def test_smoke_run_writes_table_json_and_plot(tmp_path):
     out = tmp_path / "ablations"
     argv = ["--smoke", "--variants", "mqa", "--seeds", "0,1", "--output_dir", str(out)]
     report = ablations.main(argv)
-    names = ["baseline", "mqa"]  # the parameter counts of every variant: above
+    names = ["baseline", "mqa"]  # every variant builds: test_parameter_count_relations and the ones above
     table = (out / "ablations.md").read_text()
     assert [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:] == names
     saved = json.loads((out / "ablations.json").read_text())
