@@ -27,7 +27,8 @@ model's guards costs about 550 us a call on a small CPU, 100 us with the stance.
 
 Greedy search and sampling (no beams, no `return_dict_in_generate`, no streamer), for the hf_lm
 models with static caches: the decoder-only families, whose forward takes the static-width padding
-mask (`HfLmPreTrainedModel.create_masks_for_generate`), and the T5/BART encoder-decoders. The steps
+mask (`HfLmPreTrainedModel.create_masks_for_generate`), but not with a band attention pattern's
+sliding-window cache, and the T5/BART encoder-decoders. The steps
 run before the stop was read (up to `stop_check_every - 1`) leave their marks: a `StaticCache` passed
 in yourself holds their positions, and sampling has drawn their random numbers, so the random state
 after the call differs from `generate()`'s.
@@ -188,6 +189,14 @@ def _check_supported(
         raise ValueError(
             f"static_decode needs a static cache, which {name} has not (the recurrent, n-gram and "
             "feed-forward models keep no attention cache): use generate() without custom_generate."
+        )
+    if getattr(model.config, "sliding_window", None) is not None:
+        # the loop extends a padding mask as wide as a full cache at each token's absolute position;
+        # a sliding-window cache holds only the last keys, in slots that wrap around
+        raise ValueError(
+            f"static_decode does not support a sliding-window cache: {name}'s attention pattern "
+            f"({model.config.attention_pattern!r}) keeps the last {model.config.sliding_window} keys only. "
+            'Use generate(cache_implementation="static") without custom_generate.'
         )
     if cache is None or not getattr(cache, "is_compileable", False):
         raise ValueError(

@@ -6,9 +6,10 @@
 The sweeps over it: tests/test_model_properties.py (save/load and remote code, caches, padding,
 resizing, feature extraction, contiguous logits, `num_items_in_batch`, dtype moves),
 tests/test_bad_input.py, tests/test_precision.py and tests/test_device_placement.py.
-`VARIANT_CASES` adds the causal LM and the masked LM of each entry of `GPT_VARIANTS` and
+`VARIANT_CASES` adds the causal LM or the masked LM of each entry of `GPT_VARIANTS` and
 `BERT_VARIANTS` (grids over the variant fields: positions, norms, activations, grouped queries, ALBERT
-sharing), for the sweeps where a variant's own code can fail: remote code, half precision, devices.
+sharing) and of `FEATURE_VARIANTS` (ALBERT's shared GPT, sparse attention),
+for the sweeps where a variant's own code can fail: remote code, half precision, devices.
 A case builds a tiny model (vocab 64, width 16-32, 1-2 layers, no dropout) and a valid batch for its
 head, labels included, so a suite needs no per-family code:
 
@@ -259,6 +260,24 @@ BERT_VARIANTS = {
     "sinusoidal_groups": dict(position_embedding_type="sinusoidal", num_hidden_layers=4, num_hidden_groups=2),
     "nope": dict(position_embedding_type="none", hidden_act="relu"),
 }
+# small sparse-attention settings, so that a short row shows every pattern's edges
+SPARSE_SETTINGS = dict(
+    attention_window=2,
+    attention_dilation=3,
+    num_global_tokens=2,
+    attention_block_size=4,
+    num_random_keys=2,
+    attention_random_seed=7,
+)
+# features beyond the grids' fields that are config overrides too (not in the grids, whose every entry
+# the GPT and BERT test files also sweep): ALBERT sharing, sparse attention
+FEATURE_VARIANTS = {
+    "gpt": {
+        "albert": dict(embedding_size=16, num_hidden_layers=3, num_hidden_groups=1),
+        "band_dilated": dict(attention_pattern="band+dilated", **SPARSE_SETTINGS),
+    },
+    "bert": {"band_global_random": dict(attention_pattern="band+global+random", **SPARSE_SETTINGS)},
+}
 
 
 def _variant(config_class: type, overrides: dict) -> Callable:
@@ -501,16 +520,16 @@ FAMILY_CASES: list[FamilyCase] = [
     FamilyCase("gpt-moe-causal-lm", HfLmGPTForCausalLM, _gpt_moe, _causal, generates=True),
     FamilyCase("t5-moe-seq2seq-lm", HfLmT5ForConditionalGeneration, _t5_moe, _seq2seq, generates=True),
 ]
-# the grids' entries other than the defaults: the causal LM and the masked LM of each
+# the grids' entries other than the defaults, and the feature variants: the causal LM or masked LM of each
 VARIANT_CASES: list[FamilyCase] = [
     FamilyCase(
         f"gpt-causal-lm-{name}", HfLmGPTForCausalLM, _variant(HfLmGPTConfig, o), _causal, generates=True
     )
-    for name, o in GPT_VARIANTS.items()
+    for name, o in {**GPT_VARIANTS, **FEATURE_VARIANTS["gpt"]}.items()
     if o
 ] + [
     FamilyCase(f"bert-mlm-{name}", HfLmBertForMaskedLM, _variant(HfLmBertConfig, o), _mlm)
-    for name, o in BERT_VARIANTS.items()
+    for name, o in {**BERT_VARIANTS, **FEATURE_VARIANTS["bert"]}.items()
     if o
 ]
 # the model classes that generate(), and those of them with a static cache (GPT, T5, BART and their

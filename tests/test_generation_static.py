@@ -13,7 +13,7 @@ from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, LogitsProce
 
 from hf_lm import HfLmBartConfig, HfLmGPTForCausalLM
 from hf_lm.generation_static import static_decode
-from hf_lm.testing import GENERATING_CASES, STATIC_CACHE_CASES
+from hf_lm.testing import GENERATING_CASES, STATIC_CACHE_CASES, VARIANT_CASES
 
 GENERATING, STATIC = GENERATING_CASES, STATIC_CACHE_CASES
 _BART = next(case for case in STATIC if case.name == "bart-seq2seq-lm")
@@ -265,6 +265,14 @@ def test_what_it_refuses():
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=97, n_embd=16, n_layer=1, n_head=2)).eval()
     with pytest.raises(ValueError, match="decodes hf_lm models, not GPT2LMHeadModel"):
         gpt2.generate(ids, cache_implementation="static", **kwargs)
+    band = next(case for case in VARIANT_CASES if case.name == "gpt-causal-lm-band_dilated").make_model()
+    with pytest.raises(ValueError, match="sliding-window cache: .*'band\\+dilated'"):
+        band.generate(
+            # past the sliding cache's 7 slots: without the refusal, an IndexError in the loop
+            torch.randint(3, 64, (2, 5)),
+            cache_implementation="static",
+            **{**kwargs, "attention_mask": None, "max_new_tokens": 12},
+        )
     t5 = next(case for case in STATIC if case.name == "t5-seq2seq-lm").make_model()
     with pytest.raises(ValueError, match="decoder_attention_mask"):
         t5.generate(

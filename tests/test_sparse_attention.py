@@ -30,16 +30,10 @@ from hf_lm import (
     kv_cache_bytes,
 )
 from hf_lm.models.hflm_blocks import AttentionPattern, build_attention_mask
+from hf_lm.testing import SPARSE_SETTINGS
 
 # small settings, so a 12-token row shows every pattern's edges
-SETTINGS = dict(
-    attention_window=2,
-    attention_dilation=3,
-    num_global_tokens=2,
-    attention_block_size=4,
-    num_random_keys=2,
-    attention_random_seed=7,
-)
+SETTINGS = SPARSE_SETTINGS
 PATTERNS = [
     "global",
     "band",
