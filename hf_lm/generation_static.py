@@ -169,10 +169,33 @@ def _stopped(alive: torch.Tensor, invalid: torch.Tensor | None) -> bool:
     return not alive
 
 
+def unsupported_model(model) -> str | None:
+    """Why `static_decode` cannot decode `model` (None when it can): not an hf_lm model, no static
+    cache, or a sliding-window one."""
+    name = type(model).__name__
+    # by name: a folder loaded with trust_remote_code before hf_lm was imported brings its own copy
+    # of the classes, still hf_lm's models
+    if not any(cls.__name__ == "HfLmPreTrainedModel" for cls in type(model).__mro__):
+        return f"static_decode decodes hf_lm models, not {name}."
+    if not type(model)._can_compile_fullgraph:
+        return (
+            f"static_decode needs a static cache, which {name} has not (the recurrent, n-gram and "
+            "feed-forward models keep no attention cache): use generate() without custom_generate."
+        )
+    if getattr(model.config, "sliding_window", None) is not None:
+        # the loop extends a padding mask as wide as a full cache at each token's absolute position;
+        # a sliding-window cache holds only the last keys, in slots that wrap around
+        return (
+            f"static_decode does not support a sliding-window cache: {name}'s attention pattern "
+            f"({model.config.attention_pattern!r}) keeps the last {model.config.sliding_window} keys only. "
+            'Use generate(cache_implementation="static") without custom_generate.'
+        )
+    return None
+
+
 def _check_supported(
     model, generation_config, cache, synced_gpus, streamer, stop_check_every, model_kwargs
 ) -> None:
-    name = type(model).__name__
     if generation_config.num_beams != 1:
         raise ValueError(
             f"static_decode is greedy search or sampling, one sequence per row: got num_beams={generation_config.num_beams}."
@@ -181,23 +204,9 @@ def _check_supported(
         raise ValueError(
             "static_decode returns the sequences only: no return_dict_in_generate, streamer or synced_gpus."
         )
-    # by name: a folder loaded with trust_remote_code before hf_lm was imported brings its own copy
-    # of the classes, still hf_lm's models
-    if not any(cls.__name__ == "HfLmPreTrainedModel" for cls in type(model).__mro__):
-        raise ValueError(f"static_decode decodes hf_lm models, not {name}.")
-    if not type(model)._can_compile_fullgraph:
-        raise ValueError(
-            f"static_decode needs a static cache, which {name} has not (the recurrent, n-gram and "
-            "feed-forward models keep no attention cache): use generate() without custom_generate."
-        )
-    if getattr(model.config, "sliding_window", None) is not None:
-        # the loop extends a padding mask as wide as a full cache at each token's absolute position;
-        # a sliding-window cache holds only the last keys, in slots that wrap around
-        raise ValueError(
-            f"static_decode does not support a sliding-window cache: {name}'s attention pattern "
-            f"({model.config.attention_pattern!r}) keeps the last {model.config.sliding_window} keys only. "
-            'Use generate(cache_implementation="static") without custom_generate.'
-        )
+    reason = unsupported_model(model)
+    if reason is not None:
+        raise ValueError(reason)
     if cache is None or not getattr(cache, "is_compileable", False):
         raise ValueError(
             'static_decode needs a static cache: pass cache_implementation="static" (or a StaticCache).'

@@ -328,7 +328,8 @@ def _encoder(config, gen, padding) -> dict:
     batch = {"input_ids": _padded(_ids(gen, BATCH, SEQ), mask, config.pad_token_id), "attention_mask": mask}
     if config.type_vocab_size > 0:
         token_types = torch.zeros(BATCH, SEQ, dtype=torch.long)
-        token_types[:, SEQ // 2 :] = 1 if config.type_vocab_size > 1 else 0
+        if config.type_vocab_size > 1:
+            token_types[:, SEQ // 2 :] = 1
         batch["token_type_ids"] = token_types * mask
     return batch
 

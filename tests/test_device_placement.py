@@ -29,6 +29,7 @@ from training.gpu_check import (
     NOT_RESUMED,
     PIPELINE_CASES,
     _close,
+    _main_output,
     check_loop_metrics,
     loop_argv,
     run_demo,
@@ -267,15 +268,10 @@ def test_every_family_runs_on_the_accelerator_like_on_the_cpu(case):
         assert sim.ops > 10
 
 
-def _main_tensor(output) -> torch.Tensor:
-    return output.logits if "logits" in output else output.last_hidden_state
-
-
 def test_every_config_variant_runs_on_the_accelerator_like_on_the_cpu():
-    """The variants the cases' defaults leave out (tests/config_variants.py: ALiBi slopes, xPos and
-    relative biases, RoPE tables, expert capacity, sparse patterns, ALBERT groups, Mask-Predict) build
-    their tensors on the model's device: every forward equals the CPU's, the searches' tokens are
-    identical."""
+    """The variants beyond the cases (tests/config_variants.py: imported Llama and BERT, experts with a
+    capacity, Mask-Predict's decoding) build their tensors on the model's device: every forward equals
+    the CPU's, the searches' tokens are identical."""
     from config_variants import variant_models
 
     failures = []
@@ -290,8 +286,8 @@ def test_every_config_variant_runs_on_the_accelerator_like_on_the_cpu():
                     for (inputs, search), want in zip(checks, expected):
                         moved = {key: value.to(sim.device) for key, value in inputs.items()}
                         if search is None:
-                            got = to_cpu(_main_tensor(model(**moved)))
-                            torch.testing.assert_close(got, _main_tensor(want), atol=1e-5, rtol=1e-5)
+                            got = to_cpu(_main_output(model(**moved)))
+                            torch.testing.assert_close(got, _main_output(want), atol=1e-5, rtol=1e-5)
                         else:
                             got = to_cpu(model.generate(**moved, **search))
                             assert torch.equal(got, want), (got.tolist(), want.tolist())

@@ -166,9 +166,9 @@ def test_half_weights_forward(case, dtype):
 
 @pytest.mark.parametrize("dtype", HALF)
 def test_every_config_variant_in_half_precision_weights(dtype):
-    """The variants the cases' defaults leave out (tests/config_variants.py: ALiBi, xPos and relative
-    biases, RoPE, gated activations, grouped queries, experts, sparse masks, Mask-Predict), each with its
-    weights in `dtype`: every check's forward near fp32 and its search gives valid ids."""
+    """The variants beyond the cases (tests/config_variants.py: imported Llama and BERT, experts with a
+    capacity, Mask-Predict's decoding), each with its weights in `dtype`: every check's forward near fp32
+    and its search gives valid ids."""
     failures = []
     for name, model, _, checks in variant_models():
         forward = [inputs for inputs, search in checks if search is None]

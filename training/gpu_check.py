@@ -192,6 +192,7 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
     fp32 must match the CPU (loss, main output, greedy tokens); bf16/fp16 must stay within 5% of
     its loss (measured: under 3%) with finite gradients.
     """
+    from hf_lm.generation_static import unsupported_model
     from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
 
     case = next(c for c in FAMILY_CASES + VARIANT_CASES if c.name == name)
@@ -235,12 +236,7 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
                     f"greedy tokens {tokens.tolist()} != the CPU's {expected_tokens.tolist()}"
                 )
         detail += f", generated {tuple(tokens.shape)}"
-        # the families with a static cache, but a sliding window's (which static_decode refuses)
-        if (
-            precision == "no"
-            and type(model)._can_compile_fullgraph
-            and not getattr(model.config, "sliding_window", None)
-        ):
+        if precision == "no" and unsupported_model(model) is None:  # the families with a static cache
             detail += ", " + _static_decode_agrees(
                 model, {k: v.to(device) for k, v in case.prompt(batch).items()}
             )
