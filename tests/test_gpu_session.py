@@ -104,7 +104,7 @@ def test_the_translation_runs_parse_down_to_the_training_run(tmp_path):
     from training.finetune_translation import parse_args as parse_finetune
 
     runs = {}
-    for step in PARTS["translation"]:
+    for step in PARTS["translation"]:  # on-demand steps included
         argv = step.argv({"out": tmp_path, "smoke": False, "device": "cuda"})
         assert argv[0] == "benchmarks.leaderboard_translation" and "--preset" in argv
         args = translation.build_parser().parse_args(argv[1:])
@@ -112,16 +112,18 @@ def test_the_translation_runs_parse_down_to_the_training_run(tmp_path):
         run = translation.entry_argv("transformer", settings, args, tmp_path / "tok", tmp_path / step.name)
         runs[step.name] = parse_finetune(run)[2]
     plain, decayed = runs["multi30k_transformer"], runs["multi30k_transformer_budget_linear"]
-    assert (plain.budget_schedule, plain.max_train_seconds, plain.num_train_epochs) == ("none", 200, 10)
+    assert (plain.budget_schedule, plain.max_train_seconds, plain.num_train_epochs) == ("none", 420, 10)
     assert (decayed.budget_schedule, decayed.max_train_seconds, decayed.label_smoothing_factor) == (
         "linear",
-        180,
+        420,
         0.1,
     )
     assert decayed.num_train_epochs == 1000  # the budget, not the epochs, ends it
     smoke = PARTS["translation"][1].argv({"out": tmp_path, "smoke": True})  # the flags run in CI too
     assert "--smoke" in smoke and smoke[-6:] == list(gpu_session.BUDGET_LINEAR)
-    assert sum(s.limit for s in PARTS["translation"]) <= gpu_session.DEFAULT_BUDGET  # both in one call
+    # the preset runs alone by default, the decaying rate only when named: each fits one call
+    assert [s.name for s in gpu_session.select_steps(["translation"], None)] == ["multi30k_transformer"]
+    assert all(s.limit <= gpu_session.DEFAULT_BUDGET for s in PARTS["translation"])
 
 
 def test_without_cuda_it_says_so_and_exits_0(capsys, monkeypatch):
@@ -216,6 +218,7 @@ def test_the_translation_part_end_to_end_at_smoke_size(tmp_path):
     smoothing: each writes results the summary reads back."""
     out, work = tmp_path / "out", tmp_path / "work"
     argv = ["--part", "translation", "--smoke", "--output_dir", str(out), "--work_dir", str(work)]
+    argv += ["--steps", "multi30k_transformer,multi30k_transformer_budget_linear"]  # the second is on demand
     assert gpu_session.main(argv) == 0
     steps = json.loads((out / "summary.json").read_text())["steps"]
     assert [(s["name"], s["status"]) for s in steps] == [
