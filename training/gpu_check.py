@@ -236,7 +236,7 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
                     f"greedy tokens {tokens.tolist()} != the CPU's {expected_tokens.tolist()}"
                 )
         detail += f", generated {tuple(tokens.shape)}"
-        if precision == "no" and unsupported_model(model) is None:  # the families with a static cache
+        if precision == "no" and unsupported_model(model) is None:  # a static cache, no sliding window
             detail += ", " + _static_decode_agrees(
                 model, {k: v.to(device) for k, v in case.prompt(batch).items()}
             )
