@@ -190,8 +190,9 @@ PRESETS, HELP = preset_table(
 # one GPU: the full leaderboard's models and 10-minute budget with bentrevett's batch of 128 (these
 # models are too small to be limited by a GPU's arithmetic, so a larger batch mostly means fewer
 # steps per epoch), his constant rate and 10 epochs. Not yet measured on a GPU; the Transformer's
-# 10 epochs run on a CPU reach test BLEU 38.5 greedy / 39.7 beam, and GRU + Bahdanau's 35.2 / 36.6
-# against bentrevett's 28.30 (benchmarks/results/leaderboard_translation).
+# 10 epochs run on a CPU reach test BLEU 38.5 greedy / 39.7 beam, GRU + Bahdanau's 35.2 / 36.6
+# against bentrevett's 28.30 and the LSTM without attention's 16.2 / 17.7 against his 13.76
+# (benchmarks/results/leaderboard_translation).
 # A linear decay with label smoothing 0.1 (`--lr_scheduler linear --label_smoothing 0.1`) was
 # tried on a CPU at 2 epochs and lost clearly there (test BLEU 13.4 greedy / 15.6 beam against
 # 22.8 / 25.5 with the constant rate), so it is an option, not the preset.
