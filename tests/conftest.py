@@ -17,6 +17,26 @@ torch.set_num_threads(1)  # pytest-xdist runs one worker per core
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 
+# For a torchrun script: at the interpreter's exit, say whether this process's group is still alive.
+# An entry point must end it (`training.process_group`): a live gloo group can abort the process at exit.
+REPORT_THE_GROUP_AT_EXIT = """
+import atexit, sys
+import torch.distributed as dist
+state = lambda: "alive" if dist.is_initialized() else "ended"
+atexit.register(lambda: print(f"process group at exit: {state()}", file=sys.stderr))
+"""
+
+# `python script.py MODULE ARGS...` runs MODULE as `python -m MODULE ARGS...` would, and reports
+# the group's state at exit
+AS_MAIN_REPORTING_THE_GROUP = (
+    REPORT_THE_GROUP_AT_EXIT
+    + """
+import os, runpy
+sys.path[0] = os.getcwd()  # as `python -m` puts it, not the script's folder
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+)
+
 
 def tiny_gpt_config(**overrides) -> HfLmGPTConfig:
     """A 2-layer, 32-wide GPT: big enough to exercise every path, small enough for milliseconds."""

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import REPO_ROOT, REPORT_THE_GROUP_AT_EXIT, SHARED_DATA
 from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
 from training import finetune_classification
@@ -311,14 +311,17 @@ def test_budget_schedule_decays_the_rate_to_zero_over_the_budget(tmp_path):
 
 
 # two processes whose clocks disagree (rank 1's runs twice as fast): each must stop at the same
-# step and follow the same rates, or the other is left waiting in the gradients' all-reduce
-TWO_CLOCKS = """
-import json, sys
+# step and follow the same rates, or the other is left waiting in the gradients' all-reduce. The
+# run goes through the scripts' entry point (`script_main`), which must end the process group.
+TWO_CLOCKS = (
+    REPORT_THE_GROUP_AT_EXIT
+    + """
+import json
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 sys.path.insert(0, sys.argv[2])
 from test_finetune_classification import _Quadratic
-from training.trainer_common import WallClockBudgetCallback, with_budget_schedule
+from training.trainer_common import WallClockBudgetCallback, script_main, with_budget_schedule
 
 now = [0.0]
 class Tick(TrainerCallback):
@@ -327,15 +330,21 @@ class Tick(TrainerCallback):
 args = TrainingArguments(output_dir=sys.argv[1], max_steps=100, per_device_train_batch_size=2,
     learning_rate=0.1, lr_scheduler_type="constant", logging_steps=1, save_strategy="no",
     report_to="none", disable_tqdm=True, use_cpu=True)
-budget = WallClockBudgetCallback(10, clock=lambda: now[0])
-data = [{"x": torch.tensor(float(i))} for i in range(64)]
-trainer = with_budget_schedule(Trainer, budget)(model=_Quadratic(), args=args, train_dataset=data,
-    callbacks=[Tick(), budget])
-trainer.train()
-rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
-with open(f"{sys.argv[1]}/rank{args.process_index}.json", "w") as f:
-    json.dump({"step": budget.stopped_at_step, "rates": rates, "w": trainer.model.w.tolist()}, f)
+
+def finetune(data_args, model_args, args):
+    budget = WallClockBudgetCallback(10, clock=lambda: now[0])
+    data = [{"x": torch.tensor(float(i))} for i in range(64)]
+    trainer = with_budget_schedule(Trainer, budget)(model=_Quadratic(), args=args, train_dataset=data,
+        callbacks=[Tick(), budget])
+    trainer.train()
+    rates = [row["learning_rate"] for row in trainer.state.log_history if "learning_rate" in row]
+    with open(f"{sys.argv[1]}/rank{args.process_index}.json", "w") as f:
+        json.dump({"step": budget.stopped_at_step, "rates": rates, "w": trainer.model.w.tolist()}, f)
+    return {}
+
+script_main(lambda argv: (None, None, args), finetune, [])
 """
+)
 
 
 @pytest.mark.slow
@@ -352,6 +361,7 @@ def test_budget_stops_every_process_at_one_step_with_one_rate(tmp_path):
         timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("process group at exit: ended") == 2, result.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0] == ranks[1]
     assert ranks[0]["step"] == 5  # rank 1's clock: 2 s a step, so 10 s after 5 steps

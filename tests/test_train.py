@@ -518,7 +518,7 @@ from accelerate.state import AcceleratorState, GradientState
 import training.train as T
 
 split = sys.argv.index("--then")
-T.main(sys.argv[1:split])
+T.train(*T.parse_args(sys.argv[1:split]))  # not `main`, which would end the process group
 AcceleratorState._reset_state(True)  # the process group stays; the next run joins it again
 GradientState._reset_state()
 save = T.save_checkpoint

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
+from conftest import AS_MAIN_REPORTING_THE_GROUP
 from datasets import Dataset
 from safetensors.torch import load_file
 from test_train import TINY as TRAIN_TINY
@@ -189,24 +190,24 @@ def test_random_windows_resume_exactly(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_two_process_random_windows_match_one_process(tmp_path):
-    """2 gloo processes x b windows follow the trajectory of 1 process x 2b: the same windows per update."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        "-m",
-        "training.train",
-    ]
+    """2 gloo processes x b windows follow the trajectory of 1 process x 2b: the same windows per update.
+
+    The launch also reports to tensorboard, and each process must end its process group and exit 0:
+    ending the tracker must not take the group from the last barrier, and a live group at exit can
+    abort a finished run."""
+    script = tmp_path / "as_main.py"
+    script.write_text(AS_MAIN_REPORTING_THE_GROUP)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     run = dict(max_steps=6, eval_every=6, save_every=6, sampling="random_windows")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    ddp_argv = _argv(tmp_path / "ddp", per_device_batch_size=4, report_to=["tensorboard"], **run)
     result = subprocess.run(
-        [*cmd, *_argv(tmp_path / "ddp", per_device_batch_size=4, **run)],
+        [*cmd, str(script), "training.train", *ddp_argv],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.count("process group at exit: ended") == 2, result.stderr[-3000:]
+    assert any((tmp_path / "ddp" / "tensorboard").rglob("events.out.tfevents.*"))
     single = _run(tmp_path / "one", per_device_batch_size=8, **run)
     ddp = json.loads((tmp_path / "ddp" / "final_metrics.json").read_text())
     assert ddp["world_size"] == 2 and ddp["global_batch_size"] == single["global_batch_size"] == 8

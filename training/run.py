@@ -189,7 +189,9 @@ def finish_run(run: Run, model, csv_log, metrics: dict, evaluation: dict, best, 
     if run.accelerator.is_main_process:
         runtime = {"fused AdamW": fused, "TF32 matmuls": run.tf32}
         export_run(run, model, csv_log, metrics, evaluation, best, history, runtime)
-    if run.trackers:
-        run.accelerator.end_training()
+    for tracker in run.accelerator.trackers:
+        # not `end_training()`: that also destroys the process group, and the barrier below (or
+        # a next run in the same launch) still needs it; `train.main` ends the group last
+        tracker.finish()
     run.accelerator.wait_for_everyone()
     return metrics

@@ -77,6 +77,9 @@ What the loop guarantees:
   (`configure_tf32`); both are logged and named in the card, and neither applies on a CPU.
 - **Precision**: bf16 autocast runs on CPU and GPU; fp16 needs a CUDA GPU (on CPU accelerate
   would silently train in fp32, so the run refuses it).
+- **A finished launch exits 0 on every process**: `main` ends the process group after the run
+  (`training.process_group`), since a gloo group left alive can abort a process at exit; `train()`
+  leaves it to its caller, so one launch can run several runs.
 
 Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `best/checkpoint-N/` (with
 `load_best_model_at_end`), `metrics.csv`,
@@ -142,6 +145,7 @@ from .optim import (  # noqa: F401
     optimizer_kwargs,
     tf32_restored,
 )
+from .process_group import end_process_group
 from .resume import data_order, restore_run, run_settings
 from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
 from .run_checks import check_arguments
@@ -583,13 +587,16 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Command-line entry point: parse the arguments (flags or one .json/.yaml file) and train."""
+    """Command-line entry point: parse the arguments (flags or one .json/.yaml file), train, and end
+    the process group of a distributed launch (`training.process_group`)."""
     data_args, model_args, train_args = parse_args(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO if int(os.environ.get("RANK", "0")) == 0 else logging.WARNING,
     )
-    return train(data_args, model_args, train_args)
+    metrics = train(data_args, model_args, train_args)
+    end_process_group()
+    return metrics
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
 from .budget import agreed_seconds
+from .process_group import end_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -364,10 +365,13 @@ def save_run_summary(trainer: Trainer, output_dir: Path, metrics: dict, final: P
 
 def script_main(parse_args: Callable, finetune: Callable, argv: list[str] | None) -> dict[str, float]:
     """A Trainer script's entry point: parse the arguments (flags or one .json/.yaml file), log at
-    INFO on the main process only, and run."""
+    INFO on the main process only, run, and end the process group of a distributed launch
+    (`training.process_group`)."""
     data_args, model_args, training_args = parse_args(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO if training_args.process_index == 0 else logging.WARNING,
     )
-    return finetune(data_args, model_args, training_args)
+    metrics = finetune(data_args, model_args, training_args)
+    end_process_group()
+    return metrics
