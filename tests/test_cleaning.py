@@ -2,15 +2,14 @@
 report, streaming == in memory, determinism, MinHash against exact Jaccard, and a training run."""
 
 import json
-import subprocess
-import sys
+import logging
 
 import numpy as np
 import pytest
 from datasets import Dataset
-from test_train import REPO_ROOT, TINY, _env
+from test_train import TINY
 
-from training.args import DataArguments, TrainArguments, as_flags
+from training.args import DataArguments, TrainArguments, as_flags, parse_args
 from training.cleaning import (
     RULES,
     C4Options,
@@ -21,6 +20,7 @@ from training.cleaning import (
     split_sentences,
 )
 from training.resume import DATA_ORDER, fixed_differences, run_settings
+from training.train import train
 
 # ---- the corpus: one page per kind of junk -----------------------------------------------------
 
@@ -227,9 +227,8 @@ def test_bad_options_name_the_flag(flags, field):
         DataArguments(**flags)
 
 
-@pytest.mark.slow  # ~20 s each: a training run in a fresh interpreter
 @pytest.mark.parametrize("streaming", [False, True])
-def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming):
+def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming, caplog):
     """With a stream the report is written when a read of it ends: here, the read of the held-out blocks."""
     corpus = tmp_path / "pages.jsonl"
     corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in PAGES))
@@ -249,17 +248,11 @@ def test_training_run_with_c4_cleaning_writes_the_report(tmp_path, streaming):
         "save_every": 2,
         "output_dir": str(tmp_path / "run"),
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "training.train",
-        *as_flags({k: v for k, v in flags.items() if v is not None}),
-    ]
-    result = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    with caplog.at_level(logging.INFO, logger="training"):
+        train(*parse_args(as_flags({k: v for k, v in flags.items() if v is not None})))
     report = json.loads((tmp_path / "run" / "data_cleaning.json").read_text())
     assert report == _clean()[1].as_dict()
-    assert "span_duplicates" in result.stderr  # the table is in the log
+    assert "span_duplicates" in caplog.text  # the table is in the log
     assert "data_cleaning.json" in (tmp_path / "run" / "final" / "README.md").read_text()  # the card says so
 
 

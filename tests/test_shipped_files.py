@@ -74,22 +74,27 @@ CONFIG_ONLY = textwrap.dedent(
     import sys
     sys.modules["hf_lm"] = None  # the shipped files alone
     from transformers import AutoConfig
-    config = AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)
-    modeling = sorted(name for name in sys.modules if "hflm_modeling" in name or "hflm_blocks" in name
-                      or "hflm_rnn_blocks" in name)
-    print("LOADED", config.model_type, "MODELING", modeling)
+    for folder in sys.argv[1:]:
+        config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        modeling = sorted(name for name in sys.modules if "hflm_modeling" in name or "hflm_blocks" in name
+                          or "hflm_rnn_blocks" in name)
+        print("LOADED", config.model_type, "MODELING", modeling)
     """
 )
 
 
-@pytest.mark.parametrize("name", ["gpt-causal-lm", "rnn-causal-lm", "t5-seq2seq-lm", "ngram-causal-lm"])
-def test_config_only_remote_load_imports_no_modeling_code(tmp_path, name):
-    case = next(c for c in FAMILY_CASES if c.name == name)
-    model = case.make_model(seed=0)
-    model.save_pretrained(tmp_path / "model")
+def test_config_only_remote_load_imports_no_modeling_code(tmp_path):
+    """One fresh interpreter loads each family's config in turn: none imports modeling code, so the
+    modules seen after each load are none at all."""
+    names = ["gpt-causal-lm", "rnn-causal-lm", "t5-seq2seq-lm", "ngram-causal-lm"]
+    types = []
+    for name in names:
+        model = next(c for c in FAMILY_CASES if c.name == name).make_model(seed=0)
+        model.save_pretrained(tmp_path / name)
+        types.append(model.config.model_type)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"))
     result = subprocess.run(
-        [sys.executable, "-c", CONFIG_ONLY, str(tmp_path / "model")],
+        [sys.executable, "-c", CONFIG_ONLY, *(str(tmp_path / name) for name in names)],
         cwd=tmp_path,  # not the repo: nothing local shadows the shipped files
         env=env,
         capture_output=True,
@@ -97,4 +102,6 @@ def test_config_only_remote_load_imports_no_modeling_code(tmp_path, name):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"LOADED {model.config.model_type} MODELING []" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-len(names) :] == [f"LOADED {t} MODELING []" for t in types], (
+        result.stdout
+    )
