@@ -317,11 +317,37 @@ def test_non_finite_weights_are_never_checkpointed(tmp_path, monkeypatch):
         assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values())
 
 
+# Runs in one launch, saving a launch's start-up: `script.py ARGS --then ARGS ...` runs `train` on
+# each ARGS in turn, in the one process group, and ends the group as `main` does
+RUNS_IN_ONE_LAUNCH = """
+import sys
+from accelerate.state import AcceleratorState, GradientState
+import training.train as T
+from training.process_group import end_process_group
+
+runs = [[]]
+for arg in sys.argv[1:]:
+    runs.append([]) if arg == "--then" else runs[-1].append(arg)
+for argv in runs:
+    T.train(*T.parse_args(argv))
+    AcceleratorState._reset_state(True)  # the process group stays; the next run joins it again
+    GradientState._reset_state()
+end_process_group()
+"""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("streaming", [False, True], ids=["in_memory", "streaming"])
-def test_two_process_ddp_matches_one_process(tmp_path, streaming):
+def test_two_process_ddp_matches_one_process(tmp_path):
+    """2 gloo processes x b blocks follow the trajectory of 1 process x 2b, in memory and streaming
+    (both 2-process runs in one launch)."""
     b = 4
-    data = {"streaming": True, "shuffle_buffer_size": 64} if streaming else {}
+    data = {"in_memory": {}, "streaming": {"streaming": True, "shuffle_buffer_size": 64}}
+    script = tmp_path / "runs.py"
+    script.write_text(RUNS_IN_ONE_LAUNCH)
+    argvs = [
+        _argv(tmp_path / f"ddp_{mode}", max_steps=8, per_device_batch_size=b, report_to=["none"], **flags)
+        for mode, flags in data.items()
+    ]
     cmd = [
         sys.executable,
         "-m",
@@ -329,20 +355,24 @@ def test_two_process_ddp_matches_one_process(tmp_path, streaming):
         "--standalone",
         "--nproc_per_node",
         "2",
-        "-m",
-        "training.train",
-        *_argv(tmp_path / "ddp", max_steps=8, per_device_batch_size=b, report_to=["none"], **data),
+        str(script),
     ]
+    cmd += [*argvs[0], "--then", *argvs[1]]
     result = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    ddp = json.loads((tmp_path / "ddp" / "final_metrics.json").read_text())
-    assert ddp["world_size"] == 2 and ddp["global_batch_size"] == 2 * b
 
-    single = _run(tmp_path / "one", max_steps=8, per_device_batch_size=2 * b, report_to=["none"], **data)
-    assert single["world_size"] == 1
-    x, y = _weights(tmp_path / "ddp"), _weights(tmp_path / "one")
-    for name in x:
-        torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=name)
+    for mode, flags in data.items():
+        ddp = json.loads((tmp_path / f"ddp_{mode}" / "final_metrics.json").read_text())
+        assert ddp["world_size"] == 2 and ddp["global_batch_size"] == 2 * b, mode
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        single = _run(
+            tmp_path / f"one_{mode}", max_steps=8, per_device_batch_size=2 * b, report_to=["none"], **flags
+        )
+        assert single["world_size"] == 1
+        x, y = _weights(tmp_path / f"ddp_{mode}"), _weights(tmp_path / f"one_{mode}")
+        for name in x:
+            torch.testing.assert_close(x[name], y[name], atol=1e-5, rtol=0, msg=f"{mode}: {name}")
     assert math.isclose(ddp["eval_loss"], single["eval_loss"], rel_tol=1e-4)
 
 
