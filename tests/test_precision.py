@@ -260,6 +260,10 @@ def test_bf16_training_run(tmp_path, monkeypatch, overrides, model_class):
 @pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="caps oneDNN's x86 ISA")
 @pytest.mark.skipif(bool(os.environ.get("ONEDNN_MAX_CPU_ISA")), reason="already running with a capped oneDNN")
+@pytest.mark.skipif(
+    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+    reason="this CPU has no bf16 kernels: the `-k rnn` checks run without them in this interpreter already",
+)
 def test_recurrent_checks_on_a_cpu_without_bf16_kernels():
     """This file's recurrent checks (`-k rnn`) in a fresh interpreter whose oneDNN is capped at AVX2, so it
     has no bf16 RNN kernels: the LSTM's fused kernel under CPU autocast must not pick them there."""
