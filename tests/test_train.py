@@ -539,27 +539,26 @@ def test_ranks_draw_different_dropout_masks():
     assert len({seed_process_rngs(s, r) for s in range(4) for r in range(4)}) == 16
 
 
-# Two runs in one launch (saving a launch's start-up): run A to the end, then run B, which exits
-# right after writing checkpoint 8 (rank 0 writes it; torchrun then stops the other rank), so the
-# 2-process run B is interrupted at a known point.
-RUN_A_THEN_INTERRUPTED_B = """
-import os, sys
-from accelerate.state import AcceleratorState, GradientState
+# Run A to the end, then run B in the same launch (`RUNS_IN_ONE_LAUNCH`), which exits right after
+# writing checkpoint 8 (rank 0 writes it; torchrun then stops the other rank), so the 2-process run B
+# is interrupted at a known point.
+RUN_A_THEN_INTERRUPTED_B = (
+    """
+import os
 import training.train as T
 
-split = sys.argv.index("--then")
-T.train(*T.parse_args(sys.argv[1:split]))  # not `main`, which would end the process group
-AcceleratorState._reset_state(True)  # the process group stays; the next run joins it again
-GradientState._reset_state()
-save = T.save_checkpoint
+save, eighth = T.save_checkpoint, []
 def save_then_exit(*args, **kwargs):
     path = save(*args, **kwargs)
     if kwargs["step"] == 8:
-        os._exit(17)
+        eighth.append(path)
+        if len(eighth) == 2:  # run A's checkpoint 8 was the first
+            os._exit(17)
     return path
 T.save_checkpoint = save_then_exit
-T.main(sys.argv[split + 1 :])
 """
+    + RUNS_IN_ONE_LAUNCH
+)
 
 
 @pytest.mark.slow
