@@ -101,6 +101,38 @@ def test_save_and_load_give_the_same_outputs(case, tmp_path):
     assert_shipped_code_imports_only_torch_and_transformers(tmp_path)
 
 
+@pytest.mark.parametrize("case", cases(FAMILY_CASES + VARIANT_CASES))
+def test_a_model_offloaded_to_disk_gives_the_in_memory_outputs(case, tmp_path):
+    """accelerate's big-model inference (`device_map` with less memory than the weights) keeps every
+    weight on disk and loads a module's weights only while that module is called, moving its
+    arguments to its device on the way in. So a weight read without calling its module (a parent's
+    `F.linear(x, self.gate.weight)`) is a meta tensor there, and a mutable argument (a cache's
+    `is_updated` dict) reaches the module as a copy. Outputs and greedy tokens, from a padded batch,
+    must be the in-memory model's, twice in a row."""
+    model, batch = case.make_model(), case.make_batch()
+    model.save_pretrained(tmp_path / "model")
+    auto = getattr(transformers, AUTO_CLASS[case.model_class])
+    offloaded = auto.from_pretrained(
+        tmp_path / "model", device_map="auto", max_memory={"cpu": 1}, offload_folder=tmp_path / "offload"
+    ).eval()
+    assert set(offloaded.hf_device_map.values()) == {"disk"}, offloaded.hf_device_map
+    inputs = [batch]
+    if "token_type_ids" in batch:  # without them, segment A everywhere
+        inputs.append({k: v for k, v in batch.items() if k != "token_type_ids"})
+    with torch.no_grad():
+        for x in inputs:
+            expected = tensors(model(**x))
+            for _ in range(2):  # a first call must not change what a second one reads
+                got = tensors(offloaded(**x))
+                assert got.keys() == expected.keys()
+                for key, value in expected.items():
+                    torch.testing.assert_close(got[key], value, rtol=1e-6, atol=1e-6, msg=key)
+    if case.generates:
+        greedy = dict(max_new_tokens=4, do_sample=False)
+        prompt = case.prompt(batch)
+        assert torch.equal(offloaded.generate(**prompt, **greedy), model.generate(**prompt, **greedy))
+
+
 NO_ATTENTION = ["rnn-causal-lm", "rnn-seq2seq-lm", "ffnn-causal-lm", "ngram-causal-lm"]
 
 
@@ -180,6 +212,32 @@ def _next_step(case, model) -> tuple[dict, object]:
         )
     assert CACHE_NAME in out, f"the cache is not returned as `{CACHE_NAME}`"
     return step, output_cache(out)
+
+
+@pytest.mark.parametrize("case", cases(GENERATING))
+def test_generate_returns_each_steps_hidden_states_where_forward_has_them(case):
+    """`generate(output_hidden_states=True, return_dict_in_generate=True)` gives one tuple of hidden
+    states per new token, the layers' forward returns (none for the count-based n-gram model)."""
+    model, batch = case.make_model(), case.make_batch()
+    key = "decoder_hidden_states" if model.config.is_encoder_decoder else "hidden_states"
+    with torch.no_grad():
+        layers = getattr(model(**inputs_only(case, batch), output_hidden_states=True), key)
+    out = model.generate(
+        **case.prompt(batch),
+        max_new_tokens=3,
+        min_new_tokens=3,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_hidden_states=True,
+    )
+    steps = getattr(out, key)
+    assert len(steps) == 3
+    if layers is None:
+        assert case.name == "ngram-causal-lm" and all(step is None for step in steps), steps
+        return
+    for step in steps:
+        assert step is not None and len(step) == len(layers), step
+        assert all(torch.is_tensor(h) and h.shape[-1] == layer.shape[-1] for h, layer in zip(step, layers))
 
 
 @pytest.mark.parametrize("case", cases(CACHED))
@@ -446,12 +504,15 @@ def test_activation_checkpointing_covers_the_transformer_families():
     assert families == {"gpt", "bert", "electra", "t5", "bart"}
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["default", "reentrant"])
 @pytest.mark.parametrize("case", cases(CHECKPOINTED))
-def test_activation_checkpointing_gives_the_same_loss_and_gradients(case):
+def test_activation_checkpointing_gives_the_same_loss_and_gradients(case, reentrant):
     """Recomputing the blocks in the backward pass (`gradient_checkpointing_enable()`) changes memory,
     not training: the same loss and gradients, dropout included (the recomputation must replay the
     RNG), and every block's modules really run twice (once forward, once recomputed; transformers
-    checkpoints a block's `forward`, so the block's own hooks run once)."""
+    checkpoints a block's `forward`, so the block's own hooks run once). Also with torch's reentrant
+    checkpoint (what PEFT's k-bit preparation asks for), which gives gradients only to tensors a
+    block takes positionally: the encoder states, T5's learned position bias in the masks."""
     config = case.make_config()
     config.hidden_dropout = config.attention_dropout = 0.1  # the recomputed forward must draw the same masks
     torch.manual_seed(0)
@@ -469,7 +530,7 @@ def test_activation_checkpointing_gives_the_same_loss_and_gradients(case):
     runs, counts = [], []
     for checkpointing in (False, True):
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
         model.zero_grad()
         calls.clear()
         torch.manual_seed(0)

@@ -209,3 +209,25 @@ def test_adapter_loads_where_hf_lm_is_not_installed(tmp_path: Path):
         """,
         cwd=tmp_path,
     )
+
+
+# the recurrent LM's only nn.Linear is its output layer, which "all-linear" leaves out (its recurrent
+# weights are parameters: test_recurrent_lm_lora_defaults_adapt_the_recurrent_weights_on_every_path)
+ALL_LINEAR_CASES = [case for case in CASES if case.name != "rnn-causal-lm"]
+
+
+@pytest.mark.parametrize("case", ALL_LINEAR_CASES, ids=str)
+def test_lora_on_every_linear_layer_reaches_the_loss(case):
+    """`target_modules="all-linear"`: every adapted layer's output reaches the loss, so each adapter's
+    B matrix gets a non-zero gradient at the first step (A's is 0 while B is 0). A layer whose weight
+    the model reads without calling the layer (a router's `F.linear(h, gate.weight)`) would leave its
+    adapter out of the model. Experts no token was routed to are the exception. No task type: peft's
+    TOKEN_CLS would also keep a copy of the classifier that "all-linear" adapts, which peft refuses
+    for transformers' own token classifiers too."""
+    config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+    model = get_peft_model(case.make_model(), config).train()
+    model(**case.make_batch()).loss.backward()
+    lora_b = {name: p for name, p in model.named_parameters() if "lora_B" in name}
+    assert lora_b, "no layer adapted"
+    dead = [n for n, p in lora_b.items() if (p.grad is None or not p.grad.any()) and ".experts." not in n]
+    assert not dead, dead

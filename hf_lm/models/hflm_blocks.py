@@ -217,6 +217,17 @@ def is_sparse_layer(config, layer_idx: int, decoder: bool) -> bool:
     return step == 1 or layer_idx % step == 1
 
 
+class RouterLinear(nn.Linear):
+    """A router's linear map, computed in at least fp32 whatever the weights' dtype: a bf16 router
+    would flip close top-k choices. A module called like any other, so that offloading hooks
+    (accelerate's `device_map`) load its weight and adapters (LoRA on `gate`) change its output."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        return F.linear(x.to(dtype), self.weight.to(dtype), bias)
+
+
 class SparseMoE(nn.Module):
     """A mixture-of-experts feed-forward with top-k routing and a per-sequence expert capacity.
 
@@ -243,9 +254,9 @@ class SparseMoE(nn.Module):
         self.num_experts, self.top_k = E, config.num_experts_per_tok
         self.expert_capacity, self.capacity_factor = config.expert_capacity, config.capacity_factor
         self.norm_topk_prob, self.jitter = config.norm_topk_prob, config.router_jitter_noise
-        self.gate = nn.Linear(C, E, bias=False)  # (E, C), Mixtral's router
+        self.gate = RouterLinear(C, E, bias=False)  # (E, C), Mixtral's router
         # Shazeer et al.'s noisy top-k: learned per-expert noise scale softplus(x W_noise)
-        self.noise = nn.Linear(C, E, bias=False) if config.noisy_gating else None
+        self.noise = RouterLinear(C, E, bias=False) if config.noisy_gating else None
         self.experts = nn.ModuleList(build_feed_forward(config) for _ in range(E))
 
     def capacity(self, tokens: int) -> int:
@@ -269,11 +280,9 @@ class SparseMoE(nn.Module):
     def _route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.training and self.jitter > 0:  # Switch: multiplicative jitter on the router's input
             h = h * torch.empty_like(h).uniform_(1.0 - self.jitter, 1.0 + self.jitter)
-        logits = F.linear(h, self.gate.weight.to(h.dtype))  # (B, T, E)
+        logits = self.gate(h)  # (B, T, E)
         if self.noise is not None and self.training:  # Shazeer et al. (2017), eq. 4
-            logits = logits + torch.randn_like(logits) * F.softplus(
-                F.linear(h, self.noise.weight.to(h.dtype))
-            )
+            logits = logits + torch.randn_like(logits) * F.softplus(self.noise(h))
         weights, experts = logits.softmax(dim=-1).topk(self.top_k, dim=-1)  # 2 x (B, T, k)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -934,7 +943,11 @@ class CrossAttention(nn.Module):
     """Decoder-to-encoder attention: queries from the decoder, keys and values from the last encoder
     layer. Keys and values depend only on the encoder output, so during generation they are
     computed once, stored in the `EncoderDecoderCache`'s cross-attention cache, and reused at every
-    step (`is_updated[layer_idx]`)."""
+    step (`is_updated[layer_idx]`).
+
+    It takes the `EncoderDecoderCache` itself, not its `is_updated` dict: a hook that moves a
+    module's arguments to its device (accelerate's offloading) copies a dict, and the flag set on the
+    copy would be lost, recomputing and appending the keys at every step."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -959,13 +972,15 @@ class CrossAttention(nn.Module):
         hidden_states: torch.Tensor,
         encoder_hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        cross_cache=None,
-        is_updated: dict | None = None,
+        cache=None,
         output_attentions: bool = False,
         layer_idx: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`layer_idx` overrides the module's cache slot (see `Attention.forward`)."""
+        """`cache`: the decoder's `EncoderDecoderCache` (None without one); `layer_idx` overrides the
+        module's cache slot (see `Attention.forward`)."""
         layer_idx = self.layer_idx if layer_idx is None else layer_idx
+        cross_cache = getattr(cache, "cross_attention_cache", None)
+        is_updated = getattr(cache, "is_updated", None)
         B, T, _ = hidden_states.shape
         q = (
             self.q_proj(hidden_states).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
@@ -1064,8 +1079,7 @@ class TransformerBlock(GradientCheckpointingLayer):
                 x,
                 encoder_hidden_states,
                 encoder_attention_mask,
-                getattr(past_key_values, "cross_attention_cache", None),
-                getattr(past_key_values, "is_updated", None),
+                past_key_values,
                 output_attentions,
                 layer_idx,
             )
@@ -1368,16 +1382,19 @@ class TransformerStack:
         for i, block in enumerate(self.layer_to_block):
             if output_hidden_states:
                 all_hidden += (hidden_states,)
+            # every argument positional, in `TransformerBlock.forward`'s order: reentrant gradient
+            # checkpointing (`use_reentrant=True`) only gives gradients to tensors passed positionally,
+            # and the encoder states and the masks (T5's learned position bias) need them
             hidden_states, self_weights, cross_weights, layer_router_logits = self.layers[block](
                 hidden_states,
-                attention_mask=mask,
-                is_causal=is_causal,
-                position_embeddings=rotary,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=cross_mask,
-                layer_idx=i,  # a block shared by several layers writes layer i's slot of the cache
+                mask,  # attention_mask
+                is_causal,
+                rotary,  # position_embeddings
+                past_key_values,
+                output_attentions,
+                encoder_hidden_states,
+                cross_mask,  # encoder_attention_mask
+                i,  # layer_idx: a block shared by several layers writes layer i's slot of the cache
             )
             if layer_router_logits is not None:
                 router_logits += (layer_router_logits,)
@@ -1444,7 +1461,7 @@ class TransformerStack:
         if pos_embeds is not None:
             hidden_states = hidden_states + pos_embeds  # (B, T, E)
         if self.token_type_embeddings is not None:
-            hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T)
+            hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T, device)
         hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
         rotary = self.positions.rotary(position_ids, dtype)
         key_position_ids = (
@@ -1472,14 +1489,15 @@ class TransformerStack:
             mask = mask[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
         return hidden_states, mask, is_causal, rotary, cross_mask
 
-    def segment_embeddings(self, token_type_ids, B: int, T: int) -> torch.Tensor:
+    def segment_embeddings(self, token_type_ids, B: int, T: int, device: torch.device) -> torch.Tensor:
         """The (B, T, E) segment embeddings of checked `token_type_ids` (row 0, segment A, by default).
 
         A model without them (RoBERTa-style, `type_vocab_size=0`) ignores the ids a BERT-style
         tokenizer sends: they mean nothing there."""
         if token_type_ids is None:
-            # segment A everywhere: adding row 0 is the same as looking it up for every token
-            return self.token_type_embeddings.weight[0]
+            # segment A everywhere: adding row 0 is the same as looking it up for every token; looked
+            # up through the module, whose offloading hook loads the weight
+            return self.token_type_embeddings(torch.zeros((), dtype=torch.long, device=device))  # (E,)
         num_types = self.token_type_embeddings.num_embeddings
         if not torch.is_tensor(token_type_ids) or tuple(token_type_ids.shape) != (B, T):
             got = (

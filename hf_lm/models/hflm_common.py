@@ -877,6 +877,10 @@ class FixedWindowGeneration:
         inputs = {"input_ids": input_ids[:, -window:], "logits_to_keep": 1}
         if attention_mask is not None:
             inputs["attention_mask"] = attention_mask[:, -window:]
+        # generate(output_hidden_states=True, ...) asks each step for them through these
+        for name in ("output_hidden_states", "output_attentions"):
+            if kwargs.get(name):
+                inputs[name] = kwargs[name]
         return inputs
 
 
