@@ -89,9 +89,13 @@ def test_default_decoder_stays_causal_and_the_bidirectional_one_sees_the_future(
 # ---------------------------------------------------------------- the loss and the length head
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1], ids=["plain", "smoothed"])
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_loss_is_the_masked_tokens_and_the_length_by_hand(case):
+def test_loss_is_the_masked_tokens_and_the_length_by_hand(case, eps):
+    """The CMLM loss, its token term with `label_smoothing` ε: (1 - ε) of the target's cross-entropy
+    and ε of the uniform distribution's, as transformers' `LabelSmoother`."""
     model, batch = case.make_model(), case.make_batch()
+    model.label_smoothing = eps
     out = model(**batch)
     B, T = batch["labels"].shape
     assert out.logits.shape == (B, T, 64)
@@ -100,15 +104,45 @@ def test_loss_is_the_masked_tokens_and_the_length_by_hand(case):
     for b in range(B):  # by hand: log-softmax per masked position, the length's log-softmax per row
         for t in range(T):
             if batch["labels"][b, t] != -100:
-                total -= out.logits[b, t].double().log_softmax(-1)[batch["labels"][b, t]]
+                logp = out.logits[b, t].double().log_softmax(-1)
+                total -= (1 - eps) * logp[batch["labels"][b, t]] + eps * logp.mean()
                 count += 1
         total -= 0.1 * out.length_logits[b].double().log_softmax(-1)[batch["length_labels"][b]]
     torch.testing.assert_close(out.loss.double(), total / count, rtol=1e-5, atol=1e-6)
     # without length labels only the token loss is left (the same count)
     tokens_only = model(**{k: v for k, v in batch.items() if k != "length_labels"}).loss
     torch.testing.assert_close(
-        tokens_only, F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten())
+        tokens_only,
+        F.cross_entropy(out.logits.flatten(0, 1), batch["labels"].flatten(), label_smoothing=eps),
     )
+
+
+def test_trainer_label_smoothing_smooths_the_tokens_and_keeps_the_length_loss(tmp_path):
+    """transformers' `label_smoothing_factor` removes `labels` and scores `logits` alone: with the
+    model's length loss dropped, the length head would never train. The model refuses `length_labels`
+    without `labels`, and `MaskPredictTrainer` gives the factor to the model's own loss instead."""
+    from training.finetune_translation import MaskPredictTrainer, TranslationTrainingArguments
+
+    case = CASES[0]
+    model, batch = case.make_model(), case.make_batch()
+    with pytest.raises(ValueError, match="label_smoothing"):
+        model(**{k: v for k, v in batch.items() if k != "labels"})
+    args = TranslationTrainingArguments(
+        output_dir=str(tmp_path),
+        label_smoothing_factor=0.1,
+        eval_strategy="no",
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = MaskPredictTrainer(model=model, args=args)
+    assert trainer.label_smoother is None and model.label_smoothing == 0.1
+    model.train()
+    loss = trainer.compute_loss(model, dict(batch))
+    loss.backward()
+    assert model.length_head.weight.grad.abs().sum() > 0  # the length loss is in
+    with torch.no_grad():
+        model.label_smoothing = 0.0
+        assert not torch.allclose(loss, model(**batch).loss)  # and the tokens are smoothed
 
 
 def test_bad_length_labels_and_missing_decoder_inputs_raise():

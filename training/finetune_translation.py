@@ -693,7 +693,15 @@ def mask_token_id(tokenizer) -> int:
 class MaskPredictTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` for Mask-Predict heads: evaluation decodes with the model's own `generate()`
     (`mask_predict_iterations`, `mask_predict_length_beam`, targets up to `max_length` - 2 tokens:
-    the start token and EOS are added), not transformers' autoregressive search; the loss is the CMLM loss."""
+    the start token and EOS are added), not transformers' autoregressive search; the loss is the CMLM loss,
+    label smoothing (`label_smoothing_factor`) included: transformers' smoother would score `logits` alone
+    and drop the length loss, so the factor goes to the model's own loss (`model.label_smoothing`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.label_smoother is not None:
+            self.model.label_smoothing = self.label_smoother.epsilon
+            self.label_smoother = None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         if prediction_loss_only:

@@ -890,6 +890,7 @@ def lm_loss(
     shift: bool,
     num_items_in_batch: torch.Tensor | int | None = None,
     ignore_index: int = -100,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """Token-level cross-entropy in fp32.
 
@@ -898,6 +899,8 @@ def lm_loss(
         labels: (B, T); with `shift` position t is scored against label t+1 (causal LMs).
         num_items_in_batch: the number of target tokens in the whole accumulated batch; when given
             the loss is a sum divided by it, so gradient accumulation equals one large batch.
+        label_smoothing: ε of a target mixed with the uniform distribution over the vocabulary
+            (transformers' `LabelSmoother` computes the same).
 
     The labels (and `num_items_in_batch`) are those `check_labels` accepted.
     """
@@ -907,8 +910,10 @@ def lm_loss(
     logits = logits.reshape(-1, logits.shape[-1]).float()
     labels = labels.reshape(-1).to(device=logits.device, dtype=torch.long)  # int32 ids are ids too
     if num_items_in_batch is None:
-        return F.cross_entropy(logits, labels, ignore_index=ignore_index)
-    total = F.cross_entropy(logits, labels, ignore_index=ignore_index, reduction="sum")
+        return F.cross_entropy(logits, labels, ignore_index=ignore_index, label_smoothing=label_smoothing)
+    total = F.cross_entropy(
+        logits, labels, ignore_index=ignore_index, reduction="sum", label_smoothing=label_smoothing
+    )
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(total.device).reshape(())  # a (1,) count: a 0-dim loss
     return total / num_items_in_batch

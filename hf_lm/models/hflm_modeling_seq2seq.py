@@ -653,6 +653,9 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
     _decoder_attention, _other_decoder = "bidirectional", "this head is a conditional masked LM"
     # the length loss's weight: fairseq's CMLM default (`--length-loss-factor 0.1`)
     length_loss_factor = 0.1
+    # ε of the token loss's label smoothing (the paper's 0.1). Set it here, not with transformers'
+    # `label_smoothing_factor`: Trainer's smoother scores `logits` alone and drops the length loss
+    label_smoothing = 0.0
 
     def _add_heads(self, config: HfLmEncoderDecoderConfig) -> None:
         if config.mask_token_id is None:
@@ -704,6 +707,13 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             )
         if labels is not None:
             check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
+        elif length_labels is not None:
+            raise ValueError(
+                "`length_labels` without `labels`: the loss would be the length loss alone. transformers' "
+                "`label_smoothing_factor` does this (Trainer removes `labels` and smooths `logits` only, "
+                f"dropping the length loss); set `model.label_smoothing` (used by {type(self).__name__}'s own "
+                "CMLM loss) instead, as hf_lm's `MaskPredictTrainer` does."
+            )
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -742,16 +752,17 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
     def cmlm_loss(self, logits, labels, length_logits, length_labels, num_items_in_batch=None):
         """(Σ masked-token cross-entropy + λ · Σ length cross-entropy) / number of masked tokens.
 
-        λ = `length_loss_factor`. Both sums are divided by one count (`num_items_in_batch`, from
-        `Trainer`, when given: the masked tokens of the whole accumulated batch), so gradient
-        accumulation equals one big batch for the length term too. None without labels of either kind.
+        λ = `length_loss_factor`; the token cross-entropy has `label_smoothing`. Both sums are divided
+        by one count (`num_items_in_batch`, from `Trainer`, when given: the masked tokens of the whole
+        accumulated batch), so gradient accumulation equals one big batch for the length term too.
+        None without labels (`forward` refuses `length_labels` alone).
         """
-        if labels is None and length_labels is None:
+        if labels is None:
             return None
-        total = logits.new_zeros((), dtype=torch.float32)
-        count = labels.ne(-100).sum() if labels is not None else length_logits.shape[0]
-        if labels is not None:
-            total = total + lm_loss(logits, labels, shift=False, num_items_in_batch=1)  # a sum
+        count = labels.ne(-100).sum()
+        total = lm_loss(
+            logits, labels, shift=False, num_items_in_batch=1, label_smoothing=self.label_smoothing
+        )
         if length_labels is not None:
             length_ce = F.cross_entropy(
                 length_logits.float(), length_labels.to(length_logits.device).long(), reduction="sum"
