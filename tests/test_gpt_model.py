@@ -397,6 +397,44 @@ def test_document_ids_keep_attention_inside_each_packed_document():
         model(packed, document_ids=docs[:, :5])
 
 
+def test_padding_free_packed_rows_keep_sequences_apart_as_in_transformers():
+    """transformers' `DataCollatorWithFlattening` (TRL's `padding_free`) lays sequences end to end
+    with positions restarting at each and no attention mask. Without a cache (training), transformers'
+    decoders keep attention inside each sequence, and so does hf_lm: the logits and loss of
+    transformers' Llama on the same weights, and each sequence's logits alone. With a mask, or a
+    cache, the positions are only positions, as in transformers."""
+    from test_gpt_convert import llama_config, randomize
+    from transformers import DataCollatorWithFlattening, LlamaForCausalLM
+
+    from hf_lm.convert import from_transformers
+
+    reference = randomize(LlamaForCausalLM(llama_config()))
+    model = from_transformers(reference).eval()
+    torch.manual_seed(0)
+    seqs = [torch.randint(3, reference.config.vocab_size, (n,)).tolist() for n in (5, 7, 3)]
+    batch = DataCollatorWithFlattening()([{"input_ids": s} for s in seqs])
+    assert "attention_mask" not in batch and batch["position_ids"][0, 5] == 0
+    with torch.no_grad():
+        out, expected = model(**batch, use_cache=False), reference(**batch, use_cache=False)
+        torch.testing.assert_close(out.logits, expected.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.loss, expected.loss, rtol=1e-5, atol=1e-6)
+        start = 0
+        for seq in seqs:
+            alone = model(torch.tensor([seq])).logits
+            torch.testing.assert_close(out.logits[:, start : start + len(seq)], alone, rtol=1e-5, atol=1e-5)
+            start += len(seq)
+        masked = model(**batch, attention_mask=torch.ones_like(batch["input_ids"]), use_cache=False)
+        torch.testing.assert_close(
+            masked.logits,
+            reference(**batch, attention_mask=torch.ones_like(batch["input_ids"]), use_cache=False).logits,
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        assert not torch.allclose(
+            masked.logits, out.logits, atol=1e-3
+        )  # there, later sequences see earlier ones
+
+
 # ---------------------------------------------------------------- ALBERT's options: factorized embeddings, shared blocks
 
 # E < C (tied and untied heads, positions added at width E), shared blocks (one, or two over four

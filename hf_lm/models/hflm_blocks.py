@@ -1099,6 +1099,20 @@ class TransformerBlock(GradientCheckpointingLayer):
         return x, weights.get("self"), weights.get("cross"), weights.get("router")
 
 
+def packed_documents(position_ids: torch.Tensor, batch: int) -> torch.Tensor | None:
+    """(B, T) document index of each token of padding-free packed rows (transformers'
+    `DataCollatorWithFlattening`, TRL's `padding_free`: sequences laid end to end, no attention mask,
+    positions restarting at each); a document starts wherever a position is not its predecessor's + 1.
+    None when no row restarts, as transformers' `find_packed_sequence_indices` (a host read, skipped
+    under compile, where the documents are always returned)."""
+    positions = position_ids.expand(batch, -1)  # (B, T)
+    starts = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1) != 1
+    docs = starts.cumsum(dim=-1)
+    if not torch.compiler.is_compiling() and not bool(docs[:, -1].any()):
+        return None
+    return docs
+
+
 def widen_to_keys(
     x: torch.Tensor | None,
     name: str,
@@ -1441,6 +1455,9 @@ class TransformerStack:
         past_len, kv_len, offset = cache_lengths(past_key_values, T)
         kv_len = offset + kv_len
 
+        # padding-free packing: with positions restarting and neither a mask nor a cache (training),
+        # attention stays inside each sequence, as in transformers' decoders (`find_packed_sequence_indices`)
+        packed = position_ids is not None and attention_mask is None and past_key_values is None
         # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
         attention_mask = keys_padding_mask(
             attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
@@ -1454,6 +1471,8 @@ class TransformerStack:
             check_position_ids(
                 position_ids, B, T, self.positions.max_positions, f"{names_prefix}position_ids"
             )
+            if packed and document_ids is None and self.is_causal:
+                document_ids = packed_documents(position_ids, B)  # (B, T): no cache, so T keys
         cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B)
 
         hidden_states = inputs_embeds
