@@ -218,3 +218,50 @@ def _check_supported(
         )
     if stop_check_every < 1:
         raise ValueError(f"`stop_check_every` must be at least 1, got {stop_check_every}.")
+    # the loop feeds the model input_ids, the padding mask (and the encoder's outputs) only: any other
+    # input generate() would pass on (prefix_lengths, inputs_embeds, token_type_ids...) would be dropped
+    ignored = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _PASSED_ON)
+    if ignored:
+        raise ValueError(
+            f"static_decode feeds the model `input_ids` and `attention_mask` only; it would ignore {ignored}. "
+            "Use generate() without custom_generate."
+        )
+    if not _default_positions(model_kwargs):
+        raise ValueError(
+            "static_decode numbers the tokens from the attention mask; it would ignore the `position_ids` "
+            "given. Use generate() without custom_generate."
+        )
+    if int(cache.get_seq_length()) > 0:
+        raise ValueError(
+            "static_decode starts from an empty cache; this one holds tokens already (a previous turn). "
+            "Call `cache.reset()` to start over, or continue with generate() without custom_generate."
+        )
+
+
+# what generate() hands the loop and the loop uses (or, for the rest, knows it may leave out)
+_PASSED_ON = {
+    "attention_mask",
+    "cache",
+    "past_key_values",
+    "use_cache",
+    "encoder_outputs",
+    "logits_to_keep",
+    "position_ids",  # generate()'s own, from the mask (checked by `_default_positions`)
+    "output_attentions",  # False here: return_dict_in_generate is refused
+    "output_hidden_states",
+}
+
+
+def _default_positions(model_kwargs) -> bool:
+    """Whether `position_ids` (a decoder-only model's, which generate() fills in from the mask when the
+    user gives none) are the ones the model computes itself: each real token's index among the real
+    tokens."""
+    positions = model_kwargs.get("position_ids")
+    if positions is None:
+        return True
+    mask = model_kwargs.get("attention_mask")
+    if mask is None:
+        expected = torch.arange(positions.shape[-1], device=positions.device)[None]
+    else:
+        expected = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    return positions.shape[-1] == expected.shape[-1] and bool((positions == expected).all())

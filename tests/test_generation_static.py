@@ -9,7 +9,14 @@ import pytest
 import torch
 from conftest import VARIANTS, tiny_gpt_config
 from remote_code import run_fresh_interpreter
-from transformers import CompileConfig, GPT2Config, GPT2LMHeadModel, LogitsProcessor, LogitsProcessorList
+from transformers import (
+    CompileConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LogitsProcessor,
+    LogitsProcessorList,
+    StaticCache,
+)
 
 from hf_lm import HfLmBartConfig, HfLmGPTForCausalLM
 from hf_lm.generation_static import static_decode
@@ -281,3 +288,33 @@ def test_what_it_refuses():
             cache_implementation="static",
             **kwargs,
         )
+
+
+def test_inputs_it_would_ignore_are_refused():
+    """The loop feeds the model `input_ids` and the padding mask only, from an empty cache: any other
+    input (a prefix LM's `prefix_lengths`, a soft prompt's `inputs_embeds`, positions of one's own) and
+    a cache already holding a turn would otherwise be dropped silently, giving other tokens than
+    generate()."""
+    model = _model()
+    ids, mask = _prompts(left_padded=True)
+    kwargs = dict(attention_mask=mask, max_new_tokens=3, custom_generate=static_decode)
+    for extra, match in (
+        (dict(prefix_lengths=torch.tensor([5, 3])), "ignore \\['prefix_lengths'\\]"),
+        (dict(inputs_embeds=model.get_input_embeddings()(ids)), "ignore \\['inputs_embeds'\\]"),
+        (dict(position_ids=torch.arange(7).expand(2, 7) + 1), "position_ids"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            model.generate(ids, cache_implementation="static", **kwargs, **extra)
+    # generate()'s own positions (from the mask) and the same ones given explicitly are fine
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    loop = model.generate(ids, cache_implementation="static", position_ids=positions, **kwargs)
+    assert torch.equal(loop, model.generate(ids, attention_mask=mask, max_new_tokens=3))
+    cache = StaticCache(config=model.config, max_cache_len=20)
+    first = model.generate(ids, past_key_values=cache, **kwargs)
+    turn = torch.cat([first, torch.randint(3, 97, (2, 2))], dim=1)
+    turn_mask = torch.cat([mask, torch.ones(2, turn.shape[1] - mask.shape[1], dtype=mask.dtype)], dim=1)
+    with pytest.raises(ValueError, match="empty cache"):
+        model.generate(turn, **{**kwargs, "attention_mask": turn_mask}, past_key_values=cache)
+    cache.reset()  # then it starts over, as generate() would from scratch
+    again = model.generate(ids, past_key_values=cache, **kwargs)
+    assert torch.equal(again, first)
