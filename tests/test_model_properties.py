@@ -171,8 +171,9 @@ def test_every_class_and_variant_loads_as_remote_code_in_one_fresh_interpreter(t
 # ---------------------------------------------------------------- generation
 
 
-def _generate(model, prompt, **kwargs):
-    out = model.generate(
+def _generate_output(model, prompt, **kwargs):
+    """generate()'s output of 4 greedy tokens, their logits included."""
+    return model.generate(
         **prompt,
         max_new_tokens=4,
         min_new_tokens=4,
@@ -181,6 +182,10 @@ def _generate(model, prompt, **kwargs):
         return_dict_in_generate=True,
         **kwargs,
     )
+
+
+def _generate(model, prompt, **kwargs):
+    out = _generate_output(model, prompt, **kwargs)
     return out.sequences, torch.stack(out.logits)
 
 
@@ -222,16 +227,8 @@ def test_generate_returns_each_steps_hidden_states_where_forward_has_them(case):
     key = "decoder_hidden_states" if model.config.is_encoder_decoder else "hidden_states"
     with torch.no_grad():
         layers = getattr(model(**inputs_only(case, batch), output_hidden_states=True), key)
-    out = model.generate(
-        **case.prompt(batch),
-        max_new_tokens=3,
-        min_new_tokens=3,
-        do_sample=False,
-        return_dict_in_generate=True,
-        output_hidden_states=True,
-    )
-    steps = getattr(out, key)
-    assert len(steps) == 3
+    steps = getattr(_generate_output(model, case.prompt(batch), output_hidden_states=True), key)
+    assert len(steps) == 4
     if layers is None:
         assert case.name == "ngram-causal-lm" and all(step is None for step in steps), steps
         return
