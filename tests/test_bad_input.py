@@ -337,6 +337,18 @@ def position_ids_wrong_shape(case, model, batch):
 
 
 @bad_input
+def position_ids_packed_rows_for_a_model_without_positions(case, model, batch):
+    """Padding-free packed rows (positions restarting, no mask): a Transformer keeps the sequences apart
+    (tests/test_gpt_model.py); a model that reads no positions would run one into the next."""
+    if _is_seq2seq(model) or _uses_positions(model) or not case.name.endswith("causal-lm"):
+        return None
+    T = batch["input_ids"].shape[-1]
+    restarting = torch.cat([torch.arange(3), torch.arange(T - 3)])[None]  # two sequences per row
+    unmasked = {k: v for k, v in batch.items() if k != "attention_mask"}
+    return _with(unmasked, position_ids=restarting), "position_ids"
+
+
+@bad_input
 def prefix_lengths_wrong_batch(case, model, batch):
     if "prefix_lengths" not in _params(model):
         return None

@@ -40,6 +40,7 @@ from .hflm_common import (
     check_padding_mask,
     check_position_ids,
     is_integer_dtype,
+    packed_documents,
     returned_cache,
 )
 
@@ -1097,20 +1098,6 @@ class TransformerBlock(GradientCheckpointingLayer):
 
         x = self._residual(x, self.mlp_norm, mlp_branch)
         return x, weights.get("self"), weights.get("cross"), weights.get("router")
-
-
-def packed_documents(position_ids: torch.Tensor, batch: int) -> torch.Tensor | None:
-    """(B, T) document index of each token of padding-free packed rows (transformers'
-    `DataCollatorWithFlattening`, TRL's `padding_free`: sequences laid end to end, no attention mask,
-    positions restarting at each); a document starts wherever a position is not its predecessor's + 1.
-    None when no row restarts, as transformers' `find_packed_sequence_indices` (a host read, skipped
-    under compile, where the documents are always returned)."""
-    positions = position_ids.expand(batch, -1)  # (B, T)
-    starts = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1) != 1
-    docs = starts.cumsum(dim=-1)
-    if not torch.compiler.is_compiling() and not bool(docs[:, -1].any()):
-        return None
-    return docs
 
 
 def widen_to_keys(

@@ -626,6 +626,34 @@ def cache_lengths(past_key_values, q_len: int) -> tuple[int | torch.Tensor, int,
     return past_len, kv_len, offset
 
 
+def packed_documents(position_ids: torch.Tensor, batch: int) -> torch.Tensor | None:
+    """(B, T) document index of each token of padding-free packed rows (transformers'
+    `DataCollatorWithFlattening`, TRL's `padding_free`: sequences laid end to end, no attention mask,
+    positions restarting at each); a document starts wherever a position is not its predecessor's + 1.
+    None when no row restarts, as transformers' `find_packed_sequence_indices` (a host read, skipped
+    under compile, where the documents are always returned)."""
+    positions = position_ids.expand(batch, -1)  # (B, T)
+    starts = torch.diff(positions, prepend=positions[:, :1] - 1, dim=-1) != 1
+    docs = starts.cumsum(dim=-1)
+    if not torch.compiler.is_compiling() and not bool(docs[:, -1].any()):
+        return None
+    return docs
+
+
+def refuse_packed_rows(position_ids, attention_mask, model_name: str) -> None:
+    """A model that reads no positions (a recurrence, a fixed window) cannot keep the sequences of
+    padding-free packed rows apart (`position_ids` restarting, no attention mask): refuse them rather
+    than let one sequence's state or window run into the next."""
+    if not torch.is_tensor(position_ids) or position_ids.dim() != 2 or attention_mask is not None:
+        return
+    if packed_documents(position_ids, position_ids.shape[0]) is not None:
+        raise ValueError(
+            f"`position_ids` restart inside a row without an attention mask: a padding-free packed batch "
+            f"(transformers' `DataCollatorWithFlattening`, TRL's `padding_free`). {model_name} reads no "
+            "positions, so each sequence would continue the previous one: give it padded batches."
+        )
+
+
 def check_position_ids(
     position_ids,
     batch: int,

@@ -34,6 +34,7 @@ from .hflm_common import (
     check_padding_mask,
     embed_inputs,
     logits_positions,
+    refuse_packed_rows,
     trainer_shifts_labels,
 )
 from .hflm_configuration_ffnn import HfLmFFNNConfig
@@ -134,6 +135,7 @@ class HfLmFFNNModel(HfLmFFNNPreTrainedModel):
         output_hidden_states = (
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
+        refuse_packed_rows(kwargs.get("position_ids"), attention_mask, type(self).__name__)
         x = self.windows(input_ids, attention_mask, inputs_embeds)  # (B, T, n * m)
         hidden = self.dropout(torch.tanh(self.hidden(x)))  # (B, T, h)
         return BaseModelOutput(
@@ -217,6 +219,7 @@ class HfLmFFNNForCausalLM(FixedWindowGeneration, HfLmFFNNPreTrainedModel, Genera
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
+            position_ids=kwargs.get("position_ids"),  # not read, but packed rows are refused
             output_hidden_states=True,  # the head needs x for the direct connections
             return_dict=True,
         )

@@ -37,6 +37,7 @@ from .hflm_common import (
     check_input_ids,
     check_padding_mask,
     logits_positions,
+    refuse_packed_rows,
     trainer_shifts_labels,
 )
 from .hflm_configuration_ngram import HfLmNGramConfig
@@ -617,6 +618,7 @@ class HfLmNGramForCausalLM(FixedWindowGeneration, HfLmNGramPreTrainedModel, Gene
         levels = self._levels()
         input_ids = input_ids.to(self.device)
         B, T = input_ids.shape
+        refuse_packed_rows(kwargs.get("position_ids"), attention_mask, type(self).__name__)
         attention_mask = check_padding_mask(attention_mask, B, T)
         if attention_mask is not None:
             attention_mask = attention_mask.to(input_ids.device)

@@ -28,6 +28,7 @@ from .hflm_common import (
     embed_inputs,
     logits_positions,
     output_cache,
+    refuse_packed_rows,
     returned_cache,
     trainer_shifts_labels,
 )
@@ -120,6 +121,11 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
         B, T = inputs_embeds.shape[:2]
         check_cache_type(past_key_values, RecurrentCache, "the `RecurrentCache` this model returned")
         past_len = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if position_ids is not None:
+            # accepted for generate(); a recurrence needs no positions, so their values are not read
+            check_position_ids(position_ids, B, T, values=False)
+            if past_key_values is None:
+                refuse_packed_rows(position_ids, attention_mask, type(self).__name__)
         if attention_mask is not None:
             # generate() passes the mask of past + new tokens; the recurrence only needs the new ones
             if (
@@ -140,9 +146,6 @@ class HfLmRNNModel(HfLmRNNPreTrainedModel):
             attention_mask = check_padding_mask(attention_mask[:, -T:], B, T)  # None when nothing is padded
             if attention_mask is not None:
                 attention_mask = attention_mask.to(inputs_embeds.device).bool()
-        if position_ids is not None:
-            # accepted for generate(); a recurrence needs no positions, so their values are not read
-            check_position_ids(position_ids, B, T, values=False)
         state = None
         if past_key_values is not None and past_key_values.state is not None:
             if past_key_values.batch_size != B:
