@@ -288,11 +288,30 @@ def _alone(batch: dict, row: int) -> dict:
     return alone, source, target
 
 
+def _other_side(batch: dict) -> dict:
+    """The batch with row 1's source padding moved to the other side (its tokens rolled past it)."""
+    T = batch["attention_mask"].shape[-1]
+    mask = batch["attention_mask"][1].reshape(-1, T)[0]
+    pads = int((mask == 0).sum())
+    shift = pads if bool(mask[0]) else -pads  # right padding to the left, or left to the right
+    out = dict(batch)
+    for key, value in batch.items():
+        if not key.startswith("decoder_") and value.dim() >= 2 and value.shape[-1] == T:
+            out[key] = value.clone()
+            out[key][1] = value[1].roll(shift, dims=-1)
+    return out
+
+
+@pytest.mark.parametrize("side", ["built", "other"], ids=["padded", "padded-other-side"])
 @pytest.mark.parametrize("case", cases())
-def test_a_padded_row_gives_what_it_gives_alone(case):
-    """Every output of the padded row 1 (at its real positions) equals that of the row alone."""
+def test_a_padded_row_gives_what_it_gives_alone(case, side):
+    """Every output of the padded row 1 (at its real positions) equals that of the row alone, padded as
+    the case pads it (left for decoder-only models, right for encoders) or on the other side (a
+    tokenizer's `padding_side` is the user's: a BERT classifier must pool its [CLS], not a pad)."""
     model = case.make_model()
     batch = inputs_only(case, case.make_batch())
+    if side == "other":
+        batch = _other_side(batch)
     alone, source, target = _alone(batch, 1)
     with torch.no_grad():
         padded, single = tensors(model(**batch)), tensors(model(**alone))

@@ -376,17 +376,21 @@ def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
 def test_bare_model_extracts_features_from_input_ids_alone(name):
-    """As transformers' BartModel: without decoder inputs the decoder reads the source shifted right."""
+    """As transformers' BartModel: without decoder inputs the decoder reads the source shifted right,
+    under the source's mask shifted with it (the start token is real; the source's last real token,
+    read one step later, too). Left padding: tests/test_model_properties.py's padded-row check."""
     config_cls, model_cls, overrides = VARIANTS[name]
     bare = {"t5": HfLmT5Model, "bart": HfLmBartModel}[name]
     model = bare(config_cls(**{**SIZES, "hidden_dropout": 0.0, **overrides})).eval()
     x, mask = source()
     start = model.config.decoder_start_token_id
+    assert bool(mask[:, 0].all()), "right padding"
     shifted = torch.cat([torch.full((3, 1), start), x[:, :-1]], dim=1)
+    shifted_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
     with torch.no_grad():
         alone = model(input_ids=x, attention_mask=mask).last_hidden_state
         explicit = model(
-            input_ids=x, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=mask
+            input_ids=x, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=shifted_mask
         ).last_hidden_state
     torch.testing.assert_close(alone, explicit)
     with pytest.raises(ValueError, match="decoder_input_ids"):

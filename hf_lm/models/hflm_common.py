@@ -640,6 +640,15 @@ def packed_documents(position_ids: torch.Tensor, batch: int) -> torch.Tensor | N
     return docs
 
 
+def first_token_states(hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, C) -> (B, C): each row's first real token, BERT's [CLS]. Index 0 unless the row is
+    left-padded (a tokenizer's `padding_side` is the user's), where [CLS] comes after the padding."""
+    if attention_mask is None:
+        return hidden_states[:, 0]
+    first = attention_mask.to(hidden_states.device).long().argmax(dim=1)  # (B,) the first 1 of each row
+    return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first]
+
+
 def refuse_packed_rows(position_ids, attention_mask, model_name: str) -> None:
     """A model that reads no positions (a recurrence, a fixed window) cannot keep the sequences of
     padding-free packed rows apart (`position_ids` restarting, no attention mask): refuse them rather

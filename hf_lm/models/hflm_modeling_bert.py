@@ -39,6 +39,7 @@ from .hflm_common import (
     HfLmPreTrainedModel,
     check_labels,
     embed_inputs,
+    first_token_states,
     host_read,
     is_integer_dtype,
     lm_loss,
@@ -144,7 +145,11 @@ class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
         hidden_states = out.last_hidden_state  # (B, T, C)
         return BaseModelOutputWithPooling(
             last_hidden_state=hidden_states,
-            pooler_output=self.pooler(hidden_states[:, 0]) if self.pooler is not None else None,  # (B, C)
+            pooler_output=(  # (B, C), from [CLS]
+                self.pooler(first_token_states(hidden_states, attention_mask))
+                if self.pooler is not None
+                else None
+            ),
             hidden_states=out.hidden_states,
             attentions=out.attentions,
         )

@@ -22,7 +22,7 @@ from torch import nn
 from transformers.modeling_outputs import TokenClassifierOutput
 
 from .hflm_blocks import FEED_FORWARDS
-from .hflm_common import check_labels
+from .hflm_common import check_labels, first_token_states
 from .hflm_configuration_electra import HfLmElectraConfig
 from .hflm_modeling_bert import (
     HfLmBertForMaskedLM,
@@ -132,7 +132,7 @@ class HfLmElectraForSequenceClassification(HfLmElectraTaskModel):
 
     def head(self, outputs, labels, num_items_in_batch=None, **kwargs):
         """Logits (B, num_labels); `labels` as `HfLmBertForSequenceClassification` takes them."""
-        cls = outputs.last_hidden_state[:, 0]  # (B, C)
+        cls = first_token_states(outputs.last_hidden_state, kwargs.get("attention_mask"))  # (B, C)
         hidden = self.dropout(F.gelu(self.dense(self.dropout(cls))))  # (B, C)
         logits = self.classifier(hidden)  # (B, num_labels)
         return classifier_output(self.config, logits, outputs, labels, num_items_in_batch)

@@ -180,6 +180,24 @@ class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
     # (tests/test_static_cache.py): no host-side check runs under torch.compile
     _can_compile_fullgraph = True
 
+    def _source_as_decoder_input(self, input_ids, attention_mask):
+        """The source as the decoder reads it when given no target (BART's classifier and feature
+        extraction): the start token, then the source shifted one step right, within each row's real
+        tokens, and its (B, T) mask. A left-padded row keeps its padding in front and gets the start
+        token where its first real token was, so it reads what it reads alone (relative buckets
+        included, which count key indices): [p p s a b] for the source [p p a b c]."""
+        pad, start = self.config.pad_token_id, self._start_token_id()
+        shifted = shift_tokens_right(input_ids, pad, start)  # (B, T)
+        if attention_mask is None:
+            return shifted, None
+        mask = attention_mask.to(input_ids.device).long()
+        idx = torch.arange(input_ids.shape[1], device=input_ids.device)[None]  # (1, T)
+        first = mask.argmax(dim=1, keepdim=True)  # (B, 1) each row's first real token
+        decoder_ids = torch.where(idx == first, start, torch.where(idx < first, pad, shifted))
+        follows_a_real_token = F.pad(mask[:, :-1], (1, 0))  # (B, T): token t-1 is real
+        decoder_mask = ((idx == first) | (follows_a_real_token == 1)).to(attention_mask.dtype)
+        return decoder_ids, decoder_mask
+
     def _start_token_id(self) -> int:
         start = self.config.decoder_start_token_id
         if start is None:
@@ -283,12 +301,10 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                     "them, or `input_ids`, which the decoder then reads shifted right)."
                 )
             # feature extraction from the text alone, as transformers' BartModel does it: the decoder
-            # reads the same text shifted right, under the source's padding mask
-            decoder_input_ids = shift_tokens_right(
-                input_ids, self.config.pad_token_id, self._start_token_id()
-            )
+            # reads the same text shifted right
+            decoder_input_ids, source_mask = self._source_as_decoder_input(input_ids, attention_mask)
             if decoder_attention_mask is None:
-                decoder_attention_mask = attention_mask
+                decoder_attention_mask = source_mask
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
