@@ -8,6 +8,7 @@ a direct forward; where an exact answer is wanted, the model is made to point at
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -526,3 +527,27 @@ def test_qa_needs_a_fast_tokenizer(random_qa):
     tokenizer.__class__ = SlowLooking
     with pytest.raises(ValueError, match="fast tokenizer"):
         pipeline(QA_TASK, model=random_qa, tokenizer=tokenizer, trust_remote_code=True)
+
+
+def test_qa_batches_agree_with_a_left_padding_tokenizer_and_transformers_bert(tok):
+    """The windows are padded on the right whatever the tokenizer's side: transformers'
+    BertForQuestionAnswering numbers positions from index 0, so left padding would move its tokens
+    and a batch would answer otherwise than each question alone."""
+    from transformers import BertConfig, BertForQuestionAnswering
+
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(
+        BertConfig(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=128, pad_token_id=tok.pad_token_id,
+        )
+    ).eval()  # fmt: skip
+    left = copy.deepcopy(tok)
+    left.padding_side = "left"
+    qa = pipeline(QA_TASK, model=model, tokenizer=left)
+    assert left.padding_side == "right"
+    questions = [{"question": q, "context": c} for q, c in QUESTIONS]
+    singles = [qa(**q) for q in questions]
+    for got, want in zip(qa(questions, batch_size=len(questions)), singles):
+        assert (got["answer"], got["start"], got["end"]) == (want["answer"], want["start"], want["end"])
+        assert got["score"] == pytest.approx(want["score"], rel=1e-4)

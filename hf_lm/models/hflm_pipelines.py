@@ -156,6 +156,12 @@ class HfLmQuestionAnsweringPipeline(ChunkPipeline):
                 f"The {QA_TASK} pipeline needs a fast tokenizer (PreTrainedTokenizerFast): answers are cut "
                 "from the context with the character offsets only fast tokenizers provide."
             )
+        # windows are padded on the right: with absolute positions counted from index 0 (transformers'
+        # BertForQuestionAnswering) left padding would move every token, and batches would no longer
+        # equal single inputs
+        if self.tokenizer.padding_side != "right":
+            logger.info("Padding the windows on the right for the %s pipeline.", QA_TASK)
+            self.tokenizer.padding_side = "right"
 
     def __call__(self, *args, **kwargs):
         """Answer one question (`question=..., context=...` or a dict) or a list of them.
