@@ -599,6 +599,7 @@ def test_cli_prints_json(saved_lm, tmp_path, capsys):
         (["--max_length", "8", "--stride", "9"], r"`stride` \(9\) must be at most `max_length` \(8\)"),
         (["--batch_size", "0"], "`batch_size` must be at least 1"),
         (["--device", "gpu0"], "`device` must be auto or a torch device name"),
+        (["--max_length", "33"], r"`max_length` \(33\) is longer than the model's 32 learned positions"),
     ],
 )
 def test_cli_rejects_bad_arguments(saved_lm, tmp_path, flags, match):

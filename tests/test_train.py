@@ -484,6 +484,21 @@ def test_fp16_without_gpu_fails_early(tmp_path):
     assert not (tmp_path / "fp16").exists()  # before any output
 
 
+def test_a_block_longer_than_the_learned_positions_fails_before_any_work(tmp_path):
+    """Named by `block_size`, before the tokenizer or the data: a fresh model's table given by
+    `max_position_embeddings`, or an `init_from` checkpoint's."""
+    with pytest.raises(ValueError, match=r"`block_size` \(32\) is longer than the 16 learned positions"):
+        _run(tmp_path / "fresh", max_steps=2, block_size=32, max_position_embeddings=16)
+    assert not (tmp_path / "fresh").exists()
+    from conftest import tiny_gpt_config
+
+    folder = tmp_path / "small"
+    HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=16)).save_pretrained(folder)
+    with pytest.raises(ValueError, match="`block_size` \\(32\\) is longer .* `init_from` checkpoint"):
+        _run(tmp_path / "init", max_steps=2, block_size=32, init_from=str(folder))
+    assert not (tmp_path / "init").exists()
+
+
 def test_bf16_run_trains(tmp_path):
     """bf16 autocast runs on CPU (accelerate's native AMP) and the loss falls as in fp32."""
     out = tmp_path / "bf16"

@@ -18,6 +18,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 
+from .run_checks import learned_position_limit
+
 logger = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -131,6 +133,9 @@ def evaluate_file(args: EvalArguments) -> dict:
     device = resolve_device(args.device)
     model = model.to(device)
     max_length = args.max_length if args.max_length is not None else default_window(model.config)
+    limit = learned_position_limit(model.config)
+    if limit is not None and max_length > limit:
+        raise ValueError(f"`max_length` ({max_length}) is longer than the model's {limit} learned positions.")
     stride = args.stride if args.stride is not None else max(1, max_length // 2)
 
     result = sliding_window_perplexity(

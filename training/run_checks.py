@@ -7,7 +7,10 @@ is checked here, with a `ValueError` that names the options and what would work.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
@@ -35,7 +38,39 @@ def check_arguments(data_args, model_args, train_args) -> str:
             "Use mixed_precision='bf16', which runs on CPU, or 'no'."
         )
     _check_loop_options(data_args, train_args, family)
+    _check_positions(data_args, model_args, family)
     return family
+
+
+def learned_position_limit(config) -> int | None:
+    """The longest input a model with a learned position table takes (None: any length)."""
+    if getattr(config, "position_embedding_type", None) == "learned":
+        return config.max_position_embeddings
+    return None
+
+
+def _check_positions(data_args, model_args, family: str) -> None:
+    """A block longer than a learned position table would fail at the first step, after the tokenizer
+    and the data: refuse it now, naming `block_size`."""
+    if family not in TRANSFORMERS:
+        return
+    if model_args.init_from:
+        if not (Path(model_args.init_from) / "config.json").is_file():
+            return  # loading it says what is missing
+        limit = learned_position_limit(AutoConfig.from_pretrained(model_args.init_from))
+        source = f"the `init_from` checkpoint {model_args.init_from!r}"
+    elif family in ("gpt", "bert", "electra") and model_args.max_position_embeddings:
+        limit = (
+            model_args.max_position_embeddings if model_args.position_embedding_type == "learned" else None
+        )
+        source = "`max_position_embeddings`"
+    else:
+        return  # a fresh model's table is sized to the block
+    if limit is not None and data_args.block_size > limit:
+        raise ValueError(
+            f"`block_size` ({data_args.block_size}) is longer than the {limit} learned positions of {source}: "
+            f"use --block_size {limit} or less."
+        )
 
 
 def _check_loop_options(data_args, train_args, family: str) -> None:
