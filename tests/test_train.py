@@ -265,8 +265,14 @@ def test_exact_resume_after_sigkill(tmp_path):
     for name in a:
         assert torch.equal(a[name], b[name]), name
     with open(out_b / "metrics.csv") as f:
-        steps = [int(r["step"]) for r in csv.DictReader(f)]
+        rows = list(csv.DictReader(f))
+    steps = [int(r["step"]) for r in rows]
     assert steps == sorted(set(steps)) and steps[-1] == 12  # no duplicated rows after the resume
+    # the run's clock goes on from checkpoint 8's: its time covers both sessions
+    seconds = [float(r["seconds"]) for r in rows if r.get("seconds")]
+    assert len(seconds) > 2 and seconds == sorted(seconds), seconds
+    saved = json.loads((out_b / "checkpoints" / "checkpoint-00000008" / "state.json").read_text())
+    assert metrics["seconds"] > saved["extra"]["seconds"] > 0
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):

@@ -193,6 +193,9 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(model, args)
         self.guard = DivergenceGuard(args)
         self.position, self.history, kept = self._resume(model)
+        # the run's clock goes on from its checkpoint's (the time lost after it is not counted): the
+        # metrics' `seconds` and the card's training time cover every session of the run
+        run.start_time -= kept.get("seconds", 0.0)
         self.best = None
         if args.load_best_model_at_end:
             self.best = BestModel(
@@ -470,6 +473,7 @@ class Trainer:
                     "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
                 },
                 extra={"loss": self.last_loss, "world_size": world, "max_abs_weight": largest}
+                | {"seconds": run.elapsed()}
                 | {"settings": run_settings(run.data_args, args), "settings_history": self.history}
                 | ({"best": self.best.record} if self.best is not None else {})
                 | self.guard.state(),
