@@ -233,6 +233,26 @@ def test_push_uploads_an_allowlist_and_refuses_escaping_symlinks(run, tmp_path, 
     assert "Would upload" not in result.stdout
 
 
+def test_push_sends_the_model_subfolder_the_card_points_to(run, tmp_path):
+    """ELECTRA's card loads `{repo}/generator` as a fill-mask model: that folder goes up through the
+    same allowlist, under its own path; its other files stay behind."""
+    from training.push import select_files
+
+    folder = tmp_path / "final"
+    shutil.copytree(run[0] / "final", folder)
+    shutil.copytree(run[0] / "final", folder / "generator")  # a model folder of its own
+    (folder / "generator" / "optimizer.pt").write_text("do not upload")
+    (folder / "other").mkdir()
+    (folder / "other" / "config.json").write_text("{}")
+    uploaded, left_out = select_files(folder)
+    names = {p.relative_to(folder).as_posix() for p in uploaded}
+    assert names == SHIPPED | {f"generator/{name}" for name in SHIPPED}
+    assert {p.relative_to(folder).as_posix() for p in left_out} == {"generator/optimizer.pt", "other"}
+    result = _push("--folder", str(folder), "--repo_id", "someone/electra", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "generator/model.safetensors" in result.stdout and "generator/optimizer.pt" in result.stderr
+
+
 def test_check_folder_names_every_problem(run, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(run[0] / "final", broken)

@@ -16,9 +16,10 @@ weights (`model.safetensors` or a sharded index), `README.md`, `tokenizer_config
 
 What is uploaded is an allowlist, never "the folder": the weights (safetensors only), the config and
 generation config, the tokenizer's files, the model card, plots (`*.png`) and the model code (the
-`hflm_*.py` files and any module the `auto_map` names), top-level files only. Everything else that
-sits in the folder (credentials, keys, optimizer states, RNG states, logs, checkpoints) stays behind
-and is listed as left out. A symbolic link that points outside the folder is refused: it would upload
+`hflm_*.py` files and any module the `auto_map` names), top-level files only, and the same files of a
+model folder the card points to (ELECTRA's `generator/`). Everything else that sits in the folder
+(credentials, keys, optimizer states, RNG states, logs, checkpoints) stays behind and is listed as
+left out. A symbolic link that points outside the folder is refused: it would upload
 whatever it points to.
 """
 
@@ -52,6 +53,11 @@ ALLOWED_PATTERNS = (
     "*.png",
     "hflm_*.py",
 )
+
+
+# model folders of their own inside a checkpoint, which its card tells users to load: each goes
+# through the same allowlist (ELECTRA's generator, `fill-mask` from `{repo}/generator`)
+MODEL_SUBFOLDERS = ("generator",)
 
 
 class NotHubReadyError(ValueError):
@@ -92,7 +98,11 @@ def select_files(folder: Path) -> tuple[list[Path], list[Path]]:
             pass  # check_folder reports the broken config
     uploaded, left_out, escaping = [], [], []
     for path in sorted(folder.iterdir()):
-        if not any(fnmatch.fnmatchcase(path.name, pattern) for pattern in allowed) or not path.is_file():
+        if path.name in MODEL_SUBFOLDERS and path.is_dir() and not path.is_symlink():
+            inner_uploaded, inner_left_out = select_files(path)
+            uploaded += inner_uploaded
+            left_out += inner_left_out
+        elif not any(fnmatch.fnmatchcase(path.name, pattern) for pattern in allowed) or not path.is_file():
             left_out.append(path)
         elif _escapes(path, folder):
             escaping.append(path)
@@ -103,11 +113,12 @@ def select_files(folder: Path) -> tuple[list[Path], list[Path]]:
             "Refusing to upload symbolic links that point outside the folder (their targets would be uploaded):\n"
             + "\n".join(f"  - {p.name} -> {p.resolve()}" for p in escaping)
         )
-    return uploaded, left_out
+    return sorted(uploaded), sorted(left_out)
 
 
 def upload_files(folder: Path) -> list[Path]:
-    """The files a push sends: the allowlisted top-level files of `folder`, sorted."""
+    """The files a push sends: the allowlisted top-level files of `folder` (and of its model
+    subfolders), sorted."""
     return select_files(Path(folder))[0]
 
 
@@ -164,7 +175,8 @@ def push(folder, repo_id: str, *, private: bool = False, commit_message: str | N
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     # one operation per allowlisted file: nothing else in the folder can reach the Hub
     operations = [
-        CommitOperationAdd(path_in_repo=path.name, path_or_fileobj=str(path)) for path in upload_files(folder)
+        CommitOperationAdd(path_in_repo=path.relative_to(folder).as_posix(), path_or_fileobj=str(path))
+        for path in upload_files(folder)
     ]
     commit = api.create_commit(
         repo_id=repo_id,
@@ -196,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if left_out:
         print(
-            f"Left out (not on the upload allowlist): {', '.join(p.name + ('/' if p.is_dir() else '') for p in left_out)}",
+            "Left out (not on the upload allowlist): "
+            + ", ".join(p.relative_to(folder).as_posix() + ("/" if p.is_dir() else "") for p in left_out),
             file=sys.stderr,
         )
     if args.dry_run:
