@@ -7,6 +7,8 @@ is checked here, with a `ValueError` that names the options and what would work.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -15,6 +17,24 @@ from transformers import AutoConfig
 from hf_lm.families import FAMILIES
 
 from .models import RECURRENT, TRANSFORMERS, resolve_family
+
+logger = logging.getLogger(__name__)
+
+# the model flags only some families read (the T5 and BART families take their variants from
+# --config_overrides); a value other than the default elsewhere is ignored, and the run says so
+FAMILY_FLAGS = {
+    "position_embedding_type": ("gpt", "bert", "electra"),
+    "norm_type": ("gpt", "bert", "electra"),
+    "norm_position": ("gpt", "bert", "electra"),
+    "hidden_act": ("gpt", "bert", "electra"),
+    "num_attention_heads": TRANSFORMERS,
+    "num_key_value_heads": TRANSFORMERS,
+    "attention_dropout": TRANSFORMERS,
+    "max_position_embeddings": TRANSFORMERS,
+    "cell_type": RECURRENT,
+    "rnn_attention": ("rnn_seq2seq",),
+    "ngram_smoothing": ("ngram",),
+}
 
 
 def check_arguments(data_args, model_args, train_args) -> str:
@@ -39,7 +59,20 @@ def check_arguments(data_args, model_args, train_args) -> str:
         )
     _check_loop_options(data_args, train_args, family)
     _check_positions(data_args, model_args, family)
+    _warn_unread_flags(model_args, family)
     return family
+
+
+def _warn_unread_flags(model_args, family: str) -> None:
+    """Log the model flags set away from their defaults that `family` does not read."""
+    defaults = {f.name: f.default for f in fields(model_args)}
+    unread = [
+        f"--{name} {getattr(model_args, name)}"
+        for name, families in FAMILY_FLAGS.items()
+        if family not in families and getattr(model_args, name) != defaults[name]
+    ]
+    if unread and not model_args.init_from:
+        logger.warning("Ignored: %s (not read by family %r).", ", ".join(unread), family)
 
 
 def learned_position_limit(config) -> int | None:
