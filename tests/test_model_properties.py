@@ -380,7 +380,8 @@ def test_every_family_has_a_bare_model():
 def test_feature_extraction_from_input_ids_alone(case):
     """What the feature-extraction pipeline calls: `AutoModel(input_ids, attention_mask)`. As in
     transformers' BartModel, the T5/BART decoder then reads the ids shifted right (under the source's
-    padding mask); the RNN encoder-decoder refuses with a ValueError that says what to pass."""
+    padding mask shifted with them: the start token is real); the RNN encoder-decoder refuses with a
+    ValueError that says what to pass."""
     model, batch = case.make_model().eval(), case.make_batch()
     ids, mask = batch["input_ids"], batch["attention_mask"]
     if case.name == "rnn-seq2seq":
@@ -391,9 +392,11 @@ def test_feature_extraction_from_input_ids_alone(case):
     assert hidden.shape[:2] == ids.shape and torch.isfinite(hidden).all()
     if case.name in ("t5", "bart"):
         config = model.config
+        assert bool(mask[:, 0].all()), "right padding (left: test_a_padded_row_gives_what_it_gives_alone)"
         shifted = shift_tokens_right(ids, config.pad_token_id, config.decoder_start_token_id)
+        shifted_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
         explicit = model(
-            input_ids=ids, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=mask
+            input_ids=ids, attention_mask=mask, decoder_input_ids=shifted, decoder_attention_mask=shifted_mask
         ).last_hidden_state
         torch.testing.assert_close(hidden, explicit, rtol=0, atol=0)
 
