@@ -14,6 +14,7 @@ printed; run `pytest tests/test_faults.py -s -m slow` to see them.
 import contextlib
 import csv
 import json
+import logging
 import math
 import os
 import random
@@ -190,7 +191,7 @@ def kill_pruning(n: int):
         def half_remove(path):
             if not hit():
                 return remove(path)
-            trash = path.with_name(f".trash-{path.name}-killed")
+            trash = ckpt.staging_path(path, "trash")  # as `_remove` names it
             os.replace(path, trash)
             for file in sorted(trash.iterdir())[::2]:
                 file.unlink()
@@ -252,7 +253,7 @@ def kill_replacing(file_name: str, n: int = 1):
             path = Path(path)
             if path.name == file_name and hit():
                 # as atomic_write_text would be killed: half the temporary sibling written
-                path.with_name(f".tmp-{path.name}-killed").write_text(text[: len(text) // 2])
+                ckpt.staging_path(path).write_text(text[: len(text) // 2])
                 _die()
             atomic_write_text(path, text)
 
@@ -310,9 +311,11 @@ def kill_drawing_loss():
 
 
 def run_in_child(
-    output_dir, hooks=(), log: Path | None = None, fsize_limit: int | None = None, **flags
+    output_dir, hooks=(), log: Path | None = None, fsize_limit: int | None = None, cli: bool = False, **flags
 ) -> int:
-    """Train in a forked child with `hooks` installed; returns its wait status (killed, or exit code)."""
+    """Train in a forked child with `hooks` installed; returns its wait status (killed, or exit code).
+
+    `cli`: through the command line's `main` (its exit status, its log in `log`), not `train()`."""
     log = log or Path(output_dir).parent / "child.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     pid = os.fork()
@@ -323,6 +326,7 @@ def run_in_child(
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             sys.stdout = sys.stderr = open(log, "a", buffering=1)  # not into pytest's capture
+            sys.unraisablehook = sys.__unraisablehook__  # "Exception ignored in ..." into the log
             for hook in hooks:
                 hook()
             if fsize_limit is not None:
@@ -330,8 +334,18 @@ def run_in_child(
                 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
                 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_limit, resource.RLIM_INFINITY))
             _reset_accelerate()
-            T.train(*parse_args(_argv(output_dir, **flags)))
-            code = 0
+            if cli:
+                root = logging.getLogger()  # pytest's capture handlers would keep the log in the child
+                root.addHandler(logging.StreamHandler(sys.stderr))
+                root.setLevel(logging.INFO)
+                try:
+                    T.main(_argv(output_dir, **flags))
+                    code = 0
+                except SystemExit as exit_:
+                    code = exit_.code
+            else:
+                T.train(*parse_args(_argv(output_dir, **flags)))
+                code = 0
         except BaseException:
             with contextlib.suppress(Exception):
                 traceback.print_exc()
@@ -453,6 +467,161 @@ def test_sigkill_at_every_point_resumes_exactly(reference, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
+# SIGINT (Ctrl-C) and SIGTERM
+# ---------------------------------------------------------------------------------------------
+
+
+class _SignalInDel:
+    """An object whose finalizer sends signals: a KeyboardInterrupt raised there is printed
+    ("Exception ignored in") and swallowed, as one landing in regex's `Group.__del__` was."""
+
+    def __init__(self, signums) -> None:
+        self.signums = signums
+
+    def __del__(self) -> None:
+        for signum in self.signums:
+            os.kill(os.getpid(), signum)
+
+
+def signal_at_call(module, name: str, n: int, signums=(signal.SIGINT,), in_del: bool = False, after=False):
+    """Send `signums` to this process at the `n`-th call of `module.name` (before it runs, or
+    `after` it returned), from a finalizer with `in_del`."""
+
+    def install():
+        hit, real = Countdown(n), getattr(module, name)
+
+        def send():
+            if in_del:
+                _SignalInDel(signums)  # finalized at once: the signal is handled inside __del__
+            else:
+                for signum in signums:
+                    os.kill(os.getpid(), signum)
+
+        def call(*args, **kwargs):
+            now = hit()
+            if now and not after:
+                send()
+            out = real(*args, **kwargs)
+            if now and after:
+                send()
+            return out
+
+        setattr(module, name, call)
+
+    return install
+
+
+def _user_files(out: Path) -> dict[Path, bytes]:
+    """Plant what a user keeps in and next to a run folder (`.tmp-*` names, a linked data folder);
+    returns every file, to check nothing was lost."""
+    elsewhere = out.parent / "elsewhere"
+    (elsewhere / ".tmp-cache").mkdir(parents=True)
+    (elsewhere / ".tmp-upload.part").write_text("half an upload")
+    (elsewhere / ".tmp-cache" / "blob").write_text("cached")
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / ".tmp-draft.txt").write_text("a draft")
+    (out / ".tmp-mine.txt").write_text("mine")
+    (out / "data").symlink_to(elsewhere, target_is_directory=True)
+    return {p: p.read_bytes() for root in (out, elsewhere) for p in root.rglob("*") if p.is_file()}
+
+
+def _nothing_lost(files: dict[Path, bytes]) -> None:
+    for path, data in files.items():
+        assert path.is_file() and path.read_bytes() == data, f"{path} was lost or changed"
+
+
+def _exit_code(status: int) -> int | None:
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+
+
+# The signal points: where in a run a signal arrives, what it is, and whether the run stops at the
+# step boundary after saving ("boundary") or at once ("at once": before or after the training steps,
+# or a second signal). The occurrences are drawn from a seeded generator.
+_srng = random.Random(33)
+SIGNAL_POINTS = {
+    "SIGINT in set-up, after the tokenizer": (
+        signal_at_call(run_module, "prepare_data", 1, after=True), signal.SIGINT, "at once"),
+    "SIGINT mid-step": (signal_at_call(T, "forward_loss", _srng.randint(1, 23)), signal.SIGINT, "boundary"),
+    "SIGINT in a __del__, mid-step": (
+        signal_at_call(T, "forward_loss", _srng.randint(1, 23), in_del=True), signal.SIGINT, "boundary"),
+    "SIGINT in an evaluation": (
+        signal_at_call(evaluation, "evaluate", _srng.randint(1, 3)), signal.SIGINT, "boundary"),
+    "SIGINT while saving a checkpoint": (
+        signal_at_call(ckpt, "_torch_save", _srng.randint(1, 30)), signal.SIGINT, "boundary"),
+    "SIGTERM mid-step": (
+        signal_at_call(T, "forward_loss", _srng.randint(1, 23), (signal.SIGTERM,)), signal.SIGTERM, "boundary"),
+    "SIGINT twice, mid-step": (
+        signal_at_call(T, "forward_loss", _srng.randint(1, 23), (signal.SIGINT, signal.SIGINT)),
+        signal.SIGINT, "at once"),
+    "SIGINT while writing final/": (
+        signal_at_call(export, "write_final_folder", 1, after=True), signal.SIGINT, "at once"),
+}  # fmt: skip
+
+
+def _signal_and_resume(reference: Path, out: Path, point: str) -> None:
+    """Stop a run (through the command line) with a signal at `point`, check how it stopped, then
+    resume it to its end: the uninterrupted run's weights, bit for bit, and the user's files kept."""
+    hook, signum, how = SIGNAL_POINTS[point]
+    files = _user_files(out)
+    log = out.parent / "child.log"
+    status = run_in_child(out, [hook], log=log, cli=True, resume="auto")
+    text = log.read_text()
+    assert _exit_code(status) == 128 + signum, f"{point}: status {status}; {text[-3000:]}"
+    name = signal.Signals(signum).name
+    if how == "boundary":  # stopped at a step boundary: that step's checkpoint is the newest
+        assert f"Stopped by {name} after step" in text, text[-3000:]
+        step = int(text.split(f"Stopped by {name} after step ")[1].split()[0])
+        assert list_checkpoints(out / "checkpoints")[-1][0] == step
+        assert "Exception ignored" not in text, "a signal was swallowed"
+    else:
+        assert f"Stopped at once by {'a second ' if 'twice' in point else ''}{name}" in text, text[-3000:]
+    _check_after_kill(out)
+    _nothing_lost(files)
+    metrics = _run(out, resume="auto")
+    assert metrics["step"] == BASE["max_steps"]
+    assert _same_weights(reference, out), point
+    _check_csv(out)
+    _nothing_lost(files)
+
+
+FAST_SIGNAL_POINTS = ("SIGINT in a __del__, mid-step", "SIGINT twice, mid-step", "SIGTERM mid-step")
+
+
+@pytest.mark.parametrize("point", FAST_SIGNAL_POINTS)
+def test_a_signal_stops_the_run_cleanly_and_it_resumes_exactly(reference, tmp_path, point):
+    _signal_and_resume(reference, tmp_path / "run", point)
+
+
+@pytest.mark.slow
+def test_signals_at_every_point_stop_cleanly_and_resume_exactly(reference, tmp_path, capsys):
+    """Every signal point of the seeded list, each in a fresh run folder."""
+    failures = {}
+    for i, point in enumerate(SIGNAL_POINTS):
+        try:
+            _signal_and_resume(reference, tmp_path / f"s{i}" / "run", point)
+        except Exception as err:
+            failures[point] = f"{type(err).__name__}: {str(err)[:500]}"
+    with capsys.disabled():
+        print(
+            f"\nfault injection: {len(SIGNAL_POINTS) - len(failures)}/{len(SIGNAL_POINTS)} SIGINT/SIGTERM points "
+            "stopped cleanly (exit 130/143) and resumed to bit-identical weights, the user's files kept"
+        )
+    assert not failures, failures
+
+
+def test_a_library_run_raises_run_interrupted_and_puts_the_handlers_back(tmp_path):
+    """`train()` as a library call: a signal in the steps raises `RunInterrupted` (a KeyboardInterrupt)
+    after saving; the caller's handlers are in place again after the run, stopped or not."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with installed(signal_at_call(T, "forward_loss", 5)), pytest.raises(T.RunInterrupted) as info:
+        _run(tmp_path / "run", max_steps=4)
+    assert isinstance(info.value, KeyboardInterrupt) and info.value.exit_code == 130
+    assert info.value.checkpoint == tmp_path / "run" / "checkpoints" / "checkpoint-00000003"
+    assert "--resume" in str(info.value)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+# ---------------------------------------------------------------------------------------------
 # a full disk
 # ---------------------------------------------------------------------------------------------
 
@@ -479,7 +648,7 @@ def test_full_disk_fails_cleanly_and_keeps_earlier_checkpoints(reference, tmp_pa
     assert "earlier checkpoints are kept" in log.read_text()
     checkpoints = out / "checkpoints"
     assert [s for s, _ in list_checkpoints(checkpoints)] == [2, 4]
-    assert not list(checkpoints.glob(".tmp-*")), "a partial checkpoint was left behind"
+    assert not list(checkpoints.glob(".tmp-hflm-*")), "a partial checkpoint was left behind"
     for _, path in list_checkpoints(checkpoints):
         assert verify_checkpoint(path) == []
     _run(out, resume="true")

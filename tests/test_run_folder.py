@@ -56,17 +56,22 @@ def test_claiming_a_folder_with_another_runs_outputs(tmp_path):
 
 
 def _leave_staging(folder):
-    """What a run killed mid-write leaves: staging folders and files next to its outputs."""
-    (folder / "checkpoints" / ".tmp-checkpoint-00000008-123-abcd" / "model.safetensors").parent.mkdir(
-        parents=True
-    )
-    (folder / "checkpoints" / ".tmp-checkpoint-00000008-123-abcd" / "model.safetensors").write_text("half")
-    (folder / ".tmp-final-123-abcd").mkdir()
-    (folder / ".tmp-metrics.csv-123-abcd").write_text("step\n")
+    """What a run killed mid-write leaves: staging folders and files next to its outputs, named as
+    `training.checkpoint.staging_path` names them."""
+    checkpoint = folder / "checkpoints" / ".tmp-hflm-checkpoint-00000008-123-abcd0123"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_text("half")
+    (folder / "best").mkdir(exist_ok=True)
+    (folder / "best" / ".tmp-hflm-trash-checkpoint-00000004-123-0123abcd").mkdir()
+    (folder / ".tmp-hflm-final-123-abcd0123").mkdir()
+    (folder / ".tmp-hflm-metrics.csv-123-abcd0123").write_text("step\n")
+    (folder / ".tmp-hflm-loss.png-123-abcd0123.png").write_text("half")
     return [
-        ".tmp-final-123-abcd",
-        ".tmp-metrics.csv-123-abcd",
-        "checkpoints/.tmp-checkpoint-00000008-123-abcd",
+        ".tmp-hflm-final-123-abcd0123",
+        ".tmp-hflm-loss.png-123-abcd0123.png",
+        ".tmp-hflm-metrics.csv-123-abcd0123",
+        "best/.tmp-hflm-trash-checkpoint-00000004-123-0123abcd",
+        "checkpoints/.tmp-hflm-checkpoint-00000008-123-abcd0123",
     ]
 
 
@@ -76,7 +81,7 @@ def test_staging_leftovers_of_killed_runs_are_removed_and_nothing_else(tmp_path)
     (tmp_path / "notes.tmp").write_text("the user's own file")
     removed = remove_staging_leftovers(tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in removed) == sorted(staged)
-    assert not list(tmp_path.rglob(".tmp-*"))
+    assert not list(tmp_path.rglob(".tmp-hflm-*"))
     assert (tmp_path / "checkpoints" / "checkpoint-00000004").is_dir() and (tmp_path / "notes.tmp").is_file()
     assert remove_staging_leftovers(tmp_path / "missing") == []
 
@@ -133,7 +138,7 @@ def test_a_run_deletes_what_a_killed_run_left_half_written(tmp_path):
     _train(out, "--max_steps", "4")
     _leave_staging(out)  # as if a later run was killed while saving
     _train(out, "--max_steps", "8", "--resume")
-    assert not list(out.rglob(".tmp-*"))
+    assert not list(out.rglob(".tmp-hflm-*"))
 
 
 def test_a_second_live_run_in_the_same_folder_is_refused(tmp_path):

@@ -19,12 +19,15 @@ Every file but `model.safetensors` and `COMPLETE` is optional, so checkpoints wr
 `config.json` the model config is not checked, a process without its own RNG file keeps its
 current streams, and a checkpoint without a manifest is loaded unverified.
 
-Atomicity: everything is written into a hidden sibling `root/.tmp-checkpoint-...`, each file is
-fsynced, `COMPLETE` is written last, and only then is the folder renamed to its final name
+Atomicity: everything is written into a hidden sibling `root/.tmp-hflm-checkpoint-...`, each file
+is fsynced, `COMPLETE` is written last, and only then is the folder renamed to its final name
 (`os.replace`, atomic on POSIX within one file system). A process killed at any moment leaves
 either no `checkpoint-N` folder or a complete one; `latest_checkpoint` also ignores any folder
-without `COMPLETE`. Leftover `.tmp-*` staging of killed runs is ignored here; the next run that holds
-the folder's lock deletes it (`run_folder.remove_staging_leftovers`). In distributed training call `save_checkpoint` on the main process only.
+without `COMPLETE`. Every name written aside (`staging_path`: staging, a replaced folder moved
+aside, a pruned one on its way out) is `.tmp-hflm-<name>-<pid>-<8 hex digits>`, recognisably this
+project's (`is_staging_name`): leftovers of killed runs are ignored here, and the next run that
+holds the folder's lock deletes them and nothing else (`run_folder.remove_staging_leftovers`).
+In distributed training call `save_checkpoint` on the main process only.
 `atomic_folder` and `atomic_write_text` give any other output (a tokenizer, a final model, a metrics
 file) the same all-or-nothing guarantee.
 
@@ -77,7 +80,8 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_PREFIX = "checkpoint-"
-TMP_PREFIX = ".tmp-checkpoint-"
+# every name this project writes aside starts with it (`staging_path`); a user's `.tmp-*` files do not
+STAGING_PREFIX = ".tmp-hflm-"
 COMPLETE_MARKER = "COMPLETE"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -126,6 +130,28 @@ _CONFIG_BOOKKEEPING = frozenset(
 )
 
 _CHECKPOINT_RE = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}(\d+)$")
+# `staging_path`'s names: the prefix, what (a role and) the final name, the writer's pid, 8 hex
+# digits, and the final name's suffix again where a writer needs it (a `.png` to draw)
+_STAGING_RE = re.compile(rf"^{re.escape(STAGING_PREFIX)}.+-\d+-[0-9a-f]{{8}}(\.[A-Za-z0-9]+)?$")
+
+
+def staging_path(final: str | os.PathLike, role: str = "", keep_suffix: bool = False) -> Path:
+    """A fresh hidden sibling of `final` to write it aside in: `.tmp-hflm-[<role>-]<name>-<pid>-<8 hex>`.
+
+    Every name this project writes aside comes from here, so a leftover of a killed run is told from
+    a user's file by its name alone (`is_staging_name`). `role`: "old" for a folder moved aside to be
+    replaced, "trash" for one on its way out; `keep_suffix`: end with `final`'s suffix too (a
+    plotting library picks the format from it).
+    """
+    final = Path(final)
+    role = f"{role}-" if role else ""
+    suffix = final.suffix if keep_suffix else ""
+    return final.with_name(f"{STAGING_PREFIX}{role}{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def is_staging_name(name: str) -> bool:
+    """Whether `name` is one `staging_path` gives (a user's `.tmp-notes` or `.tmp-draft.txt` is not)."""
+    return _STAGING_RE.match(name) is not None
 
 
 def checkpoint_name(step: int) -> str:
@@ -215,7 +241,7 @@ def _swap_in(tmp: Path, final: Path) -> None:
     """
     old = None
     if final.exists():
-        old = final.with_name(f"{TMP_PREFIX}old-{final.name}-{uuid.uuid4().hex[:8]}")
+        old = staging_path(final, "old")
         os.replace(final, old)
     try:
         os.replace(tmp, final)
@@ -232,11 +258,11 @@ def staging_folder(final: str | os.PathLike) -> Path:
     """A new, empty, hidden sibling of `final` to write a folder into before `commit_folder`.
 
     A process killed before the commit leaves `final` as it was (absent, or the previous complete
-    folder) and the `.tmp-...` staging folder, to delete at leisure.
+    folder) and the `.tmp-hflm-...` staging folder, which the next run holding the folder deletes.
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging = final.with_name(f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    staging = staging_path(final)
     staging.mkdir()
     return staging
 
@@ -273,7 +299,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Replace the file `path` with `text` all at once (a fsynced temporary sibling, then `os.replace`):
     a reader, or a run resumed after a kill, sees the old contents or the new, never a truncated file."""
     path = Path(path)
-    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = staging_path(path)
     try:
         _write_text(tmp, text)
         os.replace(tmp, path)
@@ -550,7 +576,7 @@ def save_checkpoint(
     )
     parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler, "tensors": tensors}
     parts["rng_states"] = rng_states if save_rng else []
-    tmp = root / f"{TMP_PREFIX}{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = staging_path(final)
     tmp.mkdir()
     try:
         _write_checkpoint_files(tmp, model, parts, state_json, run_id, step, saved_at)
@@ -662,8 +688,8 @@ def prune_checkpoints(
 
 def _remove(path: Path) -> None:
     # rename first (atomic), then delete: a kill during the slow, file-by-file rmtree must not
-    # leave a half-deleted folder under a checkpoint's name
-    trash = path.with_name(f".trash-{path.name}-{uuid.uuid4().hex[:8]}")
+    # leave a half-deleted folder under a checkpoint's name (and what it leaves, the next run deletes)
+    trash = staging_path(path, "trash")
     os.replace(path, trash)
     shutil.rmtree(trash, ignore_errors=True)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from hf_lm.cards import write_model_card
 from hf_lm.plots import plot_loss_curves
 
-from .checkpoint import atomic_write_text, commit_folder, load_checkpoint, staging_folder
+from .checkpoint import atomic_folder, atomic_write_text, load_checkpoint, staging_path
 from .objectives import objective_for
 
 logger = logging.getLogger(__name__)
@@ -66,10 +66,15 @@ def draw_loss_curve(run, csv_log, model_type: str) -> Path | None:
     curves = csv_log.curves()
     if not curves:
         return None
-    drawn = run.output_dir / f".tmp-loss-{os.getpid()}.png"
-    plot_loss_curves(curves, drawn, title=f"{model_type}: {run.data_args.dataset}")
-    os.replace(drawn, run.output_dir / "loss.png")
-    return run.output_dir / "loss.png"
+    final = run.output_dir / "loss.png"
+    drawn = staging_path(final, keep_suffix=True)  # `.png`: the format the plot is saved in
+    try:
+        plot_loss_curves(curves, drawn, title=f"{model_type}: {run.data_args.dataset}")
+        os.replace(drawn, final)
+    except BaseException:
+        drawn.unlink(missing_ok=True)
+        raise
+    return final
 
 
 def export_run(
@@ -92,27 +97,26 @@ def export_run(
         logger.info("final/ holds the best model, of step %d (%s).", final_step, best.path)
     loss_png = draw_loss_curve(run, csv_log, model.config.model_type)
     final = run.output_dir / "final"
-    staging = staging_folder(final)
-    write_final_folder(model, run.tokenizer, staging, loss_png)
-    data_args = run.data_args
-    write_model_card(
-        run.objective.card_model(model),
-        staging,
-        dataset=run.description,
-        tokenizer=run.tokenizer,
-        metrics=run.objective.card_rows(final_eval)
-        | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
-        | best_card_rows(best, step, evaluation),
-        hyperparameters=card_hyperparameters(
-            data_args, run.train_args, run.world, run.global_batch, runtime=runtime, history=history
-        ),
-        training_time_s=metrics["seconds"],
-        eval_results=run.objective.eval_results(final_eval),
-        dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
-        # the run's name, not "final"; the usage snippet's path is final/, not the staging folder
-        extra={"model_name": run.output_dir.resolve().name, "model_id": final.as_posix()},
-    )
-    commit_folder(staging, final)
+    with atomic_folder(final) as staging:  # an exception (or a stop) leaves final/ as it was
+        write_final_folder(model, run.tokenizer, staging, loss_png)
+        data_args = run.data_args
+        write_model_card(
+            run.objective.card_model(model),
+            staging,
+            dataset=run.description,
+            tokenizer=run.tokenizer,
+            metrics=run.objective.card_rows(final_eval)
+            | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
+            | best_card_rows(best, step, evaluation),
+            hyperparameters=card_hyperparameters(
+                data_args, run.train_args, run.world, run.global_batch, runtime=runtime, history=history
+            ),
+            training_time_s=metrics["seconds"],
+            eval_results=run.objective.eval_results(final_eval),
+            dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
+            # the run's name, not "final"; the usage snippet's path is final/, not the staging folder
+            extra={"model_name": run.output_dir.resolve().name, "model_id": final.as_posix()},
+        )
     atomic_write_text(run.output_dir / "final_metrics.json", json.dumps(metrics, indent=2))
 
 
