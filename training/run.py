@@ -26,6 +26,7 @@ from .export import export_run
 from .models import resolve_family
 from .objectives import Objective, objective_for
 from .optim import configure_tf32
+from .process_group import cpu_only
 from .run_data import prepare_data
 from .run_log import CsvLog
 
@@ -149,8 +150,9 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     forget_previous_run_settings()
     accelerator = Accelerator(
         # without `cpu=True` accelerate ignores torchrun's WORLD_SIZE on a machine with no GPU and
-        # every process trains alone; with it, they join one gloo process group (MULTI_CPU)
-        cpu=not torch.cuda.is_available(),
+        # every process trains alone; with it, they join one gloo process group (MULTI_CPU). The
+        # same as `train`'s `process_state`, which has set the process state up already
+        cpu=cpu_only(),
         mixed_precision=train_args.mixed_precision,
         gradient_accumulation_steps=train_args.gradient_accumulation_steps,
         log_with=trackers or None,

@@ -98,9 +98,10 @@ by counting, not by this loop (`training.ngram_fit`).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
-import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -129,6 +130,7 @@ from .budget import agreed_seconds
 from .checkpoint import (
     checkpoint_name,
     get_rng_state,
+    list_checkpoints,
     load_latest_checkpoint,
     max_abs_weight,
     save_checkpoint,
@@ -145,12 +147,12 @@ from .optim import (  # noqa: F401
     optimizer_kwargs,
     tf32_restored,
 )
-from .process_group import end_process_group
+from .process_group import RunInterrupted, StopSignals, end_process_group, process_state
 from .resume import data_order, restore_run, run_settings
 from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
 from .run_checks import check_arguments
 from .run_data import prepare_data, tail_split  # noqa: F401
-from .run_folder import RunLock, claim_output_dir, remove_staging_leftovers
+from .run_folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
 from .run_log import CsvLog, projected_steps  # noqa: F401
 
 logger = logging.getLogger(__name__)
@@ -185,8 +187,11 @@ class Trainer:
     """The gradient loop of a run: resume, then updates with logging, evaluation, checkpoints and
     divergence checks, then the final outputs."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, signals: StopSignals | None = None) -> None:
         self.run, args, accelerator = run, run.train_args, run.accelerator
+        # SIGINT/SIGTERM (`train` installs the handlers); uninstalled, it never receives one
+        self.signals = signals if signals is not None else StopSignals()
+        self.agreed_signal = None  # a signal some process received, as the last update's reduction told
         # on its device before the optimizer is built, which picks its implementation for it (fused
         # on a GPU); `prepare` would move it there anyway
         model = run.model.to(accelerator.device)
@@ -218,6 +223,7 @@ class Trainer:
         self.start_step, self.last_loss = self.position.step, kept.get("loss", float("nan"))
         self.recent, self.evaluation, self.evaluated_at = [], None, None
         self.last_good = self.checkpoint  # the newest checkpoint of this run known to be good
+        self.saved_step = self.position.step if self.checkpoint is not None else None  # last_good's step
 
     def _resume(self, model) -> tuple[DataPosition, list[dict], dict]:
         """Load the newest intact checkpoint of the run that saved last, before `prepare` (the plain
@@ -237,8 +243,11 @@ class Trainer:
                 rank=run.rank,  # each process restores its own random streams
             )
         self.checkpoint = state["path"] if state is not None else None
-        if args.resume == "true" and state is None:
-            raise FileNotFoundError(f"resume=true but {run.checkpoint_dir} holds no complete checkpoint.")
+        if args.resume == "true" and state is None:  # `train` checked there is one; it went in between
+            raise FileNotFoundError(
+                f"--resume true: {run.checkpoint_dir} holds no complete checkpoint. Run with --resume auto to start "
+                "afresh where there is none."
+            )
         # a resumed run keeps its id: its checkpoints are pruned with (and only with) those it wrote before
         self.run_id = state["run_id"] if state is not None else shared_run_id(run.accelerator)
         if state is None:
@@ -287,18 +296,76 @@ class Trainer:
             disable=not run.accelerator.is_local_main_process,
         )
         with logging_redirect_tqdm(), self.bar:
-            while self.position.step < args.max_steps:
-                if args.max_train_seconds is not None and budget_spent(
-                    self.loop_start, args.max_train_seconds, run.accelerator
-                ):
-                    logger.info(
-                        "Training-time budget of %.0f s reached at step %d.",
-                        args.max_train_seconds,
-                        self.position.step,
-                    )
-                    break
-                self.update()
+            # a signal now stops the run at the next step boundary, with a checkpoint
+            self.signals.graceful = True
+            try:
+                while self.position.step < args.max_steps:
+                    if self._signal_received() is not None:
+                        break
+                    if args.max_train_seconds is not None and budget_spent(
+                        self.loop_start, args.max_train_seconds, run.accelerator
+                    ):
+                        logger.info(
+                            "Training-time budget of %.0f s reached at step %d.",
+                            args.max_train_seconds,
+                            self.position.step,
+                        )
+                        break
+                    self.update()
+            finally:
+                self.signals.graceful = False  # from here a signal stops the run at once
+            signum = self._signal_received(agree=True)
+            if signum is not None:
+                self.stop_for_signal(signum)
         return self.finish()
+
+    def _signal_flags(self) -> list[float]:
+        """This process's signals, as a reduction carries them: (SIGINT received, SIGTERM received)."""
+        received = self.signals.received
+        return [float(received == signal.SIGINT), float(received == signal.SIGTERM)]
+
+    @staticmethod
+    def _agreed(flags: list[float]) -> int | None:
+        """The signal of reduced `_signal_flags` (SIGTERM first: a scheduler's stop), or None."""
+        return signal.SIGTERM if flags[1] > 0 else signal.SIGINT if flags[0] > 0 else None
+
+    def _signal_received(self, agree: bool = False) -> int | None:
+        """The signal that stops the run (None: none), the same on every process: one process's own
+        with one process; else the one the last update's loss reduction carried, or, with `agree`,
+        one reduction of every process's signals now."""
+        run = self.run
+        if run.world == 1:
+            return self.signals.received
+        if not agree:
+            return self.agreed_signal
+        flags = torch.tensor(self._signal_flags(), device=run.accelerator.device)
+        return self._agreed(run.accelerator.reduce(flags, reduction="sum").tolist())
+
+    def stop_for_signal(self, signum: int) -> None:
+        """Stop at this step boundary after a signal, every process together: save a checkpoint of
+        this step (unless one was just saved, or the weights are not finite), end the trackers, say
+        how to resume, and raise `RunInterrupted`."""
+        run, step = self.run, self.position.step
+        if self.saved_step != step:
+            largest = max_abs_weight(self.raw_model)
+            if math.isfinite(largest):
+                self.save(largest)
+        for tracker in run.accelerator.trackers:
+            tracker.finish()
+        name = signal.Signals(signum).name
+        if self.saved_step == step:
+            message = (
+                f"Stopped by {name} after step {step} of {run.train_args.max_steps}; its checkpoint is "
+                f"{self.last_good}. Run the same command with --resume (or --resume auto) to continue exactly "
+                "from it."
+            )
+        else:
+            message = (
+                f"Stopped by {name} at step {step}: the weights are not finite, so not saved. Last good "
+                f"checkpoint: {self._last_good()}."
+            )
+        logger.warning(message)
+        raise RunInterrupted(message, signum, checkpoint=self.last_good, at_boundary=True)
 
     def _log_start(self) -> None:
         run, args = self.run, self.run.train_args
@@ -334,7 +401,15 @@ class Trainer:
             objective.after_forward(micro, outputs)
             micro_losses.append(loss.detach().float())
         # every process sees the same mean, so a divergence stops all of them together
-        return accelerator.reduce(torch.stack(micro_losses).mean(), reduction="mean").item()
+        mean = torch.stack(micro_losses).mean()
+        if run.world == 1:
+            return accelerator.reduce(mean, reduction="mean").item()
+        # the signals each process received ride along (no collective of their own): every process
+        # learns of them at the same update, and they all stop at the same step boundary
+        flags = torch.tensor(self._signal_flags(), device=mean.device, dtype=mean.dtype)
+        reduced = accelerator.reduce(torch.cat([mean.view(1), flags]), reduction="mean").tolist()
+        self.agreed_signal = self._agreed(reduced[1:])
+        return reduced[0]
 
     def update(self) -> None:
         """One optimizer update, then its log row, evaluation and checkpoint."""
@@ -485,7 +560,7 @@ class Trainer:
             )
             if self.best is not None:
                 self.best.prune()  # keep_last may have dropped the last need of an old best
-        self.last_good = run.checkpoint_dir / checkpoint_name(pos.step)
+        self.last_good, self.saved_step = run.checkpoint_dir / checkpoint_name(pos.step), pos.step
         accelerator.wait_for_everyone()
 
     def roll_back(self, problem: str, offending_step: int, position_counted: bool) -> None:
@@ -514,6 +589,7 @@ class Trainer:
             per_epoch = self.updates_per_epoch
             pos.epoch, pos.update = divmod(pos.epoch * per_epoch + pos.update + consumed, per_epoch)
         pos.step, pos.offset, self.last_good = back["step"], pos.offset + back["skipped"], back["path"]
+        self.saved_step = pos.step
         kept = back["extra"] or {}
         self.last_loss = kept.get("loss", float("nan"))
         self.recent, self.evaluation, self.evaluated_at = [], None, None
@@ -554,32 +630,58 @@ class Trainer:
 def train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
     """Train a model; returns the final metrics (also written to `final_metrics.json`).
 
-    The run owns `output_dir` while it runs (`training.run_folder`): the main process holds its
-    lock, and a run that does not resume refuses a folder holding another run's outputs unless
-    `overwrite_output_dir`.
+    The run owns `output_dir` while it runs (`training.run_folder`): the main process (as accelerate
+    tells it, `training.process_group.process_state`) holds its lock, and a run that does not resume
+    refuses a folder holding another run's outputs unless `overwrite_output_dir`. A resumed run in a
+    folder without a checkpoint starts afresh (`training.run_folder.nothing_to_resume`).
+
+    SIGINT and SIGTERM are handled while it runs (the previous handlers are put back after it): in
+    the training steps the first one stops every process at the next step boundary, after a
+    checkpoint; elsewhere, or at a second signal, the run stops at once (`StopSignals`).
 
     Raises:
         TrainingDivergedError: a non-finite training loss with `stop_on_nan`.
-        FileNotFoundError: `resume="true"` and no checkpoint in `output_dir/checkpoints`.
+        RunInterrupted: SIGINT or SIGTERM (a `KeyboardInterrupt`; `exit_code` 130 or 143).
+        FileNotFoundError: `resume="true"` and nothing of a run in `output_dir`.
         RunFolderBusyError: another live run holds `output_dir`.
         ValueError: fp16 without a CUDA GPU; a family that does not train the objective; a folder
             with another run's outputs; a checkpoint that cannot be resumed exactly (another model
             config, global batch size, seed, data mode, data or objective settings, or `max_steps`
-            below its step).
+            below its step); launch variables (`RANK`, `LOCAL_RANK`, `WORLD_SIZE`) no launcher set.
     """
     check_arguments(data_args, model_args, train_args)
     output_dir = Path(train_args.output_dir)
-    if int(os.environ.get("RANK", "0")) != 0:  # the other processes follow the main one
-        return _train(data_args, model_args, train_args)
-    with RunLock(output_dir):
-        # --resume true/auto continues the folder's own run (or, killed before its first
-        # checkpoint, starts it again): only a run told not to resume must not mix with one
-        claim_output_dir(output_dir, train_args.resume != "false", train_args.overwrite_output_dir)
-        remove_staging_leftovers(output_dir)
-        return _train(data_args, model_args, train_args)
+    main_process = process_state().is_main_process
+    with StopSignals() as signals:
+        if not main_process:  # the other processes follow the main one
+            if train_args.resume != "false" and not list_checkpoints(output_dir / "checkpoints"):
+                train_args = _afresh(train_args)  # as the main process decides (it holds the lock)
+            return _train(data_args, model_args, train_args, signals)
+        with RunLock(output_dir):
+            # before the folder is judged: a checkpoints/ holding only a killed save is no run's work
+            remove_staging_leftovers(output_dir)
+            if nothing_to_resume(output_dir, train_args.resume, train_args.overwrite_output_dir):
+                train_args = _afresh(train_args)
+            # --resume true/auto continues the folder's own run: only a run that does not resume
+            # must not mix with one
+            claim_output_dir(output_dir, train_args.resume != "false", train_args.overwrite_output_dir)
+            return _train(data_args, model_args, train_args, signals)
 
 
-def _train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
+def _afresh(train_args: TrainArguments) -> TrainArguments:
+    """The arguments of a run told to resume where there is nothing to resume: a new run (its
+    tokenizer trained, not read from the folder)."""
+    train_args = copy.copy(train_args)
+    train_args.resume = "false"
+    return train_args
+
+
+def _train(
+    data_args: DataArguments,
+    model_args: ModelArguments,
+    train_args: TrainArguments,
+    signals: StopSignals | None = None,
+) -> dict:
     """The run of `train`, in a folder it owns: an n-gram model is fitted by counting (no optimizer,
     steps or checkpoints), every other model by the gradient loop."""
     with tf32_restored():  # the run may turn TF32 on (`--tf32`): not for the caller's later work
@@ -587,18 +689,25 @@ def _train(data_args: DataArguments, model_args: ModelArguments, train_args: Tra
         if run.family == "ngram" and not model_args.init_from:
             model, csv_log, metrics, evaluation = fit_ngram_run(run)
             return finish_run(run, model, csv_log, metrics, evaluation, None, [], fused=False)
-        return Trainer(run).train()
+        return Trainer(run, signals).train()
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file), train, and end
-    the process group of a distributed launch (`training.process_group`)."""
+    the process group of a distributed launch (`training.process_group`). A run stopped by SIGINT or
+    SIGTERM exits with 130 or 143, having said how to resume."""
     data_args, model_args, train_args = parse_args(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO if int(os.environ.get("RANK", "0")) == 0 else logging.WARNING,
-    )
-    metrics = train(data_args, model_args, train_args)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if not process_state().is_main_process:
+        logging.getLogger().setLevel(logging.WARNING)
+    try:
+        metrics = train(data_args, model_args, train_args)
+    except RunInterrupted as stop:
+        if stop.at_boundary:
+            end_process_group()  # every process stopped at the same step: none waits in a collective
+        else:
+            logger.warning("%s", stop)  # (a stop at a boundary said so itself)
+        raise SystemExit(stop.exit_code) from None
     end_process_group()
     return metrics
 
