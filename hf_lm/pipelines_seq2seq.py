@@ -15,8 +15,12 @@ from .models.hflm_pipelines_seq2seq import (  # noqa: F401  (_lengths_up_to_eos:
     HfLmText2TextGenerationPipeline,
     HfLmTranslationPipeline,
     _lengths_up_to_eos,
+    check_generation_fits,
+    device_memory_bytes,
+    generation_memory_bytes,
     language_name,
     parse_translation_task,
+    position_limit,
     register_pipelines,
     register_translation_task,
 )

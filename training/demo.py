@@ -40,7 +40,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, pipeline, set_seed
 
+from hf_lm.families import FAMILIES
 from hf_lm.metrics.sliding_window import sliding_window_perplexity
+from hf_lm.pipelines_seq2seq import check_generation_fits
 
 from .args import DataArguments, ModelArguments, TrainArguments
 from .corpora import SyntheticCorpus
@@ -157,6 +159,19 @@ def evaluate_bits_per_word(final_dir: Path, args: DemoArguments) -> dict:
     return result
 
 
+def _check_sampling(config, args: DemoArguments, prompt_tokens: int) -> None:
+    """`--num_samples` samples of the prompt and `--max_new_tokens` within the model's positions and
+    the device's memory (`check_generation_fits`)."""
+    check_generation_fits(
+        config,
+        {"max_new_tokens": args.max_new_tokens, "num_return_sequences": args.num_samples},
+        batch_size=1,
+        input_length=prompt_tokens,
+        device=resolve_device("auto"),
+        where="The demo's samples (--prompt, --max_new_tokens, --num_samples)",
+    )
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"  {name:<{width}}  {value}" for name, value in rows)
@@ -170,10 +185,22 @@ def run_demo(argv: list[str] | None = None) -> dict:
         `bits_per_word`, `floor_bits_per_word`, `excess_bits_per_word`, ...; the sampled texts.
     """
     (args,) = HfArgumentParser(DemoArguments).parse_args_into_dataclasses(args=argv)
+    data_args, model_args, train_args = build_arguments(args)
+    # the samples must fit the model's positions and memory: known before two minutes of training
+    layers, hidden, heads = MODEL_SIZES[args.model_size]
+    planned = FAMILIES["gpt"].config_class(
+        vocab_size=args.vocab_size,
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        position_embedding_type=model_args.position_embedding_type,
+        max_position_embeddings=model_args.max_position_embeddings or args.block_size,
+    )
+    _check_sampling(planned, args, prompt_tokens=1)
     start = time.perf_counter()
 
     # 1. train: the model, tokenizer, card and loss curve land in output_dir/final
-    metrics = train(*build_arguments(args))
+    metrics = train(data_args, model_args, train_args)
     final_dir = Path(args.output_dir) / "final"
     steps_per_second = metrics["step"] / metrics["seconds"] if metrics["seconds"] else float("nan")
 
@@ -216,6 +243,7 @@ def run_demo(argv: list[str] | None = None) -> dict:
     generator = pipeline(
         "text-generation", model=str(final_dir), tokenizer=str(final_dir), trust_remote_code=True
     )
+    _check_sampling(generator.model.config, args, len(generator.tokenizer(args.prompt)["input_ids"]))
     set_seed(args.seed)
     outputs = generator(
         args.prompt,

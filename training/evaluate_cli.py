@@ -3,20 +3,29 @@
     python -m training.evaluate_cli --model PATH --text_file FILE [--max_length N --stride N]
 
 Prints one JSON object on stdout (loss, perplexity, bits per token/character/word, token counts);
-everything else goes to logging (stderr).
+everything else goes to logging (stderr). The file is read, tokenized and scored a piece at a
+time, so memory does not grow with it; the result is exactly the one of the whole text tokenized
+in one call (the pieces are cut where the tokenizer encodes both sides alike). A model with NaN or
+infinite weights, or whose scores overflow, is refused rather than given a NaN perplexity.
 """
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import json
 import logging
+import math
+import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
+from hf_lm.pipelines_seq2seq import device_memory_bytes
 
 from .run_checks import learned_position_limit
 
@@ -85,22 +94,154 @@ def resolve_device(name: str) -> torch.device:
         ) from err
 
 
-def read_text(path: str) -> str:
-    """The UTF-8 text of `path`; a ValueError naming the line and byte where it is not UTF-8."""
+# the file is read, checked and tokenized a piece at a time: tokenizing a whole file in one call
+# costs hundreds of bytes per character (a fast tokenizer's encoding), whatever the model
+READ_BYTES = 1 << 16  # bytes decoded per read
+CHUNK_CHARS = 1 << 16  # characters per tokenizer call
+# characters kept after a cut inside each call, so that the tokens before the cut never depend on
+# text beyond the call's end; the cut itself is checked (`_cut_tokens`)
+TAIL_CHARS = 1 << 10
+# a whitespace character after a non-whitespace one: where a chunk may end
+_CUT = re.compile(r"(?<=\S)\s")
+# the whitespace characters tried as cuts, nearest first, before a chunk grows (see `_cut_tokens`)
+_CUT_TRIES = 4
+NEWLINE = b"\n"
+
+
+def read_text_blocks(path: str, block_bytes: int | None = None) -> Iterator[str]:
+    """The UTF-8 text of `path`, in blocks of about `block_bytes` bytes (default `READ_BYTES`;
+    never the whole file).
+
+    Raises:
+        ValueError: naming the line and byte where the file is not UTF-8.
+    """
+    block_bytes = block_bytes or READ_BYTES
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = line = 0  # bytes and newlines before the current read
     with open(path, "rb") as f:
-        data = f.read()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise ValueError(
-            f"{path}, line {line} (byte {err.start}): not UTF-8 ({err.reason}); convert the file to UTF-8 "
-            "(e.g. `iconv -f latin1 -t utf-8`)."
-        ) from err
+        while True:
+            data = f.read(block_bytes)
+            try:
+                text = decoder.decode(data, final=not data)
+            except UnicodeDecodeError as err:
+                # err.object is the decoder's held bytes (an unfinished character) and this read
+                held = len(err.object) - len(data)
+                where = f"line {line + err.object[: err.start].count(NEWLINE) + 1} (byte {offset - held + err.start})"
+                raise ValueError(
+                    f"{path}, {where}: "
+                    f"not UTF-8 ({err.reason}); convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
+                ) from err
+            if text:
+                yield text
+            if not data:
+                return
+            offset += len(data)
+            line += data.count(NEWLINE)
+
+
+def text_counts(path: str) -> tuple[int, int]:
+    """`(characters, words)` of the UTF-8 file `path` (`len(text)`, `len(text.split())`), read in blocks."""
+    characters = words = 0
+    previous_ends_in_word = False
+    for block in read_text_blocks(path):
+        characters += len(block)
+        words += len(block.split())
+        if previous_ends_in_word and not block[0].isspace():
+            words -= 1  # a word cut between two blocks was counted twice
+        previous_ends_in_word = not block[-1].isspace()
+    return characters, words
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _cut_tokens(tokenizer, chunk: str, tail_chars: int) -> tuple[list[int], int] | None:
+    """The tokens of `chunk` before a cut, and the cut, or None where no cut is safe.
+
+    A cut is a whitespace character that follows a non-whitespace one, at least `tail_chars` from
+    the chunk's end. It is safe when the chunk's tokens are those of the text before it followed by
+    those of the text from it, `tokens(chunk) == before + tokens(chunk[cut:])`: then starting the
+    next call at the cut changes no token. What is safe depends on the tokenizer (GPT-2's byte-level
+    BPE takes a cut before a newline or a space, a SentencePiece-style Metaspace one only before a
+    space), so the nearest cut of each whitespace character is tried, up to `_CUT_TRIES`.
+    """
+    cuts, kinds = [], set()
+    for match in reversed(list(_CUT.finditer(chunk, 0, len(chunk) - tail_chars))):
+        if match.group() not in kinds:
+            kinds.add(match.group())
+            cuts.append(match.start())
+            if len(cuts) == _CUT_TRIES:
+                break
+    if not cuts:
+        return None
+    ids = _encode(tokenizer, chunk)
+    for cut in cuts:
+        tail = _encode(tokenizer, chunk[cut:])
+        if len(tail) <= len(ids) and ids[len(ids) - len(tail) :] == tail:
+            return ids[: len(ids) - len(tail)], cut
+    return None
+
+
+def tokenize_blocks(
+    tokenizer, blocks: Iterable[str], chunk_chars: int | None = None, tail_chars: int | None = None
+) -> Iterator[list[int]]:
+    """The token ids of the text `blocks` make up, in pieces: exactly `tokenizer(text)`'s
+    (without special tokens), with no tokenizer call on more than about `chunk_chars` characters
+    (default `CHUNK_CHARS`; `tail_chars`: `TAIL_CHARS`).
+
+    Each call ends at a cut that changes no token (`_cut_tokens`); the text after the cut starts
+    the next call. Where a chunk holds no safe cut (a tokenizer that joins everything, text without
+    whitespace) the call takes more text, as much as it needs.
+    """
+    chunk_chars, tail_chars = chunk_chars or CHUNK_CHARS, tail_chars or TAIL_CHARS
+    pending, size, warned = "", chunk_chars, False
+    for block in blocks:
+        pending += block
+        while len(pending) >= size:
+            cut = _cut_tokens(tokenizer, pending[:size], tail_chars)
+            if cut is None:
+                size += chunk_chars
+                if size > 16 * chunk_chars and not warned:
+                    logger.warning(
+                        "No place to cut the text into pieces the tokenizer encodes alike: tokenizing %d "
+                        "characters or more in one call (memory grows with it).",
+                        size,
+                    )
+                    warned = True
+                break
+            ids, position = cut
+            yield ids
+            pending, size = pending[position:], chunk_chars
+    if pending:
+        yield _encode(tokenizer, pending)
+
+
+def _first_tokens(pieces: Iterator[list[int]], wanted: int) -> tuple[list[list[int]], int]:
+    """Read pieces until they hold `wanted` tokens or end: `(pieces read, tokens in them)`."""
+    read, count = [], 0
+    while count < wanted:
+        piece = next(pieces, None)
+        if piece is None:
+            break
+        read.append(piece)
+        count += len(piece)
+    return read, count
+
+
+def _check_finite_weights(model, path: str, dtype: str) -> None:
+    """Refuse a model with a NaN or infinite weight: its perplexity would be NaN or inf, not a score."""
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise ValueError(
+                f"{path}: the weight {name} holds NaN or infinite values in {dtype} (a diverged or damaged "
+                "checkpoint, or values beyond the dtype's range: try --dtype float32); it cannot be scored."
+            )
 
 
 def evaluate_file(args: EvalArguments) -> dict:
-    """Load the model and tokenizer, tokenize the file and score it with a sliding window.
+    """Load the model and tokenizer, and score the file with a sliding window, reading, tokenizing
+    and scoring it a piece at a time (memory does not grow with the file).
 
     Args:
         args: the parsed `EvalArguments`.
@@ -110,26 +251,28 @@ def evaluate_file(args: EvalArguments) -> dict:
 
     Raises:
         ValueError: a file that is not UTF-8, or too short to score one token (fewer than 2 tokens,
-            the start token included).
+            the start token included); a model with non-finite weights, or a non-finite result.
     """
     tokenizer = AutoTokenizer.from_pretrained(args.model, trust_remote_code=args.trust_remote_code)
-    text = read_text(args.text_file)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if args.add_start_token and tokenizer.bos_token_id is None:
+        raise ValueError("--add_start_token needs a tokenizer with a bos_token.")
+    num_characters, num_words = text_counts(args.text_file)  # a file that is not UTF-8 fails here
+    pieces = tokenize_blocks(tokenizer, read_text_blocks(args.text_file))
     if args.add_start_token:
-        if tokenizer.bos_token_id is None:
-            raise ValueError("--add_start_token needs a tokenizer with a bos_token.")
-        ids = [tokenizer.bos_token_id] + ids
-    logger.info("%s: %d characters, %d tokens", args.text_file, len(text), len(ids))
-    if len(ids) < 2:  # the first token is only context: nothing would be scored (a NaN perplexity)
+        pieces = itertools.chain([[tokenizer.bos_token_id]], pieces)
+    first, count = _first_tokens(pieces, 2)
+    if count < 2:  # the first token is only context: nothing would be scored (a NaN perplexity)
         raise ValueError(
-            f"{args.text_file}: {len(text)} characters, {len(ids)} token(s); at least 2 tokens are needed to "
+            f"{args.text_file}: {num_characters} characters, {count} token(s); at least 2 tokens are needed to "
             "score one (the first is only context; --add_start_token scores it after BOS)."
         )
+    logger.info("%s: %d characters, %d words", args.text_file, num_characters, num_words)
 
     # the model last: a bad file fails before a long load
     model = AutoModelForCausalLM.from_pretrained(
         args.model, trust_remote_code=args.trust_remote_code, dtype=getattr(torch, args.dtype)
     )
+    _check_finite_weights(model, args.model, args.dtype)
     device = resolve_device(args.device)
     model = model.to(device)
     max_length = args.max_length if args.max_length is not None else default_window(model.config)
@@ -137,25 +280,51 @@ def evaluate_file(args: EvalArguments) -> dict:
     if limit is not None and max_length > limit:
         raise ValueError(f"`max_length` ({max_length}) is longer than the model's {limit} learned positions.")
     stride = args.stride if args.stride is not None else max(1, max_length // 2)
+    _check_window_memory(model, max_length, args.batch_size, num_characters, device)
 
     result = sliding_window_perplexity(
         model,
-        torch.tensor(ids, dtype=torch.long),
+        itertools.chain(first, pieces),
         max_length=max_length,
         stride=stride,
         device=device,
         batch_size=args.batch_size,
-        num_characters=len(text),
-        num_words=len(text.split()),
+        num_characters=num_characters,
+        num_words=num_words,
     )
+    if not math.isfinite(result["nll_sum"]):
+        raise ValueError(
+            f"{args.model} scores {args.text_file} with a non-finite log-likelihood ({result['nll_sum']}): its "
+            f"logits overflow in {args.dtype} (try --dtype float32) or the model is damaged; no perplexity."
+        )
+    logger.info("%s: %d tokens scored of %d", args.text_file, result["n_tokens"], result["num_input_tokens"])
     result.update(
         max_length=max_length,
         stride=stride,
-        num_input_tokens=len(ids),
-        num_characters=len(text),
-        num_words=len(text.split()),
+        num_characters=num_characters,
+        num_words=num_words,
     )
     return result
+
+
+def _check_window_memory(model, max_length: int, batch_size: int, num_characters: int, device) -> None:
+    """Refuse windows whose logits alone cannot fit in the device's memory (a `--max_length` far
+    beyond any context, with a model without a position table, on a long file).
+
+    One forward pass holds `batch_size` windows of logits, (B, L, V), and their fp32 log-probs; a
+    window is at most the whole stream, which has at most 4 tokens per character (UTF-8 bytes).
+    """
+    window = min(max_length, 4 * num_characters + 1)
+    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
+    memory = device_memory_bytes(device)
+    if not isinstance(vocab, int) or memory is None:
+        return
+    need = batch_size * window * vocab * (model.dtype.itemsize + 4)
+    if need > memory:
+        raise ValueError(
+            f"--batch_size {batch_size} windows of --max_length {max_length} tokens need {need / 2**30:.1f} GiB of "
+            f"logits ({vocab} per token), more than the {memory / 2**30:.1f} GiB of {device}: lower them."
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:

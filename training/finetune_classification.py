@@ -20,10 +20,15 @@ Data: `--data_dir` is a folder holding `train`, `dev` (or `validation`) and `tes
 the validation split during training (it is what `load_best_model_at_end` would select on) and
 once on the test split at the end.
 
-Labels: integer labels 0..K-1 keep their ids; any other label set (strings, or integers with
-gaps) is sorted and numbered. Names for `config.id2label` (what `pipeline("text-classification")`
-returns) come from `--class_names`, else SST-2's ("negative", "positive") for a folder named
-`sst2`, else `LABEL_<i>` for 0..K-1 integers and the label values themselves otherwise.
+Labels: the training split's labels are the classes. Integer labels 0..K-1 keep their ids; any
+other label set (strings, or integers with gaps or from 1, e.g. ratings 1-5) is sorted and
+numbered, and the config's `id2label`/`label2id` record the mapping. Names for `config.id2label`
+(what `pipeline("text-classification")` returns) come from `--class_names`, else SST-2's
+("negative", "positive") for a folder named `sst2`, else `LABEL_<i>` for 0..K-1 integers and the
+label values themselves otherwise. Refused with the file and line: a validation or test label
+the training labels never show (strings against integers included), an empty text or label cell,
+and a negative integer label in the training or validation split: -1 and -100 mark unlabelled
+examples (GLUE's test sets); a test split whose labels are all -1/-100 is unlabelled and not scored.
 
 Outputs under `output_dir`: Trainer's `checkpoint-*/`, `metrics.json` (train, `eval_*` on the
 validation split, `test_*` on the test split, sizes, time), `trainer_state.json` (the log
@@ -274,7 +279,8 @@ def load_classification_dataset(data_args: ClassificationDataArguments) -> datas
         to its `max_*_samples` first examples.
 
     Raises:
-        ValueError: no training file, or a text/label column missing from a split.
+        ValueError: no training file, a text/label column missing from a split, or a row whose
+            text is empty or not a string or whose label is empty (`check_rows`).
     """
     limits = common.split_limits(data_args)
     splits = {}
@@ -282,48 +288,146 @@ def load_classification_dataset(data_args: ClassificationDataArguments) -> datas
         suffix = Path(path).suffix.lower()
         options = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if suffix == ".tsv" else {}
         ds = datasets.load_dataset(BUILDERS[suffix], data_files={split: path}, split=split, **options)
-        columns = [data_args.text_column, data_args.label_column] + (
-            [data_args.text_pair_column] if data_args.text_pair_column else []
-        )
+        texts = [data_args.text_column] + ([data_args.text_pair_column] if data_args.text_pair_column else [])
+        columns = texts + [data_args.label_column]
         missing = [name for name in columns if name not in ds.column_names]
         if missing:
             raise ValueError(f"{path}: no column {missing}; the columns are {ds.column_names}.")
         if limits[split] is not None:
             ds = ds.select(range(min(limits[split], len(ds))))
+        check_rows(ds, path, texts, data_args.label_column)
         logger.info("%s: %d examples from %s", split, len(ds), path)
         splits[split] = ds
     return datasets.DatasetDict(splits)
 
 
-def label_mapping(
-    raw: datasets.DatasetDict, label_column: str, class_names: list[str] | None = None
-) -> tuple[dict, dict[int, str]]:
-    """Class ids and names from the labels found in every split.
+# where a problem is found: the file's line for the formats with one row per line, else the row
+_LINE_OFFSET = {".tsv": 2, ".jsonl": 1}  # a TSV's header is line 1
+_SHOWN = 3  # problems named per check; the rest are counted
 
-    Args:
-        raw: the splits, each with a `label_column`.
-        label_column: the label column.
-        class_names: names of the ids 0..K-1, or None for generic names.
 
-    Returns:
-        `(value_to_id, id2label)`: integer labels 0..K-1 keep their ids, any other label set is
-        sorted and numbered; names are `class_names`, else `LABEL_<i>` for 0..K-1 integers, else
-        the label values as strings.
+def _row(path: str, index: int) -> str:
+    """Where row `index` (0-based, after the header) of `path` is, for a message."""
+    offset = _LINE_OFFSET.get(Path(path).suffix.lower())
+    return f"{path}, line {index + offset}" if offset else f"{path}, row {index + 1}"
+
+
+def _raise_problems(what: str, problems: list[str], count: int) -> None:
+    if problems:
+        more = f"\n  ... and {count - len(problems)} more" if count > len(problems) else ""
+        raise ValueError(f"{what}:\n" + "\n".join(f"  - {p}" for p in problems) + more)
+
+
+def check_rows(ds: datasets.Dataset, path: str, text_columns: list[str], label_column: str) -> None:
+    """Refuse rows the model cannot learn from: an empty or missing text (a tokenizer's error that
+    names no file otherwise), a text that is not a string, a missing label.
 
     Raises:
-        ValueError: float labels (regression is not supported here), fewer than two classes,
-            or a `class_names` list whose length is not the number of classes.
+        ValueError: naming the file, the line (or row) and the column of the first few.
     """
-    values = set()
-    for ds in raw.values():
-        values.update(ds.unique(label_column))
-    if any(isinstance(v, float) for v in values) or None in values:
-        raise ValueError(
-            f"Column {label_column!r} must hold class labels (integers or strings), got e.g. {sorted(map(str, values))[:5]}."
-        )
-    ordered = sorted(values)
+    problems, count = [], 0
+    for column in text_columns:
+        for i, value in enumerate(ds[column]):
+            if isinstance(value, str) and value.strip():
+                continue
+            count += 1
+            if len(problems) < _SHOWN:
+                problems.append(
+                    f"{_row(path, i)}, column {column!r}: "
+                    + ("empty text" if value is None or isinstance(value, str) else f"{value!r} is not text")
+                )
+    for i, value in enumerate(ds[label_column]):
+        if value is None:
+            count += 1
+            if len(problems) < _SHOWN:
+                problems.append(f"{_row(path, i)}, column {label_column!r}: no label")
+    _raise_problems(f"{path}: {count} row(s) without text or label", problems, count)
+
+
+# GLUE's and transformers' mark of an example without a label (the labels of a test set kept secret)
+UNLABELLED = (-1, -100)
+
+
+def is_unlabelled(ds: datasets.Dataset, label_column: str) -> bool:
+    """Whether every label of `ds` is -1 or -100: a split without labels (GLUE's test sets)."""
+    return len(ds) > 0 and set(ds.unique(label_column)) <= set(UNLABELLED)
+
+
+def _kind(values) -> str:
+    kinds = {"strings" if isinstance(v, str) else "integers" for v in values}
+    return " and ".join(sorted(kinds))
+
+
+def label_mapping(
+    raw: datasets.DatasetDict,
+    label_column: str,
+    class_names: list[str] | None = None,
+    sources: dict[str, str] | None = None,
+) -> tuple[dict, dict[int, str]]:
+    """Class ids and names from the training labels; every other split's labels must be among them.
+
+    The classes are the training split's labels: a validation or test label the training data
+    never shows is refused rather than given a class no example trains. Integer labels must be
+    non-negative: -1 and -100 mark unlabelled examples (GLUE's test sets), refused in the training
+    and validation splits; a test split whose labels are all -1/-100 is unlabelled and skipped here
+    (`is_unlabelled`; `finetune` then does not score it).
+
+    Args:
+        raw: the splits, each with a `label_column` ("train" required).
+        label_column: the label column.
+        class_names: names of the ids 0..K-1, or None for generic names.
+        sources: split -> file, to name the file in messages.
+
+    Returns:
+        `(value_to_id, id2label)`: integer labels 0..K-1 keep their ids, any other label set (strings,
+        integers with gaps or not starting at 0) is sorted and numbered, and the run records it in the
+        config's `id2label`/`label2id`; names are `class_names`, else `LABEL_<i>` for 0..K-1 integers,
+        else the label values as strings.
+
+    Raises:
+        ValueError: float, missing or negative labels, fewer than two classes, a validation/test
+            label not among the training labels, or a `class_names` list whose length is not the
+            number of classes; each naming the split (file) and the labels or rows.
+    """
+    sources = sources or {}
+
+    def where(split: str) -> str:
+        return f"{sources[split]} ({split} split)" if split in sources else f"the {split} split"
+
+    values_of = {}
+    for split, ds in raw.items():
+        if split == "test" and is_unlabelled(ds, label_column):
+            continue
+        column = ds[label_column]
+        values = set(column)
+        if any(isinstance(v, float) for v in values) or None in values:
+            raise ValueError(
+                f"{where(split)}: column {label_column!r} must hold class labels (integers or strings), got e.g. "
+                f"{sorted(map(str, values))[:5]}."
+            )
+        negative = [i for i, v in enumerate(column) if isinstance(v, int) and v < 0]
+        if negative:
+            row = f"{_row(sources[split], negative[0])}" if split in sources else f"row {negative[0] + 1}"
+            raise ValueError(
+                f"{where(split)}: {len(negative)} label(s) below 0, the first at {row} ({column[negative[0]]}). "
+                f"Class labels are integers from 0 or strings; -1 and -100 mark unlabelled examples, which only a "
+                f"test split may hold (all of its labels then)."
+            )
+        if len({type(v) is str for v in values}) > 1:
+            raise ValueError(f"{where(split)}: column {label_column!r} mixes strings and integers.")
+        values_of[split] = values
+
+    ordered = sorted(values_of["train"])
     if len(ordered) < 2:
         raise ValueError(f"Classification needs at least two classes; column {label_column!r} has {ordered}.")
+    for split, values in values_of.items():
+        unseen = values - set(ordered)
+        if unseen:
+            raise ValueError(
+                f"{where(split)}: label(s) {sorted(unseen, key=str)} ({_kind(unseen)}) never occur in the training "
+                f"labels {ordered} ({_kind(ordered)}): no example would train their class. Use the same label set "
+                "in every split (the training labels define the classes)."
+            )
     ids_kept = all(isinstance(v, int) for v in ordered) and ordered == list(range(len(ordered)))
     value_to_id = {value: i for i, value in enumerate(ordered)}
     if class_names is not None:
@@ -573,7 +677,16 @@ def finetune(
     output_dir = Path(training_args.output_dir)
     raw = load_classification_dataset(data_args)
     common.require_validation(raw, training_args, "a dev/validation file")
-    value_to_id, id2label = label_mapping(raw, data_args.label_column, data_args.class_name_list())
+    sources = _split_files(data_args)
+    value_to_id, id2label = label_mapping(
+        raw, data_args.label_column, data_args.class_name_list(), sources=sources
+    )
+    if "test" in raw and is_unlabelled(raw["test"], data_args.label_column):
+        logger.warning(
+            "%s: every label is -1/-100 (an unlabelled test set, as GLUE's): the test split is not scored.",
+            sources["test"],
+        )
+        del raw["test"]
     logger.info("%d classes: %s", len(id2label), id2label)
 
     set_seed(training_args.seed)  # the fresh model's init, before Trainer seeds the data order

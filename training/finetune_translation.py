@@ -92,7 +92,7 @@ from hf_lm.cards import write_model_card
 from hf_lm.families import FAMILIES, Family
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
-from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, language_name
+from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, check_generation_fits, language_name
 
 from . import trainer_common as common
 from .args import optional_positive, parse_dataclasses
@@ -837,6 +837,26 @@ def _fit_lengths(data_args, training_args, model: PreTrainedModel) -> Translatio
     return data_args
 
 
+def _check_generation(data_args, training_args, model: PreTrainedModel, objective: str) -> None:
+    """Refuse evaluation decoding that cannot fit in the device's memory (`--generation_num_beams
+    10**6`, or a `--generation_max_length` of 10**9 for a model without a position table) before
+    training, rather than at the first evaluation. Realistic settings always pass."""
+    beams, flag = (
+        (training_args.mask_predict_length_beam, "--mask_predict_length_beam")
+        if objective == "mask_predict"
+        else (training_args.generation_num_beams or 1, "--generation_num_beams")
+    )
+    check_generation_fits(
+        model.config,
+        {"num_beams": beams, "max_length": training_args.generation_max_length},
+        batch_size=training_args.per_device_eval_batch_size,
+        input_length=data_args.max_source_length,
+        device=training_args.device,
+        dtype=model.dtype,
+        where=f"Evaluation decoding ({flag}, --generation_max_length, --per_device_eval_batch_size)",
+    )
+
+
 def _evaluate_and_test(
     trainer, encoded, references: dict, compute_metrics, metrics: dict
 ) -> dict[str, list[str]]:
@@ -985,6 +1005,7 @@ def finetune(
     train_texts = sides(raw["train"], src) + references["train"]
     tokenizer, model = build_tokenizer_and_model(model_args, data_args, training_args, train_texts)
     data_args = _fit_lengths(data_args, training_args, model)
+    _check_generation(data_args, training_args, model, model_args.objective)
     prefix = source_prefix(data_args, model)
     logger.info("Source prefix: %r", prefix)
     encoded = tokenize_dataset(raw, tokenizer, data_args, prefix)

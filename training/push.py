@@ -12,7 +12,10 @@ A folder is Hub-ready when it holds what `AutoModelForCausalLM.from_pretrained(r
 trust_remote_code=True)` and `AutoTokenizer.from_pretrained(repo_id)` need on a machine without
 hf_lm, and a model card: `config.json` with an `auto_map`, the `.py` files its `auto_map` names, the
 weights (`model.safetensors` or a sharded index), `README.md`, `tokenizer_config.json` and
-`tokenizer.json`.
+`tokenizer.json`. Their contents are checked too, without loading a weight (`check_folder`): the
+config is a JSON object with a `model_type`, each safetensors header parses and sizes its tensors
+to the file, an index's shards all exist and hold exactly the tensors it maps to them,
+`tokenizer.json` loads, and every file is named where it is empty, not UTF-8 or not valid JSON.
 
 What is uploaded is an allowlist, never "the folder": the weights (safetensors only), the config and
 generation config, the tokenizer's files, the model card, plots (`*.png`) and the model code (the
@@ -31,15 +34,19 @@ import json
 import sys
 from pathlib import Path
 
+from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer
+
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 REQUIRED = ("README.md", "tokenizer_config.json", "tokenizer.json")
+SHARD_PATTERN = "model-[0-9]*-of-[0-9]*.safetensors"  # transformers' shard names, next to their index
 # what may be uploaded: file-name patterns of the top level (fnmatch); the model code is added per folder
 ALLOWED_PATTERNS = (
     "config.json",
     "generation_config.json",
     "model.safetensors",
     "model.safetensors.index.json",
-    "model-[0-9]*-of-[0-9]*.safetensors",
+    SHARD_PATTERN,
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -92,10 +99,10 @@ def select_files(folder: Path) -> tuple[list[Path], list[Path]]:
     allowed = set(ALLOWED_PATTERNS)
     config = folder / "config.json"
     if config.is_file() and not _escapes(config, folder):
-        try:
-            allowed |= _auto_map_modules(json.loads(config.read_text(encoding="utf-8")).get("auto_map") or {})
-        except json.JSONDecodeError:
-            pass  # check_folder reports the broken config
+        value, problem = _read_json(config, folder)
+        auto_map = value.get("auto_map") if problem is None else None
+        if isinstance(auto_map, dict):  # a broken config is check_folder's to report
+            allowed |= _auto_map_modules(auto_map)
     uploaded, left_out, escaping = [], [], []
     for path in sorted(folder.iterdir()):
         if path.name in MODEL_SUBFOLDERS and path.is_dir() and not path.is_symlink():
@@ -122,8 +129,195 @@ def upload_files(folder: Path) -> list[Path]:
     return select_files(Path(folder))[0]
 
 
+def _name(path: Path, root: Path) -> str:
+    """`path` as the upload names it: relative to the pushed folder."""
+    return path.relative_to(root).as_posix()
+
+
+def _read_text(path: Path, root: Path) -> tuple[str | None, str | None]:
+    """`(text, None)`, or `(None, problem)` for a file that is empty or not UTF-8."""
+    data = path.read_bytes()
+    if not data:
+        return None, f"{_name(path, root)} is empty (0 bytes)."
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        return None, f"{_name(path, root)}, line {line} (byte {err.start}): not UTF-8 ({err.reason})."
+
+
+def _read_json(path: Path, root: Path) -> tuple[dict | None, str | None]:
+    """`(object, None)`, or `(None, problem)` for a file that is not UTF-8 JSON holding an object."""
+    text, problem = _read_text(path, root)
+    if problem is not None:
+        return None, problem
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"{_name(path, root)}, line {err.lineno} column {err.colno}: not valid JSON ({err.msg})."
+    if not isinstance(value, dict):
+        return None, f"{_name(path, root)} must hold a JSON object ({{...}}), got a {type(value).__name__}."
+    return value, None
+
+
+def _safetensors_tensors(path: Path, root: Path) -> tuple[set[str] | None, str | None]:
+    """The tensor names of a safetensors file, read from its header alone (no weight is loaded),
+    or a problem. `safe_open` checks that the header parses and that the tensors' byte ranges,
+    as their dtypes and shapes size them, cover the file's data exactly."""
+    if path.stat().st_size == 0:
+        return None, f"{_name(path, root)} is empty (0 bytes)."
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            names = set(f.keys())
+    except (SafetensorError, OSError) as err:
+        return None, f"{_name(path, root)} is not a valid safetensors file: {err}."
+    if not names:
+        return None, f"{_name(path, root)} holds no tensors."
+    return names, None
+
+
+def _some(names: set[str]) -> str:
+    """Up to three of `names`, and how many more."""
+    shown = ", ".join(sorted(names)[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _config_problems(folder: Path, root: Path) -> list[str]:
+    """config.json: a JSON object with a model_type, an auto_map, and the code its auto_map names."""
+    config = folder / "config.json"
+    if not config.is_file():
+        return [f"{_name(config, root)} is missing."]
+    value, problem = _read_json(config, root)
+    if problem is not None:
+        return [problem]
+    problems = []
+    if not isinstance(value.get("model_type"), str) or not value["model_type"]:
+        problems.append(
+            f"{_name(config, root)} has no model_type: transformers cannot tell which model it is."
+        )
+    auto_map = value.get("auto_map")
+    if not auto_map:
+        problems.append(
+            f"{_name(config, root)} has no auto_map: the model would not load with trust_remote_code=True."
+        )
+    elif not isinstance(auto_map, dict):
+        problems.append(
+            f"{_name(config, root)}: auto_map must be an object, got a {type(auto_map).__name__}."
+        )
+    else:
+        for module in sorted(_auto_map_modules(auto_map)):
+            if not (folder / module).is_file():
+                problems.append(
+                    f"{_name(folder / module, root)} (model code named by config.json's auto_map) is missing."
+                )
+    return problems
+
+
+def _weights_problems(folder: Path, root: Path) -> list[str]:
+    """The weights: `model.safetensors`, or an index whose shards all exist, parse, and hold
+    exactly the tensors the index maps to them, and no shard file the index does not name."""
+    single, index = folder / WEIGHTS[0], folder / WEIGHTS[1]
+    shards_here = {
+        p.name for p in folder.iterdir() if fnmatch.fnmatchcase(p.name, SHARD_PATTERN) and p.is_file()
+    }
+    if single.is_file() and index.is_file():
+        return [
+            f"both {_name(single, root)} and {_name(index, root)}: transformers loads the first, the index is stale; keep one."
+        ]
+    if single.is_file():
+        stale = [
+            f"{_name(folder / name, root)} is a shard no index names (a stale file?)."
+            for name in sorted(shards_here)
+        ]
+        return stale + [problem for problem in [_safetensors_tensors(single, root)[1]] if problem]
+    if not index.is_file():
+        return [f"the weights are missing: expected {_name(single, root)} or {_name(index, root)}."]
+    value, problem = _read_json(index, root)
+    if problem is not None:
+        return [problem]
+    weight_map = value.get("weight_map")
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(v, str) for v in weight_map.values())
+    ):
+        return [f"{_name(index, root)} has no weight_map (tensor name -> shard file)."]
+    problems = []
+    expected: dict[str, set[str]] = {}
+    for tensor, shard in weight_map.items():
+        expected.setdefault(shard, set()).add(tensor)
+    for shard, tensors in sorted(expected.items()):
+        path = folder / shard
+        if "/" in shard or "\\" in shard or not fnmatch.fnmatchcase(shard, SHARD_PATTERN):
+            problems.append(
+                f"{_name(index, root)} names the shard {shard!r}, which the upload does not send "
+                "(shards are model-NNNNN-of-NNNNN.safetensors files next to the index)."
+            )
+            continue
+        if not path.is_file():
+            problems.append(f"{_name(path, root)} (a shard named by {index.name}) is missing.")
+            continue
+        found, problem = _safetensors_tensors(path, root)
+        if problem is not None:
+            problems.append(problem)
+            continue
+        if tensors - found:
+            problems.append(
+                f"{_name(path, root)} lacks {_some(tensors - found)}, which {index.name} maps to it."
+            )
+        if found - tensors:
+            problems.append(
+                f"{_name(path, root)} holds {_some(found - tensors)}, which {index.name} does not map to it."
+            )
+    problems.extend(
+        f"{_name(folder / name, root)} is a shard {index.name} does not name (a stale file?)."
+        for name in sorted(shards_here - set(expected))
+    )
+    return problems
+
+
+def _file_problem(path: Path, root: Path) -> str | None:
+    """What is wrong with one uploaded file's contents, by its kind (the weights are checked as a
+    whole, `_weights_problems`)."""
+    name = path.name
+    if name.endswith(".safetensors") or name in ("config.json", WEIGHTS[1]) or name.endswith(".png"):
+        return None  # checked with their folder, or images
+    if name == "tokenizer.json":
+        value, problem = _read_json(path, root)
+        if problem is not None:
+            return problem
+        try:
+            Tokenizer.from_str(json.dumps(value))
+        except Exception as err:  # tokenizers raises its own Exception for any malformed part
+            return f"{_name(path, root)} does not load with the tokenizers library: {err}."
+        return None
+    if name.endswith(".json"):
+        return _read_json(path, root)[1]
+    if name.endswith(".py"):
+        text, problem = _read_text(path, root)
+        if problem is not None:
+            return problem
+        try:
+            compile(text, _name(path, root), "exec")
+        except SyntaxError as err:
+            return f"{_name(path, root)}, line {err.lineno}: not valid Python ({err.msg})."
+        return None
+    if name in ("README.md", "vocab.txt", "merges.txt", "chat_template.jinja"):
+        return _read_text(path, root)[1]
+    if path.stat().st_size == 0:  # spiece.model and other binary files
+        return f"{_name(path, root)} is empty (0 bytes)."
+    return None
+
+
 def check_folder(folder) -> list[Path]:
-    """Check that `folder` is a Hub-ready hf_lm checkpoint.
+    """Check that `folder` is a Hub-ready hf_lm checkpoint, reading what would be uploaded.
+
+    Checked without loading a weight: `config.json` is a JSON object with a `model_type` and an
+    `auto_map` whose code files exist; the weights are `model.safetensors` or an index whose shards
+    all exist and hold exactly the tensors it maps to them, each safetensors header parsing and
+    sizing its tensors to the file; `tokenizer.json` loads with `tokenizers`; every other JSON file
+    holds an object, every text file is UTF-8 and not empty, the model code compiles. The same
+    goes for a model subfolder the upload sends (ELECTRA's `generator/`).
 
     Args:
         folder: the checkpoint folder (a run's `output_dir/final`).
@@ -132,31 +326,30 @@ def check_folder(folder) -> list[Path]:
         The files that would be uploaded, sorted.
 
     Raises:
-        NotHubReadyError: every problem found, one per line.
+        NotHubReadyError: every problem found, one per line, naming the file.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise NotHubReadyError(f"{folder} is not a folder.")
+    files = upload_files(folder)
+    models = [folder] + [
+        folder / name
+        for name in MODEL_SUBFOLDERS
+        if (folder / name).is_dir() and not (folder / name).is_symlink()
+    ]
     problems = []
-    config = folder / "config.json"
-    if not config.is_file():
-        problems.append("config.json is missing.")
-    else:
-        auto_map = json.loads(config.read_text(encoding="utf-8")).get("auto_map")
-        if not auto_map:
-            problems.append(
-                "config.json has no auto_map: the model would not load with trust_remote_code=True."
-            )
-        else:
-            for module in sorted(_auto_map_modules(auto_map)):
-                if not (folder / module).is_file():
-                    problems.append(f"{module} (model code named by config.json's auto_map) is missing.")
-    if not any((folder / name).is_file() for name in WEIGHTS):
-        problems.append(f"the weights are missing: expected {' or '.join(WEIGHTS)}.")
-    problems.extend(f"{name} is missing." for name in REQUIRED if not (folder / name).is_file())
+    for model_folder in models:
+        problems += _config_problems(model_folder, folder)
+        problems += _weights_problems(model_folder, folder)
+        problems += [
+            f"{_name(model_folder / name, folder)} is missing."
+            for name in REQUIRED
+            if model_folder == folder and not (model_folder / name).is_file()
+        ]
+    problems += [problem for path in files if (problem := _file_problem(path, folder)) is not None]
     if problems:
         raise NotHubReadyError(f"{folder} is not Hub-ready:\n" + "\n".join(f"  - {p}" for p in problems))
-    return upload_files(folder)
+    return files
 
 
 def _size(n: int) -> str:

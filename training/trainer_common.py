@@ -18,6 +18,9 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
 
+# the longest input a model accepts (None: any length), by the rule generation is bounded with
+from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
+
 from .budget import agreed_seconds
 from .process_group import end_process_group
 
@@ -25,18 +28,6 @@ logger = logging.getLogger(__name__)
 
 # the input length when none is asked for (and the positions of a fresh model)
 DEFAULT_MAX_SEQ_LENGTH = 128
-
-# position schemes without a table of learned vectors, hence without a length limit
-UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none", "xpos")
-
-
-def position_limit(config) -> int | None:
-    """The longest input a model accepts: `max_position_embeddings` for learned positions (BERT,
-    BART, GPT-2; transformers' "absolute"), None when its positions extend to any length."""
-    if getattr(config, "position_embedding_type", None) in UNBOUNDED_POSITIONS:
-        return None
-    limit = getattr(config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 def resolve_max_length(requested: int | None, limit: int | None, name: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -56,21 +57,84 @@ def sliding_windows(num_tokens: int, max_length: int, stride: int) -> list[Windo
     Raises:
         ValueError: naming the argument, for a bad `max_length` or `stride`.
     """
+    _check_window(max_length, stride)
+    return list(_windows(lambda wanted: min(num_tokens, wanted), max_length, stride))
+
+
+def _check_window(max_length: int, stride: int) -> None:
     if max_length < 2:
         raise ValueError(f"`max_length` must be >= 2 (one context and one target token), got {max_length}.")
     if not 1 <= stride <= max_length:
         raise ValueError(f"`stride` must be in [1, max_length={max_length}], got {stride}.")
-    windows = []
-    prev_end = 0
-    for begin in range(0, num_tokens, stride):
-        end = min(begin + max_length, num_tokens)
+
+
+def _windows(tokens_up_to: Callable[[int], int], max_length: int, stride: int) -> Iterator[Window]:
+    """The windows of a stream whose length is learnt as it is read.
+
+    `tokens_up_to(n)` makes sure the first `n` tokens are read and returns how many there are: `n`,
+    or the whole stream's length N when it is shorter. Window k starts at `k * stride` and ends at
+    `min(k * stride + max_length, N)`; asking for one token past that end tells the last window
+    (the one ending at N) from the others without reading the whole stream first.
+    """
+    prev_end, begin = 0, 0
+    while True:
+        available = tokens_up_to(begin + max_length + 1)
+        if begin >= available:
+            return
+        end = min(begin + max_length, available)
         first_target = max(prev_end, begin + 1)
         if first_target < end:
-            windows.append(Window(begin, end, first_target))
+            yield Window(begin, end, first_target)
         prev_end = end
-        if end == num_tokens:
-            break
-    return windows
+        if end == available:  # the stream's end: `available` is N, not the number asked for
+            return
+        begin += stride
+
+
+class _TokenBuffer:
+    """The part of a token stream that windows still need, read piece by piece on demand.
+
+    Holds the tokens `[start, read)`: windows read forward (`read_to`), and the tokens before the
+    next window's start are dropped (`drop_before`), so a stream of any length needs memory for
+    about one batch of windows and one piece.
+    """
+
+    def __init__(self, pieces: Iterable):
+        self._pieces = iter(pieces)
+        self.ids: torch.Tensor | None = None  # (read - start,) the held tokens
+        self.start = 0  # the stream index of ids[0]
+        self.read = 0  # tokens read so far
+        self.ended = False
+
+    def read_to(self, wanted: int) -> int:
+        """Read until `wanted` tokens are read or the stream ends; how many there are up to `wanted`."""
+        parts = [] if self.ids is None else [self.ids]
+        while self.read < wanted and not self.ended:
+            piece = next(self._pieces, None)
+            if piece is None:
+                self.ended = True
+                break
+            piece = torch.as_tensor(piece, dtype=torch.long)
+            if piece.dim() != 1:
+                raise ValueError(
+                    f"Each piece of `input_ids` must be 1-D token ids, got shape {tuple(piece.shape)}."
+                )
+            parts.append(piece)
+            self.read += piece.shape[0]
+        if parts:
+            self.ids = parts[0] if len(parts) == 1 else torch.cat(parts)
+        return min(self.read, wanted)
+
+    def window(self, begin: int, end: int) -> torch.Tensor:
+        """(end - begin,) the stream's tokens `[begin, end)`, which must be held."""
+        return self.ids[begin - self.start : end - self.start]
+
+    def drop_before(self, index: int) -> None:
+        """Forget the tokens before stream index `index` (no window needs them any more)."""
+        if self.ids is not None and index > self.start:
+            # a view: the next piece read copies what is held and frees the rest
+            self.ids = self.ids[index - self.start :]
+            self.start = index
 
 
 # the window of models without learned positions (n-gram, feed-forward and recurrent LMs): the
@@ -94,7 +158,7 @@ def bits_per_unit(nll_sum: float, count: int | None) -> float | None:
 @torch.inference_mode()
 def sliding_window_perplexity(
     model: torch.nn.Module,
-    input_ids: torch.Tensor,
+    input_ids: torch.Tensor | Iterable,
     max_length: int,
     stride: int,
     device: torch.device | str | None = None,
@@ -105,11 +169,15 @@ def sliding_window_perplexity(
     """Score a token stream with a causal LM, every scored token exactly once.
 
     The log-likelihoods are summed in fp32 from the logits (not averaged by the model), so the
-    result is exact whatever the window sizes.
+    result is exact whatever the window sizes. The stream can be given whole (a tensor) or in
+    pieces read as the windows reach them (any iterable of 1-D token-id lists or tensors, e.g. a
+    file tokenized chunk by chunk): then only about `(batch_size - 1) * stride + max_length` tokens
+    and one piece are held at a time, and the result is exactly the one of the whole stream.
 
     Args:
         model: a causal LM; `model(input_ids=(B, T)).logits` is (B, T, V), position t predicting t+1.
-        input_ids: (N,) the token stream (a (1, N) tensor is accepted).
+        input_ids: (N,) the token stream (a (1, N) tensor is accepted), or an iterable of its
+            consecutive pieces.
         max_length: the window size (at most the model's context length).
         stride: the step between window starts, `1 <= stride <= max_length`. Smaller strides give
             more context per scored token (lower perplexity) for more compute.
@@ -121,56 +189,80 @@ def sliding_window_perplexity(
     Returns:
         A dict with `nll_sum` (total nats), `n_tokens` (tokens scored), `loss` (mean nats per scored
         token), `perplexity` (exp(loss)), `bits_per_token`, `bits_per_character` and
-        `bits_per_word` (None unless the count is given), and `n_windows`. With no scorable token
-        (N < 2) loss and perplexity are NaN.
+        `bits_per_word` (None unless the count is given), `n_windows` and `num_input_tokens` (N).
+        With no scorable token (N < 2) loss and perplexity are NaN.
 
     Raises:
         ValueError: for a bad shape, `max_length`, `stride` or `batch_size`.
     """
-    if input_ids.dim() == 2 and input_ids.shape[0] == 1:
-        input_ids = input_ids[0]
-    if input_ids.dim() != 1:
-        raise ValueError(f"`input_ids` must be a 1-D token stream (N,), got shape {tuple(input_ids.shape)}.")
+    if torch.is_tensor(input_ids):
+        if input_ids.dim() == 2 and input_ids.shape[0] == 1:
+            input_ids = input_ids[0]
+        if input_ids.dim() != 1:
+            raise ValueError(
+                f"`input_ids` must be a 1-D token stream (N,), got shape {tuple(input_ids.shape)}."
+            )
+        input_ids = [input_ids]
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+    _check_window(max_length, stride)
     if device is None:
         param = next(model.parameters(), None)
         device = param.device if param is not None else torch.device("cpu")
-    windows = sliding_windows(input_ids.shape[0], max_length, stride)
+    stream = _TokenBuffer(input_ids)
 
     was_training = model.training
     model.eval()
     # window k scores its tokens [first_target, end): counted on the host, summed on the device
-    n_tokens = sum(w.end - w.first_target for w in windows)
+    n_tokens = n_windows = 0
     nll = torch.zeros((), dtype=torch.float64, device=device)  # no host sync until the end
+
+    def score(chunk: list[Window]) -> None:
+        nonlocal nll
+        length = chunk[0].end - chunk[0].begin
+        ids = torch.stack([stream.window(w.begin, w.end) for w in chunk]).to(device)  # (B, L)
+        logits = model(input_ids=ids).logits  # (B, L, V)
+        # position j predicts token j+1: (B, L-1, V) log-probs of targets (B, L-1)
+        log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)
+        token_lp = log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, L-1)
+        # target index (within the window) of each of the L-1 predictions is 1..L-1
+        target_pos = torch.arange(1, length, device=token_lp.device)  # (L-1,)
+        offsets = torch.tensor([w.first_target - w.begin for w in chunk], device=token_lp.device)
+        scored = target_pos.unsqueeze(0) >= offsets.unsqueeze(1)  # (B, L-1)
+        nll -= token_lp[scored].double().sum()
+
     try:
-        # windows of equal length batch together; only the last one can be shorter
-        groups: dict[int, list[Window]] = {}
-        for window in windows:
-            groups.setdefault(window.end - window.begin, []).append(window)
-        for length, group in groups.items():
-            for start in range(0, len(group), batch_size):
-                chunk = group[start : start + batch_size]
-                ids = torch.stack([input_ids[w.begin : w.end] for w in chunk]).to(device)  # (B, L)
-                logits = model(input_ids=ids).logits  # (B, L, V)
-                # position j predicts token j+1: (B, L-1, V) log-probs of targets (B, L-1)
-                log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)
-                token_lp = log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, L-1)
-                # target index (within the window) of each of the L-1 predictions is 1..L-1
-                target_pos = torch.arange(1, length, device=token_lp.device)  # (L-1,)
-                offsets = torch.tensor([w.first_target - w.begin for w in chunk], device=token_lp.device)
-                scored = target_pos.unsqueeze(0) >= offsets.unsqueeze(1)  # (B, L-1)
-                nll -= token_lp[scored].double().sum()
+        # every window but the last is max_length long: those batch together, in order, and the
+        # last one, when shorter, goes alone at the end (the order of the sums, so the result,
+        # does not depend on how the stream was cut into pieces)
+        full: list[Window] = []
+        last: Window | None = None
+        for window in _windows(stream.read_to, max_length, stride):
+            n_tokens += window.end - window.first_target
+            n_windows += 1
+            if window.end - window.begin < max_length:
+                last = window
+                continue
+            full.append(window)
+            if len(full) == batch_size:
+                score(full)
+                stream.drop_before(full[-1].begin + stride)  # no later window starts before it
+                full = []
+        if full:
+            score(full)
+        if last is not None:
+            score([last])
     finally:
         model.train(was_training)
     nll_sum = nll.item()
 
     loss = nll_sum / n_tokens if n_tokens else float("nan")
-    logger.debug("scored %d tokens in %d windows: loss %.4f", n_tokens, len(windows), loss)
+    logger.debug("scored %d tokens in %d windows: loss %.4f", n_tokens, n_windows, loss)
     return {
         "nll_sum": nll_sum,
         "n_tokens": n_tokens,
-        "n_windows": len(windows),
+        "n_windows": n_windows,
+        "num_input_tokens": stream.read,
         "loss": loss,
         "perplexity": math.exp(loss) if n_tokens else float("nan"),
         "bits_per_token": bits_per_unit(nll_sum, n_tokens) if n_tokens else float("nan"),

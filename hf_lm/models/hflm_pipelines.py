@@ -67,6 +67,13 @@ def _example(item: Any) -> dict[str, str]:
             raise ValueError(
                 f"`{key}` is empty: there is nothing to {'answer' if key == 'question' else 'search'}."
             )
+        try:  # a lone surrogate ("\ud800", from a bad decode) is not text a tokenizer can encode
+            item[key].encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"`{key}` holds {item[key][err.start]!r} at character {err.start}, a lone surrogate that is not "
+                "valid Unicode text; remove it or decode the source with errors='replace'."
+            ) from err
     return {"question": item["question"], "context": item["context"]}
 
 

@@ -32,6 +32,7 @@ the tasks (idempotent).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import string
 from collections.abc import Mapping
@@ -94,6 +95,19 @@ def _check_text(text: Any, where: str = "The input") -> None:
         raise TypeError(f"{where} must be a string, got {type(text).__name__}.")
     if not text.strip():
         raise ValueError(f"{where} is empty: there is nothing to generate from.")
+    _check_encodable(text, where)
+
+
+def _check_encodable(text: str, where: str) -> None:
+    """A ValueError naming `where` and the position of a lone surrogate (e.g. "\\ud800", from a
+    bad decode): text that is not valid Unicode, which a tokenizer cannot encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{where} holds {text[err.start]!r} at character {err.start}, a lone surrogate that is not valid "
+            "Unicode text (a bad decode upstream?); remove it or decode the source with errors='replace'."
+        ) from err
 
 
 def _check_language(name: str, value: Any) -> None:
@@ -136,6 +150,155 @@ def _lengths_up_to_eos(sequences: torch.Tensor, eos_token_id: int | list[int] | 
     return torch.where(is_eos.any(-1), first, lengths)
 
 
+# position schemes without a table of learned vectors, hence without a length limit
+UNBOUNDED_POSITIONS = ("sinusoidal", "rope", "alibi", "relative_buckets", "none", "xpos")
+
+# generate()'s own defaults, for the parameters neither the call nor the model's config set
+_GENERATE_DEFAULTS = {"num_beams": 1, "num_return_sequences": 1, "max_length": 20}
+
+
+def position_limit(config) -> int | None:
+    """The longest sequence a model (an encoder-decoder's decoder) takes: `max_position_embeddings`
+    for a table of learned positions (BART, BERT, GPT-2; transformers' "absolute"), None when its
+    positions extend to any length (relative, rotary, sinusoidal, recurrent)."""
+    config = config.get_text_config(decoder=True)
+    kind = getattr(config, "position_embedding_type", None)
+    if kind in UNBOUNDED_POSITIONS or (kind is None and getattr(config, "rope_parameters", None)):
+        return None
+    limit = getattr(config, "max_position_embeddings", None)
+    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+def device_memory_bytes(device: torch.device | str | int) -> int | None:
+    """The memory of `device`: a GPU's total memory, the host's physical memory for the CPU, None
+    where it is not known."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    return None
+
+
+def _first_int(*values: Any) -> int | None:
+    for value in values:
+        if value is not None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
+def generation_memory_bytes(
+    config, sequences: int, length: int, source_length: int = 0, dtype: torch.dtype = torch.float32
+) -> int:
+    """What `generate()` holds at the end of `sequences` rows of `length` tokens, counted low.
+
+    Only what it cannot do without: the token ids (int64), one step's fp32 logits, and for a
+    Transformer decoder its cache of keys and values (`2 * layers * key/value heads * head_dim`
+    values per token, at most a sliding window of them); for an encoder-decoder, the encoder's
+    states and each layer's cross-attention keys and values for `source_length` tokens, which
+    `generate()` repeats for every beam and returned sequence.
+
+    Args:
+        config: the model's config.
+        sequences: rows generated at once: batch size x max(num_beams, num_return_sequences).
+        length: tokens per row at the end, the prompt (decoder-only) or the decoder start token
+            (encoder-decoder) included.
+        source_length: the encoder's input length (0 for a decoder-only model).
+        dtype: the model's dtype (the cache's).
+
+    Returns:
+        Bytes; a request needing more than the device has cannot run there.
+    """
+    decoder = config.get_text_config(decoder=True)
+    element = torch.empty((), dtype=dtype).element_size()
+    hidden = _first_int(getattr(decoder, "hidden_size", None)) or 0
+    vocab = _first_int(getattr(decoder, "vocab_size", None)) or 0
+    cache = 0  # bytes per row: the decoder's keys and values
+    per_source_token = hidden * element if source_length else 0  # the encoder's states
+    heads = _first_int(getattr(decoder, "num_attention_heads", None))
+    if heads:  # a Transformer decoder: keys and values of every layer and token
+        layers = _first_int(
+            getattr(decoder, "num_decoder_layers", None),
+            getattr(decoder, "decoder_layers", None),
+            getattr(decoder, "num_hidden_layers", None),
+        )
+        kv_heads = _first_int(getattr(decoder, "num_key_value_heads", None)) or heads
+        head_dim = _first_int(getattr(decoder, "head_dim", None)) or hidden // heads
+        kv = 2 * (layers or 0) * kv_heads * head_dim * element  # bytes per cached token
+        window = _first_int(getattr(decoder, "sliding_window", None))
+        cache = kv * (min(length, window) if window else length)
+        if source_length and getattr(config, "is_encoder_decoder", False):
+            per_source_token += kv  # the cross-attention cache
+    return sequences * (length * 8 + cache + vocab * 4 + source_length * per_source_token)
+
+
+def check_generation_fits(
+    config,
+    params: Mapping[str, Any],
+    batch_size: int,
+    input_length: int,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+    where: str = "generation",
+) -> None:
+    """Refuse a generation request that cannot run: longer than the model's learned positions, or
+    needing more memory than the device has (`generation_memory_bytes`), e.g. `num_beams=10**6` or
+    `max_new_tokens=10**9`. Realistic requests (a few beams, lengths within the positions) always
+    pass: the estimate counts only what `generate()` cannot do without.
+
+    Args:
+        config: the config of the model that generates.
+        params: the generation parameters in effect: a call's, on top of the model's
+            `generation_config.json` (`num_beams`, `num_return_sequences`, `max_new_tokens`,
+            `max_length`); generate()'s defaults for the others. Values that are not integers are
+            left to `generate()`'s own checks.
+        batch_size: the inputs generated from at once.
+        input_length: the tokens of each input: the prompt (decoder-only) or the encoder's input.
+        device: where it generates.
+        dtype: the model's dtype.
+        where: what asked, for the message (a pipeline's name, a script's flags).
+
+    Raises:
+        ValueError: naming the parameters and what they would need.
+    """
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    num_beams = _first_int(params.get("num_beams"), _GENERATE_DEFAULTS["num_beams"])
+    returned = _first_int(params.get("num_return_sequences"), _GENERATE_DEFAULTS["num_return_sequences"])
+    max_new_tokens = params.get("max_new_tokens")
+    start = 1 if encoder_decoder else input_length  # the decoder start token, or the prompt
+    if max_new_tokens is not None:
+        new = _first_int(max_new_tokens)
+        length, asked = (None if new is None else start + new), f"max_new_tokens={max_new_tokens}"
+    else:
+        max_length = params.get("max_length", _GENERATE_DEFAULTS["max_length"])
+        length, asked = _first_int(max_length), f"max_length={max_length}"
+    if length is None or num_beams is None or returned is None or min(num_beams, returned, length) < 1:
+        return  # generate() explains what is wrong with these
+    limit = position_limit(config)
+    if limit is not None and length > limit:
+        included = "the decoder start token" if encoder_decoder else f"a {input_length}-token prompt"
+        raise ValueError(
+            f"{where}: {asked} makes sequences of {length} tokens ({included} included), but this model's "
+            f"learned positions allow {limit} (max_position_embeddings); ask for at most "
+            + (f"max_new_tokens={limit - start}." if limit > start else f"{limit} tokens.")
+        )
+    memory = device_memory_bytes(device)
+    rows = max(num_beams, returned)
+    need = generation_memory_bytes(
+        config, batch_size * rows, length, input_length if encoder_decoder else 0, dtype
+    )
+    if memory is not None and need > memory:
+        raise ValueError(
+            f"{where}: {batch_size} input(s) x {rows} beams or returned sequences (num_beams={num_beams}, "
+            f"num_return_sequences={returned}) of up to {length} tokens ({asked}) need at least "
+            f"{need / 2**30:,.1f} GiB (ids, logits and caches), more than the {memory / 2**30:,.1f} GiB of "
+            f"{device}. Lower num_beams, num_return_sequences, the batch size or the length."
+        )
+
+
 def _check_template(template: Any) -> None:
     if not isinstance(template, str):
         raise ValueError(f"`prefix_template` must be a string, got {type(template).__name__}.")
@@ -172,7 +335,8 @@ class HfLmText2TextGenerationPipeline(Pipeline):
             `temperature`, `top_k`, `top_p`, `num_return_sequences`, `length_penalty`,
             `no_repeat_ngram_size`, `generation_config`, ... A misspelt one is refused by
             `generate` ("model_kwargs are not used by the model"). Parameters neither passed nor
-            in the model's generation config default to `max_new_tokens=256` (greedy).
+            in the model's generation config default to `max_new_tokens=256` (greedy; at most
+            the model's learned decoder positions).
 
     Returns:
         For one string, a list of `num_return_sequences` dicts `{"generated_text": str}` (plus
@@ -182,8 +346,10 @@ class HfLmText2TextGenerationPipeline(Pipeline):
 
     Raises:
         TypeError: an input that is not a string.
-        ValueError: an empty input or list, an invalid argument, a model that is not an
-            encoder-decoder, a tokenizer without pad token.
+        ValueError: an empty input or list, one holding a lone surrogate, an invalid argument, a
+            model that is not an encoder-decoder, a tokenizer without pad token, a generation
+            request (from the call or the model's generation config) longer than the model's
+            learned positions or larger than the device's memory (`check_generation_fits`).
     """
 
     _pipeline_calls_generate = True
@@ -222,6 +388,12 @@ class HfLmText2TextGenerationPipeline(Pipeline):
         if self.tokenizer.padding_side != "right":
             logger.info("Padding encoder inputs on the right for the %s pipeline.", self.task_name)
             self.tokenizer.padding_side = "right"
+        # the pipeline's own default length stays within learned decoder positions (what a user
+        # or the model's generation config asks for is checked, not changed: `_forward`)
+        limit = position_limit(config)
+        default = self._generation_defaults.get("max_new_tokens")
+        if limit is not None and isinstance(default, int) and default >= limit:
+            self._generation_defaults["max_new_tokens"] = limit - 1
 
     def __call__(self, inputs, **kwargs):
         """Generate from one text or a batch of texts; see the class docstring for the arguments."""
@@ -334,7 +506,17 @@ class HfLmText2TextGenerationPipeline(Pipeline):
     def _forward(self, model_inputs: dict[str, torch.Tensor], **generate_kwargs) -> dict[str, torch.Tensor]:
         in_b = model_inputs["input_ids"].shape[0]
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
-        eos_token_id = self._get_set_generation_params(generate_kwargs).get("eos_token_id")
+        params = self._get_set_generation_params(generate_kwargs)
+        check_generation_fits(
+            self.model.config,
+            params,
+            in_b,
+            model_inputs["input_ids"].shape[-1],
+            device=self.model.device,
+            dtype=self.model.dtype,
+            where=f"The {self.task_name} pipeline",
+        )
+        eos_token_id = params.get("eos_token_id")
         output = self.model.generate(**model_inputs, **generate_kwargs)
         sequences = output.sequences if isinstance(output, ModelOutput) else output  # (B * n, L)
         lengths = _lengths_up_to_eos(sequences, eos_token_id)  # (B * n,)
@@ -528,8 +710,12 @@ __all__ = [
     "SUMMARIZATION_TASK",
     "TEXT2TEXT_TASK",
     "TRANSLATION_TASK",
+    "check_generation_fits",
+    "device_memory_bytes",
+    "generation_memory_bytes",
     "language_name",
     "parse_translation_task",
+    "position_limit",
     "register_pipelines",
     "register_translation_task",
 ]
