@@ -342,6 +342,31 @@ def test_unlabelled_examples_are_refused_in_training_and_a_test_split_of_them_is
         label_mapping(raw, "label", sources=files)
 
 
+def test_a_run_records_its_label_list_and_does_not_score_an_unlabelled_test_split(tmp_path):
+    """Ratings 1-5 train five classes, recorded in the saved config; a test split labelled -1
+    throughout (GLUE's) is not scored (its -1 targets would be a class, or a loss error)."""
+    from transformers import AutoConfig
+
+    from training.finetune_classification import finetune, parse_args
+
+    words = ["good", "bad", "fine", "awful", "great"]
+    _tsv(tmp_path / "train.tsv", [(f"{words[i % 5]} film {i}", 1 + i % 5) for i in range(20)])
+    _tsv(tmp_path / "dev.tsv", [(f"{words[i % 5]} one", 1 + i % 5) for i in range(5)])
+    _tsv(tmp_path / "test.tsv", [("a film", -1), ("another", -1)])
+    metrics = finetune(
+        *parse_args(
+            ["--data_dir", str(tmp_path), "--from_scratch", "--vocab_size", "60", "--hidden_size", "16"]
+            + ["--num_hidden_layers", "1", "--num_attention_heads", "2", "--max_seq_length", "16"]
+            + ["--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true"]
+            + ["--output_dir", str(tmp_path / "out")]
+        )
+    )
+    assert "eval_accuracy" in metrics and not any(key.startswith("test_") for key in metrics)
+    config = AutoConfig.from_pretrained(tmp_path / "out" / "final")
+    assert config.id2label == {0: "1", 1: "2", 2: "3", 3: "4", 4: "5"}
+    assert config.label2id == {"1": 0, "2": 1, "3": 2, "4": 3, "5": 4}
+
+
 def test_empty_text_and_label_cells_are_refused_with_file_line_and_column(tmp_path):
     """An empty text cell gave the tokenizer's error, naming no file or line."""
     _tsv(tmp_path / "train.tsv", [("good", 1), ("", 0), ("bad", 0), ("ok", "")])
