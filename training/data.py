@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import codecs
 import csv
+import errno
 import glob
 import hashlib
 import json
 import logging
+import lzma
 import os
+import stat
+import zlib
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
@@ -87,8 +91,43 @@ def _builder_for(path: str) -> tuple[str, dict]:
     return FILE_BUILDERS[ext]
 
 
+def _not_a_file(path: str) -> str | None:
+    """Why `path` is no regular file that can be read (a FIFO would block the reader forever, a link
+    loop or a dangling link reads as "not found" inside `datasets`); None for a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if os.path.islink(path):
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        return f"unreadable ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe): reading it would wait for a writer"
+    return "a socket" if stat.S_ISSOCK(mode) else "a device or other special file"
+
+
+def _regular_files(paths: list[str]) -> list[str]:
+    """`paths`, sorted, once each is known to be a regular file; else a `DataFileError` naming it."""
+    for path in paths:
+        problem = _not_a_file(path)
+        if problem:
+            raise DataFileError(
+                f"Cannot load {path}: not a regular file, {problem}. Remove it from the data, or name the "
+                "data files themselves."
+            )
+    return sorted(paths)
+
+
 def _local_files(source: str) -> list[str] | None:
-    """The sorted files a local path, folder or glob names; None when `source` is not local."""
+    """The sorted files a local path, folder or glob names; None when `source` is not local.
+
+    Raises:
+        DataFileError: a data file named, or found in the folder or glob, is not a regular file (a
+            FIFO, a socket, a symbolic link loop or one to nothing), naming it.
+    """
     if os.path.isfile(source):
         return [source]
     if os.path.isdir(source):
@@ -98,9 +137,12 @@ def _local_files(source: str) -> list[str] | None:
             for f in files
             if not f.startswith(".")
         ]
-        return sorted(f for f in found if _is_supported(f))
+        return _regular_files([f for f in found if _is_supported(f)])
+    if os.path.lexists(source):  # neither file nor folder: a FIFO, a link loop, a dangling link
+        return _regular_files([source])
     if glob.has_magic(source):
-        return sorted(f for f in glob.glob(source, recursive=True) if os.path.isfile(f))
+        matches = glob.glob(source, recursive=True)
+        return _regular_files([f for f in matches if not os.path.isdir(f) and _is_supported(f)])
     return None
 
 
@@ -272,15 +314,45 @@ def _parquet_problem(path: str, text_column: str) -> str | None:
     return None
 
 
+# what the decompressors raise for data that is not what the file's extension says
+DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+
+
+def _decompression_problem(path: str, err: Exception) -> str:
+    compression = infer_compression(path)
+    return (
+        f"not a valid {compression} file ({type(err).__name__}: {err}); decompress it or rename it to what "
+        "it holds (a plain text file without the compression extension)"
+    )
+
+
 def _file_problem(path: str, builder: str, kwargs: dict, text_column: str) -> str | None:
     """The first problem of one local file that `datasets` would fail on or silently get wrong."""
     if not _checkable(path):
         return None
-    if builder == "parquet":
-        return _parquet_problem(path, text_column)
-    if builder == "csv":
-        return _csv_problem(path, kwargs.get("sep", ","))
-    return _utf8_problem(path) or (_json_problem(path, text_column) if builder == "json" else None)
+    try:
+        if builder == "parquet":
+            return _parquet_problem(path, text_column)
+        if builder == "csv":
+            return _csv_problem(path, kwargs.get("sep", ","))
+        return _utf8_problem(path) or (_json_problem(path, text_column) if builder == "json" else None)
+    except DECOMPRESSION_ERRORS as err:  # a fake or damaged .gz/.bz2/.xz: read through its decompressor
+        if infer_compression(path) is None:
+            raise
+        return _decompression_problem(path, err)
+
+
+def _check_compressed(files: list[str]) -> None:
+    """A `DataFileError` naming the first compressed file whose start does not decompress (a `.txt.gz`
+    that is plain text would reach `datasets` as a bare `BadGzipFile` naming no file)."""
+    for path in files:
+        if infer_compression(path) is None:
+            continue
+        try:
+            with _open(path, "rb") as f:
+                f.read(1 << 16)
+        except DECOMPRESSION_ERRORS as err:
+            raise DataFileError(f"Cannot load {path}, {_decompression_problem(path, err)}.") from err
 
 
 def _first_problem(files, builder: str, kwargs: dict, text_column: str) -> str | None:
@@ -339,8 +411,13 @@ def _checked_stream(dataset: IterableDataset, source, files, builder, kwargs, te
                 raise DataFileError(f"Cannot load {problem}.")
             rows += 1
             yield {"text": text}
-    except (DataFileError, OSError):
+    except DataFileError:
         raise
+    except OSError as err:
+        problem = _first_problem(files, builder, kwargs, text_column)
+        if problem is None:
+            raise
+        raise DataFileError(f"Cannot load {problem}.") from err
     except Exception as err:  # the readers fail lazily, deep inside `datasets`
         raise _load_error(source, files, builder, kwargs, text_column, err) from err
     if rows == 0:
@@ -356,6 +433,7 @@ def _load_local(
     if len(builders) > 1:
         raise ValueError(f"{source!r} mixes file types ({sorted(builders)}); load them separately.")
     builder, kwargs = _builder_for(files[0])
+    _check_compressed(files)
     if sample_by is not None:
         if sample_by not in SAMPLE_BY:
             raise ValueError(f"`sample_by` must be one of {list(SAMPLE_BY)}, got {sample_by!r}.")
@@ -382,8 +460,11 @@ def _load_local(
             builder, data_files={"train": files}, split=split, streaming=streaming, **kwargs
         )
         columns = _column_names(dataset)  # a streamed dataset reads its first row here
-    except OSError:
-        raise
+    except OSError as err:  # a damaged compressed file deep inside; else the system's own error
+        problem = _first_problem(files, builder, kwargs, text_column)
+        if problem is None:
+            raise
+        raise DataFileError(f"Cannot load {problem}.") from err
     except Exception as err:  # DatasetGenerationError, ArrowInvalid, UnicodeDecodeError, ...
         raise _load_error(source, files, builder, kwargs, text_column, err) from err
     if not columns or (not streaming and len(dataset) == 0):
@@ -500,6 +581,72 @@ def load_text_dataset(
     if text_column != "text":
         dataset = dataset.rename_column(text_column, "text")
     return dataset
+
+
+# ----------------------------------------------------------------------------------------------
+# Fingerprints: what identifies the text a run read
+# ----------------------------------------------------------------------------------------------
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of the bytes of the file `path`, read in chunks (bounded memory)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _stream_files(dataset: IterableDataset) -> list[str] | None:
+    """The data files a streamed Hub dataset reads (their hf:// URLs name the revision), if known."""
+    iterable = getattr(dataset, "_ex_iterable", None)
+    while iterable is not None:
+        files = (getattr(iterable, "kwargs", None) or {}).get("base_files")
+        if files:
+            return [str(f) for f in files]
+        iterable = getattr(iterable, "ex_iterable", None)
+    return None
+
+
+def source_fingerprint(source: str, dataset=None) -> dict:
+    """What identifies the text read from `source` (`load_text_dataset`'s), for a resumed run to
+    compare with its checkpoint's: a name or path says where the text was, not what it was.
+
+    - a built-in corpus: the SHA-256 of its documents;
+    - local files: the SHA-256 of each file's bytes, read in chunks (a size and a modification time
+      miss a file rewritten in the same second, or copied back with its old times);
+    - a Hub dataset (`dataset`, as loaded): `datasets`' fingerprint of the split (its builder, config
+      and data files' revisions), or for a stream the data files it reads, whose URLs carry the
+      revision.
+
+    Returns:
+        A JSON-ready dict, equal for the same text; `describe_fingerprint_change` says what differs.
+    """
+    if source in BUILTIN_CORPORA:
+        digest = hashlib.sha256()
+        for document in load_builtin_corpus(source):
+            digest.update(document.encode("utf-8") + b"\0")
+        return {"builtin": source, "sha256": digest.hexdigest()}
+    files = _local_files(os.path.expanduser(source))
+    if files is not None:
+        return {"files": {path: file_sha256(path) for path in files}}
+    if isinstance(dataset, IterableDataset):
+        return {"hub": source, "files": _stream_files(dataset)}
+    return {"hub": source, "fingerprint": getattr(dataset, "_fingerprint", None)}
+
+
+def describe_fingerprint_change(before: dict, now: dict) -> str | None:
+    """What differs between two `source_fingerprint`s, naming the files; None when they are equal."""
+    if before == now:
+        return None
+    old, new = before.get("files"), now.get("files")
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = [f"{path} (its contents changed)" for path in old if path in new and old[path] != new[path]]
+        changes += [f"{path} (removed)" for path in old if path not in new]
+        changes += [f"{path} (new)" for path in new if path not in old]
+        return ", ".join(changes)
+    if before.get("builtin") and before.get("builtin") == now.get("builtin"):
+        return f"the built-in corpus {before['builtin']!r} (its text changed with this version of the code)"
+    return (
+        f"{before.get('hub') or before.get('builtin') or 'the source'} (another revision or another dataset)"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
