@@ -44,7 +44,13 @@ def tokenizers_by_kind():
 @pytest.mark.parametrize("kind", TOKENIZER_KINDS)
 def test_special_tokens_and_padding_side(tokenizers_by_kind, kind):
     tok = tokenizers_by_kind[kind]
-    assert tok.eos_token == tok.bos_token == tok.unk_token == "<|endoftext|>"
+    assert tok.eos_token == tok.bos_token == "<|endoftext|>"
+    # GPT-2's unk is its end-of-text token: right for byte-level BPE, which never emits unk; the
+    # kinds that meet unseen text give it an id of its own, after the other special tokens
+    assert tok.unk_token == ("<|endoftext|>" if kind == "byte_bpe" else "<|unk|>")
+    assert tok.unk_token_id == (
+        0 if kind == "byte_bpe" else 2 if kind == "char" else 4
+    )  # after ChatML's 2, 3
     assert tok.pad_token == "<|pad|>"
     assert tok.eos_token_id == 0 and tok.pad_token_id == 1 and tok.pad_token_id != tok.eos_token_id
     assert tok.padding_side == "left" and tok.model_max_length == 64

@@ -21,6 +21,7 @@ import functools
 import importlib
 import importlib.machinery
 import inspect
+import json
 import logging
 import os
 import pkgutil
@@ -51,6 +52,13 @@ SENTINEL_TOKEN_FORMAT = "<extra_id_{}>"
 # the special-token roles transformers' tokenizers know (bos, eos, unk, sep, pad, cls, mask)
 SPECIAL_TOKEN_ROLES = tuple(PreTrainedTokenizerFast.SPECIAL_TOKENS_ATTRIBUTES)
 
+# The unknown token of the tokenizers that can meet unseen text ("char", "unigram", "wordpiece") when
+# the special tokens give unk the token of another role, as GPT's do (`<|endoftext|>` is GPT-2's
+# bos, eos and unk: harmless for byte-level BPE, which never emits unk). Shared with eos, every
+# unseen character would read as a document end ("the queen\tsat" -> "the eensat" once decoded), so
+# these tokenizers get an unk of their own, after the other special tokens.
+UNK_TOKEN = "<|unk|>"
+
 # ChatML, the chat markup of OpenAI's chat models, Qwen and TRL's `setup_chat_format`: every turn is
 # `<|im_start|>{role}\n{content}<|im_end|>\n`. The two markers are special tokens trained with the
 # others, right after them (ids 2 and 3 after GPT's `<|endoftext|>` 0 and `<|pad|>` 1), so they are
@@ -67,6 +75,37 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
+
+
+def needs_own_unk(kind: str, special_tokens: Mapping[str, str]) -> bool:
+    """Whether a tokenizer of `kind` gets `UNK_TOKEN`: it can emit unk, and `special_tokens` give unk
+    the token of another role (GPT's `<|endoftext|>`)."""
+    unk = special_tokens.get("unk_token")
+    others = {token for role, token in special_tokens.items() if role != "unk_token"}
+    return kind != "byte_bpe" and unk is not None and unk in others
+
+
+def chat_template_default(kind: str, special_tokens: Mapping[str, str]) -> bool:
+    """`train_tokenizer`'s `chat_template=None`: subword tokenizers with GPT's special tokens (the
+    causal LMs') are chat tokenizers; character-level models are no chat models (nanoGPT's vocabulary
+    of characters stays as it is)."""
+    return dict(special_tokens) == GPT_SPECIAL_TOKENS and kind != "char"
+
+
+def minimum_vocab_size(
+    kind: str, special_tokens: Mapping[str, str] | None = None, chat_template: bool | None = None
+) -> int:
+    """The smallest `vocab_size` of `train_tokenizer` for `kind`: its special tokens (the chat markers
+    and an unk of its own included), plus every byte for "byte_bpe" or one real symbol for the others.
+    `special_tokens` and `chat_template` as `train_tokenizer` takes them (None: their defaults).
+    """
+    special_tokens = GPT_SPECIAL_TOKENS if special_tokens is None else special_tokens
+    if chat_template is None:
+        chat_template = chat_template_default(kind, special_tokens)
+    specials = set(special_tokens.values()) | (set(CHAT_TOKENS) if chat_template else set())
+    if needs_own_unk(kind, special_tokens):
+        specials.add(UNK_TOKEN)
+    return len(specials) + (256 if kind == "byte_bpe" else 1)
 
 
 def _check_arguments(
@@ -94,10 +133,12 @@ def _check_arguments(
         raise ValueError(f"`special_tokens` needs an 'unk_token' for kind={kind!r} (unseen text maps to it).")
     if not isinstance(chat_template, bool):
         raise ValueError(f"`chat_template` must be None, True or False, got {chat_template!r}.")
-    n_special = len(set(special_tokens.values()) | (set(CHAT_TOKENS) if chat_template else set()))
+    if needs_own_unk(kind, special_tokens) and UNK_TOKEN in special_tokens.values():
+        raise ValueError(f"`special_tokens` give {UNK_TOKEN!r}, the unknown token of its own, another role.")
     # byte-level BPE must hold all 256 bytes; the others need at least one real symbol
-    minimum = n_special + (256 if kind == "byte_bpe" else 1)
+    minimum = minimum_vocab_size(kind, special_tokens, chat_template)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
+        n_special = minimum - (256 if kind == "byte_bpe" else 1)
         raise ValueError(
             f"`vocab_size` must be an integer >= {minimum} for kind={kind!r} with {n_special} special "
             f"tokens, got {vocab_size!r}."
@@ -151,6 +192,39 @@ def _build(kind: str, vocab_size: int, special: list[str], unk: str | None, min_
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special, show_progress=False
         )
     return tokenizer, trainer
+
+
+def unknown_token_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """The id the tokenizer gives unseen text, when no other special token has it; None otherwise
+    (no unk, or an unk that is also, say, the end-of-text token: its count would count those too)."""
+    unk = tokenizer.unk_token_id
+    others = {getattr(tokenizer, f"{role}_id") for role in SPECIAL_TOKEN_ROLES if role != "unk_token"}
+    return None if unk is None or unk in others else unk
+
+
+def unk_shared_role(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The special-token role whose token a tokenizer that can meet unseen text also gives it.
+
+    Tokenizers trained before `UNK_TOKEN` ("char", "unigram" and "wordpiece" ones with GPT's special
+    tokens) map unseen text to `<|endoftext|>`: they still load and run, and this names the role
+    ("eos_token") so a run can say so. None for an unk of its own, no unk, a byte-level BPE (which
+    never emits unk) or a tokenizer without a `tokenizers` backend.
+    """
+    unk = tokenizer.unk_token_id
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if unk is None or backend is None:
+        return None
+    shared = [
+        role
+        for role in SPECIAL_TOKEN_ROLES
+        if role != "unk_token" and getattr(tokenizer, f"{role}_id", None) == unk
+    ]
+    if not shared:
+        return None
+    saved = json.loads(backend.to_str())
+    model, pre = saved.get("model") or {}, json.dumps(saved.get("pre_tokenizer"))
+    byte_level = model.get("type") == "BPE" and (model.get("byte_fallback") or '"ByteLevel"' in pre)
+    return None if byte_level else ("eos_token" if "eos_token" in shared else shared[0])
 
 
 def bert_post_processor(
@@ -236,7 +310,9 @@ def train_tokenizer(
         special_tokens: role -> token, roles among `SPECIAL_TOKEN_ROLES`. Defaults to GPT's
             `<|endoftext|>` as bos/eos/unk plus a separate `<|pad|>`. Special tokens get the first
             ids, in the mapping's order (so `<|endoftext|>` is 0 and `<|pad|>` 1 by default), then
-            the chat markers (`<|im_start|>` 2, `<|im_end|>` 3 with `chat_template`).
+            the chat markers (`<|im_start|>` 2, `<|im_end|>` 3 with `chat_template`). A kind that
+            can meet unseen text ("char", "unigram", "wordpiece") never maps it to another role's
+            token: when unk shares one (GPT's), unk is `UNK_TOKEN` (`<|unk|>`), with the next id.
         model_max_length: the model's context length, stored with the tokenizer.
         padding_side: "left" for decoder-only models (text-generation pipelines need it), "right"
             for encoders.
@@ -264,8 +340,8 @@ def train_tokenizer(
         'Hello'
     """
     special_tokens = dict(GPT_SPECIAL_TOKENS if special_tokens is None else special_tokens)
-    if chat_template is None:  # character-level models are no chat models (nanoGPT's 65 + 2 tokens stay)
-        chat_template = special_tokens == GPT_SPECIAL_TOKENS and kind != "char"
+    if chat_template is None:
+        chat_template = chat_template_default(kind, special_tokens)
     _check_arguments(
         kind, vocab_size, special_tokens, model_max_length, padding_side, min_frequency, chat_template
     )
@@ -273,7 +349,13 @@ def train_tokenizer(
         raise ValueError("`texts` must be an iterable of strings, not a single string.")
 
     chat_tokens = list(CHAT_TOKENS) if chat_template else []
-    special = list(dict.fromkeys([*special_tokens.values(), *chat_tokens]))  # unique, in order: ids 0, 1, ...
+    own_unk = [UNK_TOKEN] if needs_own_unk(kind, special_tokens) else []
+    if own_unk:  # after the others, so that their ids (and the chat markers') stay those of byte_bpe
+        shared = special_tokens.pop("unk_token")
+        special_tokens["unk_token"] = UNK_TOKEN
+        logger.info("Unseen text maps to %s of its own, not to %s (kind=%r).", UNK_TOKEN, shared, kind)
+    ordered = [token for token in special_tokens.values() if token not in own_unk]
+    special = list(dict.fromkeys([*ordered, *chat_tokens, *own_unk]))  # unique, in order: ids 0, 1, ...
     tokenizer, trainer = _build(kind, vocab_size, special, special_tokens.get("unk_token"), min_frequency)
 
     counts = {"texts": 0, "chars": 0}
