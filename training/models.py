@@ -80,9 +80,12 @@ def _transformer_sizes(model_args, data_args, tokenizer, family: str) -> dict:
     if family in ("t5", "bart"):
         # the family's own architecture (T5: RMSNorm pre-norm, relative buckets; BART: post-norm,
         # learned positions): only sizes come from the arguments, variants from --config_overrides.
-        # A noised source is a little longer than its block (sentinels, EOS).
+        # A noised source is a little longer than its block (sentinels, <s> and </s>, a mask for
+        # each of BART's 0-length spans): twice the block, and 16 more than it for a short block
+        # (4 tokens and 3 inserted masks would pass 2 x 4 every few thousand blocks).
+        block = data_args.block_size
         return sizes | {
-            "max_position_embeddings": model_args.max_position_embeddings or 2 * data_args.block_size
+            "max_position_embeddings": model_args.max_position_embeddings or max(2 * block, block + 16)
         }
     return sizes | dict(
         position_embedding_type=model_args.position_embedding_type,

@@ -22,6 +22,9 @@ uninterrupted one, whatever happened to the global RNG. The evaluation's noise i
 
 from __future__ import annotations
 
+import logging
+import math
+
 import numpy as np
 import torch
 from transformers import (
@@ -46,6 +49,8 @@ from .tokenizer import (
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
+
+logger = logging.getLogger(__name__)
 
 
 def mask_seed(seed: int, step: int, micro: int, rank: int, *stream: int) -> int:
@@ -92,6 +97,12 @@ class Objective:
     name = "clm"
     auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
     lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
+    # the shortest block with something to learn, and why (`block_size_problem`): a causal LM
+    # predicts each token from those before it, so a block needs a token to read and one to predict
+    min_block_size = 2
+    min_block_reason = (
+        "a causal LM predicts each token of a block from the ones before it: one token has none"
+    )
 
     def __init__(self, train_args) -> None:
         self.args = train_args
@@ -112,13 +123,39 @@ class Objective:
         return {}
 
     def build_model(self, family: str, model_args, data_args, tokenizer) -> torch.nn.Module:
-        """A fresh model of `family` sized to the tokenizer, or the `init_from` checkpoint."""
+        """A fresh model of `family` sized to the tokenizer, or the `init_from` checkpoint (its
+        embeddings grown to a given tokenizer with more tokens, as transformers' `run_clm.py` does)."""
         if model_args.init_from:
-            return self.auto_class.from_pretrained(model_args.init_from, dtype=torch.float32)
+            model = self.auto_class.from_pretrained(model_args.init_from, dtype=torch.float32)
+            rows = model.get_input_embeddings().num_embeddings
+            if len(tokenizer) > rows:
+                logger.warning(
+                    "The tokenizer has %d tokens and the `init_from` checkpoint's embeddings %d rows: resizing them "
+                    "to %d. The new rows start untrained; the old ids keep their rows only if the tokenizer extends "
+                    "the checkpoint's.",
+                    len(tokenizer),
+                    rows,
+                    len(tokenizer),
+                )
+                model.resize_token_embeddings(len(tokenizer))
+            return model
         config = self.model_config(tokenizer)
         return build_family_model(family, self.auto_class, model_args, data_args, tokenizer, config)
 
     # --- data ---
+    def block_size_problem(self, block_size: int) -> str | None:
+        """Why blocks of `block_size` tokens leave the objective nothing to predict; None if they do not.
+
+        Without this check such blocks train on an empty loss, which is NaN, and the run stops as if
+        it had diverged ("lower the learning rate").
+        """
+        if block_size < self.min_block_size:
+            return (
+                f"--block_size {block_size} leaves objective {self.name!r} nothing to predict ({self.min_block_reason}); "
+                f"use --block_size {self.min_block_size} or more."
+            )
+        return None
+
     def make_collator(self, tokenizer):
         return None
 
@@ -276,6 +313,34 @@ class MaskedLM(Objective):
 
     name = "mlm"  # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
     auto_class = AutoModelForMaskedLM
+    min_block_reason = "a block's first token becomes [CLS], which is never masked: it needs a token to mask"
+    # above this chance that some micro-batch of the run masks no token at all (its loss would be
+    # 0/0), the block is refused as too short for the batch
+    EMPTY_BATCH_RISK = 0.01
+
+    def block_size_problem(self, block_size):
+        """Also refuse blocks so short that a micro-batch would likely mask nothing.
+
+        Each of the `per_device_batch_size * (block_size - 1)` maskable tokens of a micro-batch is
+        selected with probability `mlm_probability`, so none is with probability about
+        `(1 - mlm_probability) ** (b * (T - 1))`, for each of the run's micro-batches.
+        """
+        problem = super().block_size_problem(block_size)
+        args = self.args
+        if problem or args is None:
+            return problem
+        maskable = args.per_device_batch_size * (block_size - 1)
+        empty = (1 - args.mlm_probability) ** maskable  # one micro-batch with no masked token
+        micro_batches = args.max_steps * args.gradient_accumulation_steps
+        risk = -math.expm1(micro_batches * math.log1p(-empty)) if empty < 1 else 1.0  # 1 - (1 - empty)^n
+        if risk <= self.EMPTY_BATCH_RISK:
+            return None
+        return (
+            f"--block_size {block_size} is too short for objective {self.name!r} at --per_device_batch_size "
+            f"{args.per_device_batch_size} and --mlm_probability {args.mlm_probability}: a micro-batch masks no "
+            f"token with probability {empty:.2g}, so one of the run's {micro_batches} would (chance {risk:.0%}) and "
+            "its loss would be undefined. Raise --block_size or --per_device_batch_size."
+        )
 
     def model_config(self, tokenizer):
         # `sparse_prediction`: the head runs on the ~15% masked positions only; same loss, less work
@@ -348,7 +413,14 @@ class Electra(MaskedLM):
             "discriminator_weight": args.electra_disc_weight,
         }  # fmt: skip
         if model_args.init_from:
-            return ElectraPretrainingModel.from_folders(model_args.init_from, **options)
+            model = ElectraPretrainingModel.from_folders(model_args.init_from, **options)
+            if len(tokenizer) > model.config.vocab_size:
+                raise ValueError(
+                    f"The tokenizer has {len(tokenizer)} tokens and the `init_from` ELECTRA model "
+                    f"{model_args.init_from!r} {model.config.vocab_size}: its generator and discriminator share "
+                    "embeddings that cannot grow here. Use the checkpoint's own tokenizer (no --tokenizer_name_or_path)."
+                )
+            return model
         config = family_config(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
         return ElectraPretrainingModel(config, **options)
 
@@ -432,6 +504,9 @@ class SpanCorruption(Denoising):
     """T5's span corruption: spans become sentinels in the source; the target lists the spans."""
 
     name = "span_corruption"
+    min_block_reason = (
+        "its noise covers at least one token of a block and keeps one: one token is never noised"
+    )
 
     def prepare_tokenizer(self, tokenizer, block_size):
         # T5's sentinels <extra_id_0>, ... on the last ids; a block needs about one per 20 tokens
@@ -448,6 +523,7 @@ class BartDenoising(Denoising):
     """BART's text infilling and sentence permutation: the target is the clean block."""
 
     name = "bart_denoising"
+    min_block_size = 1  # the target is the whole clean block: one token, which infilling may hide
 
     def make_collator(self, tokenizer):
         return DataCollatorForBartDenoising(tokenizer)

@@ -1,8 +1,9 @@
 """Resuming a run: what a resumed run may change, and the restore of its position and settings.
 
 A checkpoint records the run's data position (`data_state`: epoch, updates within it, the batches
-rollbacks skipped) and the data and training arguments of the run that wrote it (`run_settings`).
-A resume compares them with its own:
+rollbacks skipped), the fingerprint of the text it read (`data_state["data_fingerprint"]`) and the
+data and training arguments of the run that wrote it (`run_settings`). A resume compares them with
+its own:
 
 - **What fixes the data, its order and the objective** (`FIXED_SETTINGS`: the corpus, its split
   and tokenization, the block size, the objective and its masking, the best-model metric; and
@@ -11,6 +12,10 @@ A resume compares them with its own:
   resume is refused with every difference listed (`check_resumable`). The split of a global batch
   between processes and accumulation may change. (The model config is checked where the
   checkpoint is loaded.)
+- **The text itself** may not change either: a file at the same path with other contents would
+  give other blocks, and the position would point into them. The fingerprint (a content hash of
+  every data file, `training.run_data.data_fingerprint`) must match; the resume is refused naming
+  the files that changed. Checkpoints written before fingerprints were kept resume with a warning.
 - **Optimizer and schedule settings** (`SCHEDULE_SETTINGS`, `OPTIMIZER_SETTINGS`) may change, the
   way "lower the learning rate, then resume" asks them to: the optimizer's groups take the new
   values, the schedule is rebuilt from the new settings and moved to the checkpoint's step, and the
@@ -28,6 +33,7 @@ import warnings
 
 from .batches import DataPosition
 from .cleaning import CLEANING_SETTINGS
+from .data import describe_fingerprint_change
 from .optim import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -66,8 +72,9 @@ def run_settings(*args_objects) -> dict:
     return settings
 
 
-def data_order(data_args, train_args, global_batch: int) -> dict:
-    """The run's `DATA_ORDER` values (the shuffle buffer only counts when streaming)."""
+def data_order(data_args, train_args, global_batch: int, train_blocks=None) -> dict:
+    """The run's `DATA_ORDER` values (the shuffle buffer only counts when streaming), and the
+    fingerprint of its text (`train_blocks.fingerprint`, None when unknown), for `data_state`."""
     streaming = data_args.streaming
     return {
         "global_batch_size": global_batch,
@@ -75,7 +82,22 @@ def data_order(data_args, train_args, global_batch: int) -> dict:
         "streaming": streaming,
         "sampling": train_args.sampling,
         "shuffle_buffer_size": data_args.shuffle_buffer_size if streaming else None,
+        "data_fingerprint": getattr(train_blocks, "fingerprint", None),
     }
+
+
+def data_changes(saved: dict | None, current: dict | None) -> str | None:
+    """What differs between a checkpoint's data fingerprint and this run's (`data_fingerprint`),
+    naming the files; None when they match or either is unknown."""
+    if saved is None or current is None:
+        return None
+    changes = []
+    for role in dict.fromkeys([*saved, *current]):
+        if role not in saved or role not in current:
+            changes.append(f"--{role} {'added' if role in current else 'removed'}")
+        elif (change := describe_fingerprint_change(saved[role], current[role])) is not None:
+            changes.append(f"--{role}: {change}")
+    return "; ".join(changes) or None
 
 
 def fixed_differences(saved: dict | None, data_state: dict, current: dict, order: dict) -> dict:
@@ -93,12 +115,17 @@ def fixed_differences(saved: dict | None, data_state: dict, current: dict, order
     return {k: (old, now[k]) for k, old in before.items() if old != now[k]}
 
 
-def check_resumable(state: dict, data_args, train_args, global_batch: int) -> None:
+def check_resumable(state: dict, data_args, train_args, global_batch: int, train_blocks=None) -> None:
     """Refuse to resume the checkpoint `state` (`load_checkpoint`'s dict) unless it continues exactly.
 
+    Args:
+        train_blocks: this run's training blocks, whose `fingerprint` is compared with the
+            checkpoint's (a checkpoint without one is resumed with a warning).
+
     Raises:
-        ValueError: `max_steps` is below the checkpoint's step, or a fixed setting or the data order
-            differs (all of them listed).
+        ValueError: `max_steps` is below the checkpoint's step, a fixed setting or the data order
+            differs (all of them listed), or the text differs from the one the checkpoint read
+            (naming the files).
     """
     step, checkpoint = state["step"], state["path"]
     if train_args.max_steps < step:
@@ -118,6 +145,27 @@ def check_resumable(state: dict, data_args, train_args, global_batch: int) -> No
             f"differ from the checkpoint's ({listed}; checkpoint -> this run). Resume with the checkpoint's "
             "values (keep per_device_batch_size * processes * gradient_accumulation_steps), or start a new run "
             "(a fresh output_dir, or resume=false)."
+        )
+    _check_same_data(state, getattr(train_blocks, "fingerprint", None))
+
+
+def _check_same_data(state: dict, current: dict | None) -> None:
+    """Refuse a checkpoint whose data fingerprint differs from this run's; warn when it has none."""
+    checkpoint, data_state = state["path"], state["data_state"]
+    if "data_fingerprint" not in data_state:
+        logger.warning(
+            "%s records no fingerprint of its data (an older checkpoint): a corpus changed since cannot be "
+            "detected. Resuming on the data as it is now.",
+            checkpoint,
+        )
+        return
+    changed = data_changes(data_state["data_fingerprint"], current)
+    if changed:
+        raise ValueError(
+            f"Cannot resume {checkpoint}: the training data changed since it was saved ({changed}). Its data "
+            "position counts blocks of the text it read, which would now point elsewhere. Put the data back as it "
+            "was to resume, or train on the new data in a new run: a fresh --output_dir, with --init_from "
+            "pointing at a finished model (a run's final/) to continue from its weights."
         )
 
 
@@ -178,7 +226,7 @@ def restore_run(state: dict, run, optimizer, scheduler, guard, objective):
         and the settings changed on resume (`{"step", "changed": {name: [old, new]}}` per resume).
     """
     data_args, train_args = run.data_args, run.train_args
-    check_resumable(state, data_args, train_args, run.global_batch)
+    check_resumable(state, data_args, train_args, run.global_batch, run.train_blocks)
     kept, data_state, step = state["extra"] or {}, state["data_state"], state["step"]
     position = DataPosition(
         step=step,

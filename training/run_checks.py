@@ -1,8 +1,9 @@
 """The checks of a run's arguments taken together, before any data is read.
 
 Each argument dataclass validates its own fields (`training.args`); what needs two of them (the
-family and the objective, the family and the loop options, the overrides and the config class)
-is checked here, with a `ValueError` that names the options and what would work.
+family and the objective, the family and the loop options, the overrides and the config class,
+the block and the objective, the tokenizer and `init_from`) is checked here, with a `ValueError`
+that names the options and what would work.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from transformers import AutoConfig
 from hf_lm.families import FAMILIES
 
 from .models import RECURRENT, TRANSFORMERS, resolve_family
+from .objectives import objective_for
+from .tokenizer import minimum_vocab_size
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,16 @@ FAMILY_FLAGS = {
     "rnn_attention": ("rnn_seq2seq",),
     "ngram_smoothing": ("ngram",),
 }
+# the flags of a tokenizer the run trains: unread when it loads one (`tokenizer_name_or_path`, or
+# the `init_from` checkpoint's own)
+TOKENIZER_TRAINING_FLAGS = (
+    "tokenizer_kind",
+    "vocab_size",
+    "tokenizer_min_frequency",
+    "tokenizer_train_documents",
+)
+# the files of a folder that `AutoTokenizer.from_pretrained` reads a tokenizer from
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
 
 def check_arguments(data_args, model_args, train_args) -> str:
@@ -59,8 +72,66 @@ def check_arguments(data_args, model_args, train_args) -> str:
         )
     _check_loop_options(data_args, train_args, family)
     _check_positions(data_args, model_args, family)
+    _check_block_size(data_args, train_args)
+    _check_tokenizer(data_args, model_args, train_args)
     _warn_unread_flags(model_args, family)
     return family
+
+
+def _check_block_size(data_args, train_args) -> None:
+    """Blocks too short for the objective to predict anything would train on an empty (NaN) loss and
+    stop as a "divergence": refuse them now, naming `block_size` (`Objective.block_size_problem`)."""
+    problem = objective_for(train_args).block_size_problem(data_args.block_size)
+    if problem:
+        raise ValueError(problem)
+
+
+def _check_tokenizer(data_args, model_args, train_args) -> None:
+    """The tokenizer the run will use: the flags of a trained one that a loaded one leaves unread
+    (logged), a checkpoint without the tokenizer its ids come from, a vocabulary too small to train.
+
+    With `init_from` the run uses the checkpoint's own tokenizer unless `tokenizer_name_or_path`
+    names another (`training.run_data.tokenizer_source`), as transformers' `run_clm.py` does: the
+    weights were trained on its ids, and a new tokenizer would give every token another id.
+    """
+    loaded_from = data_args.tokenizer_name_or_path or model_args.init_from
+    if loaded_from:
+        defaults = {f.name: f.default for f in fields(data_args)}
+        unread = [
+            f"--{name} {getattr(data_args, name)}"
+            for name in TOKENIZER_TRAINING_FLAGS
+            if getattr(data_args, name) != defaults[name]
+        ]
+        if unread:
+            whose = (
+                "the `init_from` checkpoint's own tokenizer (its weights were trained on its ids)"
+                if not data_args.tokenizer_name_or_path
+                else f"the tokenizer {data_args.tokenizer_name_or_path!r}"
+            )
+            logger.warning(
+                "Ignored: %s. They train a new tokenizer, and this run uses %s. To train on another tokenizer's ids, "
+                "start from scratch (no --init_from) or pass it with --tokenizer_name_or_path.",
+                ", ".join(unread),
+                whose,
+            )
+        folder = Path(loaded_from)
+        if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            flag = "--tokenizer_name_or_path" if data_args.tokenizer_name_or_path else "--init_from"
+            raise ValueError(
+                f"{flag} {loaded_from!r} holds no tokenizer (none of {list(TOKENIZER_FILES)}). The run must read its "
+                "text with the tokenizer the checkpoint was trained with: pass it with --tokenizer_name_or_path (a "
+                "run's `tokenizer/` or `final/` folder)."
+            )
+        return
+    objective = objective_for(train_args)
+    minimum = minimum_vocab_size(data_args.tokenizer_kind, objective.special_tokens)
+    if data_args.vocab_size < minimum:
+        raise ValueError(
+            f"--vocab_size {data_args.vocab_size} cannot hold a {data_args.tokenizer_kind} tokenizer for objective "
+            f"{train_args.objective!r}: its special tokens"
+            + (" and the 256 bytes" if data_args.tokenizer_kind == "byte_bpe" else " and one symbol")
+            + f" need {minimum}. Use --vocab_size {minimum} or more (far more for a useful vocabulary)."
+        )
 
 
 def _warn_unread_flags(model_args, family: str) -> None:

@@ -1,8 +1,10 @@
 """The run's data: load, split (by document), tokenize and pack the corpus (`prepare_data`).
 
-The tokenizer is given, reloaded from the run folder, or trained on the first training documents
-with the objective's special tokens. The eval blocks are held in memory; the training blocks too,
-or with `streaming` a `BlockStream` that reads, packs and shuffles them lazily, in bounded memory.
+The tokenizer is given, the `init_from` checkpoint's, reloaded from the run folder, or trained on the
+first training documents with the objective's special tokens. The eval blocks are held in memory;
+the training blocks too (`TrainingBlocks`), or with `streaming` a `BlockStream` that reads, packs
+and shuffles them lazily, in bounded memory. Both carry the `fingerprint` of the text they were cut
+from, which checkpoints record so that a resume refuses a changed corpus (`training.resume`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,23 @@ from transformers import AutoTokenizer
 from .args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
 from .checkpoint import atomic_folder
 from .cleaning import clean_corpus
-from .data import buffered_shuffle, load_text_dataset, tokenize_and_pack, train_eval_split
+from .data import (
+    buffered_shuffle,
+    file_sha256,
+    load_text_dataset,
+    source_fingerprint,
+    tokenize_and_pack,
+    train_eval_split,
+)
 from .objectives import objective_for
-from .tokenizer import train_tokenizer
+from .tokenizer import train_tokenizer, unk_shared_role, unknown_token_id
 
 logger = logging.getLogger(__name__)
+
+# shares of the tokens a run trains on that may be the unknown token: above the first it warns,
+# above the second it refuses (the model would mostly learn to predict "unknown")
+UNKNOWN_WARN_SHARE = 0.01
+UNKNOWN_REFUSE_SHARE = 0.5
 
 
 def _limit(dataset, data_args: DataArguments):
@@ -94,18 +108,36 @@ def _to_tensors(packed, with_positions: bool, limit: int | None = None) -> dict[
     return {c: torch.from_numpy(np.asarray(arrays[c], dtype=np.int64)) for c in columns}
 
 
+class TrainingBlocks(dict):
+    """The training blocks held in memory: int64 tensors (N, T) by column ("input_ids", ...), with
+    the `fingerprint` of the text they were cut from (`data_fingerprint`; None when not known)."""
+
+    def __init__(self, columns: dict[str, torch.Tensor], fingerprint: dict | None = None):
+        super().__init__(columns)
+        self.fingerprint = fingerprint
+
+
 class BlockStream:
     """The training blocks of a streamed corpus, re-read from the start for each epoch.
 
     `epoch(e)` iterates the packed `IterableDataset` (reading, tokenizing and packing lazily) through
     `buffered_shuffle` seeded by `numpy.random.default_rng([seed, e])`. Its order is a pure function
     of (data, seed, buffer size, epoch), so a resumed run re-opens the epoch and skips the blocks it
-    had consumed. Memory: `shuffle_buffer_size` blocks, as int64 numpy arrays (T,).
+    had consumed. Memory: `shuffle_buffer_size` blocks, as int64 numpy arrays (T,). `fingerprint`:
+    that of the text read (`data_fingerprint`; None when not known).
     """
 
-    def __init__(self, packed: IterableDataset, columns: list[str], shuffle_buffer_size: int, seed: int):
+    def __init__(
+        self,
+        packed: IterableDataset,
+        columns: list[str],
+        shuffle_buffer_size: int,
+        seed: int,
+        fingerprint: dict | None = None,
+    ):
         self.packed, self.columns = packed, columns
         self.shuffle_buffer_size, self.seed = shuffle_buffer_size, seed
+        self.fingerprint = fingerprint
 
     def epoch(self, epoch: int):
         """The blocks of epoch `epoch`, each a dict of int64 arrays (T,) keyed by column."""
@@ -143,15 +175,50 @@ def tail_split(dataset: Dataset, eval_fraction: float) -> DatasetDict:
     )
 
 
-def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Accelerator):
-    """The tokenizer: given, reloaded from the run folder, or trained on the first training documents.
+def tokenizer_source(data_args: DataArguments, init_from: str | None) -> str | None:
+    """Where the run's tokenizer is loaded from: `tokenizer_name_or_path`, else the `init_from`
+    checkpoint's own (as transformers' `run_clm.py` does: its ids are the ones the weights were
+    trained on, so a new tokenizer would scramble them), else None (trained by the run)."""
+    return data_args.tokenizer_name_or_path or init_from or None
+
+
+def _load_tokenizer(source: str, init_from: str | None):
+    """`AutoTokenizer.from_pretrained(source)`, or a `ValueError` that says which tokenizer is missing."""
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        if source == init_from:
+            raise ValueError(
+                f"The `init_from` checkpoint {init_from!r} holds no tokenizer that loads ({type(err).__name__}: "
+                f"{err}). Its weights expect the token ids of the tokenizer it was trained with: pass that one "
+                "with --tokenizer_name_or_path (a run's `tokenizer/` folder, or its `final/`)."
+            ) from err
+        raise ValueError(
+            f"`tokenizer_name_or_path`={source!r} does not load with AutoTokenizer ({type(err).__name__}: {err})."
+        ) from err
+
+
+def _tokenizer_folder(train_args: TrainArguments) -> Path:
+    return Path(train_args.output_dir) / "tokenizer"
+
+
+def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Accelerator, init_from=None):
+    """The tokenizer: given, the `init_from` checkpoint's (`tokenizer_source`), reloaded from the run
+    folder, or trained on the first training documents.
 
     It is trained on the first `tokenizer_train_documents` training documents: all of them by
     default, the first `STREAMING_TOKENIZER_DOCUMENTS` when streaming (a stream may not end).
+
+    Returns:
+        `(tokenizer, trained)`: `trained` when this process trained it (for `prepare_data` to save
+        it, once the data it gives has been checked).
     """
-    if data_args.tokenizer_name_or_path:
-        return AutoTokenizer.from_pretrained(data_args.tokenizer_name_or_path)
-    folder = Path(train_args.output_dir) / "tokenizer"
+    source = tokenizer_source(data_args, init_from)
+    if source:
+        tokenizer = _load_tokenizer(source, init_from)
+        logger.info("Tokenizer: %s's (%d tokens).", source, len(tokenizer))
+        return tokenizer, False
+    folder = _tokenizer_folder(train_args)
     # the main process trains and saves (inside `main_process_first`); the others load its files.
     # A resumed run reloads the tokenizer it was trained with.
     reuse = (not accelerator.is_main_process or train_args.resume != "false") and (
@@ -159,7 +226,7 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
     ).is_file()
     if reuse:
         try:
-            return AutoTokenizer.from_pretrained(folder)
+            return AutoTokenizer.from_pretrained(folder), False
         except Exception as err:  # tokenizers raises a bare Exception for a damaged tokenizer.json
             raise ValueError(
                 f"The run's tokenizer {folder} cannot be read ({type(err).__name__}: {err}): damaged, or cut "
@@ -186,22 +253,93 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         min_frequency=data_args.tokenizer_min_frequency,
     )
     objective.prepare_tokenizer(tokenizer, data_args.block_size)  # T5's sentinels
-    if accelerator.is_main_process:
-        # all at once: a kill while writing must not leave a truncated tokenizer.json for every
-        # later --resume to trip on
-        with atomic_folder(folder) as staging:
-            tokenizer.save_pretrained(staging)
-    return tokenizer
+    return tokenizer, True
 
 
-def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
+def data_fingerprint(data_args: DataArguments, dataset, held_out=None) -> dict:
+    """What identifies the text a run reads (`training.data.source_fingerprint`): `dataset` as loaded,
+    the `eval_dataset` (`held_out`), and the bad-words file of the C4 cleaning, which decides pages."""
+    fingerprint = {"dataset": source_fingerprint(data_args.dataset, dataset)}
+    if data_args.eval_dataset:
+        fingerprint["eval_dataset"] = source_fingerprint(data_args.eval_dataset, held_out)
+    if data_args.data_cleaning != "none" and data_args.clean_bad_words_file:
+        path = data_args.clean_bad_words_file
+        fingerprint["clean_bad_words_file"] = {"files": {path: file_sha256(path)}}
+    return fingerprint
+
+
+def check_unknown_share(
+    tokenizer, input_ids: torch.Tensor, data_args: DataArguments, source: str | None
+) -> float | None:
+    """Warn when more than `UNKNOWN_WARN_SHARE` of the tokens `input_ids` are the unknown token, and
+    refuse more than `UNKNOWN_REFUSE_SHARE`, naming what to change.
+
+    A tokenizer that maps unseen text to another role's token (a "char", "unigram" or "wordpiece"
+    tokenizer trained before unk had an id of its own: `<|endoftext|>`) cannot be measured: the run
+    says so instead.
+
+    Args:
+        input_ids: the blocks the run trains on (N, T), or its held-out ones when streaming.
+        source: where a given tokenizer came from (`tokenizer_source`); None for one the run trained.
+
+    Returns:
+        The unknown share, or None when it cannot be told.
+    """
+    role = unk_shared_role(tokenizer)
+    if role is not None:
+        logger.warning(
+            "The tokenizer%s gives unseen text %r, its %s, so unseen characters read as that token (a tokenizer "
+            "trained before unknown text had an id of its own). Retrain it to give unseen text its own id.",
+            f" {source!r}" if source else "",
+            tokenizer.unk_token,
+            role,
+        )
+    unk = unknown_token_id(tokenizer)
+    if unk is None or input_ids.numel() == 0:
+        return None
+    share = float((input_ids == unk).sum()) / input_ids.numel()
+    if share <= UNKNOWN_WARN_SHARE:
+        return share
+    if source:
+        fix = (
+            f"the tokenizer {source!r} does not cover this text: use one trained on such text (--tokenizer_name_or_path), "
+            "or train one (neither --tokenizer_name_or_path nor --init_from)"
+        )
+    else:
+        fix = (
+            f"raise --vocab_size (now {data_args.vocab_size})"
+            + (", lower --tokenizer_min_frequency to 1" if data_args.tokenizer_min_frequency > 1 else "")
+            + ", or use --tokenizer_kind byte_bpe, which has no unknown token"
+        )
+    message = f"{share:.1%} of the training tokens are the unknown token {tokenizer.unk_token!r}: {fix}."
+    if share > UNKNOWN_REFUSE_SHARE:
+        raise ValueError(f"Refusing to train on mostly unknown tokens: {message}")
+    logger.warning(message)
+    return share
+
+
+def prepare_data(
+    data_args: DataArguments,
+    train_args: TrainArguments,
+    accelerator: Accelerator,
+    init_from: str | None = None,
+):
     """Load, split (by document), tokenize and pack the corpus.
+
+    Args:
+        init_from: the checkpoint the model starts from, whose tokenizer the run uses unless
+            `tokenizer_name_or_path` names one (`tokenizer_source`).
 
     Returns:
         `(tokenizer, train_blocks, eval_blocks, description)`. `eval_blocks` is a dict of int64
         tensors (N, T) with "input_ids" (and "position_ids", "document_ids" with `document_mask`),
-        the first `max_eval_blocks` held-out blocks. `train_blocks` is such a dict too, or with
-        `streaming` a `BlockStream` that reads, packs and shuffles the training split lazily.
+        the first `max_eval_blocks` held-out blocks. `train_blocks` is such a dict too
+        (`TrainingBlocks`), or with `streaming` a `BlockStream` that reads, packs and shuffles the
+        training split lazily; either has the `fingerprint` of the text read (`data_fingerprint`).
+
+    Raises:
+        ValueError: most training tokens are the unknown token (`check_unknown_share`), or the
+            tokenizer cannot be loaded; the data's own errors (`training.data`).
     """
     streaming = data_args.streaming
     max_eval_blocks = data_args.max_eval_blocks or (STREAMING_EVAL_BLOCKS if streaming else None)
@@ -214,8 +352,7 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
             streaming=streaming,
             sample_by=data_args.sample_by,
         )
-        dataset = _limit(dataset, data_args)
-        dataset = _clean(dataset, data_args, train_args, accelerator)
+        held_out = None
         if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
             held_out = load_text_dataset(
                 data_args.eval_dataset,
@@ -224,12 +361,18 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
                 streaming=streaming,
                 sample_by=data_args.sample_by,
             )
+        fingerprint = data_fingerprint(data_args, dataset, held_out)
+        dataset = _limit(dataset, data_args)
+        dataset = _clean(dataset, data_args, train_args, accelerator)
+        if held_out is not None:
             splits = {"train": dataset, "eval": held_out}
         elif data_args.eval_split == "tail":
             splits = tail_split(dataset, data_args.eval_fraction)
         else:
             splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
-        tokenizer = _load_or_train_tokenizer(data_args, train_args, splits["train"], accelerator)
+        tokenizer, trained = _load_or_train_tokenizer(
+            data_args, train_args, splits["train"], accelerator, init_from
+        )
         packed = {
             name: tokenize_and_pack(
                 splits[name],
@@ -247,9 +390,20 @@ def prepare_data(data_args: DataArguments, train_args: TrainArguments, accelerat
                 _block_columns(data_args.document_mask),
                 data_args.shuffle_buffer_size,
                 train_args.seed,
+                fingerprint,
             )
         else:
-            train_blocks = _to_tensors(packed["train"], data_args.document_mask)
+            train_blocks = TrainingBlocks(_to_tensors(packed["train"], data_args.document_mask), fingerprint)
+        measured = eval_blocks if streaming else train_blocks  # a stream is not held: its held-out part
+        check_unknown_share(
+            tokenizer, measured["input_ids"], data_args, tokenizer_source(data_args, init_from)
+        )
+        if trained and accelerator.is_main_process:
+            # once its data is known to be usable (a refused run leaves no tokenizer/ behind), and all
+            # at once: a kill while writing must not leave a truncated tokenizer.json for every later
+            # --resume to trip on. The other processes load it when this block ends.
+            with atomic_folder(_tokenizer_folder(train_args)) as staging:
+                tokenizer.save_pretrained(staging)
     n_docs = None if streaming else len(dataset)
     return tokenizer, train_blocks, eval_blocks, _describe(data_args, n_docs, train_blocks, eval_blocks)
 
