@@ -167,7 +167,9 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     logger.info("TF32 matmuls: %s.", "on" if tf32 else f"off ({accelerator.device.type})")
     objective = objective_for(train_args)
     family = resolve_family(model_args.arch, model_args.family, train_args.objective)  # checked by `train`
-    tokenizer, train_blocks, eval_blocks, description = prepare_data(data_args, train_args, accelerator)
+    tokenizer, train_blocks, eval_blocks, description = prepare_data(
+        data_args, train_args, accelerator, init_from=model_args.init_from
+    )
     model = objective.build_model(family, model_args, data_args, tokenizer)
     objective.bind(tokenizer, eval_blocks, world)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
