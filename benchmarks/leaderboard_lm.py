@@ -34,7 +34,7 @@ Entries. Each is one `python -m training.train` run in its own subprocess, one a
   only improvements), as `training/configs/shakespeare_char_cpu.yaml` (but with nanoGPT's learned
   positions, not the config's rotary ones). Differences, all small:
   hf_lm's LayerNorms keep their bias (`bias=False` removes only the linear biases here: 1.2k
-  parameters); the vocabulary has the 2 special tokens more; nanoGPT estimates its loss on 200
+  parameters); the vocabulary has 3 special tokens more; nanoGPT estimates its loss on 200
   random validation batches, this script scores the whole split.
 
 Budget and schedule. A time budget and a cosine schedule do not mix (the schedule needs the step
@@ -56,7 +56,7 @@ non-overlapping blocks of the run's block size (the tail that does not fill a bl
 each block's characters 2..T scored given the characters before them in the block: nanoGPT's and
 `training.train.evaluate`'s protocol. The validation text is tokenized without special tokens, so no
 EOS/BOS is ever a target and one token is one character: the loss is exactly nats per character,
-perplexity its exponential (bits per character = loss / ln 2). The two special tokens stay in the
+perplexity its exponential (bits per character = loss / ln 2). The three special tokens stay in the
 softmax (they never occur in the text; a trained model gives them almost no mass).
 
 Outputs under `--output_dir` (default `out/leaderboard_lm`): `results.md` (the table), `results.json`
@@ -903,7 +903,7 @@ def results_markdown(report: dict) -> str:
         "validation-curve evaluations included (for the n-gram: the counting time of the best order). "
         "The published nanoGPT row is quoted, not run. Its hf_lm run uses nanoGPT's recipe (windows at random "
         "offsets, the cosine ending at 1e-4, the best evaluation's model kept) and differs slightly: hf_lm's "
-        "LayerNorms keep their bias, the vocabulary has 2 special tokens more, and nanoGPT estimates its loss on "
+        "LayerNorms keep their bias, the vocabulary has 3 special tokens more, and nanoGPT estimates its loss on "
         "200 random validation batches.",
     ]
     for row in rows:

@@ -81,7 +81,7 @@ def test_char_tokenizer_is_one_token_per_character(tmp_path):
     tok = leaderboard.build_char_tokenizer(train, "be not $\n", tmp_path / "tok", block_size=16)
     ids = tok("to be$", add_special_tokens=False)["input_ids"]
     assert len(ids) == 6 and tok.unk_token_id not in ids
-    assert len(tok) == len(set(train)) + 2  # every character plus <|endoftext|> and <|pad|>
+    assert len(tok) == len(set(train)) + 3  # every character plus <|endoftext|>, <|pad|> and <|unk|>
     assert (tmp_path / "tok" / "tokenizer.json").is_file()
 
 

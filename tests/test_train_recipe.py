@@ -534,14 +534,14 @@ def test_configs_parse_and_hold_nanogpts_recipe(name):
 @pytest.mark.skipif(not SHAKESPEARE.is_file(), reason="Tiny Shakespeare is not under ../shared/data")
 def test_cpu_config_runs_on_nanogpts_split(tmp_path, monkeypatch):
     """The CPU configuration, a few steps of it: nanoGPT's split of input.txt (the first
-    int(0.9 n) characters train) and nanoGPT's 65-character vocabulary (plus 2 special tokens)."""
+    int(0.9 n) characters train) and nanoGPT's 65-character vocabulary (plus 3 special tokens)."""
     monkeypatch.chdir(REPO_ROOT)  # the configuration's data path is relative to the repository
     data, model, args = parse_args([str(CONFIGS / "shakespeare_char_cpu.yaml")])
     args.output_dir, args.max_steps, args.eval_batches, args.save_every = str(tmp_path / "run"), 3, 1, 3
     metrics = train(data, model, args)
     assert metrics["step"] == 3 and metrics["best"]["step"] == 3
     tokenizer = json.loads((tmp_path / "run" / "final" / "tokenizer.json").read_text())
-    assert len(tokenizer["model"]["vocab"]) == 65 + 2
+    assert len(tokenizer["model"]["vocab"]) == 65 + 3  # <|endoftext|>, <|pad|> and <|unk|>
     text = SHAKESPEARE.read_text(encoding="utf-8")
     card = (tmp_path / "run" / "final" / "README.md").read_text()
     assert "the last 10.0% of the characters held out" in card
