@@ -110,6 +110,23 @@ def test_init_from_continues_on_the_checkpoints_tokenizer(tmp_path, caplog):
     assert shipped(other)["input_ids"] == base_tokenizer(other)["input_ids"]
 
 
+def test_a_resumed_init_from_run_keeps_the_tokenizer_it_trained(tmp_path, caplog):
+    """A run started with --init_from before this fix trained its own tokenizer/: its checkpoints hold
+    that tokenizer's ids, so resuming it goes on with it, not with the checkpoint's."""
+    base, base_tokenizer = _base_checkpoint(tmp_path / "base")
+    own = train_tokenizer([TEXT.upper()], kind="byte_bpe", vocab_size=290, model_max_length=16)
+    own.save_pretrained(tmp_path / "out" / "tokenizer")
+    data_args, _, train_args = _args(tmp_path, init_from=str(base), block_size=16, resume="auto")
+    with caplog.at_level(logging.WARNING, logger="training.run_data"):
+        tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
+    assert tokenizer.get_vocab() == own.get_vocab() != base_tokenizer.get_vocab()
+    assert "holds the tokenizer this run trained" in caplog.text
+    # a run that does not resume reads with the checkpoint's
+    data_args, _, train_args = _args(tmp_path, init_from=str(base), block_size=16)
+    tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
+    assert tokenizer.get_vocab() == base_tokenizer.get_vocab()
+
+
 def test_init_from_without_a_tokenizer_is_refused_by_name(tmp_path):
     base = tmp_path / "weights_only"
     HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=32)).save_pretrained(base)

@@ -214,16 +214,24 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
         it, once the data it gives has been checked).
     """
     source = tokenizer_source(data_args, init_from)
+    folder = _tokenizer_folder(train_args)
+    resuming = train_args.resume != "false"
+    if source == init_from and resuming and (folder / "tokenizer.json").is_file():
+        # a run started before `init_from` brought its tokenizer trained one: its checkpoints hold
+        # that tokenizer's ids, so it goes on reading with it
+        logger.warning(
+            "%s holds the tokenizer this run trained when it started (before --init_from read with the "
+            "checkpoint's own): its checkpoints were trained on its ids, so the resumed run keeps it.",
+            folder,
+        )
+        source = None
     if source:
         tokenizer = _load_tokenizer(source, init_from)
         logger.info("Tokenizer: %s's (%d tokens).", source, len(tokenizer))
         return tokenizer, False
-    folder = _tokenizer_folder(train_args)
     # the main process trains and saves (inside `main_process_first`); the others load its files.
     # A resumed run reloads the tokenizer it was trained with.
-    reuse = (not accelerator.is_main_process or train_args.resume != "false") and (
-        folder / "tokenizer.json"
-    ).is_file()
+    reuse = (not accelerator.is_main_process or resuming) and (folder / "tokenizer.json").is_file()
     if reuse:
         try:
             return AutoTokenizer.from_pretrained(folder), False
