@@ -11,9 +11,10 @@ def kv_cache_bytes(config, batch_size: int, seq_len: int, dtype: torch.dtype | s
     Every layer stores keys and values for `num_key_value_heads` heads, so the cache is
     `2 * layers * batch * seq_len * num_key_value_heads * head_dim * bytes_per_element`.
     Grouped-query attention divides it by `num_attention_heads / num_key_value_heads`;
-    multi-query attention (one key/value head) by `num_attention_heads`. With a local
-    `attention_pattern` (a config whose `sliding_window` is set) the `DynamicCache` generate()
-    makes keeps at most `sliding_window - 1` tokens, however long the sequence.
+    multi-query attention (one key/value head) by `num_attention_heads`. With a sliding window
+    (a GPT config whose `sliding_window` is set, directly or by a local `attention_pattern`) the
+    `DynamicCache` generate() makes keeps at most `sliding_window - 1` tokens, however long the
+    sequence; the other families' configs have no window.
 
     Example:
         >>> from hf_lm import HfLmGPTConfig, kv_cache_bytes

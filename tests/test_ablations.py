@@ -24,7 +24,8 @@ COMPONENT_FIELDS = {
     "norm": {"norm_type", "norm_position"},
     "positions": {"position_embedding_type"},
     "embeddings": {"tie_word_embeddings", "embedding_size"},
-    "attention": {"num_key_value_heads", "attention_pattern", "attention_window"},
+    # a band's window is also Mistral's `sliding_window`, stored beside it
+    "attention": {"num_key_value_heads", "attention_pattern", "attention_window", "sliding_window"},
     "sharing": {"num_hidden_groups"},
     "experts": {
         "num_local_experts",

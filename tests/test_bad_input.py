@@ -502,7 +502,7 @@ FINITE_FIELDS = {
         "router_aux_loss_coef",
         "router_z_loss_coef",
     ),
-    hf_lm.HfLmBertConfig: (
+    hf_lm.HfLmBertConfig: (  # no mixture-of-experts fields: BERT has none
         "rope_theta",
         "attention_scale",
         "norm_eps",
@@ -510,10 +510,6 @@ FINITE_FIELDS = {
         "attention_dropout",
         "initializer_range",
         "classifier_dropout",
-        "capacity_factor",
-        "router_jitter_noise",
-        "router_aux_loss_coef",
-        "router_z_loss_coef",
     ),
     hf_lm.HfLmT5Config: (
         "rope_theta",

@@ -26,6 +26,7 @@ from hf_lm import (
     HfLmGPTForCausalLM,
     HfLmT5Config,
     HfLmT5ForConditionalGeneration,
+    HfLmT5ForMaskPredict,
 )
 from hf_lm.convert import from_transformers
 from hf_lm.models.hflm_blocks import SparseMoE, load_balancing_loss, router_z_loss
@@ -178,6 +179,18 @@ def test_sparse_step_picks_switchs_layers():
     enc = [isinstance(b.mlp, SparseMoE) for b in model.model.encoder.layers]
     dec = [isinstance(b.mlp, SparseMoE) for b in model.model.decoder.layers]
     assert enc == [False, True, False, True] and dec == [True] * 4
+    # a Mask-Predict decoder (bidirectional) is the decoder stack: it follows decoder_sparse_step too
+    mask_predict = HfLmT5ForMaskPredict(
+        t5_config(
+            num_hidden_layers=4,
+            encoder_sparse_step=1,
+            decoder_sparse_step=2,
+            decoder_attention="bidirectional",
+            mask_token_id=3,
+        )
+    )
+    dec = [isinstance(b.mlp, SparseMoE) for b in mask_predict.model.decoder.layers]
+    assert dec == [False, True, False, True]
 
 
 def test_dense_default_is_unchanged():
@@ -317,7 +330,8 @@ BAD_CONFIGS = [
     ("expert_capacity", dict(expert_capacity=0)),
     ("capacity_factor", dict(capacity_factor=-1.0)),
     ("expert_capacity", dict(expert_capacity=4, capacity_factor=1.0)),
-    ("router_jitter_noise", dict(router_jitter_noise=1.5)),
+    ("router_jitter_noise", dict(router_jitter_noise=-0.1)),
+    ("router_jitter_noise", dict(router_jitter_noise=float("inf"))),
     ("router_aux_loss_coef", dict(router_aux_loss_coef=float("nan"))),
     ("router_z_loss_coef", dict(router_z_loss_coef=-0.1)),
     ("decoder_sparse_step", dict(decoder_sparse_step=0)),

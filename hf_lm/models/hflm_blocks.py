@@ -212,7 +212,7 @@ def build_norm(config) -> nn.Module:
 def is_sparse_layer(config, layer_idx: int, decoder: bool) -> bool:
     """Whether layer `layer_idx` of a stack has a mixture of experts: SwitchTransformers' rule, every
     layer for a step of 1, else the layers with `layer_idx % step == 1` (step 2: 1, 3, 5, ...)."""
-    if not config.num_local_experts:
+    if not getattr(config, "num_local_experts", 0):  # BERT's config has no mixture-of-experts fields
         return False
     step = config.decoder_sparse_step if decoder else config.encoder_sparse_step
     return step == 1 or layer_idx % step == 1
@@ -787,13 +787,18 @@ class AttentionPattern:
 
     Called once per forward, it gives `build_attention_mask` the (1|B, 1, T, S) keys each query may
     see, None for "dense" (then nothing changes). `active=False` keeps a stack dense whatever the
-    config says (an encoder-decoder's decoder).
+    config says (an encoder-decoder's decoder). The pattern is read from the config at each call, as
+    the cache `generate()` makes reads the config's `sliding_window` then: a window set or removed
+    after the model was built (`model.config.sliding_window = None`) changes both alike.
     """
 
     def __init__(self, config, active: bool = True):
-        names = _attention_pattern("attention_pattern", config.attention_pattern) if active else ()
-        self.config = config
-        self.parts = [ATTENTION_PATTERNS[name] for name in names]
+        self.config, self.active = config, active
+
+    @property
+    def parts(self) -> list:
+        names = _attention_pattern("attention_pattern", self.config.attention_pattern) if self.active else ()
+        return [ATTENTION_PATTERNS[name] for name in names]
 
     def __call__(
         self,
@@ -806,7 +811,8 @@ class AttentionPattern:
     ) -> torch.Tensor | None:
         """Args as `build_attention_mask`'s: the (B, S) padding mask of the S keys (or None), the
         T queries at key indices past_len .. past_len + T - 1."""
-        if not self.parts:
+        parts = self.parts
+        if not parts:
             return None
         # distances count real tokens (the positions rule of the stack): each real key's index among
         # the real keys, so a left-padded row gets the pattern it has alone
@@ -818,8 +824,8 @@ class AttentionPattern:
         if real is not None:
             eligible = eligible & real[:, None, :]  # (B, T|1, S)
         eligible = eligible.expand(-1, q_len, -1)
-        allowed = self.parts[0](self.config, q_pos, k_pos, eligible)
-        for part in self.parts[1:]:
+        allowed = parts[0](self.config, q_pos, k_pos, eligible)
+        for part in parts[1:]:
             allowed = allowed | part(self.config, q_pos, k_pos, eligible)  # the union of the parts
         return allowed[:, None]  # (1|B, 1, T, S)
 
@@ -1042,7 +1048,8 @@ class TransformerBlock(GradientCheckpointingLayer):
         else:
             self.cross_attn = None
         self.mlp_norm = build_norm(config)
-        self.mlp = build_mlp(config, layer_idx, decoder=is_causal)
+        # a decoder block (causal, or a Mask-Predict decoder's bidirectional one) follows the decoder's step
+        self.mlp = build_mlp(config, layer_idx, decoder=is_causal or cross_attention)
         self.sparse = isinstance(self.mlp, SparseMoE)  # its branch also returns router logits
         self.dropout = nn.Dropout(config.hidden_dropout)
 
@@ -1357,7 +1364,9 @@ class TransformerStack:
         if use_cache and past_key_values is None:
             # with a local attention pattern the config's `sliding_window` makes sliding layers,
             # which keep only the keys a decoding step can see (as generate()'s cache does)
-            past_key_values = DynamicCache(config=cfg) if cfg.sliding_window else DynamicCache()
+            past_key_values = (
+                DynamicCache(config=cfg) if getattr(cfg, "sliding_window", None) else DynamicCache()
+            )
             if self.cross_attention:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
         if not self.is_causal:

@@ -132,6 +132,12 @@ def _probability(name: str, value) -> None:
     _number(name, value, 0, 1, high_open=True)
 
 
+def _dropout(name: str, value) -> None:
+    """A dropout probability in [0, 1]: 1 drops everything, which torch's dropout and SDPA compute
+    (zeros, no nan): unusual, not invalid, as transformers has it."""
+    _number(name, value, 0, 1)
+
+
 def _bool(name: str, value) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False, got {value!r}.")
@@ -161,6 +167,112 @@ def _token_ids(name: str, value, vocab_size: int) -> None:
             raise ValueError(
                 f"`{name}` must be None or an id in [0, vocab_size={vocab_size}), got {value!r}."
             )
+
+
+# ----------------------------------------------------------------------------------------------
+# What every family's config shares
+# ----------------------------------------------------------------------------------------------
+
+
+class HfLmConfigMixin:
+    """Mixed into every hf_lm config class: a saved config of another model type is refused by name.
+
+    transformers only warns when `HfLmGPTConfig.from_pretrained(folder)` (or a model class's
+    `from_pretrained`) reads a folder of another type, then builds the wrong model from the fields
+    the two share; and a config.json whose `model_type` disagrees with the code its `auto_map` names
+    ends in transformers' advice to pass `trust_remote_code=True`, which would run that code. Both
+    say here what the folder holds and how to load it.
+    """
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        check_saved_model_type(cls, config_dict, kwargs.get("name_or_path"))
+        return super().from_dict(config_dict, **kwargs)
+
+
+def check_saved_model_type(config_class: type, config_dict: dict, name_or_path=None) -> None:
+    """Raise a ValueError when a saved config (`config_dict`, read from config.json) is not one of
+    `config_class`: another `model_type`, or an `auto_map` naming another hf_lm config class."""
+    saved_type = config_dict.get("model_type")
+    auto_config = (config_dict.get("auto_map") or {}).get("AutoConfig")
+    written_by = auto_config.rsplit(".", 1)[-1] if isinstance(auto_config, str) else None
+    where = f"{name_or_path}" if name_or_path else "This config.json"
+    architectures = config_dict.get("architectures") or []
+    named = f" ({', '.join(map(str, architectures))})" if architectures else ""
+    if saved_type and saved_type != config_class.model_type:
+        if str(saved_type).startswith("hflm_"):
+            advice = (
+                "load it with its own classes: AutoConfig.from_pretrained / AutoModel.from_pretrained"
+                + (f", or {architectures[0]}.from_pretrained" if architectures else "")
+            )
+        else:
+            advice = (
+                "load it with transformers' own classes, and convert it with "
+                "hf_lm.convert.from_transformers(model) if it is a supported architecture"
+            )
+        raise ValueError(
+            f"{where} holds a `{saved_type}` model{named}, not a `{config_class.model_type}` one: "
+            f"{config_class.__name__} cannot read it. To use it, {advice}."
+        )
+    if written_by and written_by.startswith("HfLm") and written_by != config_class.__name__:
+        raise ValueError(
+            f"{where} is inconsistent: its model_type is `{saved_type}` ({config_class.__name__}) but its "
+            f"auto_map names {written_by}, another hf_lm config{named}. The file was edited or mixed from "
+            f"two models; restore the model_type of the model that wrote the weights (or save it again from "
+            f"that model). Loading it with trust_remote_code=True would not fix this."
+        )
+
+
+def memory_capacity(device: torch.device) -> int | None:
+    """The bytes a model built on `device` could ever occupy there, or None when unknown: the GPU's
+    memory, or the machine's RAM plus swap (Linux's /proc/meminfo; elsewhere twice the RAM, the
+    swap being unknown). A bound on what can be allocated at all, not on what is free now."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type != "cpu":
+        return None
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)
+    except (OSError, ValueError):
+        swap = ram
+    return ram + swap
+
+
+def check_fits_in_memory(config) -> None:
+    """Refuse, before allocating anything, a model whose weights alone cannot fit in the memory of
+    the device it is built on (a config of 200,000 layers or 100,000 experts would otherwise fill
+    the memory and swap for minutes before the process is killed).
+
+    The weights are counted from the config (`estimated_num_parameters`, a lower bound) at the dtype
+    the model is built in; a build on the meta device (`from_pretrained`, `init_empty_weights`,
+    `with torch.device("meta")`) allocates nothing and is never refused.
+    """
+    estimate = getattr(config, "estimated_num_parameters", None)
+    if not callable(estimate):
+        return
+    device = torch.get_default_device()
+    if device.type == "meta":
+        return
+    capacity = memory_capacity(device)
+    if capacity is None:
+        return
+    dtype = torch.get_default_dtype()
+    params = estimate()
+    needed = params * torch.empty((), dtype=dtype, device="meta").element_size()
+    if needed <= capacity:
+        return
+    fields = ", ".join(f"{k}={v:,}" for k, v in config.size_fields().items())
+    raise ValueError(
+        f"This {getattr(config, 'model_type', 'hf_lm')} config describes at least {params:,} parameters, "
+        f"{needed / 2**30:,.1f} GiB in {str(dtype).removeprefix('torch.')}, more than the {capacity / 2**30:,.1f} GiB "
+        f"this {device.type} device can hold ({fields}). Lower these sizes, or build the model on the meta "
+        "device (`with torch.device('meta'):`) to inspect it without weights."
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,6 +395,7 @@ class HfLmPreTrainedModel(PreTrainedModel):
         validate = getattr(config, "validate_hflm", None)
         if callable(validate):
             validate()
+        check_fits_in_memory(config)
         super().__init__(config, *inputs, **kwargs)
 
     def _init_weights(self, module):

@@ -1,9 +1,18 @@
 """The configuration fields every hf_lm Transformer family shares, validated once at construction.
 
 Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+
+Each family's config holds only the fields its models read: `HfLmTransformerConfig` the shared ones,
+`HfLmMoETransformerConfig` adds the mixture-of-experts fields (GPT, T5, BART), and the families add
+their own (GPT's `sliding_window` and `xpos_scale_base`, T5/BART's decoder and `encoder_sparse_step`,
+BERT's segments). Generic tools read a config's keys to tell what a model is (a key starting with
+"encoder" marks an encoder-decoder to transformers' own test mixins): a decoder-only config carries
+no encoder field, an encoder no decoder field.
 """
 
 from __future__ import annotations
+
+import logging
 
 from transformers import PreTrainedConfig
 
@@ -12,20 +21,49 @@ from .hflm_common import (
     NORM_NAMES,
     NORM_POSITIONS,
     POSITION_ENCODING_NAMES,
+    HfLmConfigMixin,
     _attention_pattern,
     _bool,
     _choice,
+    _dropout,
     _non_negative,
-    _number,
     _positive,
     _positive_int,
-    _probability,
     _token_ids,
     installed_pipelines_dropped,
 )
 
+logger = logging.getLogger(__name__)
 
-class HfLmTransformerConfig(PreTrainedConfig):
+# the feed-forwards with a gate: three matrices instead of two (parameter estimates)
+GATED_FEED_FORWARDS = ("swiglu", "geglu", "geglu_tanh", "reglu")
+
+# Fields that hf_lm configs once carried for every Transformer family and that now live only in the
+# families that read them, with the values that mean "unused". A config.json written before may
+# still hold them: reading it drops them, silently at these values. Another value never had an effect
+# there (it is logged), except the fields whose value would change what the user asked for: those are
+# refused (`_REFUSED_IF_SET`), at construction and when a model is built.
+OTHER_FAMILY_FIELDS = {
+    "num_local_experts": (0,),
+    "num_experts": (0,),
+    "num_experts_per_tok": (None,),
+    "expert_capacity": (None,),
+    "capacity_factor": (None,),
+    "norm_topk_prob": (True,),
+    "noisy_gating": (False,),
+    "router_jitter_noise": (0, 0.0),
+    "router_aux_loss_coef": (None, 0, 0.0),
+    "router_z_loss_coef": (0, 0.0),
+    "output_router_logits": (False,),
+    "encoder_sparse_step": (1,),
+    "decoder_sparse_step": (1,),
+    "xpos_scale_base": (512,),
+    "sliding_window": (None,),
+}
+_REFUSED_IF_SET = ("num_local_experts", "num_experts", "sliding_window")
+
+
+class HfLmTransformerConfig(HfLmConfigMixin, PreTrainedConfig):
     """Shared fields of hf_lm's Transformer families (not registered itself: families subclass it).
 
     Args:
@@ -43,10 +81,11 @@ class HfLmTransformerConfig(PreTrainedConfig):
         max_position_embeddings: longest input the learned positions allow (also the default
             context length for the other schemes).
         rope_theta: RoPE base frequency (also xPos's).
-        xpos_scale_base: xPos's scale base: the decay of a score is zeta^(distance / xpos_scale_base)
-            (Sun et al., 2022, use 512).
         relative_attention_num_buckets, relative_attention_max_distance: T5's bucketed relative
-            position bias (`position_embedding_type="relative_buckets"`).
+            position bias (`position_embedding_type="relative_buckets"`): half of the buckets (of each
+            direction, in a bidirectional stack) hold exact distances, so there must be at least one
+            such bucket, and the log-spaced ones reach `relative_attention_max_distance`, which must lie
+            beyond them.
         attention_scale: factor on the attention scores; `None` = 1/sqrt(head_dim). T5 uses 1.0
             (the scale is folded into its initialization).
         norm_type: "layernorm" or "rmsnorm".
@@ -71,7 +110,8 @@ class HfLmTransformerConfig(PreTrainedConfig):
             self-attention of GPT, BERT and the T5/BART encoder, intersected with causality and
             padding; a T5/BART decoder stays dense. Distances count real tokens (padding aside).
         attention_window: w, the band's reach on each side (a causal query sees w + 1 keys:
-            Mistral's `sliding_window` is w + 1, Longformer's `attention_window` 2w).
+            Mistral's `sliding_window` is w + 1, Longformer's `attention_window` 2w; GPT's config
+            takes Mistral's `sliding_window` too, see `HfLmGPTConfig`).
         attention_dilation: d, the dilated window's gap (d = 1 is the band).
         num_global_tokens: g, how many leading tokens are global.
         attention_block_size: b, the block-local pattern's block length.
@@ -82,6 +122,274 @@ class HfLmTransformerConfig(PreTrainedConfig):
             E -> H projection, V*E + E*H parameters instead of V*H.
         num_hidden_groups: number of distinct blocks; layer i runs block `i * groups // layers`.
             `None` = one block per layer; 1 = ALBERT's cross-layer sharing of a single block.
+
+    The ALBERT options are implemented by the families that set `supports_albert_options` (GPT, BERT);
+    the others refuse values other than the defaults rather than silently ignoring them.
+    """
+
+    # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
+    supports_albert_options = False
+    # whether the family runs a bidirectional stack (an encoder), which xPos's one-sided decay cannot serve
+    has_bidirectional_stack = True
+    # why a non-None `sliding_window` (a field of GPT's config only) is refused by this family
+    sliding_window_refusal = "it has no cached causal self-attention to slide"
+    # the sizes the derived fields are computed from (class attributes, not fields)
+    _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+    vocab_size: int = 50257
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    hidden_act: str = "gelu_tanh"
+    position_embedding_type: str = "learned"
+    max_position_embeddings: int = 1024
+    rope_theta: float = 10000.0
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    attention_scale: float | None = None
+    norm_type: str = "layernorm"
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5
+    attention_bias: bool = True
+    mlp_bias: bool = True
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    initializer_range: float = 0.02
+    tie_word_embeddings: bool = True
+    use_cache: bool = True
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    embedding_size: int | None = None
+    num_hidden_groups: int | None = None
+    attention_pattern: str = "dense"
+    attention_window: int = 128
+    attention_dilation: int = 2
+    num_global_tokens: int = 1
+    attention_block_size: int = 64
+    num_random_keys: int = 3
+    attention_random_seed: int = 0
+
+    def __post_init__(self, **kwargs):
+        kwargs = self._without_other_family_fields(kwargs)
+        # derived fields first, so they are validated like the rest
+        for name in self._base_sizes:
+            _positive_int(name, getattr(self, name))
+        if self.num_key_value_heads is None:
+            self.num_key_value_heads = self.num_attention_heads
+        if self.head_dim is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                    f"({self.num_attention_heads}), or set `head_dim` explicitly."
+                )
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        if self.supports_albert_options:
+            if self.embedding_size is None:
+                self.embedding_size = self.hidden_size
+            if self.num_hidden_groups is None:
+                self.num_hidden_groups = self.num_hidden_layers
+        super().__post_init__(**installed_pipelines_dropped(type(self), kwargs))
+        self.validate_hflm()
+
+    def _without_other_family_fields(self, kwargs: dict) -> dict:
+        """`kwargs` less the fields of other families (`OTHER_FAMILY_FIELDS`) this config does not have."""
+        kwargs, ignored = dict(kwargs), []
+        for name, unused in OTHER_FAMILY_FIELDS.items():
+            if name in self.__dataclass_fields__ or name in self.attribute_map or name not in kwargs:
+                continue
+            value = kwargs.pop(name)
+            self._refuse_other_family_field(name, value)
+            if not any(value is u or (type(value) is type(u) and value == u) for u in unused):
+                ignored.append(f"{name}={value!r}")
+        if ignored:
+            logger.warning(
+                "Ignoring %s: %s has no such field (a config.json written by an older hf_lm carried them).",
+                ", ".join(ignored),
+                self.model_type or type(self).__name__,
+            )
+        return kwargs
+
+    def _refuse_other_family_field(self, name: str, value) -> None:
+        """A ValueError for the other family's fields whose value this family would silently ignore."""
+        if name not in _REFUSED_IF_SET or value in OTHER_FAMILY_FIELDS[name]:
+            return
+        family = self.model_type or type(self).__name__
+        if name == "sliding_window":
+            raise ValueError(
+                f"`sliding_window` is not supported by {family}: {self.sliding_window_refusal}. Leave it None, "
+                f"got {value!r}."
+            )
+        raise ValueError(
+            f"`{name}` is not supported by {family} (only the hflm_gpt, hflm_t5 and hflm_bart families "
+            f"implement mixture-of-experts): leave it 0, got {value!r}."
+        )
+
+    def validate_hflm(self) -> None:
+        """Raise `ValueError` naming the field for every invalid value or contradictory combination.
+
+        Run at construction and again when a model is built from the config (`HfLmPreTrainedModel`),
+        which catches values set after construction.
+        """
+        for name in (
+            *self._base_sizes,
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            _positive_int(name, getattr(self, name))
+        if (
+            self.num_key_value_heads > self.num_attention_heads
+            or self.num_attention_heads % self.num_key_value_heads
+        ):
+            raise ValueError(
+                f"`num_key_value_heads` ({self.num_key_value_heads}) must divide `num_attention_heads` "
+                f"({self.num_attention_heads}): use {self.num_attention_heads} for MHA, 1 for MQA, a divisor for GQA."
+            )
+        # another family's field set on this config after construction (`config.sliding_window = 4`)
+        for name in _REFUSED_IF_SET:
+            if name not in self.__dataclass_fields__ and name not in self.attribute_map:
+                self._refuse_other_family_field(name, self.__dict__.get(name, OTHER_FAMILY_FIELDS[name][0]))
+        _choice("hidden_act", self.hidden_act, FEED_FORWARD_NAMES)
+        _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODING_NAMES)
+        _choice("norm_type", self.norm_type, NORM_NAMES)
+        _choice("norm_position", self.norm_position, NORM_POSITIONS)
+        if self.position_embedding_type in ("rope", "xpos") and self.head_dim % 2:
+            raise ValueError(
+                f"`head_dim` must be even for position_embedding_type='{self.position_embedding_type}', got {self.head_dim}."
+            )
+        if self.position_embedding_type == "xpos" and self.has_bidirectional_stack:
+            raise ValueError(
+                f"`position_embedding_type`='xpos' is for causal stacks (hflm_gpt): its decay grows for keys "
+                f"after the query, so {self.model_type or type(self).__name__}'s encoder cannot use it."
+            )
+        self._validate_albert_options()
+        # absolute positions are added to the token embeddings, at width E
+        width_name = "hidden_size" if self.embedding_size in (None, self.hidden_size) else "embedding_size"
+        if self.position_embedding_type == "sinusoidal" and getattr(self, width_name) % 2:
+            raise ValueError(
+                f"`{width_name}` must be even for position_embedding_type='sinusoidal', got {getattr(self, width_name)}."
+            )
+        self._validate_relative_buckets()
+        if self.attention_scale is not None:  # None: 1/sqrt(head_dim)
+            _positive("attention_scale", self.attention_scale)
+        _positive("rope_theta", self.rope_theta)
+        # any finite positive epsilon is valid: 1.0 is unusual, not wrong (transformers accepts it)
+        _positive("norm_eps", self.norm_eps)
+        _non_negative("initializer_range", self.initializer_range)
+        _dropout("hidden_dropout", self.hidden_dropout)
+        _dropout("attention_dropout", self.attention_dropout)
+        for name in ("attention_bias", "mlp_bias", "tie_word_embeddings", "use_cache"):
+            _bool(name, getattr(self, name))
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            _token_ids(name, getattr(self, name), self.vocab_size)
+        self._validate_attention_pattern()
+
+    def _validate_relative_buckets(self) -> None:
+        """T5's buckets (`relative_position_bucket`): what its formula needs, nothing more.
+
+        Half of a direction's buckets hold the exact distances below `max_exact`; the log-spaced ones
+        divide by log(max_distance / max_exact), so there must be an exact bucket (max_exact >= 1) and
+        `relative_attention_max_distance` must exceed max_exact (else the bucket index is nan or negative).
+        """
+        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
+            _positive_int(name, getattr(self, name))
+        if self.position_embedding_type != "relative_buckets":
+            return
+        # a bidirectional stack spends half of the buckets on each direction
+        per_direction = self.relative_attention_num_buckets // (2 if self.has_bidirectional_stack else 1)
+        max_exact = per_direction // 2
+        if max_exact < 1:
+            least = 4 if self.has_bidirectional_stack else 2
+            raise ValueError(
+                f"`relative_attention_num_buckets` must be at least {least} for {self.model_type or type(self).__name__} "
+                f"(half of each direction's buckets hold exact distances), got {self.relative_attention_num_buckets}."
+            )
+        if self.relative_attention_max_distance <= max_exact:
+            raise ValueError(
+                f"`relative_attention_max_distance` ({self.relative_attention_max_distance}) must exceed the "
+                f"{max_exact} exact distances of relative_attention_num_buckets={self.relative_attention_num_buckets}: "
+                "the log-spaced buckets cover the distances between them."
+            )
+
+    def _validate_attention_pattern(self) -> None:
+        _attention_pattern("attention_pattern", self.attention_pattern)
+        for name in (
+            "attention_window",
+            "attention_dilation",
+            "num_global_tokens",
+            "attention_block_size",
+            "num_random_keys",
+        ):
+            _positive_int(name, getattr(self, name))
+        seed = self.attention_random_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`attention_random_seed` must be a non-negative integer, got {seed!r}.")
+
+    def _validate_albert_options(self) -> None:
+        if not self.supports_albert_options:
+            # T5 and BART do not implement them: accept only the values that change nothing
+            for name, neutral in (
+                ("embedding_size", self.hidden_size),
+                ("num_hidden_groups", self.num_hidden_layers),
+            ):
+                if getattr(self, name) not in (None, neutral):
+                    raise ValueError(
+                        f"`{name}` is not supported by {self.model_type or type(self).__name__} (only the "
+                        f"hflm_gpt and hflm_bert families implement it): leave it None, got {getattr(self, name)!r}."
+                    )
+            return
+        _positive_int("embedding_size", self.embedding_size)
+        _positive_int("num_hidden_groups", self.num_hidden_groups)
+        if self.num_hidden_groups > self.num_hidden_layers:
+            raise ValueError(
+                f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
+                f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
+            )
+
+    # ------------------------------------------------------------------------------------------
+    # The parameter count, estimated from the fields (`HfLmPreTrainedModel` refuses a config whose
+    # model cannot fit in memory before building it)
+    # ------------------------------------------------------------------------------------------
+
+    def estimated_num_parameters(self) -> int:
+        """A lower bound of the parameter count of this config's models (biases, norms and heads
+        aside): the token embeddings and the distinct blocks of every stack."""
+        C, V = self.hidden_size, self.vocab_size
+        E = self.embedding_size or C
+        blocks = self.num_hidden_groups or self.num_hidden_layers
+        return V * E + (E * C if E != C else 0) + blocks * self._block_parameters(sparse=False)
+
+    def _block_parameters(self, sparse: bool, cross_attention: bool = False) -> int:
+        """The weight matrices of one block: self-attention (+ cross-attention) and the feed-forward
+        (`num_local_experts` of them and a router in a sparse layer)."""
+        C, q, kv = (
+            self.hidden_size,
+            self.num_attention_heads * self.head_dim,
+            self.num_key_value_heads * self.head_dim,
+        )
+        attention = 2 * C * q + 2 * C * kv  # q, o and k, v projections
+        ff = (3 if self.hidden_act in GATED_FEED_FORWARDS else 2) * C * self.intermediate_size
+        experts = getattr(self, "num_local_experts", 0) if sparse else 0
+        return attention * (2 if cross_attention else 1) + (ff * experts + C * experts if experts else ff)
+
+    def size_fields(self) -> dict:
+        """The fields the parameter count grows with, for messages."""
+        fields = ("num_hidden_layers", "num_hidden_groups", "hidden_size", "intermediate_size", "vocab_size")
+        return {name: getattr(self, name) for name in fields if getattr(self, name, None) is not None}
+
+
+class HfLmMoETransformerConfig(HfLmTransformerConfig):
+    """The shared Transformer fields plus the mixture-of-experts fields, for the families whose heads
+    implement them (GPT, T5, BART; not registered itself).
+
+    Args:
         num_local_experts: 0 (the default) = dense feed-forwards; E > 0 = a mixture of E experts
             (each a `hidden_act` feed-forward) in the sparse layers (Shazeer et al., 2017; Fedus
             et al., 2021). The MoE fields below (Mixtral's and SwitchTransformers' names) apply then.
@@ -108,55 +416,15 @@ class HfLmTransformerConfig(PreTrainedConfig):
             decoder) stack are sparse, SwitchTransformers' rule: every layer for 1, else layers i with
             `i % step == 1` (2: every other layer, starting with the second).
 
-    The ALBERT options are implemented by the families that set `supports_albert_options` (GPT, BERT);
-    the others refuse values other than the defaults rather than silently ignoring them.
+        decoder_sparse_step: which layers of the decoder stack (GPT's one stack) are sparse,
+            SwitchTransformers' rule: every layer for 1, else layers i with `i % step == 1` (2: every
+            other layer, starting with the second). T5/BART add `encoder_sparse_step`.
     """
 
     # Mixtral's alias of the expert count, and the experts' width (each expert is an
     # `intermediate_size` feed-forward), under the names tools such as TRL read
     attribute_map = {"num_experts": "num_local_experts", "moe_intermediate_size": "intermediate_size"}
-    # whether the family implements `embedding_size` and `num_hidden_groups` (a class attribute, not a field)
-    supports_albert_options = False
-    # whether the family's heads implement the mixture-of-experts fields (their losses and outputs)
-    supports_moe = False
-    # whether the family runs a bidirectional stack (an encoder), which xPos's one-sided decay cannot serve
-    has_bidirectional_stack = True
-    # whether the family's cached self-attention follows `attention_pattern` (GPT's does; T5/BART
-    # apply it to their encoder only, BERT keeps no cache): a class attribute, not a field
-    attention_pattern_in_cache = False
-    # the sizes the derived fields are computed from (class attributes, not fields)
-    _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
-    vocab_size: int = 50257
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
-    intermediate_size: int | None = None
-    hidden_act: str = "gelu_tanh"
-    position_embedding_type: str = "learned"
-    max_position_embeddings: int = 1024
-    rope_theta: float = 10000.0
-    xpos_scale_base: int = 512
-    relative_attention_num_buckets: int = 32
-    relative_attention_max_distance: int = 128
-    attention_scale: float | None = None
-    norm_type: str = "layernorm"
-    norm_position: str = "pre"
-    norm_eps: float = 1e-5
-    attention_bias: bool = True
-    mlp_bias: bool = True
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    initializer_range: float = 0.02
-    tie_word_embeddings: bool = True
-    use_cache: bool = True
-    pad_token_id: int | None = None
-    bos_token_id: int | None = None
-    eos_token_id: int | list[int] | None = None
-    embedding_size: int | None = None
-    num_hidden_groups: int | None = None
     num_local_experts: int = 0
     num_experts_per_tok: int | None = None
     expert_capacity: int | None = None
@@ -167,157 +435,15 @@ class HfLmTransformerConfig(PreTrainedConfig):
     router_aux_loss_coef: float | None = None
     router_z_loss_coef: float = 0.0
     output_router_logits: bool = False
-    encoder_sparse_step: int = 1
     decoder_sparse_step: int = 1
-    attention_pattern: str = "dense"
-    attention_window: int = 128
-    attention_dilation: int = 2
-    num_global_tokens: int = 1
-    attention_block_size: int = 64
-    num_random_keys: int = 3
-    attention_random_seed: int = 0
 
     def __post_init__(self, **kwargs):
-        # derived fields first, so they are validated like the rest
-        for name in self._base_sizes:
-            _positive_int(name, getattr(self, name))
-        if self.num_key_value_heads is None:
-            self.num_key_value_heads = self.num_attention_heads
-        if self.head_dim is None:
-            if self.hidden_size % self.num_attention_heads:
-                raise ValueError(
-                    f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
-                    f"({self.num_attention_heads}), or set `head_dim` explicitly."
-                )
-            self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.intermediate_size is None:
-            self.intermediate_size = 4 * self.hidden_size
         self._resolve_moe_defaults()
-        if self.supports_albert_options:
-            if self.embedding_size is None:
-                self.embedding_size = self.hidden_size
-            if self.num_hidden_groups is None:
-                self.num_hidden_groups = self.num_hidden_layers
-        super().__post_init__(**installed_pipelines_dropped(type(self), kwargs))
-        self.validate_hflm()
+        super().__post_init__(**kwargs)
 
     def validate_hflm(self) -> None:
-        """Raise `ValueError` naming the field for every invalid value or contradictory combination.
-
-        Run at construction and again when a model is built from the config (`HfLmPreTrainedModel`),
-        which catches values set after construction.
-        """
-        for name in (
-            *self._base_sizes,
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "max_position_embeddings",
-        ):
-            _positive_int(name, getattr(self, name))
-        if (
-            self.num_key_value_heads > self.num_attention_heads
-            or self.num_attention_heads % self.num_key_value_heads
-        ):
-            raise ValueError(
-                f"`num_key_value_heads` ({self.num_key_value_heads}) must divide `num_attention_heads` "
-                f"({self.num_attention_heads}): use {self.num_attention_heads} for MHA, 1 for MQA, a divisor for GQA."
-            )
-        _choice("hidden_act", self.hidden_act, FEED_FORWARD_NAMES)
-        _choice("position_embedding_type", self.position_embedding_type, POSITION_ENCODING_NAMES)
-        _choice("norm_type", self.norm_type, NORM_NAMES)
-        _choice("norm_position", self.norm_position, NORM_POSITIONS)
-        if self.position_embedding_type in ("rope", "xpos") and self.head_dim % 2:
-            raise ValueError(
-                f"`head_dim` must be even for position_embedding_type='{self.position_embedding_type}', got {self.head_dim}."
-            )
-        _positive_int("xpos_scale_base", self.xpos_scale_base)
-        if self.position_embedding_type == "xpos" and self.has_bidirectional_stack:
-            raise ValueError(
-                f"`position_embedding_type`='xpos' is for causal stacks (hflm_gpt): its decay grows for keys "
-                f"after the query, so {self.model_type or type(self).__name__}'s encoder cannot use it."
-            )
-        self._validate_albert_options()
+        super().validate_hflm()
         self._validate_moe_options()
-        # absolute positions are added to the token embeddings, at width E
-        width_name = "hidden_size" if self.embedding_size in (None, self.hidden_size) else "embedding_size"
-        if self.position_embedding_type == "sinusoidal" and getattr(self, width_name) % 2:
-            raise ValueError(
-                f"`{width_name}` must be even for position_embedding_type='sinusoidal', got {getattr(self, width_name)}."
-            )
-        for name in ("relative_attention_num_buckets", "relative_attention_max_distance"):
-            _positive_int(name, getattr(self, name))
-        if self.relative_attention_num_buckets < 4:
-            raise ValueError(
-                f"`relative_attention_num_buckets` must be at least 4, got {self.relative_attention_num_buckets}."
-            )
-        if self.attention_scale is not None:  # None: 1/sqrt(head_dim)
-            _positive("attention_scale", self.attention_scale)
-        _positive("rope_theta", self.rope_theta)
-        _number("norm_eps", self.norm_eps, 0, 1, low_open=True, high_open=True)
-        _non_negative("initializer_range", self.initializer_range)
-        _probability("hidden_dropout", self.hidden_dropout)
-        _probability("attention_dropout", self.attention_dropout)
-        for name in ("attention_bias", "mlp_bias", "tie_word_embeddings", "use_cache"):
-            _bool(name, getattr(self, name))
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            _token_ids(name, getattr(self, name), self.vocab_size)
-        self._validate_attention_pattern()
-
-    def _validate_attention_pattern(self) -> None:
-        _attention_pattern("attention_pattern", self.attention_pattern)
-        for name in (
-            "attention_window",
-            "attention_dilation",
-            "num_global_tokens",
-            "attention_block_size",
-            "num_random_keys",
-        ):
-            _positive_int(name, getattr(self, name))
-        seed = self.attention_random_seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"`attention_random_seed` must be a non-negative integer, got {seed!r}.")
-
-    @property
-    def sliding_window(self) -> int | None:
-        """How many of the latest keys a decoding step can attend to, or None when it may need any.
-
-        Derived, not stored: Mistral's name, which transformers' `DynamicCache(config=...)` and
-        `StaticCache(config=...)` (what `generate()` makes) read to build sliding-window layers
-        that keep only those keys. Bounded when every part of a cached `attention_pattern` is
-        local: "band" reaches w keys back, "dilated" w * d, "block" b - 1; "global" and "random"
-        keys may lie anywhere before.
-        """
-        reach = {
-            "band": self.attention_window,
-            "dilated": self.attention_window * self.attention_dilation,
-            "block": self.attention_block_size - 1,
-        }
-        parts = _attention_pattern("attention_pattern", self.attention_pattern)
-        if not self.attention_pattern_in_cache or not parts or not set(parts) <= set(reach):
-            return None
-        return max(reach[part] for part in parts) + 1
-
-    def _validate_albert_options(self) -> None:
-        if not self.supports_albert_options:
-            # T5 and BART do not implement them: accept only the values that change nothing
-            for name, neutral in (
-                ("embedding_size", self.hidden_size),
-                ("num_hidden_groups", self.num_hidden_layers),
-            ):
-                if getattr(self, name) not in (None, neutral):
-                    raise ValueError(
-                        f"`{name}` is not supported by {self.model_type or type(self).__name__} (only the "
-                        f"hflm_gpt and hflm_bert families implement it): leave it None, got {getattr(self, name)!r}."
-                    )
-            return
-        _positive_int("embedding_size", self.embedding_size)
-        _positive_int("num_hidden_groups", self.num_hidden_groups)
-        if self.num_hidden_groups > self.num_hidden_layers:
-            raise ValueError(
-                f"`num_hidden_groups` ({self.num_hidden_groups}) cannot exceed `num_hidden_layers` "
-                f"({self.num_hidden_layers}): it is the number of distinct blocks the layers share."
-            )
 
     def _resolve_moe_defaults(self) -> None:
         """Fill `num_experts_per_tok` and `router_aux_loss_coef` left None (see the class docstring)."""
@@ -327,18 +453,15 @@ class HfLmTransformerConfig(PreTrainedConfig):
         if self.router_aux_loss_coef is None:
             self.router_aux_loss_coef = 0.001 if moe else 0.0
 
+    def _sparse_step_fields(self) -> tuple[str, ...]:
+        return ("decoder_sparse_step",)
+
     def _validate_moe_options(self) -> None:
         """The mixture-of-experts fields (`num_local_experts` > 0), see the class docstring."""
         self._resolve_moe_defaults()  # experts may have been switched on after construction
         if isinstance(self.num_local_experts, bool) or not isinstance(self.num_local_experts, int):
             raise ValueError(f"`num_local_experts` must be an integer >= 0, got {self.num_local_experts!r}.")
         _non_negative("num_local_experts", self.num_local_experts)
-        if self.num_local_experts and not self.supports_moe:
-            raise ValueError(
-                f"`num_local_experts` is not supported by {self.model_type or type(self).__name__} (only the "
-                f"hflm_gpt, hflm_t5 and hflm_bart families implement mixture-of-experts): leave it 0, "
-                f"got {self.num_local_experts!r}."
-            )
         if self.num_experts_per_tok is not None:
             _positive_int("num_experts_per_tok", self.num_experts_per_tok)
         if self.num_local_experts and self.num_experts_per_tok > self.num_local_experts:
@@ -354,10 +477,32 @@ class HfLmTransformerConfig(PreTrainedConfig):
                 raise ValueError(
                     "Set one of `expert_capacity` (tokens per expert) and `capacity_factor` (relative), not both."
                 )
-        for name in ("encoder_sparse_step", "decoder_sparse_step"):
+        for name in self._sparse_step_fields():
             _positive_int(name, getattr(self, name))
         for name in ("norm_topk_prob", "noisy_gating", "output_router_logits"):
             _bool(name, getattr(self, name))
-        _probability("router_jitter_noise", self.router_jitter_noise)
+        # the jitter factor is uniform in [1 - eps, 1 + eps]: any finite eps >= 0 is defined
+        _non_negative("router_jitter_noise", self.router_jitter_noise)
         _non_negative("router_aux_loss_coef", self.router_aux_loss_coef)
         _non_negative("router_z_loss_coef", self.router_z_loss_coef)
+
+    def _num_sparse_layers(self, num_layers: int, step: int) -> int:
+        """How many of `num_layers` layers are sparse under SwitchTransformers' rule (`is_sparse_layer`)."""
+        if not self.num_local_experts:
+            return 0
+        return num_layers if step == 1 else len(range(1, num_layers, step))
+
+    def estimated_num_parameters(self) -> int:
+        if not self.num_local_experts:
+            return super().estimated_num_parameters()
+        blocks = self.num_hidden_groups or self.num_hidden_layers  # the distinct blocks are built
+        sparse = self._num_sparse_layers(blocks, self.decoder_sparse_step)
+        return super().estimated_num_parameters() + sparse * (
+            self._block_parameters(sparse=True) - self._block_parameters(sparse=False)
+        )
+
+    def size_fields(self) -> dict:
+        fields = super().size_fields()
+        if self.num_local_experts:
+            fields["num_local_experts"] = self.num_local_experts
+        return fields

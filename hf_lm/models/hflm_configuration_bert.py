@@ -5,7 +5,7 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
-from .hflm_common import _probability
+from .hflm_common import _dropout
 from .hflm_configuration_base import HfLmTransformerConfig
 
 # Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are
@@ -44,6 +44,10 @@ class HfLmBertConfig(HfLmTransformerConfig):
 
     model_type = "hflm_bert"
     supports_albert_options = True
+    sliding_window_refusal = (
+        "an encoder keeps no cache to slide; for local attention set attention_pattern='band' with "
+        "attention_window=w (each token then sees the tokens at most w away on either side)"
+    )
 
     # BERT-base
     vocab_size: int = 30522
@@ -70,7 +74,7 @@ class HfLmBertConfig(HfLmTransformerConfig):
                 f"`type_vocab_size` must be a non-negative integer (0 = no segment embeddings), got {self.type_vocab_size!r}."
             )
         if self.classifier_dropout is not None:
-            _probability("classifier_dropout", self.classifier_dropout)
+            _dropout("classifier_dropout", self.classifier_dropout)
         if not isinstance(self.sparse_prediction, bool):
             raise ValueError(f"`sparse_prediction` must be True or False, got {self.sparse_prediction!r}.")
 

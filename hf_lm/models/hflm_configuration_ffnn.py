@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_common import _bool, _non_negative, _positive_int, _probability, _token_ids
+from .hflm_common import HfLmConfigMixin, _bool, _non_negative, _positive_int, _probability, _token_ids
 
 
-class HfLmFFNNConfig(PreTrainedConfig):
+class HfLmFFNNConfig(HfLmConfigMixin, PreTrainedConfig):
     """Bengio et al.'s neural probabilistic LM: a fixed window of `context_size` previous tokens.
 
     logits = b + W x + U tanh(d + H x), x = the concatenated embeddings of the window.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_common import _choice, _positive, _positive_int, _token_ids
+from .hflm_common import HfLmConfigMixin, _choice, _positive, _positive_int, _token_ids
 
 # The smoothing methods `HfLmNGramForCausalLM` implements (the formulas are in its modeling file),
 # with the number of discounts each needs per order when given explicitly.
@@ -15,7 +15,7 @@ SMOOTHINGS = {"add_k": 0, "interpolated_kn": 1, "modified_kn": 3}
 MAX_ORDER = 5
 
 
-class HfLmNGramConfig(PreTrainedConfig):
+class HfLmNGramConfig(HfLmConfigMixin, PreTrainedConfig):
     """An n-gram LM: p(w_t | the previous `order - 1` tokens), smoothed; every field validated.
 
     The model has no trainable parameters: it is fitted by counting (see

@@ -11,6 +11,7 @@ from .hflm_common import (
     CACHE_NAMES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
+    HfLmConfigMixin,
     _bool,
     _choice,
     _non_negative,
@@ -21,7 +22,7 @@ from .hflm_common import (
 )
 
 
-class HfLmRNNConfig(PreTrainedConfig):
+class HfLmRNNConfig(HfLmConfigMixin, PreTrainedConfig):
     """A recurrent (Elman / LSTM / GRU) language model. Defaults are the "medium" LSTM of Zaremba et al.
     (2014, "Recurrent Neural Network Regularization"), with tied embeddings; every field is validated
     at construction.

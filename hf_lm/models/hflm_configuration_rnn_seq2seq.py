@@ -11,6 +11,7 @@ from .hflm_common import (
     CACHE_NAMES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
+    HfLmConfigMixin,
     _bool,
     _choice,
     _non_negative,
@@ -24,7 +25,7 @@ from .hflm_common import (
 ATTENTION_TYPES = ("none", "bahdanau", "luong_dot", "luong_general")
 
 
-class HfLmRNNSeq2SeqConfig(PreTrainedConfig):
+class HfLmRNNSeq2SeqConfig(HfLmConfigMixin, PreTrainedConfig):
     """A recurrent encoder-decoder (Sutskever et al., 2014; Cho et al., 2014) with optional attention
     (Bahdanau et al., 2015; Luong et al., 2015). Every field is validated at construction.
 

@@ -11,17 +11,19 @@ from .hflm_common import (
     DECODER_ATTENTION_NAMES,
     _bool,
     _choice,
+    _dropout,
     _positive_int,
-    _probability,
     _token_ids,
 )
-from .hflm_configuration_base import HfLmTransformerConfig
+from .hflm_configuration_base import HfLmMoETransformerConfig
 
 
-class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
+class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
     """Fields shared by the encoder-decoder families (not registered itself).
 
-    Besides the shared Transformer fields (`num_hidden_layers` is the encoder depth):
+    Besides the shared Transformer and mixture-of-experts fields (`num_hidden_layers` is the encoder
+    depth; `attention_pattern` shapes the encoder's self-attention, the decoder's attends to every
+    earlier key, so there is no `sliding_window`):
 
     Args:
         decoder_layers: decoder depth; `None` = the encoder depth. (`num_decoder_layers`, T5's name,
@@ -35,6 +37,7 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
         decoder_attention: the decoder's self-attention, "causal" (autoregressive generation) or
             "bidirectional": a conditional masked LM, the Mask-Predict head (`...ForMaskPredict`).
         mask_token_id: the token that marks the targets a Mask-Predict decoder predicts.
+        encoder_sparse_step: which encoder layers are sparse (`decoder_sparse_step`'s rule).
     """
 
     is_encoder_decoder: bool = True
@@ -46,10 +49,14 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
     classifier_dropout: float | None = None
     decoder_attention: str = "causal"
     mask_token_id: int | None = None
+    encoder_sparse_step: int = 1
 
-    supports_moe = True
+    sliding_window_refusal = (
+        "its decoder attends to every earlier target token (`attention_pattern` shapes its encoder: "
+        "attention_pattern='band' with attention_window=w for a local encoder)"
+    )
     attribute_map = {
-        **HfLmTransformerConfig.attribute_map,
+        **HfLmMoETransformerConfig.attribute_map,
         "num_decoder_layers": "decoder_layers",
         "encoder_layers": "num_hidden_layers",
     }
@@ -67,9 +74,28 @@ class HfLmEncoderDecoderConfig(HfLmTransformerConfig):
             _bool(name, getattr(self, name))
         _token_ids("decoder_start_token_id", self.decoder_start_token_id, self.vocab_size)
         if self.classifier_dropout is not None:  # None: hidden_dropout
-            _probability("classifier_dropout", self.classifier_dropout)
+            _dropout("classifier_dropout", self.classifier_dropout)
         _choice("decoder_attention", self.decoder_attention, DECODER_ATTENTION_NAMES)
         _token_ids("mask_token_id", self.mask_token_id, self.vocab_size)
+
+    def _sparse_step_fields(self) -> tuple[str, ...]:
+        return ("encoder_sparse_step", "decoder_sparse_step")
+
+    def estimated_num_parameters(self) -> int:
+        """The shared embedding, the encoder's blocks and the decoder's (with cross-attention)."""
+        sparse = {
+            "encoder": self._num_sparse_layers(self.num_hidden_layers, self.encoder_sparse_step),
+            "decoder": self._num_sparse_layers(self.decoder_layers, self.decoder_sparse_step),
+        }
+        total = self.vocab_size * self.hidden_size
+        for stack, layers in (("encoder", self.num_hidden_layers), ("decoder", self.decoder_layers)):
+            cross = stack == "decoder"
+            total += (layers - sparse[stack]) * self._block_parameters(sparse=False, cross_attention=cross)
+            total += sparse[stack] * self._block_parameters(sparse=True, cross_attention=cross)
+        return total
+
+    def size_fields(self) -> dict:
+        return {**super().size_fields(), "decoder_layers": self.decoder_layers}
 
     @classmethod
     def from_preset(cls, name: str, **kwargs):
