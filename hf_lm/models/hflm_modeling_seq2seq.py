@@ -391,8 +391,47 @@ class _Seq2SeqWithLMHead(HfLmSeq2SeqPreTrainedModel):
         return self.lm_head(decoder_states)
 
 
-class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead, GenerationMixin):
-    """The encoder-decoder with an LM head on the decoder, generating left to right."""
+class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
+    """The encoder-decoder with an LM head on the decoder, generating left to right.
+
+    The family heads list `GenerationMixin` among their own bases, where transformers (and its test
+    mixins) look for it.
+    """
+
+    def _prepare_decoder_input_ids_for_generation(
+        self, batch_size, model_input_name, model_kwargs, decoder_start_token_id, device=None
+    ):
+        """transformers' rule, prepend the start token (and a 1 to `decoder_attention_mask`) unless a
+        row starts with it, with "starts" read at each row's first real token under the mask.
+
+        transformers reads column 0's id even where the mask marks it as padding: a left-padded
+        prompt whose padding id is the start token (T5's pad is its start) got no start token, and
+        the same prompt with other ids under the mask got one, so the ids the mask hides changed the
+        output (and continuing from a returned cache with the prompt's mask diverged from one call).
+        """
+        mask = model_kwargs.get("decoder_attention_mask")
+        ids = model_kwargs.get("decoder_input_ids")
+        if (
+            not (torch.is_tensor(mask) and torch.is_tensor(ids))
+            or mask.shape != ids.shape
+            or ids.numel() == 0
+        ):
+            return super()._prepare_decoder_input_ids_for_generation(
+                batch_size, model_input_name, model_kwargs, decoder_start_token_id, device
+            )
+        model_kwargs = dict(model_kwargs)
+        ids = model_kwargs.pop("decoder_input_ids")
+        real = mask.to(ids.device).bool()  # (B, T)
+        start = decoder_start_token_id.to(ids.device)
+        start = (
+            start.view(-1, 1) if start.ndim == 1 else start.reshape(1, 1).expand(ids.shape[0], 1)
+        )  # (B, 1)
+        first = real.long().argmax(dim=1, keepdim=True)  # (B, 1) each row's first real token
+        starts = (ids.gather(1, first) == start) & real.any(dim=1, keepdim=True)  # (B, 1)
+        if bool(starts.any()):
+            return ids, model_kwargs
+        model_kwargs["decoder_attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=-1)
+        return torch.cat([start.to(ids.dtype), ids], dim=-1), model_kwargs  # (B, 1 + T)
 
     def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
         """Beam search's cache reordering (the hook `generate()` calls when a model defines it).
@@ -959,7 +998,9 @@ class HfLmT5Model(HfLmT5PreTrainedModel, _Seq2SeqModel):
     """T5-style encoder-decoder without a head."""
 
 
-class HfLmT5ForConditionalGeneration(HfLmT5PreTrainedModel, _Seq2SeqForConditionalGeneration):
+class HfLmT5ForConditionalGeneration(
+    HfLmT5PreTrainedModel, _Seq2SeqForConditionalGeneration, GenerationMixin
+):
     """T5-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
 
     _base_class = HfLmT5Model
@@ -986,7 +1027,9 @@ class HfLmBartModel(HfLmBartPreTrainedModel, _Seq2SeqModel):
     """BART-style encoder-decoder without a head."""
 
 
-class HfLmBartForConditionalGeneration(HfLmBartPreTrainedModel, _Seq2SeqForConditionalGeneration):
+class HfLmBartForConditionalGeneration(
+    HfLmBartPreTrainedModel, _Seq2SeqForConditionalGeneration, GenerationMixin
+):
     """BART-style encoder-decoder with the LM head (`AutoModelForSeq2SeqLM`)."""
 
     _base_class = HfLmBartModel
