@@ -1,6 +1,6 @@
 """Import weights from transformers' reference models into hf_lm models with identical outputs.
 
-This is how users start from real GPT-2, Llama, Mixtral, BERT, ELECTRA, T5, SwitchTransformers or BART checkpoints::
+This is how users start from real GPT-2, Llama, Mistral, Mixtral, BERT, ELECTRA, T5, SwitchTransformers or BART checkpoints::
 
     from transformers import AutoModelForCausalLM
     from hf_lm.convert import from_transformers
@@ -168,14 +168,37 @@ def _llama_state_dict(sd: dict, config, ref_config) -> dict:
     return out
 
 
-def _mixtral_config(ref) -> HfLmGPTConfig:
-    """Mixtral: Llama's decoder with a top-k mixture of SwiGLU experts in every layer."""
-    if getattr(ref, "sliding_window", None) is not None:
+def _sliding_window(ref) -> dict:
+    """Mistral's and Mixtral's `sliding_window` (each query sees that many latest keys, itself
+    included), which hf_lm's GPT config takes under the same name: a band of reach window - 1.
+
+    hf_lm counts the band over real tokens, so a left-padded row sees the window it has alone;
+    transformers counts positions, padding included: on left-padded rows longer than the window the
+    two differ, on unpadded ones they agree."""
+    window = getattr(ref, "sliding_window", None)
+    if window is None or getattr(ref, "use_sliding_window", True) is False:
+        return {}
+    if getattr(ref, "layer_types", None) and set(ref.layer_types) != {"sliding_attention"}:
         raise ValueError(
-            "Mixtral checkpoints with a sliding_window do not convert (hf_lm attends to every key)."
+            f"Checkpoints whose layers mix sliding and full attention (layer_types={sorted(set(ref.layer_types))}) "
+            "do not convert: hf_lm's attention_pattern is the same in every layer."
         )
+    if window < 2:
+        raise ValueError(f"sliding_window={window} does not convert: hf_lm's window holds at least 2 keys.")
+    return {"sliding_window": window}
+
+
+def _mistral_config(ref) -> HfLmGPTConfig:
+    """Mistral: Llama's decoder with a sliding window of `sliding_window` keys."""
+    return _llama_config(ref, **_sliding_window(ref))
+
+
+def _mixtral_config(ref) -> HfLmGPTConfig:
+    """Mixtral: Llama's decoder with a top-k mixture of SwiGLU experts in every layer (and Mistral's
+    sliding window when the checkpoint has one)."""
     return _llama_config(
         ref,
+        **_sliding_window(ref),
         num_local_experts=ref.num_local_experts,
         num_experts_per_tok=ref.num_experts_per_tok,
         norm_topk_prob=True,  # Mixtral renormalizes the k chosen probabilities
@@ -481,7 +504,17 @@ def _bart_state_dict(sd: dict, config, ref_config) -> dict:
             "BART checkpoints with a non-zero final_logits_bias do not convert (hf_lm has no such bias)."
         )
     p = "model." if any(k.startswith("model.") for k in sd) else ""
-    out = {"model.embed_tokens.weight": sd[f"{p}shared.weight"]}
+    # the stacks read their own `embed_tokens`; tied (the default) they are `shared`. Untied
+    # (tie_word_embeddings=False) transformers keeps four matrices: `shared` unused, one per stack and
+    # the head. hf_lm's stacks share one embedding, so theirs must be equal; the head stays its own.
+    embed = sd.get(f"{p}encoder.embed_tokens.weight", sd[f"{p}shared.weight"])
+    decoder_embed = sd.get(f"{p}decoder.embed_tokens.weight", embed)
+    if decoder_embed.shape != embed.shape or not torch.equal(decoder_embed, embed):
+        raise ValueError(
+            "This BART's encoder and decoder token embeddings differ (tie_word_embeddings=False keeps them "
+            "apart): hf_lm's BART shares one embedding between its stacks, so it cannot hold this checkpoint."
+        )
+    out = {"model.embed_tokens.weight": embed}
     for stack, n_layers in (("encoder", config.num_hidden_layers), ("decoder", config.decoder_layers)):
         out[f"model.{stack}.positions.embeddings.weight"] = sd[f"{p}{stack}.embed_positions.weight"][2:]
         for suffix in ("weight", "bias"):
@@ -521,6 +554,7 @@ def _bart_state_dict(sd: dict, config, ref_config) -> dict:
 _CONVERTERS = {
     "gpt2": (_gpt2_config, _gpt2_state_dict),
     "llama": (_llama_config, _llama_state_dict),
+    "mistral": (_mistral_config, _llama_state_dict),
     "mixtral": (_mixtral_config, _mixtral_state_dict),
     "bert": (_bert_config, _bert_state_dict),
     "roberta": (_bert_config, _bert_state_dict),
@@ -534,6 +568,7 @@ _CONVERTERS = {
 _SUPPORTED = {
     "gpt2": ("GPT2LMHeadModel", "GPT2Model", "GPT2ForSequenceClassification"),
     "llama": ("LlamaForCausalLM", "LlamaModel", "LlamaForSequenceClassification"),
+    "mistral": ("MistralForCausalLM", "MistralModel", "MistralForSequenceClassification"),
     "mixtral": ("MixtralForCausalLM", "MixtralModel"),
     "bert": ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
     "roberta": ("RobertaModel", "RobertaForMaskedLM"),
@@ -565,7 +600,8 @@ def from_transformers(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     """Return the hf_lm model equivalent to a transformers reference model.
 
     Supported: `GPT2LMHeadModel`, `GPT2Model`, `GPT2ForSequenceClassification`, `LlamaForCausalLM`,
-    `LlamaModel`, `LlamaForSequenceClassification`, `BertModel`, `BertForMaskedLM`,
+    `LlamaModel`, `LlamaForSequenceClassification`, `MistralForCausalLM`, `MistralModel`,
+    `MistralForSequenceClassification` (its `sliding_window` becomes hf_lm's), `BertModel`, `BertForMaskedLM`,
     `BertForPreTraining`, `BertForSequenceClassification`, `RobertaModel`, `RobertaForMaskedLM`,
     `ElectraModel`, `ElectraForPreTraining` (the discriminator), `ElectraForMaskedLM` (the generator),
     `ElectraForSequenceClassification`, `ElectraForTokenClassification`,

@@ -186,7 +186,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=None,
             presets=(),
-            convert_from=("gpt2", "llama", "mixtral"),
+            convert_from=("gpt2", "llama", "mistral", "mixtral"),
         ),
         Family(
             "bert",
