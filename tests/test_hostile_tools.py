@@ -43,7 +43,6 @@ GIB = 2**30
 def budget(monkeypatch):
     """Every device has 16 GiB: a request refused for memory is refused on any machine."""
     monkeypatch.setattr(seq2seq_pipelines, "device_memory_bytes", lambda device: 16 * GIB, raising=False)
-    monkeypatch.setattr(evaluate_cli, "device_memory_bytes", lambda device: 16 * GIB, raising=False)
 
 
 def hostile_text(n_words: int, seed: int = 0) -> str:
@@ -174,15 +173,20 @@ def test_evaluate_cli_refuses_non_finite_weights_and_scores(byte_bpe, tmp_path, 
         evaluate_cli.main(["--model", str(folder), "--text_file", str(text_file), "--dtype", dtype])
 
 
-def test_evaluate_cli_refuses_windows_beyond_memory(byte_bpe, tmp_path, budget):
-    """Without a position table any `--max_length` is allowed; logits that cannot fit are refused."""
+def test_evaluate_cli_refuses_windows_beyond_memory(byte_bpe, tmp_path, monkeypatch):
+    """Without a position table any `--max_length` is allowed; a batch whose logits cannot fit (here
+    a 1 MiB device: one window of the whole file) is refused before it runs."""
+    monkeypatch.setattr(evaluate_cli, "device_memory_bytes", lambda device: 2**20)
     folder = _save_lm(tmp_path / "lm", byte_bpe, position_embedding_type="rope")
     text_file = tmp_path / "eval.txt"
     text_file.write_text("the queen sat " * 200, encoding="utf-8")
-    flags = ["--model", str(folder), "--text_file", str(text_file), "--max_length", str(10**9)]
-    with pytest.raises(ValueError, match=r"--batch_size 100000 windows of --max_length 1000000000 .*GiB"):
-        evaluate_cli.main(flags + ["--batch_size", "100000"])
-    assert evaluate_cli.main(flags)["n_tokens"] > 0  # the same window, one at a time, fits
+    flags = ["--model", str(folder), "--text_file", str(text_file)]
+    with pytest.raises(
+        ValueError,
+        match=r"A batch of 1 window\(s\) of \d+ tokens needs .*`max_length` \(got 1 and 1000000000\)",
+    ):
+        evaluate_cli.main(flags + ["--max_length", str(10**9)])
+    assert evaluate_cli.main(flags + ["--max_length", "64", "--batch_size", "2"])["n_tokens"] > 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,6 +165,7 @@ def sliding_window_perplexity(
     batch_size: int = 1,
     num_characters: int | None = None,
     num_words: int | None = None,
+    memory_limit: int | None = None,
 ) -> dict:
     """Score a token stream with a causal LM, every scored token exactly once.
 
@@ -185,6 +186,9 @@ def sliding_window_perplexity(
         batch_size: how many equal-length windows go through the model at once.
         num_characters: optional length of the text in characters, for `bits_per_character`.
         num_words: optional length of the text in words, for `bits_per_word`.
+        memory_limit: optional bytes (a device's memory): a batch whose logits and fp32 log-probs,
+            (B, L, V) each, need more is refused before it runs (a `max_length` beyond any context,
+            with a model that has no position table, makes one window of a whole long stream).
 
     Returns:
         A dict with `nll_sum` (total nats), `n_tokens` (tokens scored), `loss` (mean nats per scored
@@ -193,7 +197,8 @@ def sliding_window_perplexity(
         With no scorable token (N < 2) loss and perplexity are NaN.
 
     Raises:
-        ValueError: for a bad shape, `max_length`, `stride` or `batch_size`.
+        ValueError: for a bad shape, `max_length`, `stride` or `batch_size`, or a batch beyond
+            `memory_limit`.
     """
     if torch.is_tensor(input_ids):
         if input_ids.dim() == 2 and input_ids.shape[0] == 1:
@@ -217,9 +222,20 @@ def sliding_window_perplexity(
     n_tokens = n_windows = 0
     nll = torch.zeros((), dtype=torch.float64, device=device)  # no host sync until the end
 
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+
     def score(chunk: list[Window]) -> None:
         nonlocal nll
         length = chunk[0].end - chunk[0].begin
+        if memory_limit is not None and isinstance(vocab, int):
+            itemsize = getattr(model, "dtype", torch.float32).itemsize
+            need = len(chunk) * length * vocab * (itemsize + 4)  # logits, fp32 log-probs
+            if need > memory_limit:
+                raise ValueError(
+                    f"A batch of {len(chunk)} window(s) of {length} tokens needs {need / 2**30:.2f} GiB of logits "
+                    f"({vocab} per token), more than the {memory_limit / 2**30:.2f} GiB available: lower "
+                    f"`batch_size` or `max_length` (got {batch_size} and {max_length})."
+                )
         ids = torch.stack([stream.window(w.begin, w.end) for w in chunk]).to(device)  # (B, L)
         logits = model(input_ids=ids).logits  # (B, L, V)
         # position j predicts token j+1: (B, L-1, V) log-probs of targets (B, L-1)
