@@ -319,7 +319,8 @@ def check_unknown_share(
             + (", lower --tokenizer_min_frequency to 1" if data_args.tokenizer_min_frequency > 1 else "")
             + ", or use --tokenizer_kind byte_bpe, which has no unknown token"
         )
-    message = f"{share:.1%} of the training tokens are the unknown token {tokenizer.unk_token!r}: {fix}."
+    which = "held-out" if data_args.streaming else "training"  # a stream is measured on its held-out part
+    message = f"{share:.1%} of the {which} tokens are the unknown token {tokenizer.unk_token!r}: {fix}."
     if share > UNKNOWN_REFUSE_SHARE:
         raise ValueError(f"Refusing to train on mostly unknown tokens: {message}")
     logger.warning(message)
