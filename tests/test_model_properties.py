@@ -584,3 +584,40 @@ def test_float64_outputs_equal_float32_outputs(case):
         if value.is_floating_point():
             assert got[key].dtype == (torch.float64 if has_weights else value.dtype), key
             torch.testing.assert_close(got[key].float(), value, atol=1e-5, rtol=1e-4, msg=key)
+
+
+@pytest.mark.parametrize("case", cases(GENERATING))
+def test_a_generating_head_lists_generation_mixin_among_its_own_bases(case):
+    """transformers (and its `test_inherits_generation_mixin`) look for `GenerationMixin` in the
+    head's own `__bases__`, not further up its MRO."""
+    assert transformers.GenerationMixin in case.model_class.__bases__
+    assert case.model_class.can_generate()
+
+
+def _is_encoder_field(key: str) -> bool:
+    # transformers' GenerationTesterMixin takes such a key as the mark of an encoder-decoder
+    return key.startswith("encoder") and key != "encoder_no_repeat_ngram_size"
+
+
+def _is_decoder_field(key: str) -> bool:
+    return key.startswith("decoder") or key in ("sliding_window", "num_decoder_layers")
+
+
+CONFIG_CASES: dict = {}
+for _case in FAMILY_CASES:  # one case per config class
+    CONFIG_CASES.setdefault(type(_case.make_config()), _case)
+CONFIG_CASES = list(CONFIG_CASES.values())
+
+
+@pytest.mark.parametrize("case", cases(CONFIG_CASES))
+def test_a_config_holds_only_its_own_kind_of_fields(case):
+    """A decoder-only config has no encoder field, an encoder no decoder field; an encoder-decoder
+    may have both. Generic tools tell the kind of a model from these keys."""
+    config = case.make_config()
+    keys = set(config.to_dict())
+    if config.is_encoder_decoder:
+        return
+    assert not {k for k in keys if _is_encoder_field(k)}, type(config).__name__
+    generates = any(c.generates for c in FAMILY_CASES if c.make_config().__class__ is type(config))
+    if not generates:  # an encoder: no decoder fields either
+        assert not {k for k in keys if _is_decoder_field(k)}, type(config).__name__
