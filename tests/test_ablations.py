@@ -161,13 +161,13 @@ def test_smoke_run_writes_table_json_and_plot(tmp_path):
     saved = json.loads((out / "ablations.json").read_text())
     assert [v["name"] for v in saved["variants"]] == names and saved["seeds"] == [0, 1]
     assert saved["budget"]["max_steps"] == 8 and saved["hardware"]["torch"] == torch.__version__
-    assert saved["data"]["vocab_size"] == 67  # 65 characters and two special tokens, shared by all runs
+    assert saved["data"]["vocab_size"] == 68  # 65 characters and three special tokens, shared by all runs
     for row in saved["variants"]:
         assert [r["status"] for r in row["runs"]] == ["ok", "ok"], row["runs"]
         assert all("--seed" in r["command"] and "training.train" in r["command"] for r in row["runs"])
         assert row["final_loss"]["n"] == 2 and row["final_loss"]["std"] is not None
         assert row["early_loss"]["mean"] is not None and row["step_time_ms"]["mean"] > 0
-        assert row["final_loss"]["mean"] < math.log(67)  # it learned: below the uniform 67-way loss
+        assert row["final_loss"]["mean"] < math.log(68)  # it learned: below the uniform 68-way loss
     by_name = {row["name"]: row for row in saved["variants"]}
     assert by_name["mqa"]["parameters"]["mean"] < by_name["baseline"]["parameters"]["mean"]
     assert (out / "ablations.png").stat().st_size > 10_000
