@@ -21,6 +21,7 @@ import random
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -32,7 +33,7 @@ import torch
 from accelerate.state import AcceleratorState, GradientState
 from conftest import tiny_gpt_config
 from safetensors.torch import load_file
-from test_train import TINY
+from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
 
 import training.checkpoint as ckpt
@@ -607,6 +608,82 @@ def test_signals_at_every_point_stop_cleanly_and_resume_exactly(reference, tmp_p
             "stopped cleanly (exit 130/143) and resumed to bit-identical weights, the user's files kept"
         )
     assert not failures, failures
+
+
+# Runs in one 2-process launch: A to its end; then B, in which only rank 1 receives SIGINT (at its
+# 5th training forward, in update 5), so both ranks must stop after the same step with one checkpoint
+# holding both ranks' random streams; then B resumed to its end.
+SIGNAL_ONE_RANK = """
+import os, signal, sys
+from accelerate import PartialState
+from accelerate.state import AcceleratorState, GradientState
+import training.train as T
+from training.process_group import RunInterrupted, end_process_group
+
+def train(argv):
+    try:
+        T.train(*T.parse_args(argv))
+    finally:
+        AcceleratorState._reset_state(True)  # the process group stays; the next run joins it again
+        GradientState._reset_state()
+
+at = sys.argv.index("--then")
+a, b = sys.argv[1:at], sys.argv[at + 1 :]
+train(a)
+rank = PartialState(cpu=True).process_index
+forward, calls = T.forward_loss, []
+def forward_then_signal(*args, **kwargs):
+    calls.append(None)
+    if len(calls) == 5 and rank == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+    return forward(*args, **kwargs)
+T.forward_loss = forward_then_signal
+try:
+    train(b)
+except RunInterrupted as stop:
+    print(f"rank {rank} stopped: at_boundary={stop.at_boundary} {stop.checkpoint.name} {stop.exit_code}", flush=True)
+T.forward_loss = forward
+train(b + ["--resume", "true"])
+end_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
+    """The processes agree on a stop through the loss reduction every update already does: a signal
+    that reached rank 1 only stops both after the same step, with a checkpoint of both ranks' random
+    streams, and the 2-process run resumes to the uninterrupted run's weights."""
+    script = tmp_path / "signal_one_rank.py"
+    script.write_text(SIGNAL_ONE_RANK)
+    run = {
+        **TINY,
+        **RESUME,
+        "max_steps": 6,
+        "max_documents": 80,
+        "per_device_batch_size": 4,
+        "report_to": "none",
+    }
+    a, b = (as_flags(run | {"output_dir": str(tmp_path / name)}) for name in "ab")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+    ]
+    result = subprocess.run(
+        [*cmd, *a, "--then", *b], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    stopped = sorted(line for line in result.stdout.splitlines() if " stopped: " in line)
+    assert stopped == [f"rank {r} stopped: at_boundary=True checkpoint-00000005 130" for r in (0, 1)], (
+        result.stdout
+    )
+    checkpoint = tmp_path / "b" / "checkpoints" / "checkpoint-00000005"
+    assert verify_checkpoint(checkpoint) == [] and (checkpoint / "rng-1.pt").is_file()
+    assert _same_weights(tmp_path / "a", tmp_path / "b")
 
 
 def test_a_library_run_raises_run_interrupted_and_puts_the_handlers_back(tmp_path):

@@ -77,6 +77,10 @@ What the loop guarantees:
   (`configure_tf32`); both are logged and named in the card, and neither applies on a CPU.
 - **Precision**: bf16 autocast runs on CPU and GPU; fp16 needs a CUDA GPU (on CPU accelerate
   would silently train in fp32, so the run refuses it).
+- **Ctrl-C and SIGTERM stop the run at a step boundary**, every process at the same one (the
+  signals ride on each update's loss reduction), after a checkpoint of that step: a resume continues
+  bit for bit. The CLI exits 130 (SIGINT) or 143 (SIGTERM); `train()` raises `RunInterrupted`. A
+  second signal, or one outside the steps, stops at once (`training.process_group.StopSignals`).
 - **A finished launch exits 0 on every process**: `main` ends the process group after the run
   (`training.process_group`), since a gloo group left alive can abort a process at exit; `train()`
   leaves it to its caller, so one launch can run several runs.
