@@ -900,9 +900,9 @@ def poison_update(update: int, factor: float):
     def install():
         prepare_data, forward = run_module.prepare_data, HfLmGPTForCausalLM.forward
 
-        def poisoned_data(data_args, train_args, accelerator):
+        def poisoned_data(data_args, train_args, accelerator, **kwargs):
             tokenizer, train_blocks, eval_blocks, description = prepare_data(
-                data_args, train_args, accelerator
+                data_args, train_args, accelerator, **kwargs
             )
             n = len(train_blocks["input_ids"])
             order = np.random.default_rng([train_args.seed, 0]).permutation(n)
