@@ -1,5 +1,5 @@
-"""How a process of a run learns its place in a launch, is stopped by a signal, and ends; shared by the
-training loop's entry point (`training.train.main`) and the `Trainer` scripts' (`trainer_common.script_main`).
+"""How a process of a run learns its place in a launch, is stopped by a signal, and ends: for the
+training loop (`training.train`); the `Trainer` scripts (`trainer_common.script_main`) share the end.
 
 - `process_state`: this process's index and count as accelerate's `PartialState` sees them, after
   the launch variables are checked. Never `os.environ["RANK"]`: a `RANK=1` left in a shell, with no
