@@ -467,12 +467,14 @@ def test_tiny_lstm_learns_a_repeating_sequence():
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
     stream = torch.tensor(pattern * 12)
     batch = torch.stack([stream[i : i + 24] for i in range(6)])  # every phase of the pattern
-    for _ in range(60):
+    for _ in range(100):
         loss = model(batch, labels=batch).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    # the floor: 2 of the 6 rows open on a 9 (next token 4 or 7 equally likely): 2 * ln 2 / 138 = 0.01
+    # the floor: 2 of the 6 rows open on a 9 (next token 4 or 7 equally likely): 2 * ln 2 / 138 = 0.01.
+    # The loss crosses 0.1 after 36-65 steps over seeds 0-7 (60 steps failed seed 6) and is 0.013-0.018
+    # after 100
     assert loss.item() < 0.1
     model.eval()
     prompt = torch.tensor([pattern[:3]])

@@ -21,15 +21,17 @@ MLM = {
 
 def test_mlm_run_learns_and_saves_a_fill_mask_model(tmp_path):
     out = tmp_path / "mlm"
-    metrics = _run(out, max_steps=30, **MLM)
-    assert metrics["step"] == 30
+    metrics = _run(out, max_steps=50, **MLM)
+    assert metrics["step"] == 50
     # Tiny masked LMs learn the unigram distribution first and stay on that plateau for hundreds
     # of steps before attention starts to help (transformers' BertForMaskedLM follows the very same
-    # trajectory from the same weights); 30 steps prove the loop trains: below the uniform ln(V)
-    # loss and above chance accuracy (1/V)
+    # trajectory from the same weights); 50 steps prove the loop trains: below the uniform ln(V)
+    # loss and well above chance accuracy (1/V). The plateau is ~0.6 below ln(V): 50 steps end
+    # 0.39-0.53 below it over seeds 0-5 and other CPU kernels (conftest), 30 steps ended 0.32-0.40,
+    # at the bar. Accuracy: 13-26 / V trained (the frequent tokens), 3.6 / V untrained
     vocab = json.loads((out / "final" / "config.json").read_text())["vocab_size"]
     assert metrics["eval_loss"] < math.log(vocab) - 0.3
-    assert metrics["eval_mlm_accuracy"] > 3 / vocab
+    assert metrics["eval_mlm_accuracy"] > 8 / vocab
     assert 1 < metrics["eval_pseudo_perplexity"] < vocab
     assert math.isclose(metrics["eval_perplexity"], math.exp(metrics["eval_loss"]))
     final = out / "final"
