@@ -548,7 +548,7 @@ class Trainer:
                     "batch_in_epoch": pos.update,  # global batches of this epoch already consumed
                     "blocks_in_epoch": pos.update * run.global_batch,
                     "step": pos.step,
-                    **data_order(run.data_args, args, run.global_batch),
+                    **data_order(run.data_args, args, run.global_batch, run.train_blocks),
                     "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
                 },
                 extra={"loss": self.last_loss, "world_size": world, "max_abs_weight": largest}
