@@ -43,8 +43,14 @@ from hf_lm import (
     HfLmBartForConditionalGeneration,
     HfLmBertConfig,
     HfLmBertForMaskedLM,
+    HfLmFFNNConfig,
+    HfLmFFNNForCausalLM,
     HfLmGPTConfig,
     HfLmGPTForCausalLM,
+    HfLmRNNConfig,
+    HfLmRNNForCausalLM,
+    HfLmRNNSeq2SeqConfig,
+    HfLmRNNSeq2SeqForConditionalGeneration,
     HfLmT5Config,
     HfLmT5ForConditionalGeneration,
     kv_cache_bytes,
@@ -450,17 +456,35 @@ def test_a_model_that_cannot_fit_in_memory_is_refused_before_allocating(override
         HfLmGPTForCausalLM(config)
 
 
-def test_a_meta_device_build_and_a_realistic_model_are_never_refused(monkeypatch):
+def test_a_meta_device_build_and_a_model_that_fits_are_never_refused(monkeypatch):
     huge = HfLmGPTConfig(vocab_size=10**9, hidden_size=4096, num_hidden_layers=1, num_attention_heads=32)
     with torch.device("meta"):
         assert HfLmGPTForCausalLM(huge).num_parameters() > 4 * 10**12
-    # the estimate never exceeds the real count: a machine exactly as large as the weights builds them
-    for config in (tiny_gpt_config(num_local_experts=4), HfLmT5Config(**SIZES), HfLmBertConfig(**SIZES)):
-        model_class = {HfLmGPTConfig: HfLmGPTForCausalLM, HfLmT5Config: HfLmT5ForConditionalGeneration}.get(
-            type(config), HfLmBertForMaskedLM
-        )
-        with torch.device("meta"):
-            real = model_class(config).num_parameters()
-        assert config.estimated_num_parameters() <= real
-        monkeypatch.setattr(hflm_common, "memory_capacity", lambda device, real=real: 4 * real)
+    # a device exactly as large as the weights builds them (the estimate is a lower bound for every
+    # family: tests/test_model_properties.py)
+    config = tiny_gpt_config(num_local_experts=4)
+    with torch.device("meta"):
+        real = HfLmGPTForCausalLM(config).num_parameters()
+    monkeypatch.setattr(hflm_common, "memory_capacity", lambda device: 4 * real)
+    HfLmGPTForCausalLM(config)
+    # and one byte short of the estimated fp32 weights is refused
+    short = 4 * config.estimated_num_parameters() - 1
+    monkeypatch.setattr(hflm_common, "memory_capacity", lambda device: short)
+    with pytest.raises(ValueError, match="more than the"):
+        HfLmGPTForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    "config, model_class",
+    [
+        (HfLmRNNConfig(hidden_size=10**6), HfLmRNNForCausalLM),
+        (HfLmRNNSeq2SeqConfig(encoder_layers=10**9), HfLmRNNSeq2SeqForConditionalGeneration),
+        (HfLmFFNNConfig(context_size=10**6, intermediate_size=10**6), HfLmFFNNForCausalLM),
+        (HfLmT5Config(num_hidden_layers=200_000), HfLmT5ForConditionalGeneration),
+        (HfLmBertConfig(num_hidden_layers=200_000), HfLmBertForMaskedLM),
+    ],
+    ids=["rnn", "rnn-seq2seq", "ffnn", "t5", "bert"],
+)
+def test_every_family_refuses_a_model_that_cannot_fit(config, model_class):
+    with pytest.raises(ValueError, match="parameters.*GiB"):
         model_class(config)

@@ -621,3 +621,14 @@ def test_a_config_holds_only_its_own_kind_of_fields(case):
     generates = any(c.generates for c in FAMILY_CASES if c.make_config().__class__ is type(config))
     if not generates:  # an encoder: no decoder fields either
         assert not {k for k in keys if _is_decoder_field(k)}, type(config).__name__
+
+
+@pytest.mark.parametrize("case", cases(FAMILY_CASES + VARIANT_CASES))
+def test_the_parameter_estimate_never_exceeds_the_model(case):
+    """The estimate a model is refused by when it cannot fit in memory (`check_fits_in_memory`) is a
+    lower bound: a model exactly as large as its weights is never refused."""
+    config = case.make_config()
+    if not hasattr(config, "estimated_num_parameters"):
+        assert case.name.startswith("ngram"), "only the count-based n-gram model has no weights to estimate"
+        return
+    assert 0 < config.estimated_num_parameters() <= case.make_model().num_parameters()

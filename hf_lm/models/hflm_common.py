@@ -38,6 +38,8 @@ NORM_NAMES = ("layernorm", "rmsnorm")
 NORM_POSITIONS = ("pre", "post")
 POSITION_ENCODING_NAMES = ("learned", "sinusoidal", "rope", "alibi", "none", "relative_buckets", "xpos")
 RNN_CELL_NAMES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
+# the gate blocks of each cell: its weight matrices are that many H x (input + H) maps (parameter estimates)
+RNN_CELL_GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 # "fused": torch's multi-step kernels (cuDNN on GPU, oneDNN/ATen on CPU) whenever no step needs masking;
 # "loop": the step functions in a Python loop, the readable reference (always used with padding).
 RNN_IMPLEMENTATIONS = ("fused", "loop")

@@ -73,5 +73,15 @@ class HfLmFFNNConfig(HfLmConfigMixin, PreTrainedConfig):
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
 
+    def estimated_num_parameters(self) -> int:
+        """A lower bound of the parameter count (`HfLmPreTrainedModel` refuses what cannot fit in
+        memory): the embedding table and the tanh layer over the window."""
+        m, h = self.hidden_size, self.intermediate_size
+        return self.vocab_size * m + self.context_size * m * h
+
+    def size_fields(self) -> dict:
+        names = ("context_size", "hidden_size", "intermediate_size", "vocab_size")
+        return {name: getattr(self, name) for name in names}
+
 
 __all__ = ["HfLmFFNNConfig"]

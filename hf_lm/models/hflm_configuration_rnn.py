@@ -9,6 +9,7 @@ from transformers import PreTrainedConfig
 
 from .hflm_common import (
     CACHE_NAMES,
+    RNN_CELL_GATES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
     HfLmConfigMixin,
@@ -96,6 +97,18 @@ class HfLmRNNConfig(HfLmConfigMixin, PreTrainedConfig):
             _bool(name, getattr(self, name))
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
+
+    def estimated_num_parameters(self) -> int:
+        """A lower bound of the parameter count (`HfLmPreTrainedModel` refuses what cannot fit in
+        memory): the embedding and each layer's gate matrices."""
+        gates, H = RNN_CELL_GATES.get(self.cell_type, 1), self.hidden_size
+        # the first layer reads the embeddings, the others the layer below (no loop: any depth is O(1))
+        layers = gates * H * (self.embedding_size + H) + (self.num_hidden_layers - 1) * gates * H * 2 * H
+        return self.vocab_size * self.embedding_size + layers
+
+    def size_fields(self) -> dict:
+        names = ("num_hidden_layers", "hidden_size", "embedding_size", "vocab_size")
+        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["HfLmRNNConfig"]

@@ -9,6 +9,7 @@ from transformers import PreTrainedConfig
 
 from .hflm_common import (
     CACHE_NAMES,
+    RNN_CELL_GATES,
     RNN_CELL_NAMES,
     RNN_IMPLEMENTATIONS,
     HfLmConfigMixin,
@@ -142,6 +143,21 @@ class HfLmRNNSeq2SeqConfig(HfLmConfigMixin, PreTrainedConfig):
         _non_negative("initializer_range", self.initializer_range)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             _token_ids(name, getattr(self, name), self.vocab_size)
+
+    def estimated_num_parameters(self) -> int:
+        """A lower bound of the parameter count (`HfLmPreTrainedModel` refuses what cannot fit in
+        memory): the embedding and each stack's gate matrices (attention and input feeding aside)."""
+        gates, H, E = RNN_CELL_GATES.get(self.cell_type, 1), self.hidden_size, self.embedding_size
+        directions = 2 if self.bidirectional_encoder else 1
+        h = H // directions  # each direction's state
+        # the first layer of a stack reads the embeddings, the others the layer below
+        encoder = directions * gates * h * ((E + h) + (self.encoder_layers - 1) * (H + h))
+        decoder = gates * H * ((E + H) + (self.decoder_layers - 1) * 2 * H)
+        return self.vocab_size * E + encoder + decoder
+
+    def size_fields(self) -> dict:
+        names = ("encoder_layers", "decoder_layers", "hidden_size", "embedding_size", "vocab_size")
+        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["ATTENTION_TYPES", "HfLmRNNSeq2SeqConfig"]
