@@ -253,12 +253,15 @@ def seq2seq(kind: str):
     return model_class(config_class(**SIZES, hidden_dropout=0.0)).eval()
 
 
-def decoder_prompts(config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A left-padded decoder prompt without the start token: real ids under its mask (the start
-    token's id among them, where transformers looks), and the same prompt with pad ids there."""
+def decoder_prompts(config, hidden: str = "start") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A left-padded decoder prompt without the start token: real ids under its mask, and the same
+    prompt with pad ids there. Column 0, where transformers looks for the start token, holds under
+    the mask the start token's id (`hidden="start"`) or another real id (`"other"`): the one flips
+    transformers' decision for BART, the other for T5 (whose pad is its start token)."""
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     real = torch.randint(3, V, (2, 5))
-    real[0, 0] = config.decoder_start_token_id
+    if hidden == "start":
+        real[0, 0] = config.decoder_start_token_id
     return real, real.masked_fill(mask == 0, config.pad_token_id), mask
 
 
@@ -278,26 +281,55 @@ def generate_after(model, src, decoder_ids, decoder_mask, new_tokens: int):
 
 
 @pytest.mark.parametrize("kind", sorted(SEQ2SEQ))
-def test_the_ids_under_the_decoder_mask_do_not_change_generation(kind):
+@pytest.mark.parametrize("hidden", ["start", "other"])
+def test_the_ids_under_the_decoder_mask_do_not_change_generation(kind, hidden):
     model = seq2seq(kind)
     src = torch.randint(3, V, (2, 7))
-    real, pad, mask = decoder_prompts(model.config)
+    real, pad, mask = decoder_prompts(model.config, hidden)
     a, b = generate_after(model, src, real, mask, 4), generate_after(model, src, pad, mask, 4)
-    # no row starts with the start token under the mask: both prompts get it, so both have 1 + 5 + 4 ids
-    assert a.sequences.shape == b.sequences.shape == (2, 10)
-    assert torch.equal(a.sequences[:, 6:], b.sequences[:, 6:])
+    assert a.sequences.shape == b.sequences.shape
+    new = a.sequences.shape[1] - 4
+    assert torch.equal(a.sequences[:, new:], b.sequences[:, new:])
     for x, y in zip(a.scores, b.scores):
         assert torch.equal(x, y)
 
 
 @pytest.mark.parametrize("kind", sorted(SEQ2SEQ))
-def test_generation_continued_from_its_cache_equals_one_call(kind):
+@pytest.mark.parametrize("hidden", ["start", "other"])
+def test_a_well_formed_prompt_gets_transformers_start_token_decision(kind, hidden):
+    """With pad ids under the mask, the start token is prepended exactly when transformers' own rule
+    prepends it (T5: its pad is its start token, so a left-padded prompt gets none; BART: one)."""
+    from transformers import GenerationMixin
+
+    model = seq2seq(kind)
+    real, pad, mask = decoder_prompts(model.config, hidden)
+    start = torch.tensor(model.config.decoder_start_token_id)
+    theirs, _ = GenerationMixin._prepare_decoder_input_ids_for_generation(
+        model, 2, "input_ids", {"decoder_input_ids": pad, "decoder_attention_mask": mask}, start
+    )
+    for ids in (pad, real):
+        ours, kwargs = model._prepare_decoder_input_ids_for_generation(
+            2, "input_ids", {"decoder_input_ids": ids, "decoder_attention_mask": mask}, start
+        )
+        assert ours.shape == theirs.shape and kwargs["decoder_attention_mask"].shape == theirs.shape
+        assert torch.equal(ours[:, -5:], ids)  # the caller's ids are kept
+    assert theirs.shape[1] == {"t5": 5, "bart": 6}[kind]
+
+
+@pytest.mark.parametrize("kind", sorted(SEQ2SEQ))
+@pytest.mark.parametrize("hidden", ["start", "other"])
+@pytest.mark.parametrize("under_the_mask", ["real", "pad"])
+def test_generation_continued_from_its_cache_equals_one_call(kind, hidden, under_the_mask):
+    """transformers' continuation check: generate 3 tokens, then 1 more from the returned cache with
+    the prompt's mask padded on the right by 1s (after the start token, where one was prepended)."""
     model = seq2seq(kind)
     src = torch.randint(3, V, (2, 7))
-    real, _, mask = decoder_prompts(model.config)
-    one, part = generate_after(model, src, real, mask, 4), generate_after(model, src, real, mask, 3)
+    real, pad, mask = decoder_prompts(model.config, hidden)
+    prompt = real if under_the_mask == "real" else pad
+    one, part = generate_after(model, src, prompt, mask, 4), generate_after(model, src, prompt, mask, 3)
+    prepended = part.sequences.shape[1] - 3 - mask.shape[1]
+    used = torch.cat([torch.ones_like(mask[:, :prepended]), mask], 1)
     with torch.no_grad():
-        used = torch.cat([torch.ones_like(mask[:, :1]), mask], 1)  # the start token generate prepended
         more = model.generate(
             src,
             decoder_input_ids=part.sequences,

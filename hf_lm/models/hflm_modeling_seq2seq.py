@@ -401,37 +401,29 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
     def _prepare_decoder_input_ids_for_generation(
         self, batch_size, model_input_name, model_kwargs, decoder_start_token_id, device=None
     ):
-        """transformers' rule, prepend the start token (and a 1 to `decoder_attention_mask`) unless a
-        row starts with it, with "starts" read at each row's first real token under the mask.
+        """transformers' rule (prepend the start token, and a 1 to `decoder_attention_mask`, unless
+        a row starts with it), judged as if the ids under the mask were the pad token.
 
-        transformers reads column 0's id even where the mask marks it as padding: a left-padded
-        prompt whose padding id is the start token (T5's pad is its start) got no start token, and
-        the same prompt with other ids under the mask got one, so the ids the mask hides changed the
-        output (and continuing from a returned cache with the prompt's mask diverged from one call).
+        transformers reads column 0's id even where `decoder_attention_mask` marks it as padding, so
+        the ids the mask hides decided whether a start token was prepended: a left-padded T5 prompt
+        (T5's pad is its start token) got none with pad ids there and one with other ids, and a
+        continuation from the returned cache then diverged from one call. Judging the pad-filled ids
+        gives transformers' result on well-formed prompts and makes the hidden ids irrelevant; the
+        caller's ids are kept in the output.
         """
         mask = model_kwargs.get("decoder_attention_mask")
         ids = model_kwargs.get("decoder_input_ids")
-        if (
-            not (torch.is_tensor(mask) and torch.is_tensor(ids))
-            or mask.shape != ids.shape
-            or ids.numel() == 0
-        ):
+        pad = self.config.pad_token_id
+        if not (torch.is_tensor(mask) and torch.is_tensor(ids)) or mask.shape != ids.shape or pad is None:
             return super()._prepare_decoder_input_ids_for_generation(
                 batch_size, model_input_name, model_kwargs, decoder_start_token_id, device
             )
-        model_kwargs = dict(model_kwargs)
-        ids = model_kwargs.pop("decoder_input_ids")
-        real = mask.to(ids.device).bool()  # (B, T)
-        start = decoder_start_token_id.to(ids.device)
-        start = (
-            start.view(-1, 1) if start.ndim == 1 else start.reshape(1, 1).expand(ids.shape[0], 1)
-        )  # (B, 1)
-        first = real.long().argmax(dim=1, keepdim=True)  # (B, 1) each row's first real token
-        starts = (ids.gather(1, first) == start) & real.any(dim=1, keepdim=True)  # (B, 1)
-        if bool(starts.any()):
-            return ids, model_kwargs
-        model_kwargs["decoder_attention_mask"] = torch.cat([torch.ones_like(mask[:, :1]), mask], dim=-1)
-        return torch.cat([start.to(ids.dtype), ids], dim=-1), model_kwargs  # (B, 1 + T)
+        judged = {**model_kwargs, "decoder_input_ids": ids.masked_fill(mask.to(ids.device) == 0, pad)}
+        decided, model_kwargs = super()._prepare_decoder_input_ids_for_generation(
+            batch_size, model_input_name, judged, decoder_start_token_id, device
+        )
+        prepended = decided.shape[1] - ids.shape[1]  # 0 or 1: the start token
+        return torch.cat([decided[:, :prepended], ids], dim=-1), model_kwargs  # (B, prepended + T)
 
     def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
         """Beam search's cache reordering (the hook `generate()` calls when a model defines it).
