@@ -257,8 +257,10 @@ def test_training_run_then_fine_tuning_the_discriminator(tmp_path):
     for key in ("eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy"):
         assert math.isfinite(metrics[key]), key
     assert math.isclose(metrics["eval_loss"], metrics["eval_mlm_loss"] + 50 * metrics["eval_disc_loss"])
-    # a discriminator that answers "original" everywhere scores 1 - replaced fraction: it learned that much
-    assert metrics["eval_disc_accuracy"] >= 1 - metrics["eval_replaced_fraction"] - 1e-9
+    # a discriminator that answers "original" everywhere scores 1 - replaced fraction: it learned that
+    # much. After 12 steps it scores exactly that (seeds 0-5, other CPU kernels: conftest), an untrained
+    # one 0.09-0.21 below; a few flagged tokens (2% of the 512) on another CPU's numbers are no failure
+    assert metrics["eval_disc_accuracy"] >= 1 - metrics["eval_replaced_fraction"] - 0.02
     assert 0 < metrics["eval_replaced_fraction"] < 0.3  # ~15% selected (512 tokens: a noisy share)
     final = out / "final"
     config = json.loads((final / "config.json").read_text())

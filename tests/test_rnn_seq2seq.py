@@ -678,4 +678,7 @@ def train_toy(task, attention, cell_type, seed=0, steps=400):
     [("copy", "luong_general", "gru"), ("reverse", "bahdanau", "lstm")],
 )
 def test_learns_toy_copy_and_reverse_tasks(task, attention, cell_type):
-    assert train_toy(task, attention, cell_type) == 1.0
+    """Exact sequences on 200 held-out sources: 99.5-100% over seeds 0-7 and other CPU kernels
+    (conftest), about 0% untrained. The bar leaves room for a few near-ties that another CPU's
+    numbers may decide the other way (all 200 failed seeds 3 and 7 of the copy task)."""
+    assert train_toy(task, attention, cell_type) >= 0.97
