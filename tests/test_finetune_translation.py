@@ -394,7 +394,10 @@ def test_copy_task_reaches_high_bleu(tmp_path):
     """Source == target on a synthetic corpus: the whole path (files, joint tokenizer, EOS,
     collator, decoder start, generation, decoding, BLEU) must be right for a high score.
 
-    A 2+2-layer, 64-wide Transformer from scratch, ~30 s on one core.
+    A 2+2-layer, 64-wide Transformer from scratch, ~15 s on one core. Learning to copy is a phase
+    transition (a plateau, then a drop to ~0 within ~100 steps): it comes after 275-425 of the 900
+    steps over seeds 0-3 and other CPU kernels (conftest); test BLEU 95-100. No evaluation during
+    training: the final validation and test runs generate.
     """
     data = tmp_path / "data"
     data.mkdir()
@@ -408,10 +411,10 @@ def test_copy_task_reaches_high_bleu(tmp_path):
             "--from_scratch", "--family", "transformer", "--vocab_size", "400",
             "--hidden_size", "64", "--num_hidden_layers", "2", "--num_attention_heads", "4",
             "--intermediate_size", "128", "--hidden_dropout", "0", "--output_dir", str(output_dir),
-            "--num_train_epochs", "10", "--per_device_train_batch_size", "16", "--learning_rate", "2e-3",
+            "--num_train_epochs", "12", "--per_device_train_batch_size", "16", "--learning_rate", "2e-3",
             "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", "20",
-            "--generation_max_length", "24", "--generation_num_beams", "3",
-            "--logging_steps", "50", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0",
+            "--generation_max_length", "24", "--generation_num_beams", "3", "--logging_steps", "50",
+            "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0",
         ]
     )  # fmt: skip
     metrics = finetune(*args)
