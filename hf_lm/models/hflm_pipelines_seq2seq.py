@@ -160,7 +160,7 @@ _GENERATE_DEFAULTS = {"num_beams": 1, "num_return_sequences": 1, "max_length": 2
 def position_limit(config) -> int | None:
     """The longest sequence a model (an encoder-decoder's decoder) takes: `max_position_embeddings`
     for a table of learned positions (BART, BERT, GPT-2; transformers' "absolute"), None when its
-    positions extend to any length (relative, rotary, sinusoidal, recurrent)."""
+    positions extend to any length (relative buckets, RoPE, sinusoidal, recurrent)."""
     config = config.get_text_config(decoder=True)
     kind = getattr(config, "position_embedding_type", None)
     if kind in UNBOUNDED_POSITIONS or (kind is None and getattr(config, "rope_parameters", None)):
