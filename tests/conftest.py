@@ -16,6 +16,7 @@ edge: tests/test_mask_predict.py's copy task is the example.
 """
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -51,6 +52,10 @@ sys.path[0] = os.getcwd()  # as `python -m` puts it, not the script's folder
 runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 """
 )
+
+
+# two CPU processes of one torchrun launch on this machine (the script and its arguments follow)
+TORCHRUN_2 = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
 def tiny_gpt_config(**overrides) -> HfLmGPTConfig:

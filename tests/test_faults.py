@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
-from conftest import tiny_gpt_config
+from conftest import TORCHRUN_2, tiny_gpt_config
 from safetensors.torch import load_file
 from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
@@ -664,15 +664,7 @@ def test_a_signal_to_one_process_stops_every_process_at_the_same_step(tmp_path):
         "report_to": "none",
     }
     a, b = (as_flags(run | {"output_dir": str(tmp_path / name)}) for name in "ab")
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(script),
-    ]
+    cmd = [*TORCHRUN_2, str(script)]
     result = subprocess.run(
         [*cmd, *a, "--then", *b], cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300
     )

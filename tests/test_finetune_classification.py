@@ -7,11 +7,10 @@ import logging
 import os
 import random
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import REPO_ROOT, REPORT_THE_GROUP_AT_EXIT, SHARED_DATA
+from conftest import REPO_ROOT, REPORT_THE_GROUP_AT_EXIT, SHARED_DATA, TORCHRUN_2
 from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
 from training import finetune_classification
@@ -353,7 +352,7 @@ def test_budget_stops_every_process_at_one_step_with_one_rate(tmp_path):
     follow the largest elapsed time of the processes: the same step, rates and weights everywhere."""
     script = tmp_path / "two_clocks.py"
     script.write_text(TWO_CLOCKS)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd = list(TORCHRUN_2)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     tests = os.path.join(REPO_ROOT, "tests")
     result = subprocess.run(

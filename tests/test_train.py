@@ -15,6 +15,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
+from conftest import TORCHRUN_2
 from safetensors.torch import load_file
 
 from hf_lm import HfLmGPTForCausalLM
@@ -354,15 +355,7 @@ def test_two_process_ddp_matches_one_process(tmp_path):
         _argv(tmp_path / f"ddp_{mode}", max_steps=8, per_device_batch_size=b, report_to=["none"], **flags)
         for mode, flags in data.items()
     ]
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(script),
-    ]
+    cmd = [*TORCHRUN_2, str(script)]
     cmd += [*argvs[0], "--then", *argvs[1]]
     result = subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -590,7 +583,7 @@ def test_two_process_resume_with_dropout_is_exact(tmp_path):
     script.write_text(RUN_A_THEN_INTERRUPTED_B)
 
     def torchrun(*args: str):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+        cmd = [*TORCHRUN_2, *args]
         return subprocess.run(cmd, cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=300)
 
     def argv(out, **flags):

@@ -7,14 +7,13 @@ import math
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from accelerate.state import AcceleratorState, GradientState
-from conftest import AS_MAIN_REPORTING_THE_GROUP
+from conftest import AS_MAIN_REPORTING_THE_GROUP, TORCHRUN_2
 from datasets import Dataset
 from safetensors.torch import load_file
 from test_train import TINY as TRAIN_TINY
@@ -197,7 +196,7 @@ def test_two_process_random_windows_match_one_process(tmp_path):
     abort a finished run."""
     script = tmp_path / "as_main.py"
     script.write_text(AS_MAIN_REPORTING_THE_GROUP)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd = list(TORCHRUN_2)
     run = dict(max_steps=6, eval_every=6, save_every=6, sampling="random_windows")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     ddp_argv = _argv(tmp_path / "ddp", per_device_batch_size=4, report_to=["tensorboard"], **run)
