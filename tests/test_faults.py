@@ -641,7 +641,8 @@ T.forward_loss = forward_then_signal
 try:
     train(b)
 except RunInterrupted as stop:
-    print(f"rank {rank} stopped: at_boundary={stop.at_boundary} {stop.checkpoint.name} {stop.exit_code}", flush=True)
+    # one write of the whole line: the two processes share the pipe, and print() may write in parts
+    os.write(1, f"rank {rank} stopped: at_boundary={stop.at_boundary} {stop.checkpoint.name} {stop.exit_code}\\n".encode())
 T.forward_loss = forward
 train(b + ["--resume", "true"])
 end_process_group()

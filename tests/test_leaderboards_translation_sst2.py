@@ -86,8 +86,8 @@ def test_translation_device_and_gpu_preset(tmp_path, monkeypatch):
     from training.finetune_translation import parse_args
 
     args = translation.build_parser().parse_args(
-        ["--device", "cpu", "--preset", "gpu", "--mixed_precision", "bf16"]
-    )
+        ["--device", "cpu", "--preset", "gpu", "--mixed_precision", "bf16", "--data_dir", str(tmp_path)]
+    )  # any existing folder: the run's arguments are parsed, no data read
     settings = translation.resolve(args, translation.PRESETS[args.preset])
     argv = translation.entry_argv("transformer", settings, args, tmp_path / "tok", tmp_path / "run")
     _, _, training_args = parse_args(argv)
