@@ -323,7 +323,8 @@ def test_scheduled_sampling_feeds_the_models_own_samples(cell_type):
         expected = model(forced).logits
         teacher = model(x).logits
     torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(out.logits[:, 0], teacher[:, 0], rtol=0, atol=0)  # the first input is kept
+    # the first input is kept (another kernel computes it: rounding apart, as another CPU may round)
+    torch.testing.assert_close(out.logits[:, 0], teacher[:, 0], rtol=1e-6, atol=1e-5)
     # ... and still trains: finite loss, gradients everywhere
     assert torch.isfinite(out.loss)
     out.loss.backward()
