@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from transformers.pipelines import PIPELINE_REGISTRY, FillMaskPipeline
 
+from .models.hflm_common import check_unicode_text
 from .models.hflm_pipelines import (
     QA_TASK,
     QA_TASK_ALIAS,
@@ -35,14 +36,8 @@ class HfLmFillMaskPipeline(FillMaskPipeline):
         return super()._sanitize_parameters(top_k=top_k, targets=targets, tokenizer_kwargs=tokenizer_kwargs)
 
     def preprocess(self, inputs, *args, **kwargs):
-        for text in [inputs] if isinstance(inputs, str) else []:
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise ValueError(
-                    f"The input holds {text[err.start]!r} at character {err.start}, a lone surrogate that is "
-                    "not valid Unicode text; remove it or decode the source with errors='replace'."
-                ) from err
+        if isinstance(inputs, str):
+            check_unicode_text(inputs, "The input")
         return super().preprocess(inputs, *args, **kwargs)
 
     def postprocess(self, model_outputs, top_k=5, target_ids=None):

@@ -225,24 +225,33 @@ def check_saved_model_type(config_class: type, config_dict: dict, name_or_path=N
         )
 
 
+def device_memory_bytes(device: torch.device | str | int) -> int | None:
+    """The memory of `device`: a GPU's total memory, the host's physical memory for the CPU, None
+    where it is not known."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (AttributeError, ValueError, OSError):  # not a POSIX system
+            return None
+    return None
+
+
 def memory_capacity(device: torch.device) -> int | None:
     """The bytes a model built on `device` could ever occupy there, or None when unknown: the GPU's
     memory, or the machine's RAM plus swap (Linux's /proc/meminfo; elsewhere twice the RAM, the
     swap being unknown). A bound on what can be allocated at all, not on what is free now."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    if device.type != "cpu":
-        return None
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # no sysconf (Windows)
-        return None
+    memory = device_memory_bytes(device)
+    if memory is None or device.type != "cpu":
+        return memory
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             swap = next((int(line.split()[1]) * 1024 for line in f if line.startswith("SwapTotal:")), 0)
     except (OSError, ValueError):
-        swap = ram
-    return ram + swap
+        swap = memory
+    return memory + swap
 
 
 def check_fits_in_memory(config) -> None:
@@ -564,6 +573,18 @@ def trainer_shifts_labels(model_class: type) -> type:
 # together: each host read of a GPU tensor (`bool(t)`, `.item()`, `.tolist()`) waits for the
 # device to finish all the work queued before it.
 # ----------------------------------------------------------------------------------------------
+
+
+def check_unicode_text(text: str, where: str) -> None:
+    """A ValueError naming `where` and the position of a lone surrogate (e.g. "\\ud800", from a bad
+    decode): text that is not valid Unicode, which a tokenizer cannot encode (the pipelines' inputs)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{where} holds {text[err.start]!r} at character {err.start}, a lone surrogate that is not valid "
+            "Unicode text; remove it or decode the source with errors='replace'."
+        ) from err
 
 
 def is_integer_dtype(dtype: torch.dtype) -> bool:

@@ -29,6 +29,8 @@ from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import ChunkPipeline
 
+from .hflm_common import check_unicode_text
+
 logger = logging.getLogger(__name__)
 
 QA_TASK = "hflm-question-answering"
@@ -67,13 +69,7 @@ def _example(item: Any) -> dict[str, str]:
             raise ValueError(
                 f"`{key}` is empty: there is nothing to {'answer' if key == 'question' else 'search'}."
             )
-        try:  # a lone surrogate ("\ud800", from a bad decode) is not text a tokenizer can encode
-            item[key].encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise ValueError(
-                f"`{key}` holds {item[key][err.start]!r} at character {err.start}, a lone surrogate that is not "
-                "valid Unicode text; remove it or decode the source with errors='replace'."
-            ) from err
+        check_unicode_text(item[key], f"`{key}`")
     return {"question": item["question"], "context": item["context"]}
 
 

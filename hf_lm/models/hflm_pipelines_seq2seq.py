@@ -32,7 +32,6 @@ the tasks (idempotent).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import string
 from collections.abc import Mapping
@@ -43,6 +42,8 @@ from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import Pipeline
 from transformers.utils import ModelOutput
+
+from .hflm_common import check_unicode_text, device_memory_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -95,19 +96,7 @@ def _check_text(text: Any, where: str = "The input") -> None:
         raise TypeError(f"{where} must be a string, got {type(text).__name__}.")
     if not text.strip():
         raise ValueError(f"{where} is empty: there is nothing to generate from.")
-    _check_encodable(text, where)
-
-
-def _check_encodable(text: str, where: str) -> None:
-    """A ValueError naming `where` and the position of a lone surrogate (e.g. "\\ud800", from a
-    bad decode): text that is not valid Unicode, which a tokenizer cannot encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"{where} holds {text[err.start]!r} at character {err.start}, a lone surrogate that is not valid "
-            "Unicode text (a bad decode upstream?); remove it or decode the source with errors='replace'."
-        ) from err
+    check_unicode_text(text, where)
 
 
 def _check_language(name: str, value: Any) -> None:
@@ -167,20 +156,6 @@ def position_limit(config) -> int | None:
         return None
     limit = getattr(config, "max_position_embeddings", None)
     return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
-
-
-def device_memory_bytes(device: torch.device | str | int) -> int | None:
-    """The memory of `device`: a GPU's total memory, the host's physical memory for the CPU, None
-    where it is not known."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    if device.type == "cpu":
-        try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (AttributeError, ValueError, OSError):  # not a POSIX system
-            return None
-    return None
 
 
 def _first_int(*values: Any) -> int | None:
