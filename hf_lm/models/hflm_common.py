@@ -184,12 +184,23 @@ class HfLmConfigMixin:
     the two share; and a config.json whose `model_type` disagrees with the code its `auto_map` names
     ends in transformers' advice to pass `trust_remote_code=True`, which would run that code. Both
     say here what the folder holds and how to load it.
+
+    It also names the fields a config's parameter count grows with (`size_field_names`, a class
+    attribute), for `check_fits_in_memory`'s message.
     """
+
+    size_field_names = ()
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         check_saved_model_type(cls, config_dict, kwargs.get("name_or_path"))
         return super().from_dict(config_dict, **kwargs)
+
+    def size_fields(self) -> dict:
+        """The fields the parameter count grows with and their values (those set), for messages."""
+        return {
+            name: value for name in self.size_field_names if (value := getattr(self, name, None)) is not None
+        }
 
 
 def check_saved_model_type(config_class: type, config_dict: dict, name_or_path=None) -> None:

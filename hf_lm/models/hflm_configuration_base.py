@@ -135,6 +135,14 @@ class HfLmTransformerConfig(HfLmConfigMixin, PreTrainedConfig):
     sliding_window_refusal = "it has no cached causal self-attention to slide"
     # the sizes the derived fields are computed from (class attributes, not fields)
     _base_sizes = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+    # the fields the parameter count grows with (`size_fields`)
+    size_field_names = (
+        "num_hidden_layers",
+        "num_hidden_groups",
+        "hidden_size",
+        "intermediate_size",
+        "vocab_size",
+    )
 
     vocab_size: int = 50257
     hidden_size: int = 768
@@ -379,11 +387,6 @@ class HfLmTransformerConfig(HfLmConfigMixin, PreTrainedConfig):
         experts = getattr(self, "num_local_experts", 0) if sparse else 0
         return attention * (2 if cross_attention else 1) + (ff * experts + C * experts if experts else ff)
 
-    def size_fields(self) -> dict:
-        """The fields the parameter count grows with, for messages."""
-        fields = ("num_hidden_layers", "num_hidden_groups", "hidden_size", "intermediate_size", "vocab_size")
-        return {name: getattr(self, name) for name in fields if getattr(self, name, None) is not None}
-
 
 class HfLmMoETransformerConfig(HfLmTransformerConfig):
     """The shared Transformer fields plus the mixture-of-experts fields, for the families whose heads
@@ -412,10 +415,6 @@ class HfLmMoETransformerConfig(HfLmTransformerConfig):
             `router_aux_loss_coef` as the marks of a mixture of experts.
         router_z_loss_coef: weight of the router z-loss (Zoph et al., 2022), mean logsumexp(logits)^2.
         output_router_logits: return the router logits of every sparse layer (`router_logits`).
-        encoder_sparse_step, decoder_sparse_step: which layers of the encoder / decoder (GPT: the
-            decoder) stack are sparse, SwitchTransformers' rule: every layer for 1, else layers i with
-            `i % step == 1` (2: every other layer, starting with the second).
-
         decoder_sparse_step: which layers of the decoder stack (GPT's one stack) are sparse,
             SwitchTransformers' rule: every layer for 1, else layers i with `i % step == 1` (2: every
             other layer, starting with the second). T5/BART add `encoder_sparse_step`.

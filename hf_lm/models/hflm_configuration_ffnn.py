@@ -39,6 +39,13 @@ class HfLmFFNNConfig(HfLmConfigMixin, PreTrainedConfig):
     """
 
     model_type = "hflm_ffnn"
+    # what the parameter count grows with (`size_fields`)
+    size_field_names = (
+        "context_size",
+        "hidden_size",
+        "intermediate_size",
+        "vocab_size",
+    )
 
     vocab_size: int = 10000
     context_size: int = 4
@@ -78,10 +85,6 @@ class HfLmFFNNConfig(HfLmConfigMixin, PreTrainedConfig):
         memory): the embedding table and the tanh layer over the window."""
         m, h = self.hidden_size, self.intermediate_size
         return self.vocab_size * m + self.context_size * m * h
-
-    def size_fields(self) -> dict:
-        names = ("context_size", "hidden_size", "intermediate_size", "vocab_size")
-        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["HfLmFFNNConfig"]

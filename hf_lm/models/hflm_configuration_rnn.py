@@ -60,6 +60,13 @@ class HfLmRNNConfig(HfLmConfigMixin, PreTrainedConfig):
     """
 
     model_type = "hflm_rnn"
+    # what the parameter count grows with (`size_fields`)
+    size_field_names = (
+        "num_hidden_layers",
+        "hidden_size",
+        "embedding_size",
+        "vocab_size",
+    )
     keys_to_ignore_at_inference = list(CACHE_NAMES)
 
     vocab_size: int = 10000
@@ -105,10 +112,6 @@ class HfLmRNNConfig(HfLmConfigMixin, PreTrainedConfig):
         # the first layer reads the embeddings, the others the layer below (no loop: any depth is O(1))
         layers = gates * H * (self.embedding_size + H) + (self.num_hidden_layers - 1) * gates * H * 2 * H
         return self.vocab_size * self.embedding_size + layers
-
-    def size_fields(self) -> dict:
-        names = ("num_hidden_layers", "hidden_size", "embedding_size", "vocab_size")
-        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["HfLmRNNConfig"]

@@ -88,6 +88,14 @@ class HfLmRNNSeq2SeqConfig(HfLmConfigMixin, PreTrainedConfig):
     """
 
     model_type = "hflm_rnn_seq2seq"
+    # what the parameter count grows with (`size_fields`)
+    size_field_names = (
+        "encoder_layers",
+        "decoder_layers",
+        "hidden_size",
+        "embedding_size",
+        "vocab_size",
+    )
     keys_to_ignore_at_inference = list(CACHE_NAMES)
     # tools that read the generic names (model cards, cache sizing) see the encoder depth
     attribute_map = {"num_hidden_layers": "encoder_layers"}
@@ -154,10 +162,6 @@ class HfLmRNNSeq2SeqConfig(HfLmConfigMixin, PreTrainedConfig):
         encoder = directions * gates * h * ((E + h) + (self.encoder_layers - 1) * (H + h))
         decoder = gates * H * ((E + H) + (self.decoder_layers - 1) * 2 * H)
         return self.vocab_size * E + encoder + decoder
-
-    def size_fields(self) -> dict:
-        names = ("encoder_layers", "decoder_layers", "hidden_size", "embedding_size", "vocab_size")
-        return {name: getattr(self, name) for name in names}
 
 
 __all__ = ["ATTENTION_TYPES", "HfLmRNNSeq2SeqConfig"]

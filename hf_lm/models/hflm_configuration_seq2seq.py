@@ -51,6 +51,7 @@ class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
     mask_token_id: int | None = None
     encoder_sparse_step: int = 1
 
+    size_field_names = (*HfLmMoETransformerConfig.size_field_names, "decoder_layers")
     sliding_window_refusal = (
         "its decoder attends to every earlier target token (`attention_pattern` shapes its encoder: "
         "attention_pattern='band' with attention_window=w for a local encoder)"
@@ -93,9 +94,6 @@ class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
             total += (layers - sparse[stack]) * self._block_parameters(sparse=False, cross_attention=cross)
             total += sparse[stack] * self._block_parameters(sparse=True, cross_attention=cross)
         return total
-
-    def size_fields(self) -> dict:
-        return {**super().size_fields(), "decoder_layers": self.decoder_layers}
 
     @classmethod
     def from_preset(cls, name: str, **kwargs):
