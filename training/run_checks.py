@@ -96,12 +96,7 @@ def _check_tokenizer(data_args, model_args, train_args) -> None:
     """
     loaded_from = data_args.tokenizer_name_or_path or model_args.init_from
     if loaded_from:
-        defaults = {f.name: f.default for f in fields(data_args)}
-        unread = [
-            f"--{name} {getattr(data_args, name)}"
-            for name in TOKENIZER_TRAINING_FLAGS
-            if getattr(data_args, name) != defaults[name]
-        ]
+        unread = _flags_set(data_args, TOKENIZER_TRAINING_FLAGS)
         if unread:
             whose = (
                 "the `init_from` checkpoint's own tokenizer (its weights were trained on its ids)"
@@ -134,14 +129,17 @@ def _check_tokenizer(data_args, model_args, train_args) -> None:
         )
 
 
+def _flags_set(args, names) -> list[str]:
+    """`--name value` for each of the fields `names` of the dataclass `args` set away from its default."""
+    defaults = {f.name: f.default for f in fields(args)}
+    return [f"--{name} {getattr(args, name)}" for name in names if getattr(args, name) != defaults[name]]
+
+
 def _warn_unread_flags(model_args, family: str) -> None:
     """Log the model flags set away from their defaults that `family` does not read."""
-    defaults = {f.name: f.default for f in fields(model_args)}
-    unread = [
-        f"--{name} {getattr(model_args, name)}"
-        for name, families in FAMILY_FLAGS.items()
-        if family not in families and getattr(model_args, name) != defaults[name]
-    ]
+    unread = _flags_set(
+        model_args, [name for name, families in FAMILY_FLAGS.items() if family not in families]
+    )
     if unread and not model_args.init_from:
         logger.warning("Ignored: %s (not read by family %r).", ", ".join(unread), family)
 
