@@ -116,7 +116,7 @@ def claim_output_dir(output_dir: str | os.PathLike, resuming: bool, overwrite: b
     found = previous_run_outputs(output_dir)
     if not found:
         return
-    listed = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found)
+    listed = _listing(found)
     if (
         not overwrite
         and not list_checkpoints(Path(output_dir) / "checkpoints")
@@ -200,7 +200,7 @@ def nothing_to_resume(output_dir: str | os.PathLike, resume: str, overwrite: boo
                 "checkpoint, else starts afresh) or without --resume."
             )
         return True
-    listed = ", ".join(p.name + ("/" if p.is_dir() else "") for p in found)
+    listed = _listing(found)
     others = [p for p in found if not _left_before_first_checkpoint(p)]
     if others and overwrite:
         return True  # `claim_output_dir` deletes them, and says so
@@ -230,6 +230,11 @@ def _left_before_first_checkpoint(path: Path) -> bool:
         complete = {p for _, p in list_checkpoints(path)}
         return all(entry in complete for entry in path.iterdir())
     return True
+
+
+def _listing(paths: list[Path]) -> str:
+    """`paths` by name for a message, folders with a trailing slash."""
+    return ", ".join(p.name + ("/" if p.is_dir() else "") for p in paths)
 
 
 def _delete(paths: list[Path]) -> None:
