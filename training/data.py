@@ -191,27 +191,48 @@ def _value_problem(value, column: str) -> str:
     return f"`{column}` is a {kind} ({json.dumps(value, default=str)[:40]}), not a string"
 
 
-def _utf8_problem(path: str) -> str | None:
-    """Where `path` stops being UTF-8: "line L (byte B): ...", or None if all of it decodes."""
+class NotUtf8Error(ValueError):
+    """Where a file stops being UTF-8: "line L (byte B): not UTF-8 (...)" (the path is the caller's to add)."""
+
+
+def utf8_blocks(path: str, block_bytes: int = 1 << 20, decompress: bool = True) -> Iterator[str]:
+    """The text of the file `path`, decoded as UTF-8 a block of `block_bytes` bytes at a time (never
+    the whole file): decompressed first by its extension (`.gz`, ...) unless not `decompress`.
+
+    Raises:
+        NotUtf8Error: naming the line and byte where the bytes stop being UTF-8.
+    """
     decoder = codecs.getincrementaldecoder("utf-8")()
     read = newlines = 0  # bytes and line breaks read before `chunk`
-    with _open(path, "rb") as f:
+    with _open(path, "rb") if decompress else open(path, "rb") as f:
         while True:
-            chunk = f.read(1 << 20)
+            chunk = f.read(block_bytes)
             pending = decoder.getstate()[0]  # an incomplete character held back (never a line break)
             try:
-                decoder.decode(chunk, final=not chunk)
+                text = decoder.decode(chunk, final=not chunk)
             except UnicodeDecodeError as err:  # err.object is `pending + chunk`
                 line = newlines + err.object[: err.start].count(b"\n") + 1
                 bad = " ".join(f"0x{b:02x}" for b in err.object[err.start : err.end])
-                return (
+                raise NotUtf8Error(
                     f"line {line} (byte {read - len(pending) + err.start}): not UTF-8 ({err.reason}: {bad}); "
                     "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
-                )
+                ) from err
+            if text:
+                yield text
             if not chunk:
-                return None
+                return
             read += len(chunk)
             newlines += chunk.count(b"\n")
+
+
+def _utf8_problem(path: str) -> str | None:
+    """Where `path` stops being UTF-8: "line L (byte B): ...", or None if all of it decodes."""
+    try:
+        for _ in utf8_blocks(path):
+            pass
+    except NotUtf8Error as err:
+        return str(err)
+    return None
 
 
 def _record_problem(record, text_column: str) -> str | None:

@@ -11,7 +11,6 @@ infinite weights, or whose scores overflow, is refused rather than given a NaN p
 
 from __future__ import annotations
 
-import codecs
 import itertools
 import json
 import logging
@@ -27,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
+from .data import NotUtf8Error, utf8_blocks
 from .run_checks import learned_position_limit
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,6 @@ TAIL_CHARS = 1 << 10
 _CUT = re.compile(r"(?<=\S)\s")
 # the whitespace characters tried as cuts, nearest first, before a chunk grows (see `_cut_tokens`)
 _CUT_TRIES = 4
-NEWLINE = b"\n"
 
 
 def read_text_blocks(path: str, block_bytes: int | None = None) -> Iterator[str]:
@@ -115,28 +114,10 @@ def read_text_blocks(path: str, block_bytes: int | None = None) -> Iterator[str]
     Raises:
         ValueError: naming the line and byte where the file is not UTF-8.
     """
-    block_bytes = block_bytes or READ_BYTES
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    offset = line = 0  # bytes and newlines before the current read
-    with open(path, "rb") as f:
-        while True:
-            data = f.read(block_bytes)
-            try:
-                text = decoder.decode(data, final=not data)
-            except UnicodeDecodeError as err:
-                # err.object is the decoder's held bytes (an unfinished character) and this read
-                held = len(err.object) - len(data)
-                where = f"line {line + err.object[: err.start].count(NEWLINE) + 1} (byte {offset - held + err.start})"
-                raise ValueError(
-                    f"{path}, {where}: "
-                    f"not UTF-8 ({err.reason}); convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`)."
-                ) from err
-            if text:
-                yield text
-            if not data:
-                return
-            offset += len(data)
-            line += data.count(NEWLINE)
+    try:
+        yield from utf8_blocks(path, block_bytes or READ_BYTES, decompress=False)
+    except NotUtf8Error as err:
+        raise ValueError(f"{path}, {err}") from err
 
 
 def text_counts(path: str) -> tuple[int, int]:
