@@ -198,8 +198,19 @@ def unknown_token_id(tokenizer: PreTrainedTokenizerBase) -> int | None:
     """The id the tokenizer gives unseen text, when no other special token has it; None otherwise
     (no unk, or an unk that is also, say, the end-of-text token: its count would count those too)."""
     unk = tokenizer.unk_token_id
-    others = {getattr(tokenizer, f"{role}_id") for role in SPECIAL_TOKEN_ROLES if role != "unk_token"}
-    return None if unk is None or unk in others else unk
+    return None if unk is None or _roles_sharing_unk(tokenizer) else unk
+
+
+def _roles_sharing_unk(tokenizer: PreTrainedTokenizerBase) -> list[str]:
+    """The special-token roles other than unk whose id is the unknown token's."""
+    unk = tokenizer.unk_token_id
+    if unk is None:
+        return []
+    return [
+        role
+        for role in SPECIAL_TOKEN_ROLES
+        if role != "unk_token" and getattr(tokenizer, f"{role}_id", None) == unk
+    ]
 
 
 def unk_shared_role(tokenizer: PreTrainedTokenizerBase) -> str | None:
@@ -210,15 +221,8 @@ def unk_shared_role(tokenizer: PreTrainedTokenizerBase) -> str | None:
     ("eos_token") so a run can say so. None for an unk of its own, no unk, a byte-level BPE (which
     never emits unk) or a tokenizer without a `tokenizers` backend.
     """
-    unk = tokenizer.unk_token_id
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if unk is None or backend is None:
-        return None
-    shared = [
-        role
-        for role in SPECIAL_TOKEN_ROLES
-        if role != "unk_token" and getattr(tokenizer, f"{role}_id", None) == unk
-    ]
+    shared = _roles_sharing_unk(tokenizer) if backend is not None else []
     if not shared:
         return None
     saved = json.loads(backend.to_str())
