@@ -333,6 +333,7 @@ HEADS = [
     HfLmBertForMultipleChoice,
 ]
 SHIPPED_BERT_FILES = {
+    "hflm_attention.py",
     "hflm_blocks.py",
     "hflm_common.py",
     "hflm_configuration_base.py",

@@ -28,6 +28,7 @@ from hf_lm.pipelines import QA_TASK, QA_TASK_ALIAS, HfLmQuestionAnsweringPipelin
 from training.tokenizer import train_tokenizer
 
 SHIPPED_BERT_FILES = {
+    "hflm_attention.py",
     "hflm_blocks.py",
     "hflm_common.py",
     "hflm_configuration_base.py",

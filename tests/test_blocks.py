@@ -1,17 +1,19 @@
 """Unit tests of the shared building blocks against independent references."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_gpt_config
 from transformers.activations import ACT2FN
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
+from hf_lm.models.hflm_attention import Attention, eager_attention_forward
 from hf_lm.models.hflm_blocks import (
     FEED_FORWARDS,
-    Attention,
     GatedMLP,
     LayerNorm,
     RMSNorm,
@@ -20,8 +22,6 @@ from hf_lm.models.hflm_blocks import (
     alibi_slopes,
     build_attention_mask,
     build_feed_forward,
-    eager_attention,
-    sdpa_attention,
 )
 
 
@@ -87,7 +87,7 @@ def test_rope_matches_llama_and_is_relative():
     pos = torch.arange(10)[None]
     cos, sin = rope.rotary(pos, torch.float32)
     q, k = torch.randn(1, 4, 10, 8), torch.randn(1, 4, 10, 8)
-    from hf_lm.models.hflm_blocks import apply_rotary
+    from hf_lm.models.hflm_attention import apply_rotary
 
     ref_q, ref_k = apply_rotary_pos_emb(q, k, cos, sin)
     torch.testing.assert_close(apply_rotary(q, cos, sin), ref_q)
@@ -145,8 +145,11 @@ def test_sdpa_and_eager_agree_with_masks(nkv):
         build_attention_mask(am, 6, 6, q.device, q.dtype, bias=torch.randn(1, 4, 6, 6)),
         build_attention_mask(am, 6, 6, q.device, q.dtype, causal=False),
     ]:
-        a, _ = sdpa_attention(q, k, v, mask, is_causal, 0.0, 8**-0.5, False)
-        b, probs = eager_attention(q, k, v, mask, is_causal, 0.0, 8**-0.5, True)
+        # transformers' SDPA function, as the models look it up, against hf_lm's reference
+        module = SimpleNamespace(num_key_value_groups=4 // nkv, is_causal=True, training=False)
+        sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
+        a, _ = sdpa(module, q, k, v, mask, scaling=8**-0.5, is_causal=is_causal)
+        b, probs = eager_attention_forward(module, q, k, v, mask, scaling=8**-0.5, is_causal=is_causal)
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(probs.sum(-1), torch.ones(2, 4, 6))
 

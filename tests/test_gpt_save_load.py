@@ -14,6 +14,7 @@ from transformers.utils import logging as hf_logging
 from hf_lm import HfLmGPTForCausalLM
 
 SHIPPED_GPT_FILES = {
+    "hflm_attention.py",
     "hflm_blocks.py",
     "hflm_common.py",
     "hflm_configuration_base.py",

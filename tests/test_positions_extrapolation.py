@@ -22,7 +22,8 @@ from hf_lm import (
     HfLmGPTForCausalLM,
     HfLmT5Config,
 )
-from hf_lm.models.hflm_blocks import ALiBiPositions, XPosPositions, alibi_slopes, apply_rotary
+from hf_lm.models.hflm_attention import apply_rotary
+from hf_lm.models.hflm_blocks import ALiBiPositions, XPosPositions, alibi_slopes
 
 V = 97
 

@@ -31,6 +31,7 @@ SHIPPED = {
     "chat_template.jinja",  # the GPT-family tokenizer's chat template (training.tokenizer.CHAT_TEMPLATE)
     "config.json",
     "generation_config.json",
+    "hflm_attention.py",
     "hflm_blocks.py",
     "hflm_common.py",
     "hflm_configuration_base.py",

@@ -291,6 +291,7 @@ def test_bad_inputs_and_configs():
 
 
 SHIPPED = {
+    "hflm_attention.py",
     "hflm_blocks.py",
     "hflm_common.py",
     "hflm_configuration_base.py",

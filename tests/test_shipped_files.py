@@ -18,7 +18,7 @@ import pytest
 from hf_lm.testing import FAMILY_CASES
 
 COMMON = {"hflm_common.py"}
-TRANSFORMER = COMMON | {"hflm_blocks.py", "hflm_configuration_base.py"}
+TRANSFORMER = COMMON | {"hflm_attention.py", "hflm_blocks.py", "hflm_configuration_base.py"}
 SHIPPED = {
     "gpt": TRANSFORMER | {"hflm_configuration_gpt.py", "hflm_modeling_gpt.py"},
     "bert": TRANSFORMER | {"hflm_configuration_bert.py", "hflm_modeling_bert.py"},

@@ -26,6 +26,15 @@ from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions
 
+from .hflm_attention import (
+    Attention,
+    CrossAttention,
+    additive_mask,
+    block_mask_from_dense,
+    flash_window,
+    is_paged_cache,
+    mask_kind,
+)
 from .hflm_common import (
     ATTENTION_PATTERN_NAMES,
     FEED_FORWARD_NAMES,
@@ -150,7 +159,10 @@ class VocabProjection(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if x.device.type == "cpu" and 2 <= rows <= self.SMALL_ROWS:
+        # eager only: under torch.compile/torch.export the row count is symbolic, and branching on
+        # it would guard the traced graph to (or away from) 2-4 rows
+        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if not traced and x.device.type == "cpu" and 2 <= rows <= self.SMALL_ROWS:
             return self.few_rows_linear(x, rows)
         pad = -self.out_features % self.ALIGN
         if pad and x.device.type == "cuda" and rows >= self.ALIGN_MIN_ROWS and self._plain_weight():
@@ -319,7 +331,7 @@ def build_mlp(config, layer_idx: int, decoder: bool) -> nn.Module:
 def _router_token_weights(router_logits, attention_mask) -> torch.Tensor:
     """(L*B*T,) 1 for the real tokens of every layer's router logits, 0 for padding (Mixtral's masking)."""
     rows = router_logits[0].shape[0]
-    if attention_mask is None or attention_mask.numel() < rows:
+    if attention_mask is None or attention_mask.dim() != 2 or attention_mask.numel() < rows:
         return router_logits[0].new_ones(rows * len(router_logits))
     # the last columns are the tokens of this call (with a cache the mask also covers the past)
     mask = attention_mask[:, -(rows // attention_mask.shape[0]) :].reshape(-1)
@@ -617,16 +629,6 @@ POSITION_ENCODINGS = {
 assert tuple(POSITION_ENCODINGS) == POSITION_ENCODING_NAMES
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    # x: (B, n, T, hs); cos/sin: (B|1, T, hs) -> broadcast over heads
-    return x * cos[:, None] + rotate_half(x) * sin[:, None]
-
-
 # ----------------------------------------------------------------------------------------------
 # Masks. Built once per forward and shared by all layers.
 # ----------------------------------------------------------------------------------------------
@@ -831,195 +833,6 @@ class AttentionPattern:
 
 
 # ----------------------------------------------------------------------------------------------
-# Attention
-# ----------------------------------------------------------------------------------------------
-
-
-def sdpa_attention(q, k, v, mask, is_causal, dropout, scale, need_weights):
-    """torch's fused scaled-dot-product attention. q: (B, nh, T, hs); k, v: (B, nkv, S, hs).
-
-    `enable_gqa` lets the kernel share each key/value head among its query heads without
-    materializing nh/nkv copies of the cache (about 4x faster per decoding step on CPU).
-    """
-    out = F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=mask,
-        dropout_p=dropout,
-        is_causal=is_causal,
-        scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1],
-    )
-    return out, None
-
-
-def eager_attention(q, k, v, mask, is_causal, dropout, scale, need_weights):
-    """Attention written out, returning the probabilities (for `output_attentions` and heatmaps)."""
-    if k.shape[1] != q.shape[1]:
-        # share each key/value head among nh/nkv query heads: (B, nkv, S, hs) -> (B, nh, S, hs)
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, nh, T, S), softmax in fp32
-    if is_causal:
-        T, S = scores.shape[-2:]
-        mask = torch.ones(T, S, dtype=torch.bool, device=q.device).tril(S - T)
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + mask.float()
-    probs = scores.softmax(dim=-1).to(q.dtype)
-    out = torch.matmul(F.dropout(probs, p=dropout, training=dropout > 0), v)  # (B, nh, T, hs)
-    return out, probs if need_weights else None
-
-
-ATTENTION_FUNCTIONS = {"sdpa": sdpa_attention, "eager": eager_attention}
-
-
-class Attention(nn.Module):
-    """Multi-head attention with `num_key_value_heads` key/value heads.
-
-    nkv == nh is multi-head attention, 1 < nkv < nh grouped-query attention (Ainslie et al., 2023),
-    nkv == 1 multi-query attention (Shazeer, 2019). The query, key and value projections are one
-    Linear: one GEMM instead of three. The KV cache stores nkv heads, which is the point of GQA/MQA.
-    """
-
-    def __init__(self, config, layer_idx: int, is_causal: bool = True):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        # the per-call `is_causal` comes from the mask builder; this records the module's kind (as
-        # transformers' own attention modules do) for tools that inspect it
-        self.is_causal = is_causal
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = config.head_dim
-        # T5 folds the 1/sqrt(head_dim) into its init and uses no scale (attention_scale=1.0)
-        scale = getattr(config, "attention_scale", None)
-        self.scale = self.head_dim**-0.5 if scale is None else scale
-        self.dropout = config.attention_dropout
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.split_sizes = (q_size, kv_size, kv_size)
-        self.qkv_proj = nn.Linear(config.hidden_size, q_size + 2 * kv_size, bias=config.attention_bias)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
-        self.qkv_proj.init_role, self.o_proj.init_role = "qkv", "attn_out"  # see _init_weights
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        past_key_values=None,
-        output_attentions: bool = False,
-        layer_idx: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`layer_idx` overrides the module's cache slot: a block shared by several layers
-        (`num_hidden_groups`) runs at several depths, each with its own keys and values."""
-        B, T, _ = hidden_states.shape
-        q, k, v = self.qkv_proj(hidden_states).split(self.split_sizes, dim=-1)
-        q = q.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
-        v = v.view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, T, hs)
-        if position_embeddings is not None:
-            # (cos, sin) rotate queries and keys alike (RoPE); xPos adds the keys' own (key_cos, key_sin)
-            cos, sin, key_cos, key_sin = (*position_embeddings, *position_embeddings)[:4]
-            q, k = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
-        if past_key_values is not None:
-            k, v = past_key_values.update(
-                k, v, self.layer_idx if layer_idx is None else layer_idx
-            )  # (B, nkv, S, hs)
-        # output_attentions needs the probabilities, which only the eager path materializes
-        impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
-        y, weights = ATTENTION_FUNCTIONS[impl](
-            q,
-            k,
-            v,
-            attention_mask,
-            is_causal,
-            self.dropout if self.training else 0.0,
-            self.scale,
-            output_attentions,
-        )
-        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, nh, T, hs) -> (B, T, nh*hs)
-        return self.o_proj(y), weights
-
-
-class CrossAttention(nn.Module):
-    """Decoder-to-encoder attention: queries from the decoder, keys and values from the last encoder
-    layer. Keys and values depend only on the encoder output, so during generation they are
-    computed once, stored in the `EncoderDecoderCache`'s cross-attention cache, and reused at every
-    step (`is_updated[layer_idx]`).
-
-    It takes the `EncoderDecoderCache` itself, not its `is_updated` dict: a hook that moves a
-    module's arguments to its device (accelerate's offloading) copies a dict, and the flag set on the
-    copy would be lost, recomputing and appending the keys at every step."""
-
-    def __init__(self, config, layer_idx: int):
-        super().__init__()
-        self.config = config
-        self.layer_idx = layer_idx
-        self.is_causal = False
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = config.num_key_value_heads
-        self.head_dim = config.head_dim
-        scale = getattr(config, "attention_scale", None)
-        self.scale = self.head_dim**-0.5 if scale is None else scale
-        self.dropout = config.attention_dropout
-        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, q_size, bias=config.attention_bias)
-        # keys and values stacked in one Linear: one GEMM over the encoder states
-        self.kv_proj = nn.Linear(config.hidden_size, 2 * kv_size, bias=config.attention_bias)
-        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=config.attention_bias)
-        self.q_proj.init_role, self.kv_proj.init_role, self.o_proj.init_role = "q", "kv", "attn_out"
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        cache=None,
-        output_attentions: bool = False,
-        layer_idx: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`cache`: the decoder's `EncoderDecoderCache` (None without one); `layer_idx` overrides the
-        module's cache slot (see `Attention.forward`)."""
-        layer_idx = self.layer_idx if layer_idx is None else layer_idx
-        cross_cache = getattr(cache, "cross_attention_cache", None)
-        is_updated = getattr(cache, "is_updated", None)
-        B, T, _ = hidden_states.shape
-        q = (
-            self.q_proj(hidden_states).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-        )  # (B, nh, T, hs)
-        if cross_cache is not None and is_updated is not None and is_updated.get(layer_idx):
-            layer = cross_cache.layers[layer_idx]
-            k, v = layer.keys, layer.values  # (B, nkv, S, hs), computed at the first step
-        else:
-            S = encoder_hidden_states.shape[1]
-            k, v = self.kv_proj(encoder_hidden_states).chunk(2, dim=-1)
-            k = k.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, nkv, S, hs)
-            v = v.view(B, S, self.num_kv_heads, self.head_dim).transpose(1, 2)
-            if cross_cache is not None:
-                k, v = cross_cache.update(k, v, layer_idx)
-                if is_updated is not None:
-                    is_updated[layer_idx] = True
-        impl = "eager" if output_attentions else (self.config._attn_implementation or "sdpa")
-        y, weights = ATTENTION_FUNCTIONS[impl](
-            q,
-            k,
-            v,
-            attention_mask,
-            False,
-            self.dropout if self.training else 0.0,
-            self.scale,
-            output_attentions,
-        )
-        y = y.transpose(1, 2).reshape(B, T, -1)  # (B, T, nh*hs)
-        return self.o_proj(y), weights
-
-
-# ----------------------------------------------------------------------------------------------
 # The residual block
 # ----------------------------------------------------------------------------------------------
 
@@ -1061,24 +874,37 @@ class TransformerBlock(GradientCheckpointingLayer):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
+        attention_mask=None,
         is_causal: bool = False,
         position_embeddings=None,
         past_key_values=None,
         output_attentions: bool = False,
         encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
+        encoder_attention_mask=None,
         layer_idx: int | None = None,
+        position_bias: torch.Tensor | None = None,
+        **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-        """`layer_idx`: the depth this call runs at, when it differs from the block's own (a block
-        shared by several layers, `num_hidden_groups`): it picks the layer's slot of the cache."""
+        """Masks come in the form the attention backend reads (`hflm_attention.mask_kind`);
+        `position_bias` is flex_attention's score bias (other backends have it in the mask).
+        `layer_idx`: the depth this call runs at, when it differs from the block's own (a block
+        shared by several layers, `num_hidden_groups`): it picks the layer's slot of the cache.
+        `kwargs` reach the self-attention backend and the cache (continuous batching's indices)."""
         # an EncoderDecoderCache holds one cache per attention kind
         self_cache = getattr(past_key_values, "self_attention_cache", past_key_values)
         weights = {}
 
         def self_branch(x):
             y, weights["self"] = self.self_attn(
-                x, attention_mask, is_causal, position_embeddings, self_cache, output_attentions, layer_idx
+                x,
+                attention_mask,
+                is_causal,
+                position_embeddings,
+                self_cache,
+                output_attentions,
+                layer_idx,
+                position_bias,
+                **kwargs,
             )
             return y
 
@@ -1228,6 +1054,16 @@ def check_positions_in_range(
         )
 
 
+def check_4d_mask(mask: torch.Tensor, batch: int, q_len: int, kv_len: int, name: str) -> None:
+    """A 4D mask covers every query and every key attention sees: (B|1, 1, T, S)."""
+    shape = tuple(mask.shape)
+    if shape[0] not in (1, batch) or shape[1:] != (1, q_len, kv_len):
+        raise ValueError(
+            f"A 4D `{name}` must have shape (batch, 1, seq_len, keys) = ({batch}, 1, {q_len}, {kv_len}) "
+            f"(keys: the cached tokens and the new ones), got {shape}."
+        )
+
+
 def check_prefix_lengths(prefix_lengths, batch: int) -> None:
     """(B,) non-negative token counts of a prefix-LM mask (one host read, skipped in compiled graphs)."""
     if prefix_lengths is None:
@@ -1247,6 +1083,26 @@ def check_prefix_lengths(prefix_lengths, batch: int) -> None:
 # ----------------------------------------------------------------------------------------------
 # The Transformer stack: GPT's and BERT's base models and the encoder and decoder of T5/BART
 # ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LayerInputs:
+    """What every block of a stack reads, built once per forward (`TransformerStack.stack_inputs`)."""
+
+    hidden_states: torch.Tensor  # (B, T, C) the embedded input
+    attention_mask: object  # self-attention's mask in the backend's form (`hflm_attention.mask_kind`)
+    is_causal: bool  # with no mask: plain causal attention (SDPA's fast kernel), or none
+    position_embeddings: tuple | None  # RoPE's (cos, sin), xPos's (cos, sin, key_cos, key_sin)
+    position_bias: torch.Tensor | None  # (B, nh, T, S) score bias for flex (elsewhere in the mask)
+    cross_attention_mask: object  # the source's padding in the backend's form, or None
+    attention_kwargs: dict  # for the backend and the cache: transformers' attention kwargs
+
+
+def fold_bias(mask: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A score bias (1|B, nh, T, S) and a given 4D mask as one additive mask."""
+    if mask.dtype == torch.bool:
+        return bias.masked_fill(~mask, torch.finfo(bias.dtype).min)
+    return bias + mask.to(bias.dtype)
 
 
 @dataclass
@@ -1337,23 +1193,31 @@ class TransformerStack:
         token_type_ids: torch.Tensor | None = None,
         names_prefix: str = "",
         too_long_advice: str = "Truncate the input.",
+        **kwargs,
     ) -> StackOutput:
         """Run the stack on embedded tokens.
 
         Args:
             inputs_embeds: (B, T, E) checked token embeddings (plus segment embeddings, BERT).
             attention_mask: (B, S) 1 for tokens, 0 for padding, S = past + T (with a static cache
-                also its full length, the empty slots 0, as `generate()` passes it).
+                also its full length, the empty slots 0, as `generate()` passes it). Or a 4D mask,
+                as transformers' decoders accept it: (B|1, 1, T, S), bool (True = attend) or
+                additive float, the whole self-attention mask (packed documents, shared prefixes,
+                tree attention); positions then default to past..past+T-1.
             position_ids: (B|1, T); by default each real token's index among the real tokens, so a
                 left-padded sequence gets the positions it has alone (right padding: past..past+T-1).
             past_key_values: a transformers `Cache` (an `EncoderDecoderCache` with cross-attention),
-                made when `use_cache` and None; static or dynamic, masks are sized by it.
+                made when `use_cache` and None; static or dynamic, masks are sized by it. Or
+                continuous batching's `PagedAttentionCache` (`generate_batch`), with its 4D mask
+                (or none, for flash-attention), `position_ids` and indices in `kwargs`.
             prefix_lengths: (B,) prefix-LM: the first `prefix_lengths[b]` keys are visible to every query.
             document_ids: (B, S) for packed documents: attention stays inside each document.
             encoder_hidden_states, encoder_attention_mask: (B, S_enc, C) and (B, S_enc), cross-attention only.
             token_type_ids: (B, T) segment ids, with segment embeddings (BERT); ignored without.
             names_prefix: the prefix of the user's argument names in error messages ("decoder_").
             too_long_advice: what an error about positions beyond a learned table tells the user to do.
+            kwargs: transformers' attention kwargs (`TransformersKwargs`), passed to every
+                self-attention backend and to the cache's `update`.
         """
         cfg = self.config
         output_attentions = cfg.output_attentions if output_attentions is None else output_attentions
@@ -1361,6 +1225,7 @@ class TransformerStack:
             cfg.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = self.stack_use_cache(use_cache)
+        paged = is_paged_cache(past_key_values)
         if use_cache and past_key_values is None:
             # with a local attention pattern the config's `sliding_window` makes sliding layers,
             # which keep only the keys a decoding step can see (as generate()'s cache does)
@@ -1371,19 +1236,23 @@ class TransformerStack:
                 past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
         if not self.is_causal:
             past_key_values = None  # an encoder's keys are all of its input
-        hidden_states, mask, is_causal, rotary, cross_mask = self.stack_inputs(
+        inputs = self.stack_inputs(
             inputs_embeds,
-            attention_mask,
-            position_ids,
-            past_key_values,
-            prefix_lengths,
-            document_ids,
-            token_type_ids,
-            encoder_hidden_states,
-            encoder_attention_mask,
-            names_prefix,
-            too_long_advice,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            paged=paged,
+            prefix_lengths=prefix_lengths,
+            document_ids=document_ids,
+            token_type_ids=token_type_ids,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            output_attentions=output_attentions,
+            names_prefix=names_prefix,
+            too_long_advice=too_long_advice,
+            kwargs=kwargs,
         )
+        hidden_states = inputs.hidden_states
 
         all_hidden = () if output_hidden_states else None
         all_self = () if output_attentions else None
@@ -1392,19 +1261,21 @@ class TransformerStack:
         for i, block in enumerate(self.layer_to_block):
             if output_hidden_states:
                 all_hidden += (hidden_states,)
-            # every argument positional, in `TransformerBlock.forward`'s order: reentrant gradient
-            # checkpointing (`use_reentrant=True`) only gives gradients to tensors passed positionally,
-            # and the encoder states and the masks (T5's learned position bias) need them
+            # every tensor argument positional, in `TransformerBlock.forward`'s order: reentrant
+            # gradient checkpointing (`use_reentrant=True`) only gives gradients to tensors passed
+            # positionally, and the encoder states and the masks (T5's learned position bias) need them
             hidden_states, self_weights, cross_weights, layer_router_logits = self.layers[block](
                 hidden_states,
-                mask,  # attention_mask
-                is_causal,
-                rotary,  # position_embeddings
+                inputs.attention_mask,
+                inputs.is_causal,
+                inputs.position_embeddings,
                 past_key_values,
                 output_attentions,
                 encoder_hidden_states,
-                cross_mask,  # encoder_attention_mask
+                inputs.cross_attention_mask,  # encoder_attention_mask
                 i,  # layer_idx: a block shared by several layers writes layer i's slot of the cache
+                inputs.position_bias,
+                **inputs.attention_kwargs,
             )
             if layer_router_logits is not None:
                 router_logits += (layer_router_logits,)
@@ -1419,7 +1290,7 @@ class TransformerStack:
             all_hidden += (hidden_states,)
         return StackOutput(
             last_hidden_state=hidden_states,
-            **returned_cache(past_key_values if use_cache else None),
+            **returned_cache(past_key_values if use_cache and not paged else None),
             hidden_states=all_hidden,
             attentions=all_self,
             cross_attentions=all_cross,
@@ -1428,40 +1299,59 @@ class TransformerStack:
 
     def stack_inputs(
         self,
-        inputs_embeds,
+        inputs_embeds: torch.Tensor,
+        *,
         attention_mask,
         position_ids,
         past_key_values,
+        paged: bool,
         prefix_lengths,
         document_ids,
         token_type_ids,
         encoder_hidden_states,
         encoder_attention_mask,
-        names_prefix,
-        too_long_advice,
-    ):
-        """What the blocks read, from checked inputs (see `run_stack`): the (B, T, C) embedded
-        input, the self-attention mask and whether it is plain causal, RoPE's (cos, sin) and the
-        cross-attention mask. Masks are sized by the cache, static or dynamic (`cache_lengths`)."""
+        output_attentions: bool,
+        names_prefix: str,
+        too_long_advice: str,
+        kwargs: dict,
+    ) -> LayerInputs:
+        """What the blocks read, from checked inputs (see `run_stack`), with the masks in the form
+        the attention backend reads (`mask_kind`). Masks are sized by the cache, static or dynamic
+        (`cache_lengths`)."""
         B, T = inputs_embeds.shape[:2]
         device, dtype = inputs_embeds.device, inputs_embeds.dtype
-        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees;
-        # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset` keys:
-        # masks are built over all offset + kv_len tokens and cut to the keys the cache returns
-        past_len, kv_len, offset = cache_lengths(past_key_values, T)
-        kv_len = offset + kv_len
-
+        # output_attentions runs hf_lm's eager reference, which reads dense masks
+        kind = "dense" if output_attentions else mask_kind(self.config._attn_implementation)
+        kwargs = dict(kwargs)
+        is_causal = self._causality(kwargs.pop("is_causal", None), paged)
+        given_mask = paged or (torch.is_tensor(attention_mask) and attention_mask.dim() == 4)
+        if given_mask:
+            self._check_given_mask(attention_mask, kind, paged, prefix_lengths, document_ids)
+            # continuous batching's cache holds many sequences: the mask it gives is all there is
+            past_len, offset = 0, 0
+            kv_len = T if attention_mask is None else attention_mask.shape[-1]
+            if not paged:
+                past_len, kv_len, offset = cache_lengths(past_key_values, T)
+                kv_len = offset + kv_len
+                check_4d_mask(attention_mask, B, T, kv_len, f"{names_prefix}attention_mask")
+            padding = None
+        else:
+            # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees;
+            # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset`
+            # keys: masks are built over all offset + kv_len tokens and cut to the keys the cache returns
+            past_len, kv_len, offset = cache_lengths(past_key_values, T)
+            kv_len = offset + kv_len
+            # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
+            padding = keys_padding_mask(
+                attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
+            )
         # padding-free packing: with positions restarting and neither a mask nor a cache (training),
         # attention stays inside each sequence, as in transformers' decoders (`find_packed_sequence_indices`)
         packed = position_ids is not None and attention_mask is None and past_key_values is None
-        # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
-        attention_mask = keys_padding_mask(
-            attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
-        )
         document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
         check_prefix_lengths(prefix_lengths, B)
         if position_ids is None:
-            position_ids = real_token_positions(attention_mask, past_len, T, device)  # (1|B, T)
+            position_ids = real_token_positions(padding, past_len, T, device)  # (1|B, T)
             check_positions_in_range(self.positions, position_ids, too_long_advice, past_len)
         else:
             check_position_ids(
@@ -1469,7 +1359,7 @@ class TransformerStack:
             )
             if packed and document_ids is None and self.is_causal:
                 document_ids = packed_documents(position_ids, B)  # (B, T): no cache, so T keys
-        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B)
+        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B, T, kind)
 
         hidden_states = inputs_embeds
         pos_embeds = self.positions.embed(position_ids, dtype)
@@ -1478,31 +1368,137 @@ class TransformerStack:
         if self.token_type_embeddings is not None:
             hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T, device)
         hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
-        rotary = self.positions.rotary(position_ids, dtype)
+        position_embeddings = self.positions.rotary(position_ids, dtype)
         key_position_ids = (
-            key_positions(position_ids, attention_mask, past_len, kv_len, device)
+            key_positions(position_ids, padding, past_len, kv_len, device)
             if self.positions.uses_key_positions
             else None
         )
         bias = self.positions.attention_bias(
             T, kv_len, past_len, device, dtype, position_ids, key_position_ids
-        )
-        mask, is_causal = build_attention_mask(
-            attention_mask,
-            T,
-            kv_len,
-            device,
-            dtype,
-            self.is_causal,
-            prefix_lengths,
-            bias,
-            past_len,
-            document_ids,
-            self.attention_pattern(attention_mask, past_len, T, kv_len, self.is_causal, device),
-        )
-        if offset and mask is not None:
-            mask = mask[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
-        return hidden_states, mask, is_causal, rotary, cross_mask
+        )  # (1|B, nh, T, kv_len) or None
+        inputs = LayerInputs(hidden_states, None, False, position_embeddings, None, cross_mask, kwargs)
+
+        if kind == "flash":
+            # a (B, S) padding mask and causality as a flag; packed rows are found by the kernel's
+            # wrapper from the restarting `position_ids`, a band is its `sliding_window`
+            if document_ids is not None and not packed:
+                raise ValueError(
+                    "`document_ids` need a mask flash-attention cannot take: pass restarting `position_ids` "
+                    "without an attention_mask (padding-free packing), or load the model with "
+                    "attn_implementation='sdpa' or 'flex_attention'."
+                )
+            if prefix_lengths is not None:
+                raise ValueError(
+                    "`prefix_lengths` (a prefix-LM mask) cannot run on flash-attention: load the model with "
+                    "attn_implementation='sdpa' or 'flex_attention'."
+                )
+            inputs.attention_mask = attention_mask if given_mask else padding
+            if padding is not None and offset:
+                inputs.attention_mask = padding[:, offset:]
+            inputs.is_causal = is_causal
+            inputs.attention_kwargs.setdefault("position_ids", position_ids)
+            window = flash_window(self.config) if self.attention_pattern.parts else None
+            if window is not None:
+                inputs.attention_kwargs.setdefault("sliding_window", window)
+            return inputs
+
+        if given_mask:
+            allowed, inputs.is_causal = attention_mask, is_causal and attention_mask is None
+        else:
+            allowed, inputs.is_causal = build_attention_mask(
+                padding,
+                T,
+                kv_len,
+                device,
+                dtype,
+                is_causal,
+                prefix_lengths,
+                bias if kind in ("dense", "additive") else None,
+                past_len,
+                document_ids,
+                self.attention_pattern(padding, past_len, T, kv_len, is_causal, device),
+            )
+        if offset and allowed is not None:
+            allowed = allowed[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
+        if bias is not None and offset:
+            bias = bias[..., offset:]
+        if kind in ("dense", "additive"):
+            if given_mask and bias is not None:
+                allowed = fold_bias(allowed, bias)
+            inputs.attention_mask = allowed
+            if kind == "additive":
+                S = kv_len - offset
+                inputs.attention_mask = additive_mask(allowed, inputs.is_causal, T, S, dtype, device)
+                inputs.is_causal = False
+            return inputs
+        # flex: a BlockMask (empty blocks skipped) and the score bias apart
+        if allowed is not None and allowed.dtype != torch.bool:
+            # an additive 4D mask: its values join the bias, its -inf entries the block mask
+            keep = allowed > torch.finfo(allowed.dtype).min / 2
+            bias = allowed.masked_fill(~keep, 0) if bias is None else bias + allowed.masked_fill(~keep, 0)
+            allowed = keep
+        S = kv_len - offset
+        inputs.attention_mask = block_mask_from_dense(allowed, inputs.is_causal, T, S, device)
+        if bias is not None:
+            inputs.position_bias = bias.expand(B, -1, T, S)  # flex indexes it by (batch, head, q, k)
+        return inputs
+
+    def _causality(self, requested: bool | None, paged: bool) -> bool:
+        """The stack's causality. Continuous batching says per call whether its mask is the whole
+        story (`is_causal=False`) or the kernel must be causal (flash); elsewhere a different
+        `is_causal` than the stack's kind is refused (a causal LM cannot be run bidirectionally)."""
+        if requested is None:
+            return self.is_causal
+        if paged:
+            return bool(requested)
+        if bool(requested) != self.is_causal:
+            raise ValueError(
+                f"`is_causal={requested}` contradicts this stack, which is "
+                f"{'causal' if self.is_causal else 'bidirectional'} by its config."
+            )
+        return self.is_causal
+
+    def _check_given_mask(self, attention_mask, kind: str, paged: bool, prefix_lengths, document_ids) -> None:
+        """A 4D mask (or continuous batching's) is the whole self-attention mask: nothing else shapes it."""
+        what = "continuous batching's paged cache" if paged else "a 4D attention_mask"
+        others = [
+            name
+            for name, value in (
+                ("prefix_lengths", prefix_lengths),
+                ("document_ids", document_ids),
+                (
+                    f"attention_pattern={self.config.attention_pattern!r}",
+                    self.attention_pattern.parts or None,
+                ),
+            )
+            if value is not None
+        ]
+        if others:
+            raise ValueError(
+                f"With {what} the mask is the whole attention pattern: it cannot be combined with "
+                f"{', '.join(others)}. Build those into the mask, or pass a (batch, seq_len) attention_mask."
+            )
+        if paged and (
+            self.positions.uses_key_positions or isinstance(self.positions, RelativeBucketPositions)
+        ):
+            raise ValueError(
+                f"position_embedding_type={self.config.position_embedding_type!r} measures distances between "
+                "the keys of one sequence, which continuous batching's paged cache does not keep apart. "
+                "Use generate() for this model."
+            )
+        if attention_mask is None:
+            return
+        if kind == "flash" and not paged:
+            raise ValueError(
+                "flash-attention takes a (batch, seq_len) padding mask, not a 4D one: load the model with "
+                "attn_implementation='eager', 'sdpa' or 'flex_attention' to pass a 4D attention_mask."
+            )
+        if attention_mask.dtype != torch.bool and not attention_mask.is_floating_point():
+            raise ValueError(
+                "A 4D `attention_mask` must be bool (True = attend) or an additive float mask "
+                f"(0 = attend, a large negative value = masked), got dtype {attention_mask.dtype}."
+            )
 
     def segment_embeddings(self, token_type_ids, B: int, T: int, device: torch.device) -> torch.Tensor:
         """The (B, T, E) segment embeddings of checked `token_type_ids` (row 0, segment A, by default).
@@ -1534,8 +1530,11 @@ class TransformerStack:
             )
         return self.token_type_embeddings(token_type_ids)
 
-    def _cross_attention_mask(self, encoder_hidden_states, encoder_attention_mask, batch: int):
-        """The (B, 1, 1, S_enc) bool mask of the source tokens cross-attention sees (None: all of them)."""
+    def _cross_attention_mask(
+        self, encoder_hidden_states, encoder_attention_mask, batch: int, q_len: int, kind: str
+    ):
+        """The source tokens cross-attention sees, in the backend's form (None: all of them): a
+        (B, 1, 1, S_enc) bool mask, flex's `BlockMask`, or flash's (B, S_enc) padding mask."""
         if not self.cross_attention:
             return None
         if encoder_hidden_states is None:
@@ -1545,4 +1544,13 @@ class TransformerStack:
         source_mask = check_padding_mask(encoder_attention_mask, batch, encoder_hidden_states.shape[1])
         if source_mask is None:
             return None
-        return source_mask.to(encoder_hidden_states.device).bool()[:, None, None, :]  # (B, 1, 1, S_enc)
+        source_mask = source_mask.to(encoder_hidden_states.device).bool()  # (B, S_enc)
+        if kind == "flash":
+            return source_mask
+        mask = source_mask[:, None, None, :]  # (B, 1, 1, S_enc)
+        S = source_mask.shape[-1]
+        if kind == "flex":
+            return block_mask_from_dense(mask.expand(-1, -1, q_len, -1), False, q_len, S, mask.device)
+        if kind == "additive":
+            return additive_mask(mask, False, q_len, S, encoder_hidden_states.dtype, mask.device)
+        return mask

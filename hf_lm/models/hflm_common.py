@@ -23,7 +23,7 @@ from torch import nn
 from transformers import Cache, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.utils import cached_file
+from transformers.utils import TransformersKwargs, cached_file
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,21 @@ def cache_argument(past_key_values, kwargs: dict):
     if cache is not None and past_key_values is not None:
         raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
     return past_key_values if cache is None else cache
+
+
+#: what a head's loss reads from its `**kwargs` (Trainer's `num_items_in_batch`, pre-shifted labels)
+LOSS_KWARGS = ("num_items_in_batch", "shift_labels")
+
+
+def attention_kwargs(kwargs: dict, named_only: bool = False) -> dict:
+    """A head's `**kwargs` without the loss's: what it passes on to its base model, whose attention
+    backends and cache read them. `named_only`: only transformers' `TransformersKwargs` (a head
+    whose `**kwargs` also carry its own targets, as BERT's task heads)."""
+    return {
+        name: value
+        for name, value in kwargs.items()
+        if name not in LOSS_KWARGS and (not named_only or name in TransformersKwargs.__annotations__)
+    }
 
 
 def returned_cache(cache) -> dict:

@@ -26,8 +26,10 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput, can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
+from .hflm_attention import AttentionBackends
 from .hflm_blocks import (
     FEED_FORWARDS,
     NORMS,
@@ -37,6 +39,7 @@ from .hflm_blocks import (
 from .hflm_common import (
     QA_PIPELINES,
     HfLmPreTrainedModel,
+    attention_kwargs,
     check_labels,
     embed_inputs,
     first_token_states,
@@ -67,7 +70,7 @@ class HfLmBertForPreTrainingOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-class HfLmBertPreTrainedModel(HfLmPreTrainedModel):
+class HfLmBertPreTrainedModel(AttentionBackends, HfLmPreTrainedModel):
     config_class = HfLmBertConfig
     config: HfLmBertConfig
 
@@ -112,7 +115,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         """Encode a batch; every position sees every non-padding position.
 
@@ -125,6 +128,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
                 a left-padded sequence gets the positions it has alone (with right padding, the
                 usual for encoders, this is BERT's 0..T-1).
             inputs_embeds: (B, T, E) instead of `input_ids`.
+            kwargs: transformers' attention kwargs, passed to the attention backend.
 
         Returns:
             `last_hidden_state` (B, T, C) and `pooler_output` (B, C) (None without the pooler).
@@ -141,6 +145,7 @@ class HfLmBertModel(HfLmBertPreTrainedModel, TransformerStack):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             too_long_advice="Truncate the input (tokenizer(..., truncation=True, max_length=...)).",
+            **kwargs,
         )
         hidden_states = out.last_hidden_state  # (B, T, C)
         return BaseModelOutputWithPooling(
@@ -245,6 +250,7 @@ class HfLmBertTaskModel(HfLmBertPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            **attention_kwargs(kwargs, named_only=True),
         )
         # the mask goes to the head too: a head that scores every token leaves padding out (ELECTRA's)
         return self.head(outputs, labels, attention_mask=attention_mask, **kwargs)

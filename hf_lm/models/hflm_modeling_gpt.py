@@ -22,8 +22,10 @@ from transformers.modeling_outputs import (
     CausalLMOutputWithPast,
     SequenceClassifierOutputWithPast,
 )
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 
+from .hflm_attention import AttentionBackends, check_paged_attention
 from .hflm_blocks import (
     TransformerStack,
     VocabProjection,
@@ -31,6 +33,7 @@ from .hflm_blocks import (
 )
 from .hflm_common import (
     HfLmPreTrainedModel,
+    attention_kwargs,
     cache_argument,
     causal_lm_loss,
     classify_last_token,
@@ -69,7 +72,7 @@ class MoeSequenceClassifierOutputWithPast(SequenceClassifierOutputWithPast):
     router_logits: tuple[torch.Tensor, ...] | None = None
 
 
-class HfLmGPTPreTrainedModel(HfLmPreTrainedModel):
+class HfLmGPTPreTrainedModel(AttentionBackends, HfLmPreTrainedModel):
     config_class = HfLmGPTConfig
     config: HfLmGPTConfig
     # a decoding step with a StaticCache traces as one graph (tests/test_static_cache.py): no
@@ -105,7 +108,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
         prefix_lengths: torch.LongTensor | None = None,
         document_ids: torch.LongTensor | None = None,
         output_router_logits: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MoeModelOutputWithPast:
         """Run the decoder stack.
 
@@ -125,6 +128,8 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
                 `position_ids` too, as `training.data.tokenize_and_pack(document_mask=True)` makes).
             output_router_logits: return the router logits of the sparse layers (`num_local_experts`);
                 defaults to `config.output_router_logits`.
+            kwargs: transformers' attention kwargs, passed to the attention backend and the cache
+                (continuous batching's indices, flash-attention's packed-sequence lengths).
         """
         past_key_values = cache_argument(past_key_values, kwargs)
         cfg = self.config
@@ -141,6 +146,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
             too_long_advice="The cache counts too: truncate the input or use a shorter generation.",
+            **kwargs,
         )
         return MoeModelOutputWithPast(
             last_hidden_state=out.last_hidden_state,
@@ -177,6 +183,17 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
     def get_output_embeddings(self):
         return self.lm_head
 
+    def init_continuous_batching(self, *args, **kwargs):
+        """transformers' continuous batching, refused up front for a config it cannot run."""
+        check_paged_attention(self.config, type(self).__name__)
+        return super().init_continuous_batching(*args, **kwargs)
+
+    def generate_batch(self, *args, **kwargs):
+        """transformers' `generate_batch`, refused up front for a config it cannot run (it would
+        otherwise fail every request and return them empty)."""
+        check_paged_attention(self.config, type(self).__name__)
+        return super().generate_batch(*args, **kwargs)
+
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
 
@@ -196,7 +213,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         prefix_lengths: torch.LongTensor | None = None,
         document_ids: torch.LongTensor | None = None,
         output_router_logits: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MoeCausalLMOutputWithPast:
         """Next-token logits, and the loss when `labels` are given.
 
@@ -230,6 +247,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             prefix_lengths=prefix_lengths,
             document_ids=document_ids,
             output_router_logits=True,  # the load-balancing loss needs them
+            **attention_kwargs(kwargs),
         )
         hidden_states = outputs.last_hidden_state
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
@@ -269,7 +287,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutputWithPast:
         """Sequence logits (B, num_labels); loss by `config.problem_type` (regression, single- or
         multi-label). The other arguments are `HfLmGPTModel.forward`'s."""

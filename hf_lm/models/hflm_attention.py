@@ -1,0 +1,422 @@
+"""Attention of hf_lm's Transformer families, dispatched through transformers' `AttentionInterface`.
+
+Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
+
+The attention modules project queries, keys and values and update the cache; the product itself is
+looked up by `config._attn_implementation` in transformers' `ALL_ATTENTION_FUNCTIONS`, as Llama does:
+"sdpa", "flex_attention", the flash-attention versions, "paged|eager" (continuous batching), a
+`kernels` hub string, and any function a user registered with `AttentionInterface.register` or put
+in place of "sdpa". `eager_attention_forward` below is hf_lm's own reference: "eager" runs it, and
+so does every call with `output_attentions` (only it materializes the probabilities).
+
+Backends take their mask in one of three forms (`mask_kind`); the stack builds the one its backend
+reads (`TransformerStack.stack_inputs`):
+
+- "dense": a (B, 1|nh, T, S) bool mask (True = attend) or an additive float mask, or None with
+  `is_causal` (eager, sdpa, and functions users register: the form transformers' SDPA function
+  takes, so a function wrapping it runs as it is);
+- "additive": an additive float mask with causality in it (paged|eager, which adds it to the scores);
+- "flex": a `BlockMask` and the additive score bias as `position_bias` (flex_attention);
+- "flash": the (B, S) padding mask, causality as a flag and a band as `sliding_window`; a bias or
+  a sparse pattern other than a band cannot be expressed, and is refused when the model is loaded
+  (`check_attention_backend`).
+
+Shape legend: B batch, T query length, S key length (past + T), C hidden size, nh query heads,
+nkv key/value heads, hs head size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention.flex_attention import create_block_mask
+from transformers import Cache
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils.generic import is_flash_attention_requested
+
+# ----------------------------------------------------------------------------------------------
+# Rotary embeddings, applied to queries and keys inside attention
+# ----------------------------------------------------------------------------------------------
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: (B, n, T, hs); cos/sin: (B|1, T, hs) -> broadcast over heads
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Backends: which mask each one reads, and what a config needs of it
+# ----------------------------------------------------------------------------------------------
+
+MASK_KINDS = ("dense", "additive", "flex", "flash")
+#: backends that add their mask to the scores and know no `is_causal` (transformers' eager ones)
+ADDITIVE_BACKENDS = ("paged|eager",)
+#: backends for every config; flash-attention versions and `kernels` strings only without a score bias
+DENSE_BACKENDS = ("eager", "sdpa", "flex_attention")
+
+
+def mask_kind(attn_implementation: str | None) -> str:
+    """The mask form `attn_implementation` reads: "flash", "flex", "additive" (a float mask added to
+    the scores, causality included) or "dense" (see the module docstring)."""
+    if attn_implementation and is_flash_attention_requested(
+        requested_attention_implementation=attn_implementation
+    ):
+        return "flash"
+    if attn_implementation in ADDITIVE_BACKENDS:
+        return "additive"
+    return "flex" if attn_implementation == "flex_attention" else "dense"
+
+
+def additive_mask(allowed: torch.Tensor | None, is_causal: bool, q_len: int, kv_len: int, dtype, device):
+    """A dense mask (bool, additive float, or None with `is_causal`) as an additive float mask, for
+    backends that add it to the scores and read no `is_causal` (None: every key is visible)."""
+    if allowed is None:
+        if not is_causal:
+            return None
+        allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(kv_len - q_len)[None, None]
+    if allowed.dtype != torch.bool:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def flash_window(config) -> int | None:
+    """The `sliding_window` a flash kernel takes for a band `attention_pattern` (keys at most
+    `attention_window` tokens away: the window counts the query too), None when dense."""
+    pattern = getattr(config, "attention_pattern", "dense")
+    return None if pattern == "dense" else config.attention_window + 1
+
+
+def backend_problem(config, attn_implementation: str | None) -> str | None:
+    """Why `attn_implementation` cannot run a model of `config` (a sentence naming the field), or None."""
+    if mask_kind(attn_implementation) != "flash":
+        return None
+    position = getattr(config, "position_embedding_type", None)
+    if position in ("alibi", "relative_buckets"):
+        return (
+            f"position_embedding_type={position!r} adds a bias to the attention scores, which "
+            "flash-attention kernels cannot add"
+        )
+    pattern = getattr(config, "attention_pattern", "dense")
+    if pattern not in ("dense", "band"):
+        return (
+            f"attention_pattern={pattern!r} is not a sliding window, the only sparse pattern "
+            "flash-attention kernels take"
+        )
+    return None
+
+
+def check_attention_backend(config, attn_implementation: str | None, model_name: str) -> None:
+    """Refuse, when a model is built or switched, a backend its config cannot use: a ValueError
+    naming the config field and the backends that work, instead of a wrong or failing forward."""
+    problem = backend_problem(config, attn_implementation)
+    if problem is not None:
+        works = ", ".join(repr(name) for name in DENSE_BACKENDS)
+        raise ValueError(
+            f"attn_implementation={attn_implementation!r} cannot run this {model_name}: {problem}. "
+            f"Use {works}, or a function registered with transformers' AttentionInterface."
+        )
+
+
+def is_paged_cache(cache) -> bool:
+    """Whether `cache` is continuous batching's `PagedAttentionCache` (not a transformers `Cache`:
+    its keys are read through the indices `generate_batch` passes with each forward)."""
+    if cache is None or isinstance(cache, Cache):
+        return False
+    from transformers.generation.continuous_batching import PagedAttentionCache
+
+    return isinstance(cache, PagedAttentionCache)
+
+
+def block_mask_from_dense(allowed: torch.Tensor | None, is_causal: bool, q_len: int, kv_len: int, device):
+    """flex_attention's `BlockMask` for a (1|B, 1, T, S) bool mask (None: dense, or causal with
+    `is_causal`). Blocks the mask leaves empty are skipped, so the cost follows its density."""
+    if allowed is None:
+        if not is_causal:
+            return None
+        offset = kv_len - q_len  # queries are the last T keys
+
+        def mask_mod(b, h, q, k):
+            return k <= q + offset
+
+        return create_block_mask(mask_mod, None, None, q_len, kv_len, device=device)
+    batch = allowed.shape[0]
+
+    def mask_mod(b, h, q, k):
+        return allowed[b, 0, q, k]
+
+    return create_block_mask(mask_mod, batch, None, q_len, kv_len, device=device)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference implementation
+# ----------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention written out, in transformers' signature; hf_lm's reference for every backend.
+
+    Args:
+        query: (B, nh, T, hs); key, value: (B, nkv, S, hs).
+        attention_mask: (B|1, 1|nh, T, S) bool (True = attend) or additive float, or None.
+        is_causal: with no mask, each query sees the keys up to its own (the last T keys are the queries).
+        position_bias: (1|B, nh, T, S) additive score bias, for callers that keep it apart from the mask.
+
+    Returns:
+        `(output, probabilities)`: (B, T, nh, hs) and (B, nh, T, S).
+    """
+    if key.shape[1] != query.shape[1]:
+        # share each key/value head among nh/nkv query heads: (B, nkv, S, hs) -> (B, nh, S, hs)
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    scores = torch.matmul(query, key.transpose(-2, -1)).float() * scaling  # (B, nh, T, S), softmax in fp32
+    if position_bias is not None:
+        scores = scores + position_bias.float()
+    if is_causal and attention_mask is None:
+        T, S = scores.shape[-2:]
+        attention_mask = torch.ones(T, S, dtype=torch.bool, device=query.device).tril(S - T)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask.float()
+    probs = scores.softmax(dim=-1).to(query.dtype)
+    out = torch.matmul(F.dropout(probs, p=dropout, training=dropout > 0), value)  # (B, nh, T, hs)
+    return out.transpose(1, 2).contiguous(), probs  # (B, T, nh, hs)
+
+
+def attend(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    is_causal: bool,
+    position_bias: torch.Tensor | None,
+    output_attentions: bool,
+    kwargs: dict,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run the backend `module.config._attn_implementation` names; `output_attentions` needs the
+    probabilities, which only the reference materializes. Returns the (B, T, nh*hs) output and the
+    (B, nh, T, S) probabilities with `output_attentions` (None otherwise)."""
+    impl = module.config._attn_implementation
+    if output_attentions or impl in (None, "eager"):
+        interface = eager_attention_forward
+    else:
+        interface = ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager_attention_forward)
+    if position_bias is not None:
+        kwargs["position_bias"] = position_bias
+    out, weights = interface(
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=module.attention_dropout if module.training else 0.0,
+        scaling=module.scaling,
+        is_causal=is_causal,
+        **kwargs,
+    )
+    B, T = query.shape[0], query.shape[2]
+    return out.reshape(B, T, -1), weights if output_attentions else None  # (B, T, nh*hs)
+
+
+# ----------------------------------------------------------------------------------------------
+# The attention modules
+# ----------------------------------------------------------------------------------------------
+
+
+class AttentionHeads(nn.Module):
+    """What self- and cross-attention share: the head layout, the scale and the output projection.
+
+    The attributes are those transformers' attention functions read (`num_key_value_groups`,
+    `scaling`, `is_causal`, `layer_idx`, `config`), so every backend runs these modules as it runs
+    Llama's.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool):
+        super().__init__()
+        self.config = config
+        self.layer_idx = layer_idx
+        # the per-call `is_causal` comes from the mask builder; this records the module's kind (as
+        # transformers' own attention modules do) for backends and tools that inspect it
+        self.is_causal = is_causal
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.num_key_value_groups = self.num_heads // self.num_kv_heads
+        self.head_dim = config.head_dim
+        # T5 folds the 1/sqrt(head_dim) into its init and uses no scale (attention_scale=1.0)
+        scale = getattr(config, "attention_scale", None)
+        self.scaling = self.head_dim**-0.5 if scale is None else scale
+        self.attention_dropout = config.attention_dropout
+        self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.attention_bias)
+        self.o_proj.init_role = "attn_out"  # see _init_weights
+
+    def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """(B, T, n*hs) -> (B, n, T, hs)"""
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.head_dim).transpose(1, 2)
+
+
+class Attention(AttentionHeads):
+    """Multi-head attention with `num_key_value_heads` key/value heads.
+
+    nkv == nh is multi-head attention, 1 < nkv < nh grouped-query attention (Ainslie et al., 2023),
+    nkv == 1 multi-query attention (Shazeer, 2019). The query, key and value projections are one
+    Linear: one GEMM instead of three. The KV cache stores nkv heads, which is the point of GQA/MQA.
+    """
+
+    def __init__(self, config, layer_idx: int, is_causal: bool = True):
+        super().__init__(config, layer_idx, is_causal)
+        self.split_sizes = (self.q_size, self.kv_size, self.kv_size)
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
+        )
+        self.qkv_proj.init_role = "qkv"
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask=None,
+        is_causal: bool = False,
+        position_embeddings: tuple[torch.Tensor, ...] | None = None,
+        past_key_values=None,
+        output_attentions: bool = False,
+        layer_idx: int | None = None,
+        position_bias: torch.Tensor | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention_mask` in the form the backend reads (`mask_kind`); `position_embeddings`
+        RoPE's `(cos, sin)` or xPos's `(cos, sin, key_cos, key_sin)`; `layer_idx` overrides the
+        module's cache slot: a block shared by several layers (`num_hidden_groups`) runs at several
+        depths, each with its own keys and values. `kwargs` go to the cache and the backend
+        (continuous batching's indices, flash-attention's packed-sequence lengths)."""
+        q, k, v = self.qkv_proj(hidden_states).split(self.split_sizes, dim=-1)
+        q = self.heads(q, self.num_heads)  # (B, nh, T, hs)
+        k, v = self.heads(k, self.num_kv_heads), self.heads(v, self.num_kv_heads)  # (B, nkv, T, hs)
+        if position_embeddings is not None:
+            # (cos, sin) rotate queries and keys alike (RoPE); xPos adds the keys' own (key_cos, key_sin)
+            cos, sin, key_cos, key_sin = (*position_embeddings, *position_embeddings)[:4]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
+        if past_key_values is not None:
+            slot = self.layer_idx if layer_idx is None else layer_idx
+            k, v = past_key_values.update(k, v, slot, kwargs=kwargs)  # (B, nkv, S, hs)
+        y, weights = attend(
+            self, q, k, v, attention_mask, is_causal, position_bias, output_attentions, kwargs
+        )
+        return self.o_proj(y), weights
+
+
+class CrossAttention(AttentionHeads):
+    """Decoder-to-encoder attention: queries from the decoder, keys and values from the last encoder
+    layer. Keys and values depend only on the encoder output, so during generation they are
+    computed once, stored in the `EncoderDecoderCache`'s cross-attention cache, and reused at every
+    step (`is_updated[layer_idx]`).
+
+    It takes the `EncoderDecoderCache` itself, not its `is_updated` dict: a hook that moves a
+    module's arguments to its device (accelerate's offloading) copies a dict, and the flag set on the
+    copy would be lost, recomputing and appending the keys at every step."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx, is_causal=False)
+        self.q_proj = nn.Linear(config.hidden_size, self.q_size, bias=config.attention_bias)
+        # keys and values stacked in one Linear: one GEMM over the encoder states
+        self.kv_proj = nn.Linear(config.hidden_size, 2 * self.kv_size, bias=config.attention_bias)
+        self.q_proj.init_role, self.kv_proj.init_role = "q", "kv"
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        attention_mask=None,
+        cache=None,
+        output_attentions: bool = False,
+        layer_idx: int | None = None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attention_mask`: the source's padding in the backend's form; `cache`: the decoder's
+        `EncoderDecoderCache` (None without one); `layer_idx` as in `Attention.forward`."""
+        layer_idx = self.layer_idx if layer_idx is None else layer_idx
+        cross_cache = getattr(cache, "cross_attention_cache", None)
+        is_updated = getattr(cache, "is_updated", None)
+        q = self.heads(self.q_proj(hidden_states), self.num_heads)  # (B, nh, T, hs)
+        if cross_cache is not None and is_updated is not None and is_updated.get(layer_idx):
+            layer = cross_cache.layers[layer_idx]
+            k, v = layer.keys, layer.values  # (B, nkv, S_enc, hs), computed at the first step
+        else:
+            k, v = self.kv_proj(encoder_hidden_states).chunk(2, dim=-1)
+            k, v = self.heads(k, self.num_kv_heads), self.heads(v, self.num_kv_heads)  # (B, nkv, S_enc, hs)
+            if cross_cache is not None:
+                k, v = cross_cache.update(k, v, layer_idx)
+                if is_updated is not None:
+                    is_updated[layer_idx] = True
+        y, weights = attend(self, q, k, v, attention_mask, False, None, output_attentions, kwargs)
+        return self.o_proj(y), weights
+
+
+def paged_attention_problem(config) -> str | None:
+    """Why continuous batching (`generate_batch`, a paged cache holding many sequences side by side)
+    cannot run a model of `config`, or None."""
+    position = getattr(config, "position_embedding_type", None)
+    if position in ("alibi", "relative_buckets"):
+        return (
+            f"position_embedding_type={position!r} measures distances between the keys of one sequence, "
+            "which the paged cache does not keep apart"
+        )
+    pattern = getattr(config, "attention_pattern", "dense")
+    if pattern != "dense":
+        return f"attention_pattern={pattern!r} needs hf_lm's own masks, which the paged cache does not take"
+    for name in ("expert_capacity", "capacity_factor"):
+        if getattr(config, name, None) is not None:
+            return (
+                f"{name}={getattr(config, name)!r} drops tokens by what else is in the batch, so a request's "
+                "tokens would depend on the other requests"
+            )
+    return None
+
+
+def check_paged_attention(config, model_name: str) -> None:
+    """Refuse continuous batching up front for a config it cannot run (instead of failed requests)."""
+    problem = paged_attention_problem(config)
+    if problem is not None:
+        raise ValueError(
+            f"Continuous batching cannot run this {model_name}: {problem}. Use generate() for this model."
+        )
+
+
+class AttentionBackends:
+    """Mixin for the pretrained classes of the Transformer families: every attention backend
+    transformers has (`_supports_attention_backend`, what vLLM's and SGLang's Transformers backends
+    check), and a backend the config cannot use refused when the model is built or switched
+    (`from_pretrained(attn_implementation=...)`, `set_attn_implementation`)."""
+
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    def _check_and_adjust_attn_implementation(
+        self, attn_implementation, is_init_check: bool = False, allow_all_kernels: bool = False
+    ):
+        if isinstance(attn_implementation, str):
+            check_attention_backend(self.config, attn_implementation, type(self).__name__)
+        return super()._check_and_adjust_attn_implementation(
+            attn_implementation, is_init_check=is_init_check, allow_all_kernels=allow_all_kernels
+        )
