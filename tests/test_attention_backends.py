@@ -40,7 +40,9 @@ def attention_calls(model, batch) -> int:
     """How many times a forward runs an attention module (a block shared by layers runs per layer)."""
     calls = []
     hooks = [
-        m.register_forward_hook(lambda *_: calls.append(1)) for m in model.modules() if isinstance(m, AttentionHeads)
+        m.register_forward_hook(lambda *_: calls.append(1))
+        for m in model.modules()
+        if isinstance(m, AttentionHeads)
     ]
     try:
         outputs(model, batch, "eager")
@@ -371,3 +373,18 @@ def test_the_base_model_takes_a_4d_mask_too():
         torch.testing.assert_close(
             model(ids, attention_mask=causal).last_hidden_state, model(ids).last_hidden_state
         )
+
+
+def test_the_pipeline_plan_names_real_modules():
+    """vLLM's and SGLang's Transformers backends read `base_model_pp_plan` (and the head's `_pp_plan`)
+    to cut the model into stages: every module it names exists, and `layers` is the block list."""
+    torch.manual_seed(0)
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    base = model.model
+    for name in model.config.base_model_pp_plan:
+        assert isinstance(getattr(base, name), torch.nn.Module), name
+    assert isinstance(base.layers, torch.nn.ModuleList)
+    # the model's resolved plan: the head's entries and the base model's, prefixed
+    assert set(model._pp_plan) == {"lm_head", "model.embed_tokens", "model.layers", "model.norm"}
+    assert all(isinstance(model.get_submodule(name), torch.nn.Module) for name in model._pp_plan)
+    assert model.config.base_model_tp_plan is None  # no plan is better than a wrong one (fused q/k/v)

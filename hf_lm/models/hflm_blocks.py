@@ -1441,7 +1441,9 @@ class TransformerStack:
         S = kv_len - offset
         inputs.attention_mask = block_mask_from_dense(allowed, inputs.is_causal, T, S, device)
         if bias is not None:
-            inputs.position_bias = bias.expand(B, -1, T, S)  # flex indexes it by (batch, head, q, k)
+            # flex indexes it by (batch, head, q, k); contiguous: torch 2.13's CPU flex kernel fails to
+            # compile a decoding step's broadcast (stride 0) bias
+            inputs.position_bias = bias.expand(B, -1, T, S).contiguous()
         return inputs
 
     def _causality(self, requested: bool | None, paged: bool) -> bool:

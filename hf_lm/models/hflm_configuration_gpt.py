@@ -52,6 +52,13 @@ class HfLmGPTConfig(HfLmMoETransformerConfig):
     """
 
     model_type = "hflm_gpt"
+    # pipeline stages of `HfLmGPTModel` (the modules and what flows between them), as transformers'
+    # Llama declares them for pipeline parallelism and vLLM's Transformers backend
+    base_model_pp_plan = {
+        "embed_tokens": (["input_ids"], ["inputs_embeds"]),
+        "layers": (["hidden_states", "attention_mask"], ["hidden_states"]),
+        "norm": (["hidden_states"], ["hidden_states"]),
+    }
     supports_albert_options = True
     has_bidirectional_stack = False
     keys_to_ignore_at_inference = list(CACHE_NAMES)
