@@ -60,6 +60,8 @@ class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
         **HfLmMoETransformerConfig.attribute_map,
         "num_decoder_layers": "decoder_layers",
         "encoder_layers": "num_hidden_layers",
+        # T5's and BART's name for the width, which transformers' seq2seq export recipe reads
+        "d_model": "hidden_size",
     }
 
     def __post_init__(self, **kwargs):

@@ -91,12 +91,31 @@ class Seq2SeqMoEOutput(Seq2SeqLMOutput):
     decoder_router_logits: tuple[torch.Tensor, ...] | None = None
 
 
+def _drop_shared_embedding(stack: nn.Module, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    """State-dict hook of a stack: the shared embedding is saved once, under the parent's name."""
+    for key in [key for key in state_dict if key.startswith(prefix + "token_embedding.")]:
+        del state_dict[key]
+
+
+def _read_shared_embedding(stack: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    """Load-state-dict pre-hook of a stack: its (absent) `token_embedding.*` entries are the shared
+    module's own tensors, already loaded under the parent's name, so nothing is reported missing."""
+    for name, tensor in stack.token_embedding.state_dict(keep_vars=True).items():
+        state_dict.setdefault(f"{prefix}token_embedding.{name}", tensor)
+
+
 class HfLmSeq2SeqStack(nn.Module, TransformerStack):
     """An encoder stack (bidirectional) or a decoder stack (causal + cross-attention): a `TransformerStack`.
 
-    The token embedding is owned by the parent model and shared by both stacks (and the LM head):
-    the stack keeps a plain reference to it, not a registered submodule, so the weights have one
-    name in the state dict. `generate()` calls the encoder stack directly (`get_encoder()`).
+    The token embedding is owned by the parent model (`embed_tokens`) and shared by both stacks (and
+    the LM head). Each stack registers that same module as `token_embedding`, so the stack alone holds
+    every weight it reads: torch.export (transformers' seq2seq ExecuTorch recipe exports the encoder
+    and the decoder as separate programs) and module-wide moves see it. The weights keep one name in
+    checkpoints, the parent's: a stack leaves `token_embedding.*` out of its state dict and, when
+    loading, reads them from the shared module, which the parent loaded first. (Not `embed_tokens`
+    here: accelerate's device-map inference matches module names as substrings, and would take
+    `encoder.embed_tokens` for a part of the parent's `embed_tokens`.) `generate()` calls the encoder
+    stack directly (`get_encoder()`).
     """
 
     main_input_name = "input_ids"
@@ -105,7 +124,9 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
         super().__init__()
         self.config = config
         self.is_decoder = is_decoder
-        object.__setattr__(self, "embed_tokens", embed_tokens)  # shared, not registered (see above)
+        self.token_embedding = embed_tokens  # shared with the parent and the other stack (see above)
+        self.register_state_dict_post_hook(_drop_shared_embedding)
+        self.register_load_state_dict_pre_hook(_read_shared_embedding)
         self.embed_scale = math.sqrt(config.hidden_size) if config.scale_embedding else 1.0
         self.build_stack(
             config,
@@ -148,7 +169,7 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
         scale = self.embed_scale if input_ids is not None else 1.0  # given embeddings are used as they are
         names = (f"{prefix}input_ids", f"{prefix}inputs_embeds")
         inputs_embeds = embed_inputs(
-            input_ids, inputs_embeds, self.embed_tokens, self.config.vocab_size, names=names
+            input_ids, inputs_embeds, self.token_embedding, self.config.vocab_size, names=names
         )
         out = self.run_stack(
             inputs_embeds * scale,  # (B, T, C)
@@ -236,9 +257,17 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
         return self.embed_tokens
 
     def set_input_embeddings(self, value):
-        self.embed_tokens = value
-        object.__setattr__(self.encoder, "embed_tokens", value)
-        object.__setattr__(self.decoder, "embed_tokens", value)
+        self.embed_tokens = self.encoder.token_embedding = self.decoder.token_embedding = value
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """transformers' {tied name: source name} map, plus the stacks' names of the shared embedding
+        whatever `tie_word_embeddings` says: loading with disk offload (accelerate) reads a weight
+        under the name of the module that uses it, and finds the stacks' names through this map."""
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        if not all_submodels:  # with all_submodels, super() collects this map from each submodel
+            for stack in ("encoder", "decoder"):
+                tied[f"{stack}.token_embedding.weight"] = "embed_tokens.weight"
+        return tied
 
     def get_encoder(self):
         return self.encoder
