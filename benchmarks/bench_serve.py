@@ -10,11 +10,13 @@ prompt of N characters is N tokens). Both servers run at once, each pinned to it
 
 A round sends `--requests` (32) greedy `/v1/completions` requests of mixed lengths at once (prompts
 of 16 to 256 tokens, 16 to 128 new tokens, the same list for both sides) and times them to the last
-answer. Rounds alternate which server goes first; after a short untimed warm-up round per side, each
+answer. Rounds alternate which server goes first; after one untimed warm-up round per side, each
 figure is the median over `--rounds`. Throughput is generated tokens (the servers' own counts) per
-second; the ratio is hf_lm / Llama (above 1: hf_lm is faster). A sanity line gives the share of
-requests whose two answers are the same text. A side whose server fails (a 503 when its
-continuous-batching worker dies) is reported as failed, and the run exits 1.
+second; the ratio is hf_lm / Llama (above 1: hf_lm is faster). Tokens per CPU second of the server
+process (user + system time, from `/proc`) are printed too: on a shared machine another process's
+load stretches wall time, hardly a server's CPU time. A sanity line gives the share of requests
+whose two answers are the same text. A side whose server fails (a 503 when its continuous-batching
+worker dies) is reported as failed, and the run exits 1.
 
 Usage:
     HF_HUB_OFFLINE=1 python -m benchmarks.bench_serve             # 32 requests, 3 rounds
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import socket
@@ -150,18 +153,30 @@ def make_requests(args) -> list[tuple[str, int]]:
     ]
 
 
-def run_round(client, model: str, requests: list[tuple[str, int]]) -> dict:
-    """All requests at once; wall seconds to the last answer, generated tokens, the texts."""
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far (Linux `/proc`; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def run_round(client, model: str, requests: list[tuple[str, int]], pid: int) -> dict:
+    """All requests at once; wall seconds to the last answer, the server's CPU seconds meanwhile,
+    generated tokens, the texts."""
 
     def one(prompt: str, n: int):
         response = client.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0)
         return response.choices[0].text, response.usage.completion_tokens
 
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     with ThreadPoolExecutor(len(requests)) as pool:
         answers = list(pool.map(lambda r: one(*r), requests))
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "tokens": sum(n for _, n in answers), "texts": [t for t, _ in answers]}
+    seconds, cpu1 = time.perf_counter() - t0, cpu_seconds(pid)
+    cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
+    tokens = sum(n for _, n in answers)
+    return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "texts": [t for t, _ in answers]}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -202,14 +217,16 @@ def main(argv: list[str] | None = None) -> dict:
                 side: openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
                 for side, (_, url) in servers.items()
             }
-            for r in range(args.rounds + 1):  # round 0: a short untimed warm-up
+            for r in range(args.rounds + 1):  # round 0: untimed warm-up
                 for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                     if side in errors:
                         continue
                     try:
-                        sample = run_round(clients[side], str(folders[side]), requests if r else requests[:4])
+                        sample = run_round(clients[side], str(folders[side]), requests, servers[side][0].pid)
                     except openai.APIError as err:  # e.g. 503: the continuous-batching worker died
                         errors[side] = error_text(err)
+                        log = (Path(tmp) / f"{side}.log").read_text()[-3000:]
+                        print(f"{side} failed: {errors[side]}; the end of its server's log:\n{log}")
                         continue
                     if r:
                         samples[side].append(sample)
@@ -218,10 +235,13 @@ def main(argv: list[str] | None = None) -> dict:
                 stop_server(process)
 
     def median(key) -> dict[str, float | None]:
-        return {side: statistics.median(map(key, samples[side])) if samples[side] else None for side in SIDES}
+        return {
+            side: None if side in errors else statistics.median(map(key, samples[side])) for side in SIDES
+        }
 
     throughput = median(lambda s: s["tokens"] / s["seconds"])
     seconds = median(lambda s: s["seconds"])
+    per_cpu = median(lambda s: s["tokens"] / s["cpu_seconds"] if s["cpu_seconds"] else math.nan)
     mode = "continuous batching" if args.continuous_batching else "sequential generate()"
     print(f"{args.requests} concurrent greedy completions, {mode}, median of {args.rounds} rounds")
     same = None
@@ -238,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
          ratio_cell(ratio(throughput["hf_lm"], throughput["llama"]))],
         ["seconds to the last answer", *(cell(side, seconds, 2) for side in SIDES),
          ratio_cell(ratio(seconds["llama"], seconds["hf_lm"]))],
+        ["generated tokens per server CPU second", *(cell(side, per_cpu, 0) for side in SIDES),
+         ratio_cell(ratio(per_cpu["hf_lm"], per_cpu["llama"]))],
     ]  # fmt: skip
     print(
         markdown_table(["metric", "hf_lm GPT", "LlamaForCausalLM", "ratio (>1: hf_lm faster)"], rows, "lrrr")
@@ -247,11 +269,13 @@ def main(argv: list[str] | None = None) -> dict:
         "args": vars(args),
         "tokens_per_s": throughput,
         "seconds": seconds,
+        "tokens_per_cpu_s": per_cpu,
         "ratio": ratio(throughput["hf_lm"], throughput["llama"]),
         "same_text_share": same,
         "errors": errors,
         "samples": {
-            side: [{k: s[k] for k in ("seconds", "tokens")} for s in samples[side]] for side in SIDES
+            side: [{k: s[k] for k in ("seconds", "cpu_seconds", "tokens")} for s in samples[side]]
+            for side in SIDES
         },
     }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -129,10 +129,6 @@ def test_served_tokens_equal_generate(folder, reference, tmp_path):
         stop_server(process)
 
 
-@pytest.mark.skipif(
-    not getattr(HfLmGPTForCausalLM, "_supports_attention_backend", False),
-    reason="hf_lm's models do not take transformers' paged cache yet (issue 34, item 4)",
-)
 def test_served_tokens_equal_generate_with_continuous_batching(folder, reference, tmp_path):
     # a few small blocks: requests of the batch share the paged cache, and the CPU allocates little
     flags = ["--continuous-batching", "--cb-block-size", "16", "--cb-num-blocks", "64"]
