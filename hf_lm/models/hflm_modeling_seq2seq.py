@@ -32,8 +32,10 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
     Seq2SeqSequenceClassifierOutput,
 )
-from transformers.utils import ModelOutput, can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
+from .hflm_attention import AttentionBackends
 from .hflm_blocks import (
     TransformerStack,
     VocabProjection,
@@ -43,6 +45,7 @@ from .hflm_common import (
     SEQ2SEQ_PIPELINES,
     HfLmPreTrainedModel,
     _positive_int,
+    attention_kwargs,
     cache_argument,
     check_input_ids,
     check_seq2seq_labels,
@@ -150,7 +153,7 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput | BaseModelOutputWithPastAndCrossAttentions:
         """Run the stack.
 
@@ -162,6 +165,7 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
             encoder_hidden_states: (B, S, C) the encoder output (decoder only).
             encoder_attention_mask: (B, S) the source padding mask (decoder only).
             past_key_values: an `EncoderDecoderCache` (decoder only); also accepted as `cache`.
+            kwargs: transformers' attention kwargs, passed to the self-attention backend.
         """
         past_key_values = cache_argument(past_key_values, kwargs)
         # the user passed the decoder's arguments to the model under their `decoder_` names
@@ -183,6 +187,7 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
             encoder_attention_mask=encoder_attention_mask,
             names_prefix=prefix,
             too_long_advice=f"Truncate the {'target' if self.is_decoder else 'source'} or generate fewer tokens.",
+            **kwargs,
         )
         if self.is_decoder:
             return out
@@ -194,7 +199,7 @@ class HfLmSeq2SeqStack(nn.Module, TransformerStack):
         )
 
 
-class HfLmSeq2SeqPreTrainedModel(HfLmPreTrainedModel):
+class HfLmSeq2SeqPreTrainedModel(AttentionBackends, HfLmPreTrainedModel):
     config_class = HfLmEncoderDecoderConfig
     config: HfLmEncoderDecoderConfig
     # a decoding step with an EncoderDecoderCache of StaticCaches traces as one graph
@@ -315,6 +320,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
                 return_dict=True,
+                **attention_kwargs(kwargs),
             )
         elif isinstance(encoder_outputs, (tuple, list)):
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -346,6 +352,7 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            **attention_kwargs(kwargs),
         )
         return Seq2SeqMoEModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
@@ -531,6 +538,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
             output_hidden_states=output_hidden_states,
             output_router_logits=True,  # the load-balancing loss needs them
             return_dict=True,
+            **attention_kwargs(kwargs),
         )
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
@@ -803,6 +811,7 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             output_hidden_states=output_hidden_states,
             output_router_logits=True,  # a mixture of experts' load-balancing loss needs them
             return_dict=True,
+            **attention_kwargs(kwargs),
         )
         logits = self.token_logits(outputs.last_hidden_state)  # (B, T, V)
         length_logits = self.length_logits(outputs.encoder_last_hidden_state, attention_mask)  # (B, N + 1)
