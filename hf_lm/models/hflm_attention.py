@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.flex_attention import create_block_mask
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from transformers import Cache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import is_flash_attention_requested
@@ -82,7 +82,9 @@ def additive_mask(allowed: torch.Tensor | None, is_causal: bool, q_len: int, kv_
         allowed = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(kv_len - q_len)[None, None]
     if allowed.dtype != torch.bool:
         return allowed
-    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
 
 
 def flash_window(config) -> int | None:
@@ -151,6 +153,73 @@ def block_mask_from_dense(allowed: torch.Tensor | None, is_causal: bool, q_len: 
         return allowed[b, 0, q, k]
 
     return create_block_mask(mask_mod, batch, None, q_len, kv_len, device=device)
+
+
+def block_mask_from_predicate(
+    allowed,
+    mask_mod,
+    reach: torch.Tensor,
+    q_key: torch.Tensor,
+    q_len: int,
+    kv_len: int,
+    block: int,
+    chunk: int,
+):
+    """flex_attention's `BlockMask` for a mask given as a predicate, evaluated only where it may hold.
+
+    Args:
+        allowed: `(b, q, k) -> bool`, elementwise on broadcast index tensors: the mask before the
+            empty-row rule.
+        mask_mod: flex_attention's `(b, h, q, k)`, `allowed` with the empty-row rule; it reads the
+            (B, Tp) `self_fallback` this returns (set on its owner before the first call).
+        reach: (B, nqb, nkb) bool, the block pairs where `allowed` may be True (a superset): only those
+            are evaluated, in chunks of `chunk` elements, so the cost follows the pattern's density.
+        q_key: (Tp,) the key index of each query (its own key), -1 for the padding up to `block`.
+        q_len, kv_len: T and S; `block`: the block size (Tp, Sp multiples of it).
+
+    Returns:
+        `(block_mask, self_fallback)`: the `BlockMask` (blocks where all of the elements are allowed
+        skip the mask_mod, blocks with none are skipped) and the (B, Tp) bool of the queries that
+        would see no key and see their own, as `build_attention_mask`'s dense mask has it (None if none).
+    """
+    B, nqb, nkb = reach.shape
+    device = reach.device
+    counts = torch.zeros(B, nqb, nkb, dtype=torch.long, device=device)
+    row_hits = torch.zeros(B, nqb * block, dtype=torch.long, device=device)
+    pairs = reach.nonzero()  # (N, 3): (b, query block, key block)
+    step = max(1, chunk // (block * block))
+    offsets = torch.arange(block, device=device)
+    for start in range(0, pairs.shape[0], step):
+        b, qb, kb = pairs[start : start + step].unbind(-1)  # 3 x (n,)
+        q = qb[:, None, None] * block + offsets[None, :, None]  # (n, block, 1)
+        k = kb[:, None, None] * block + offsets[None, None, :]  # (n, 1, block)
+        ok = allowed(b[:, None, None], q, k) & (q < q_len) & (k < kv_len)  # (n, block, block)
+        counts[b, qb, kb] = ok.sum(dim=(1, 2))
+        row_hits.index_put_((b[:, None].expand(-1, block), q[..., 0]), ok.any(-1).long(), accumulate=True)
+    valid = (torch.arange(nqb * block, device=device) < q_len)[None]  # (1, Tp)
+    fallback = (row_hits == 0) & valid  # (B, Tp) queries with no key
+    partial = (counts > 0) & (counts < block * block)
+    full = counts == block * block
+    if bool(fallback.any()):
+        # such a query's own key makes its block partial (it had no allowed element: never full)
+        rows = fallback.nonzero()  # (M, 2): (b, query)
+        partial[rows[:, 0], rows[:, 1] // block, q_key[rows[:, 1]] // block] = True
+    else:
+        fallback = None
+
+    def kv_blocks(which: torch.Tensor):
+        # (B, 1, nqb) counts and (B, 1, nqb, nkb) key block indices, the listed ones first
+        order = torch.argsort((~which).to(torch.int8), dim=-1, stable=True)
+        return which.sum(-1).to(torch.int32)[:, None], order.to(torch.int32)[:, None]
+
+    mask = BlockMask.from_kv_blocks(
+        *kv_blocks(partial),
+        *kv_blocks(full),
+        BLOCK_SIZE=block,
+        mask_mod=mask_mod,
+        seq_lengths=(q_len, kv_len),
+    )
+    return mask, fallback
 
 
 # ----------------------------------------------------------------------------------------------

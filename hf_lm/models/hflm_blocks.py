@@ -31,6 +31,7 @@ from .hflm_attention import (
     CrossAttention,
     additive_mask,
     block_mask_from_dense,
+    block_mask_from_predicate,
     flash_window,
     is_paged_cache,
     mask_kind,
@@ -762,16 +763,26 @@ def position_hash(q_pos: torch.Tensor, k_pos: torch.Tensor, seed: int) -> torch.
     return x ^ (x >> 15)
 
 
+def random_rank(config, q_pos, k_pos):
+    """The order in which a query picks its random keys: (hash, key position) as one int64, below
+    2**55 (positions are taken below 2**24). Elementwise, so flex_attention's mask_mod reads it too."""
+    return (position_hash(q_pos, k_pos, config.attention_random_seed) << 24) | (k_pos & (2**24 - 1))
+
+
+def random_threshold(config, q_pos, k_pos, eligible):
+    """(1|B, T, 1) the r-th smallest `random_rank` among each query's eligible keys (int64's max
+    when fewer than r are eligible: then all of them)."""
+    rank = random_rank(config, q_pos, k_pos).masked_fill(~eligible, torch.iinfo(torch.int64).max)
+    r = min(config.num_random_keys, rank.shape[-1])
+    return rank.topk(r, dim=-1, largest=False).values[..., -1:]  # (1|B, T, S) -> (1|B, T, 1)
+
+
 def random_pattern(config, q_pos, k_pos, eligible):
     """Random keys (BigBird's, Zaheer et al., 2020, per key instead of per block): each query sees
     the r eligible keys (real, and not later for a causal query) of smallest
     `position_hash(seed, query, key)`, ties broken by the key's position; all of them when fewer."""
-    # (hash, key position) as one int64, below 2**55: positions are taken below 2**24
-    rank = (position_hash(q_pos, k_pos, config.attention_random_seed) << 24) | (k_pos & (2**24 - 1))
-    rank = rank.masked_fill(~eligible, torch.iinfo(torch.int64).max)  # (1|B, T, S)
-    r = min(config.num_random_keys, rank.shape[-1])
-    kth = rank.topk(r, dim=-1, largest=False).values[..., -1:]  # (1|B, T, 1) the r-th smallest
-    return eligible & (rank <= kth)
+    kth = random_threshold(config, q_pos, k_pos, eligible)  # (1|B, T, 1)
+    return eligible & (random_rank(config, q_pos, k_pos) <= kth)
 
 
 ATTENTION_PATTERNS = {
@@ -798,9 +809,13 @@ class AttentionPattern:
         self.config, self.active = config, active
 
     @property
+    def names(self) -> tuple:
+        """The parts' names ("band", "global", ...), empty for "dense" or an inactive stack."""
+        return _attention_pattern("attention_pattern", self.config.attention_pattern) if self.active else ()
+
+    @property
     def parts(self) -> list:
-        names = _attention_pattern("attention_pattern", self.config.attention_pattern) if self.active else ()
-        return [ATTENTION_PATTERNS[name] for name in names]
+        return [ATTENTION_PATTERNS[name] for name in self.names]
 
     def __call__(
         self,
@@ -830,6 +845,205 @@ class AttentionPattern:
         for part in parts[1:]:
             allowed = allowed | part(self.config, q_pos, k_pos, eligible)  # the union of the parts
         return allowed[:, None]  # (1|B, 1, T, S)
+
+
+# ----------------------------------------------------------------------------------------------
+# flex_attention's mask: the mask `build_attention_mask` builds, as a predicate on (batch, query,
+# key) indices (flex_attention's `mask_mod`) that reads only per-row tensors (B, T) and (B, S), and
+# a `BlockMask` whose blocks come from each part's reach, so building the mask and attending cost
+# what the pattern's density costs, not T x S.
+# ----------------------------------------------------------------------------------------------
+
+
+def _block_gap(q_lo, q_hi, k_lo, k_hi):
+    """The smallest |q - k| between a block of query positions [q_lo, q_hi] and of key positions."""
+    return torch.maximum(k_lo - q_hi, q_lo - k_hi).clamp(min=0)
+
+
+# Each part's reach between blocks: whether a query block with positions in [q_lo, q_hi] may see a
+# key of a key block with positions in [k_lo, k_hi] (never False where the predicate could be True).
+PATTERN_REACH = {
+    "global": lambda config, q_lo, q_hi, k_lo, k_hi: (
+        (q_lo < config.num_global_tokens) | (k_lo < config.num_global_tokens)
+    ),
+    "band": lambda config, q_lo, q_hi, k_lo, k_hi: (
+        _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window
+    ),
+    "dilated": lambda config, q_lo, q_hi, k_lo, k_hi: (
+        _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window * config.attention_dilation
+    ),
+    "block": lambda config, q_lo, q_hi, k_lo, k_hi: (
+        (q_lo // config.attention_block_size <= k_hi // config.attention_block_size)
+        & (k_lo // config.attention_block_size <= q_hi // config.attention_block_size)
+    ),
+    # random keys may be any eligible key: every block the other constraints leave
+    "random": lambda config, q_lo, q_hi, k_lo, k_hi: torch.ones_like(
+        _block_gap(q_lo, q_hi, k_lo, k_hi), dtype=torch.bool
+    ),
+}
+assert set(PATTERN_REACH) == set(ATTENTION_PATTERN_NAMES)
+
+#: flex_attention's block size: the per-row tensors are padded to a multiple of it, so the kernel's
+#: reads past the last query or key stay inside them
+FLEX_BLOCK = 128
+#: elements (rows x keys) a chunk of the random pattern's threshold or of the block evaluation holds
+FLEX_CHUNK = 2**22
+
+
+def _pad_to(x: torch.Tensor, size: int, value) -> torch.Tensor:
+    """Pad the last dimension of `x` to `size` with `value`."""
+    return F.pad(x, (0, size - x.shape[-1]), value=value)
+
+
+def _block_range(x: torch.Tensor, valid: torch.Tensor, big: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, n*FLEX_BLOCK) values -> their (B, n) min and max per block over the `valid` entries
+    (an empty block gets min `big`, max `-big`)."""
+    B = x.shape[0]
+    lo = x.masked_fill(~valid, big).view(B, -1, FLEX_BLOCK).amin(-1)
+    hi = x.masked_fill(~valid, -big).view(B, -1, FLEX_BLOCK).amax(-1)
+    return lo, hi
+
+
+class FlexMask:
+    """`build_attention_mask`'s mask (causality, padding, prefix-LM, documents, the sparse pattern
+    and the empty-row rule) for flex_attention, from per-row tensors only.
+
+    `allowed(b, q, k)` is the mask as a predicate on index tensors: broadcast tensors when the
+    blocks are classified, scalars inside flex_attention's kernel (its `mask_mod`). `blocks()`
+    says which (query block, key block) pairs the constraints can reach, from the min/max of
+    positions, key indices and document ids per block: only those are evaluated. The random
+    pattern's per-query threshold (the r-th smallest rank among the eligible keys) is computed
+    in chunks of queries: O(T x S) time, O(FLEX_CHUNK) memory, and its keys can fall in any block.
+
+    Args as `build_attention_mask`'s; `offset` keys at the start were dropped by a sliding-window
+    cache: the mask is computed over all `kv_len` keys, the predicate indexes the kept ones.
+    """
+
+    def __init__(
+        self,
+        pattern: AttentionPattern,
+        batch: int,
+        padding: torch.Tensor | None,
+        q_len: int,
+        kv_len: int,
+        past_len: int | torch.Tensor,
+        offset: int,
+        causal: bool,
+        prefix_lengths: torch.Tensor | None,
+        document_ids: torch.Tensor | None,
+        device: torch.device,
+    ):
+        B, T, S = batch, q_len, kv_len - offset
+        self.config, self.names, self.causal = pattern.config, pattern.names, causal
+        self.batch, self.q_len, self.kv_len = B, T, S
+        Tp, Sp = -(-T // FLEX_BLOCK) * FLEX_BLOCK, -(-S // FLEX_BLOCK) * FLEX_BLOCK
+        q_full = torch.arange(T, device=device) + past_len  # (T,) key index of each query, all keys counted
+        real = (
+            torch.ones(B, kv_len, dtype=torch.bool, device=device)
+            if padding is None
+            else padding.to(device).bool().expand(B, -1)
+        )  # (B, kv_len)
+        # padded keys are never real; padded queries see nothing (key index -1)
+        self.key_real = _pad_to(real[:, offset:], Sp, False)  # (B, Sp)
+        self.q_key = _pad_to(q_full - offset, Tp, -1)  # (Tp,) key index among the kept keys
+        self.prefix = None if prefix_lengths is None else prefix_lengths.to(device).long() - offset  # (B,)
+        self.key_doc = self.query_doc = None
+        if document_ids is not None:
+            docs = document_ids.to(device).long()  # (B, kv_len)
+            self.key_doc = _pad_to(docs[:, offset:], Sp, -3)  # (B, Sp)
+            self.query_doc = _pad_to(docs.index_select(1, q_full), Tp, -2)  # (B, Tp)
+        self.q_pos = self.k_pos = self.kth = None
+        if self.names:
+            # positions count real tokens, as `AttentionPattern` does
+            k_pos = real_token_positions(padding, 0, kv_len, device).expand(B, -1)  # (B, kv_len)
+            q_pos = k_pos.index_select(1, q_full)  # (B, T)
+            if "random" in self.names:
+                self.kth = _pad_to(self._random_threshold(q_pos, k_pos, real), Tp, -1)  # (B, Tp)
+            self.q_pos, self.k_pos = _pad_to(q_pos, Tp, 0), _pad_to(k_pos[:, offset:], Sp, 0)
+        self.self_fallback = None  # (B, Tp) queries that see only themselves, set by `block_mask`
+
+    def _random_threshold(self, q_pos, k_pos, real) -> torch.Tensor:
+        """(B, T) the random pattern's threshold, chunked over queries (no (T, S) tensor at once)."""
+        B, S = k_pos.shape
+        rows = max(1, FLEX_CHUNK // (B * S))
+        out = []
+        for start in range(0, q_pos.shape[1], rows):
+            q = q_pos[:, start : start + rows, None]  # (B, c, 1)
+            eligible = (k_pos[:, None, :] <= q) if self.causal else torch.ones_like(real[:, None, :])
+            eligible = (eligible & real[:, None, :]).expand(-1, q.shape[1], -1)  # (B, c, S)
+            out.append(random_threshold(self.config, q, k_pos[:, None, :], eligible)[..., 0])
+        return torch.cat(out, dim=1)
+
+    def allowed(self, b, q, k):
+        """Whether query q of row b may see key k (indices among the kept keys), before the empty-row rule."""
+        ok = self.key_real[b, k]
+        if self.causal:
+            visible = k <= self.q_key[q]
+            if self.prefix is not None:
+                visible = visible | (k < self.prefix[b])
+            ok = ok & visible
+        if self.key_doc is not None:
+            ok = ok & (self.key_doc[b, k] == self.query_doc[b, q])
+        if self.names:
+            q_pos, k_pos = self.q_pos[b, q], self.k_pos[b, k]
+            seen = None
+            for name in self.names:
+                if name == "random":
+                    eligible = self.key_real[b, k]
+                    if self.causal:
+                        eligible = eligible & (k_pos <= q_pos)
+                    part = eligible & (random_rank(self.config, q_pos, k_pos) <= self.kth[b, q])
+                else:
+                    part = ATTENTION_PATTERNS[name](self.config, q_pos, k_pos, None)
+                seen = part if seen is None else seen | part
+            ok = ok & seen
+        return ok
+
+    def mask_mod(self, b, h, q, k):
+        """flex_attention's mask_mod: `allowed`, and a query that would see no key sees itself."""
+        ok = self.allowed(b, q, k)
+        if self.self_fallback is not None:
+            ok = ok | (self.self_fallback[b, q] & (k == self.q_key[q]))
+        return ok
+
+    def blocks(self) -> torch.Tensor:
+        """(B, nqb, nkb) bool: the block pairs where `allowed` may be True (a superset)."""
+        B, Tp, Sp = self.batch, self.q_key.shape[0], self.key_real.shape[1]
+        big = 2**62
+        q_valid = (torch.arange(Tp, device=self.q_key.device) < self.q_len)[None].expand(B, -1)  # (B, Tp)
+        reach = self.key_real.view(B, -1, FLEX_BLOCK).any(-1)[:, None, :]  # (B, 1, nkb) some real key
+        if self.causal:
+            k_first = torch.arange(0, Sp, FLEX_BLOCK, device=self.q_key.device)  # (nkb,)
+            q_last = self.q_key.view(-1, FLEX_BLOCK).amax(-1)  # (nqb,)
+            visible = k_first[None, None, :] <= q_last[None, :, None]  # (1, nqb, nkb)
+            if self.prefix is not None:
+                visible = visible | (k_first[None, None, :] < self.prefix[:, None, None])
+            reach = reach & visible
+        if self.key_doc is not None:
+            q_lo, q_hi = _block_range(self.query_doc, q_valid, big)
+            k_lo, k_hi = _block_range(self.key_doc, self.key_real, big)
+            reach = reach & (q_lo[:, :, None] <= k_hi[:, None, :]) & (k_lo[:, None, :] <= q_hi[:, :, None])
+        if self.names:
+            q_lo, q_hi = _block_range(self.q_pos, q_valid, big)
+            k_lo, k_hi = _block_range(self.k_pos, self.key_real, big)
+            q_lo, q_hi, k_lo, k_hi = q_lo[:, :, None], q_hi[:, :, None], k_lo[:, None, :], k_hi[:, None, :]
+            parts = [PATTERN_REACH[name](self.config, q_lo, q_hi, k_lo, k_hi) for name in self.names]
+            reach = reach & torch.stack(torch.broadcast_tensors(*parts)).any(0)
+        return reach.expand(B, Tp // FLEX_BLOCK, -1)
+
+    def block_mask(self):
+        """flex_attention's `BlockMask` (see `hflm_attention.block_mask_from_predicate`)."""
+        mask, self.self_fallback = block_mask_from_predicate(
+            self.allowed,
+            self.mask_mod,
+            self.blocks(),
+            self.q_key,
+            self.q_len,
+            self.kv_len,
+            FLEX_BLOCK,
+            FLEX_CHUNK,
+        )
+        return mask
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1403,6 +1617,39 @@ class TransformerStack:
                 inputs.attention_kwargs.setdefault("sliding_window", window)
             return inputs
 
+        if kind == "flex" and not given_mask:
+            # a BlockMask from a predicate on per-row tensors, evaluated only in the blocks the
+            # pattern reaches (`FlexMask`); the score bias apart, as `position_bias`
+            S = kv_len - offset
+            plain = (
+                padding is None
+                and prefix_lengths is None
+                and document_ids is None
+                and not self.attention_pattern.names
+                and not torch.is_tensor(past_len)
+                and past_len + T == kv_len
+            )
+            if not (plain and (not is_causal or T == 1)):  # else every query sees every key: no mask
+                inputs.attention_mask = FlexMask(
+                    self.attention_pattern,
+                    B,
+                    padding,
+                    T,
+                    kv_len,
+                    past_len,
+                    offset,
+                    is_causal,
+                    prefix_lengths,
+                    document_ids,
+                    device,
+                ).block_mask()
+            if bias is not None:
+                if offset:
+                    bias = bias[..., offset:]
+                # flex indexes it by (batch, head, q, k); contiguous: torch 2.13's CPU flex kernel fails
+                # to compile a decoding step's broadcast (stride 0) bias
+                inputs.position_bias = bias.expand(B, -1, T, S).contiguous()
+            return inputs
         if given_mask:
             allowed, inputs.is_causal = attention_mask, is_causal and attention_mask is None
         else:
