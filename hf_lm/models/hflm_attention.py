@@ -335,8 +335,13 @@ class AttentionHeads(nn.Module):
         self.scaling = self.head_dim**-0.5 if scale is None else scale
         self.attention_dropout = config.attention_dropout
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.attention_bias)
-        self.o_proj.init_role = "attn_out"  # see _init_weights
+
+    def output_projection(self) -> nn.Linear:
+        """`o_proj`, built by each subclass after its input projections: the registration order is the
+        parameter order, which initial weights drawn from a seed and saved optimizer states follow."""
+        o_proj = nn.Linear(self.q_size, self.config.hidden_size, bias=self.config.attention_bias)
+        o_proj.init_role = "attn_out"  # see _init_weights
+        return o_proj
 
     def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
         """(B, T, n*hs) -> (B, n, T, hs)"""
@@ -359,6 +364,7 @@ class Attention(AttentionHeads):
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
         )
         self.qkv_proj.init_role = "qkv"
+        self.o_proj = self.output_projection()
 
     def forward(
         self,
@@ -409,6 +415,7 @@ class CrossAttention(AttentionHeads):
         # keys and values stacked in one Linear: one GEMM over the encoder states
         self.kv_proj = nn.Linear(config.hidden_size, 2 * self.kv_size, bias=config.attention_bias)
         self.q_proj.init_role, self.kv_proj.init_role = "q", "kv"
+        self.o_proj = self.output_projection()
 
     def forward(
         self,
