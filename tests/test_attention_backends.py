@@ -387,4 +387,5 @@ def test_the_pipeline_plan_names_real_modules():
     # the model's resolved plan: the head's entries and the base model's, prefixed
     assert set(model._pp_plan) == {"lm_head", "model.embed_tokens", "model.layers", "model.norm"}
     assert all(isinstance(model.get_submodule(name), torch.nn.Module) for name in model._pp_plan)
-    assert model.config.base_model_tp_plan is None  # no plan is better than a wrong one (fused q/k/v)
+    # the tensor-parallel plan names real modules too (tests/test_tensor_parallel.py runs it)
+    assert all(model.model.get_submodule(name.replace("*", "0")) for name in model.config.base_model_tp_plan)
