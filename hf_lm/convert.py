@@ -93,7 +93,8 @@ def _gpt2_state_dict(sd: dict, config, ref_config) -> dict:
         for a, b in (("ln_1", "attn_norm"), ("ln_2", "mlp_norm")):
             out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"]
             out[f"{dst}{b}.bias"] = sd[f"{src}{a}.bias"]
-        # c_attn's output columns are [q | k | v], the same order as qkv_proj's rows
+        # c_attn's output columns are [q | k | v]: stacked as `qkv_proj`, the layout before hf_lm grouped
+        # them by head, which `Attention` regroups into `query_key_value` when the state dict loads
         for a, b in (("attn.c_attn", "self_attn.qkv_proj"), ("attn.c_proj", "self_attn.o_proj"),
                      ("mlp.c_fc", "mlp.up_proj"), ("mlp.c_proj", "mlp.down_proj")):  # fmt: skip
             out[f"{dst}{b}.weight"] = sd[f"{src}{a}.weight"].t().contiguous()
@@ -141,7 +142,8 @@ def _llama_config(ref, **extra) -> HfLmGPTConfig:
 
 
 def _llama_state_dict(sd: dict, config, ref_config) -> dict:
-    """Llama keeps q/k/v and gate/up as separate Linears; hf_lm stacks each group into one."""
+    """Llama keeps q/k/v and gate/up as separate Linears; hf_lm stacks each group into one (q/k/v as
+    `qkv_proj`, which `Attention` regroups by head into `query_key_value` at `load_state_dict`)."""
     num_layers = config.num_hidden_layers
     p = "model." if any(k.startswith("model.") for k in sd) else ""  # LlamaModel has no prefix
     out = {
@@ -260,7 +262,8 @@ def _bert_config(ref, config_class=HfLmBertConfig, **extra) -> HfLmBertConfig:
 
 
 def _bert_state_dict(sd: dict, config, ref_config) -> dict:
-    """Rename BERT/RoBERTa weights; q, k and v are stacked into one `qkv_proj`."""
+    """Rename BERT/RoBERTa weights; q, k and v are stacked into one `qkv_proj` (regrouped by head into
+    `query_key_value` when the state dict loads)."""
     num_layers, model_type, pad_token_id = (
         config.num_hidden_layers,
         ref_config.model_type,

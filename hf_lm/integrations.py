@@ -12,8 +12,9 @@ a checkpoint loaded with remote code where hf_lm is not imported has no defaults
 
 The defaults adapt the attention projections, as peft's own do (Llama's `q_proj`/`v_proj`, BERT's
 `query`/`value`, GPT-2's fused `c_attn`). hf_lm's self-attention computes q, k and v with one Linear,
-`qkv_proj` (one GEMM instead of three); LoRA on it adds one low-rank update to all three, as on
-GPT-2's `c_attn` or Falcon's `query_key_value`.
+`query_key_value` (one GEMM instead of three, its rows grouped by key/value head as Falcon's); LoRA on
+it adds one low-rank update to all three, as on GPT-2's `c_attn` or Falcon's `query_key_value`.
+Adapters trained before that name (targets `qkv_proj`) name a module the models no longer have.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ logger = logging.getLogger(__name__)
 # model_type -> LoRA's default target modules, module names that peft matches as suffixes of the
 # module paths (`bridge.0` matches `model.decoder.bridge.0`)
 LORA_TARGET_MODULES: dict[str, list[str]] = {
-    "hflm_gpt": ["qkv_proj"],
-    "hflm_bert": ["qkv_proj"],
-    "hflm_electra": ["qkv_proj"],  # BERT's encoder
+    "hflm_gpt": ["query_key_value"],
+    "hflm_bert": ["query_key_value"],
+    "hflm_electra": ["query_key_value"],  # BERT's encoder
     # self-attention, and the decoder's cross-attention (queries; keys and values of the encoder states)
-    "hflm_t5": ["qkv_proj", "q_proj", "kv_proj"],
-    "hflm_bart": ["qkv_proj", "q_proj", "kv_proj"],
+    "hflm_t5": ["query_key_value", "q_proj", "kv_proj"],
+    "hflm_bart": ["query_key_value", "q_proj", "kv_proj"],
     # Bengio et al.'s tanh hidden layer
     "hflm_ffnn": ["hidden"],
     # the attentional layer W_c (absent with attention="none") and the bridges from the encoder's
@@ -53,11 +54,11 @@ LORA_TARGET_PARAMETERS: dict[str, list[str]] = {
 # projections that produce keys and values, and the feed-forward's output projection, whose input
 # is rescaled (`feedforward_modules`). As peft's Llama and T5 defaults.
 IA3_TARGET_MODULES: dict[str, list[str]] = {
-    "hflm_gpt": ["qkv_proj", "down_proj"],
-    "hflm_bert": ["qkv_proj", "down_proj"],
-    "hflm_electra": ["qkv_proj", "down_proj"],
-    "hflm_t5": ["qkv_proj", "kv_proj", "down_proj"],
-    "hflm_bart": ["qkv_proj", "kv_proj", "down_proj"],
+    "hflm_gpt": ["query_key_value", "down_proj"],
+    "hflm_bert": ["query_key_value", "down_proj"],
+    "hflm_electra": ["query_key_value", "down_proj"],
+    "hflm_t5": ["query_key_value", "kv_proj", "down_proj"],
+    "hflm_bart": ["query_key_value", "kv_proj", "down_proj"],
 }
 IA3_FEEDFORWARD_MODULES: dict[str, list[str]] = {
     model_type: ["down_proj"] for model_type in IA3_TARGET_MODULES

@@ -387,4 +387,24 @@ def test_the_pipeline_plan_names_real_modules():
     # the model's resolved plan: the head's entries and the base model's, prefixed
     assert set(model._pp_plan) == {"lm_head", "model.embed_tokens", "model.layers", "model.norm"}
     assert all(isinstance(model.get_submodule(name), torch.nn.Module) for name in model._pp_plan)
-    assert model.config.base_model_tp_plan is None  # no plan is better than a wrong one (fused q/k/v)
+    # the tensor-parallel plan names real modules too (tests/test_tensor_parallel.py runs it)
+    assert all(model.model.get_submodule(name.replace("*", "0")) for name in model.config.base_model_tp_plan)
+
+
+def test_attention_parameters_keep_their_order():
+    """Registration order is parameter order: initial weights drawn from a seed and the optimizer state
+    of a saved run follow it, so the input projections come before `o_proj` as they always did."""
+    from hf_lm.models.hflm_attention import Attention, CrossAttention
+
+    config = tiny_gpt_config()
+    assert [n for n, _ in Attention(config, 0).named_parameters()] == [
+        "query_key_value.weight",
+        "query_key_value.bias",
+        "o_proj.weight",
+        "o_proj.bias",
+    ]
+    assert [n.split(".")[0] for n, _ in CrossAttention(config, 0).named_parameters()][::2] == [
+        "q_proj",
+        "kv_proj",
+        "o_proj",
+    ]

@@ -161,16 +161,22 @@ def test_grouped_query_attention_equals_mha_with_shared_heads(nkv):
     gqa = Attention(config, 0).eval()
     mha = Attention(tiny_gpt_config(), 0).eval()
     hs, nh = config.head_dim, config.num_attention_heads
-    with torch.no_grad():
-        wq, wk, wv = gqa.qkv_proj.weight.split(gqa.split_sizes)
-        bq, bk, bv = gqa.qkv_proj.bias.split(gqa.split_sizes)
-        rep = lambda w: w.view(nkv, hs, -1).repeat_interleave(nh // nkv, 0).reshape(nh * hs, -1)  # noqa: E731
-        mha.qkv_proj.weight.copy_(torch.cat([wq, rep(wk), rep(wv)]))
-        mha.qkv_proj.bias.copy_(torch.cat([bq, rep(bk[:, None])[:, 0], rep(bv[:, None])[:, 0]]))
-        mha.o_proj.load_state_dict(gqa.o_proj.state_dict())
+    sizes = (nh * hs, nkv * hs, nkv * hs)
+    stacked = gqa.grouped_order().argsort()  # grouped rows -> [all q; all k; all v]
+    wq, wk, wv = gqa.query_key_value.weight.detach()[stacked].split(sizes)
+    bq, bk, bv = gqa.query_key_value.bias.detach()[stacked].split(sizes)
+    rep = lambda w: w.view(nkv, hs, -1).repeat_interleave(nh // nkv, 0).reshape(nh * hs, -1)  # noqa: E731
+    # the stacked layout, as checkpoints from before the grouped one hold it: loading regroups it
+    mha.load_state_dict(
+        {
+            "qkv_proj.weight": torch.cat([wq, rep(wk), rep(wv)]),
+            "qkv_proj.bias": torch.cat([bq, rep(bk[:, None])[:, 0], rep(bv[:, None])[:, 0]]),
+            **{f"o_proj.{k}": v for k, v in gqa.o_proj.state_dict().items()},
+        }
+    )
     x = torch.randn(2, 5, config.hidden_size)
     torch.testing.assert_close(gqa(x, is_causal=True)[0], mha(x, is_causal=True)[0], rtol=1e-5, atol=1e-5)
-    assert gqa.qkv_proj.out_features == (nh + 2 * nkv) * hs
+    assert gqa.query_key_value.out_features == (nh + 2 * nkv) * hs
 
 
 def test_bidirectional_attention_sees_the_future():
@@ -282,7 +288,7 @@ def test_init_reaches_every_projection():
     scaled = 0.02 / math.sqrt(2 * 8)  # GPT-2's residual projections
     assert block.self_attn.o_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
     assert block.mlp.down_proj.weight.std().item() == pytest.approx(scaled, rel=0.05)
-    assert block.self_attn.qkv_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert block.self_attn.query_key_value.weight.std().item() == pytest.approx(0.02, rel=0.05)
     # a post-norm stack is drawn as BERT and BART draw it: no residual scaling (a BART-style model
     # trained from scratch collapsed its encoder with it)
     for post_norm in (
@@ -315,8 +321,11 @@ def test_init_reaches_every_projection():
     attn = t5.model.decoder.layers[0].self_attn
     cross = t5.model.decoder.layers[0].cross_attn
     head_dim = d // heads
-    assert attn.qkv_proj.weight[:d].std().item() == pytest.approx((d * head_dim) ** -0.5, rel=0.05)
-    assert attn.qkv_proj.weight[d:].std().item() == pytest.approx(d**-0.5, rel=0.05)
+    queries = attn.query_rows()  # the rows of the query heads, grouped with their keys and values
+    assert attn.query_key_value.weight[queries].std().item() == pytest.approx(
+        (d * head_dim) ** -0.5, rel=0.05
+    )
+    assert attn.query_key_value.weight[~queries].std().item() == pytest.approx(d**-0.5, rel=0.05)
     assert cross.q_proj.weight.std().item() == pytest.approx((d * head_dim) ** -0.5, rel=0.05)
     assert t5.model.decoder.layers[0].mlp.down_proj.weight.std().item() == pytest.approx(ff**-0.5, rel=0.05)
     assert t5.model.embed_tokens.weight.std().item() == pytest.approx(1.0, rel=0.05)

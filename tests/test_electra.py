@@ -296,9 +296,9 @@ def test_training_run_then_fine_tuning_the_discriminator(tmp_path):
     classifier = json.loads((tmp_path / "cls" / "final" / "config.json").read_text())
     assert classifier["architectures"] == ["HfLmElectraForSequenceClassification"]
     # the fine-tuned encoder started from the discriminator's
-    before = load_file(final / "model.safetensors")["model.layers.0.self_attn.qkv_proj.weight"]
+    before = load_file(final / "model.safetensors")["model.layers.0.self_attn.query_key_value.weight"]
     after = load_file(tmp_path / "cls" / "final" / "model.safetensors")[
-        "model.layers.0.self_attn.qkv_proj.weight"
+        "model.layers.0.self_attn.query_key_value.weight"
     ]
     assert before.shape == after.shape and (before - after).abs().max() < 0.1
 

@@ -108,7 +108,7 @@ def test_lora_defaults_are_attention_projections_as_for_llama():
     case = next(c for c in FAMILY_CASES if c.name == "gpt-causal-lm")
     peft_model = get_peft_model(case.make_model(), LoraConfig(task_type="CAUSAL_LM"))
     targeted = sorted(peft_model.base_model.targeted_module_names)
-    assert targeted == [f"model.layers.{i}.self_attn.qkv_proj" for i in range(2)], targeted
+    assert targeted == [f"model.layers.{i}.self_attn.query_key_value" for i in range(2)], targeted
     assert peft_model.peft_config["default"].target_modules == set(LORA_TARGET_MODULES["hflm_gpt"])
 
 

@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 logger = logging.getLogger(__name__)
@@ -820,6 +820,8 @@ def load_checkpoint(
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} is missing: this checkpoint was saved without it.")
         obj.load_state_dict(_read_part(path, name, _torch_load))
+    if optimizer is not None:
+        _regroup_stacked_qkv_moments(model, optimizer, path / MODEL_FILE)
     if scaler is not None:
         if (path / SCALER_FILE).is_file():
             scaler.load_state_dict(_read_part(path, SCALER_FILE, _torch_load))
@@ -844,6 +846,28 @@ def load_checkpoint(
         "tensors": tensors,
         "path": path,
     }
+
+
+def _regroup_stacked_qkv_moments(model: torch.nn.Module, optimizer, weights: Path) -> None:
+    """A checkpoint from before the head-grouped attention layout holds `qkv_proj` with rows [all q;
+    all k; all v]. Loading the weights regroups them (`Attention`'s load hook); the optimizer's
+    per-parameter moments (Adam's averages) are row-aligned with the weight, so they are regrouped
+    alike here, or the resumed run would update each row with another row's history."""
+    with safe_open(str(weights), "pt") as f:
+        stacked = [key for key in f.keys() if ".qkv_proj." in key]  # noqa: SIM118 (safe_open has no __iter__)
+    if not stacked:
+        return
+    params = dict(model.named_parameters())
+    for key in stacked:
+        name = key.replace(".qkv_proj.", ".query_key_value.")
+        param = params.get(name)
+        state = optimizer.state.get(param) if param is not None else None
+        if not state:
+            continue
+        order = model.get_submodule(name.rsplit(".", 2)[0]).grouped_order()
+        for field, value in state.items():
+            if torch.is_tensor(value) and value.shape == param.shape:
+                state[field] = value[order.to(value.device)]
 
 
 def _torch_load(path: Path):

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from transformers import Cache
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import is_flash_attention_requested
 
@@ -343,28 +345,77 @@ class AttentionHeads(nn.Module):
         o_proj.init_role = "attn_out"  # see _init_weights
         return o_proj
 
-    def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        """(B, T, n*hs) -> (B, n, T, hs)"""
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, n*hs) -> (B, n, T, hs); n is read from the width, as tensor parallelism leaves each
+        process a slice of the heads."""
         B, T, _ = x.shape
-        return x.view(B, T, n, self.head_dim).transpose(1, 2)
+        return x.view(B, T, -1, self.head_dim).transpose(1, 2)
+
+    def local_heads(self, query: torch.Tensor, *tensors):
+        """`tensors` (masks or score biases, (B|1, 1|nh, T, S)) cut to the query heads this process
+        holds: all of them, or under tensor parallelism (`tp_plan`) the contiguous slice of its rank,
+        which `o_proj` (sharded on its input) tells. Anything without a per-head dimension passes."""
+        heads = query.shape[1]
+        if heads == self.num_heads:
+            return tensors
+        mesh = getattr(self.o_proj.weight, "device_mesh", None)
+        if mesh is None:
+            raise ValueError(
+                f"{type(self).__name__} got {heads} query heads of its config's {self.num_heads} outside "
+                "tensor parallelism"
+            )
+        start = mesh.get_local_rank() * heads
+        return tuple(
+            t[:, start : start + heads]
+            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] == self.num_heads
+            else t
+            for t in tensors
+        )
+
+
+def grouped_qkv_order(num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+    """Row order taking q, k and v stacked ([all q; all k; all v], `qkv_proj` of checkpoints saved before
+    the head-grouped layout) to `Attention.query_key_value`'s: `grouped = stacked[order]` (and
+    `stacked = grouped[order.argsort()]`)."""
+    g = num_heads // num_kv_heads
+    q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
+    q = torch.arange(q_size).view(num_kv_heads, g * head_dim)  # each group's query heads
+    k = q_size + torch.arange(kv_size).view(num_kv_heads, head_dim)
+    return torch.cat([q, k, k + kv_size], dim=1).flatten()  # (nkv * (g + 2) * hs,)
 
 
 class Attention(AttentionHeads):
     """Multi-head attention with `num_key_value_heads` key/value heads.
 
     nkv == nh is multi-head attention, 1 < nkv < nh grouped-query attention (Ainslie et al., 2023),
-    nkv == 1 multi-query attention (Shazeer, 2019). The query, key and value projections are one
-    Linear: one GEMM instead of three. The KV cache stores nkv heads, which is the point of GQA/MQA.
+    nkv == 1 multi-query attention (Shazeer, 2019). The KV cache stores nkv heads, which is the point
+    of GQA/MQA.
+
+    The query, key and value projections are one Linear, `query_key_value`: one GEMM instead of
+    three. Its rows are grouped by key/value head, as Falcon's (and for nh == nkv GPT-NeoX's): the g =
+    nh/nkv query heads sharing key/value head j, then key j, then value j, for j = 0..nkv-1. A plain
+    column-wise split (tensor parallelism's "colwise", `base_model_tp_plan`) then gives each process
+    whole groups, and the forward reads the head counts from the projection's width. Checkpoints
+    from before this layout stack all queries, then all keys, then all values as `qkv_proj`; a load
+    regroups them (`regroup_stacked_qkv`, and `StackedQKVConversion` in `from_pretrained`).
     """
 
     def __init__(self, config, layer_idx: int, is_causal: bool = True):
         super().__init__(config, layer_idx, is_causal)
-        self.split_sizes = (self.q_size, self.kv_size, self.kv_size)
-        self.qkv_proj = nn.Linear(
+        self.query_key_value = nn.Linear(
             config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
         )
-        self.qkv_proj.init_role = "qkv"
+        self.query_key_value.init_role = "qkv"
         self.o_proj = self.output_projection()
+        self.register_load_state_dict_pre_hook(regroup_stacked_qkv)
+
+    def grouped_order(self) -> torch.Tensor:
+        """`grouped_qkv_order` for this module's heads."""
+        return grouped_qkv_order(self.num_heads, self.num_kv_heads, self.head_dim)
+
+    def query_rows(self) -> torch.Tensor:
+        """(q_size + 2 kv_size,) bool: which rows of `query_key_value` project queries."""
+        return self.grouped_order() < self.q_size
 
     def forward(
         self,
@@ -383,20 +434,95 @@ class Attention(AttentionHeads):
         module's cache slot: a block shared by several layers (`num_hidden_groups`) runs at several
         depths, each with its own keys and values. `kwargs` go to the cache and the backend
         (continuous batching's indices, flash-attention's packed-sequence lengths)."""
-        q, k, v = self.qkv_proj(hidden_states).split(self.split_sizes, dim=-1)
-        q = self.heads(q, self.num_heads)  # (B, nh, T, hs)
-        k, v = self.heads(k, self.num_kv_heads), self.heads(v, self.num_kv_heads)  # (B, nkv, T, hs)
+        B, T, _ = hidden_states.shape
+        g = self.num_key_value_groups
+        # (B, T, n, g+2, hs): per key/value group, its g queries, its key and its value; n = nkv, or
+        # this process's share of them under tensor parallelism
+        qkv = self.query_key_value(hidden_states).view(B, T, -1, g + 2, self.head_dim)
+        q = qkv[:, :, :, :g].reshape(B, T, -1, self.head_dim).transpose(1, 2)  # (B, n*g, T, hs)
+        k, v = qkv[:, :, :, g].transpose(1, 2), qkv[:, :, :, g + 1].transpose(1, 2)  # (B, n, T, hs)
+        attention_mask, position_bias = self.local_heads(q, attention_mask, position_bias)
         if position_embeddings is not None:
             # (cos, sin) rotate queries and keys alike (RoPE); xPos adds the keys' own (key_cos, key_sin)
             cos, sin, key_cos, key_sin = (*position_embeddings, *position_embeddings)[:4]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
         if past_key_values is not None:
             slot = self.layer_idx if layer_idx is None else layer_idx
-            k, v = past_key_values.update(k, v, slot, kwargs=kwargs)  # (B, nkv, S, hs)
+            k, v = past_key_values.update(k, v, slot, kwargs=kwargs)  # (B, n, S, hs)
         y, weights = attend(
             self, q, k, v, attention_mask, is_causal, position_bias, output_attentions, kwargs
         )
         return self.o_proj(y), weights
+
+
+def regroup_stacked_qkv(module: Attention, state_dict: dict, prefix: str, *args) -> None:
+    """`load_state_dict` pre-hook: a state dict from before the head-grouped layout (`qkv_proj`, rows
+    [all q; all k; all v]: old training checkpoints, old adapters, converters) is renamed to
+    `query_key_value` and its rows regrouped. Every tensor under the old name whose first dimension
+    is the projection's output is reordered (weight, bias, LoRA's B, IA3's and DoRA's vectors); LoRA's
+    A, which reads the input, is not."""
+    old = prefix + "qkv_proj."
+    order = None
+    for key in [key for key in state_dict if key.startswith(old)]:
+        tensor, rest = state_dict.pop(key), key[len(old) :]
+        if tensor.dim() and tensor.shape[0] == module.query_key_value.out_features and "lora_A" not in rest:
+            order = module.grouped_order() if order is None else order
+            tensor = tensor[order.to(tensor.device)]
+        state_dict[prefix + "query_key_value." + rest] = tensor
+
+
+class RegroupStackedQKV(ConversionOps):
+    """`from_pretrained`'s side of `regroup_stacked_qkv`: a checkpoint tensor of `qkv_proj` (rows [all
+    q; all k; all v]) becomes `query_key_value` (rows grouped by key/value head).
+
+    Under tensor parallelism transformers reads each process's rows of the checkpoint tensor before
+    any conversion, as the target's sharding says: rows of the stacked layout, which hold other
+    heads than the process needs. The processes then gather the full tensor, regroup it and keep
+    their own rows (every process converts the same keys in the same order, so the collective
+    lines up)."""
+
+    @torch.no_grad()
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        tensors = next(iter(input_dict.values()))
+        tensor = tensors[0] if isinstance(tensors, list) else tensors
+        model, name = kwargs["model"], kwargs["full_layer_name"]
+        order = model.get_submodule(name.rsplit(".", 2)[0]).grouped_order().to(tensor.device)
+        mesh = getattr(model.get_parameter(name), "device_mesh", None)
+        if mesh is None or tensor.shape[0] == order.numel():
+            return {target_patterns[0]: tensor[order].contiguous()}
+        import torch.distributed as dist
+
+        parts = [torch.empty_like(tensor) for _ in range(mesh.size())]
+        dist.all_gather(parts, tensor.contiguous(), group=mesh.get_group())
+        rows, rank = tensor.shape[0], mesh.get_local_rank()
+        return {target_patterns[0]: torch.cat(parts)[order][rank * rows : (rank + 1) * rows].contiguous()}
+
+    @property
+    def reverse_op(self) -> ConversionOps:
+        return self  # unused: `StackedQKVConversion` saves the grouped layout
+
+
+class StackedQKVConversion(WeightConverter):
+    """Loads `qkv_proj` of checkpoints from before the head-grouped layout into `query_key_value`.
+    Saving keeps the grouped layout (transformers would otherwise write a converted model back in the
+    old one), so that a saved folder is the model's own state dict and loads sharded as it is."""
+
+    __slots__ = ()
+
+    def __init__(
+        self, source_patterns="self_attn.qkv_proj", target_patterns="self_attn.query_key_value", **kwargs
+    ):
+        kwargs.setdefault("operations", [RegroupStackedQKV()])
+        super().__init__(source_patterns, target_patterns, **kwargs)
+
+    def reverse_transform(self) -> WeightRenaming:
+        target = self._original_target_patterns[0]
+        return WeightRenaming(target, target)
+
+
+def register_stacked_qkv_conversion(model_type: str) -> None:
+    """Let `from_pretrained` of `model_type` load checkpoints from before the head-grouped layout."""
+    register_checkpoint_conversion_mapping(model_type, [StackedQKVConversion()], overwrite=True)
 
 
 class CrossAttention(AttentionHeads):
@@ -432,17 +558,18 @@ class CrossAttention(AttentionHeads):
         layer_idx = self.layer_idx if layer_idx is None else layer_idx
         cross_cache = getattr(cache, "cross_attention_cache", None)
         is_updated = getattr(cache, "is_updated", None)
-        q = self.heads(self.q_proj(hidden_states), self.num_heads)  # (B, nh, T, hs)
+        q = self.heads(self.q_proj(hidden_states))  # (B, nh, T, hs); a share of nh under tensor parallelism
         if cross_cache is not None and is_updated is not None and is_updated.get(layer_idx):
             layer = cross_cache.layers[layer_idx]
             k, v = layer.keys, layer.values  # (B, nkv, S_enc, hs), computed at the first step
         else:
             k, v = self.kv_proj(encoder_hidden_states).chunk(2, dim=-1)
-            k, v = self.heads(k, self.num_kv_heads), self.heads(v, self.num_kv_heads)  # (B, nkv, S_enc, hs)
+            k, v = self.heads(k), self.heads(v)  # (B, nkv, S_enc, hs)
             if cross_cache is not None:
                 k, v = cross_cache.update(k, v, layer_idx)
                 if is_updated is not None:
                     is_updated[layer_idx] = True
+        (attention_mask,) = self.local_heads(q, attention_mask)
         y, weights = attend(self, q, k, v, attention_mask, False, None, output_attentions, kwargs)
         return self.o_proj(y), weights
 
@@ -496,3 +623,36 @@ class AttentionBackends:
         return super()._check_and_adjust_attn_implementation(
             attn_implementation, is_init_check=is_init_check, allow_all_kernels=allow_all_kernels
         )
+
+
+#: tensor-parallel style of a projection stacking two equal halves (gate/up, cross-attention's k/v) with a
+#: bias: transformers' "packed_colwise" splits such a weight half by half, but its bias in one piece
+#: (a process would add the gate's biases to its up rows); this one splits the bias like the weight
+PACKED_COLWISE_WITH_BIAS = "hflm_packed_colwise"
+
+if torch.distributed.is_available():
+    from torch.distributed.tensor import distribute_tensor
+    from torch.distributed.tensor.placement_types import _StridedShard
+    from transformers.distributed.parallel_utils import ALL_PARALLEL_STYLES
+    from transformers.distributed.tensor_parallel import PackedColwiseParallel
+
+    class PackedColwiseWithBias(PackedColwiseParallel):
+        """ "packed_colwise" whose bias is split half by half too (`PACKED_COLWISE_WITH_BIAS`)."""
+
+        def shard_param(self, module, param, mesh):
+            meta = module._parameters.get(param)
+            if meta is None or meta.ndim != 1:
+                return super().shard_param(module, param, mesh)
+            placement = _StridedShard(dim=0, split_factor=self.split_factor)
+            module._parameters[param] = nn.Parameter(
+                distribute_tensor(meta, mesh, [placement], src_data_rank=None),
+                requires_grad=meta.requires_grad,
+            )
+
+    ALL_PARALLEL_STYLES.register(PACKED_COLWISE_WITH_BIAS, PackedColwiseWithBias())
+
+
+# the families whose self-attention is `Attention`: their checkpoints from before the head-grouped
+# layout load through `from_pretrained` (every Transformer family's modeling file imports this module)
+for _model_type in ("hflm_gpt", "hflm_bert", "hflm_electra", "hflm_t5", "hflm_bart"):
+    register_stacked_qkv_conversion(_model_type)

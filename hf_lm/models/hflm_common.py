@@ -435,6 +435,19 @@ class HfLmPreTrainedModel(PreTrainedModel):
         check_fits_in_memory(config)
         super().__init__(config, *inputs, **kwargs)
 
+    def _resolve_parallel_plans(self, distributed_config):
+        """transformers' plans, after checking that tensor parallelism can split the heads: each
+        process must hold whole key/value groups (the sharded projections are cut evenly)."""
+        tp_size = getattr(distributed_config, "tp_size", 1) or 1
+        for name in ("num_key_value_heads", "num_attention_heads"):
+            heads = getattr(self.config, name, None)
+            if tp_size > 1 and heads and heads % tp_size:
+                raise ValueError(
+                    f"Tensor parallelism over {tp_size} processes needs `{name}` ({heads}) divisible by "
+                    f"{tp_size}: each process holds whole key/value groups."
+                )
+        return super()._resolve_parallel_plans(distributed_config)
+
     def _init_weights(self, module):
         """N(0, 0.02) everywhere (BERT, BART); in a pre-norm stack (GPT-2) the residual output
         projections are scaled by 1/sqrt(2 * layers).

@@ -387,6 +387,41 @@ class HfLmTransformerConfig(HfLmConfigMixin, PreTrainedConfig):
         experts = getattr(self, "num_local_experts", 0) if sparse else 0
         return attention * (2 if cross_attention else 1) + (ff * experts + C * experts if experts else ff)
 
+    def stack_tp_plan(
+        self, layers: str, sparse_step: int | None = None, cross_attention: bool = False
+    ) -> dict:
+        """The tensor-parallel plan (transformers' styles, `from_pretrained(tp_plan="auto")`) of the blocks
+        of one stack, `layers` its path ("layers", "decoder.layers"), as Llama's `base_model_tp_plan`.
+
+        Megatron-LM's split (Shoeybi et al., 2019): every projection into heads or the feed-forward's
+        width is sharded on its output ("colwise"), every projection back to the model width on its
+        input ("rowwise", whose outputs are summed), so a block exchanges data twice. `query_key_value`
+        is grouped by key/value head (`hflm_attention.Attention`), so a plain split gives each process
+        whole groups; the stacked halves of `gate_up_proj` and of cross-attention's `kv_proj` are
+        split each on its own ("packed_colwise", or with a bias hf_lm's "hflm_packed_colwise", which
+        splits the bias alike: `hflm_attention.PACKED_COLWISE_WITH_BIAS`). A mixture of experts shards every expert alike; its
+        router is replicated, so every process routes the same tokens. Embeddings are sharded on the
+        vocabulary (transformers adds "embed_tokens"), norms and position tables replicated."""
+
+        def packed(bias: bool) -> str:
+            # transformers' "packed_colwise" splits a bias in one piece: hf_lm's style splits it as the weight
+            return "hflm_packed_colwise" if bias else "packed_colwise"
+
+        gated = self.hidden_act in GATED_FEED_FORWARDS
+        ff = {"gate_up_proj": packed(self.mlp_bias)} if gated else {"up_proj": "colwise"}
+        ff["down_proj"] = "rowwise"
+        plan = {f"{layers}.*.self_attn.query_key_value": "colwise", f"{layers}.*.self_attn.o_proj": "rowwise"}
+        if cross_attention:
+            kv = packed(self.attention_bias)
+            for name, style in (("q_proj", "colwise"), ("kv_proj", kv), ("o_proj", "rowwise")):
+                plan[f"{layers}.*.cross_attn.{name}"] = style
+        experts = getattr(self, "num_local_experts", 0)
+        # which feed-forwards exist: dense ones unless every layer is sparse, experts in sparse ones
+        owners = (["mlp"] if not experts or sparse_step != 1 else []) + (["mlp.experts.*"] if experts else [])
+        for owner in owners:
+            plan.update({f"{layers}.*.{owner}.{name}": style for name, style in ff.items()})
+        return plan
+
 
 class HfLmMoETransformerConfig(HfLmTransformerConfig):
     """The shared Transformer fields plus the mixture-of-experts fields, for the families whose heads

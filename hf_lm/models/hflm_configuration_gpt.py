@@ -61,6 +61,13 @@ class HfLmGPTConfig(HfLmMoETransformerConfig):
     }
     supports_albert_options = True
     has_bidirectional_stack = False
+
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """Tensor parallelism of `HfLmGPTModel` (`from_pretrained(tp_plan="auto")`, vLLM's and SGLang's
+        Transformers backends), for the modules this config builds (`stack_tp_plan`)."""
+        return self.stack_tp_plan("layers", getattr(self, "decoder_sparse_step", None))
+
     keys_to_ignore_at_inference = list(CACHE_NAMES)
 
     xpos_scale_base: int = 512

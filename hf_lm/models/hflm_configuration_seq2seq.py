@@ -51,6 +51,15 @@ class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
     mask_token_id: int | None = None
     encoder_sparse_step: int = 1
 
+    @property
+    def base_model_tp_plan(self) -> dict[str, str]:
+        """Tensor parallelism of the encoder-decoder (`from_pretrained(tp_plan="auto")`): each stack's
+        blocks as `stack_tp_plan` shards them, the decoder's cross-attention included."""
+        return {
+            **self.stack_tp_plan("encoder.layers", self.encoder_sparse_step),
+            **self.stack_tp_plan("decoder.layers", self.decoder_sparse_step, cross_attention=True),
+        }
+
     size_field_names = (*HfLmMoETransformerConfig.size_field_names, "decoder_layers")
     sliding_window_refusal = (
         "its decoder attends to every earlier target token (`attention_pattern` shapes its encoder: "

@@ -169,6 +169,8 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
     _pp_plan = {"lm_head": (["hidden_states"], ["logits"])}
+    # tensor parallelism: each process scores its slice of the vocabulary, the slices are gathered
+    _tp_plan = {"lm_head": "colwise_gather_output"}
 
     def __init__(self, config: HfLmGPTConfig):
         super().__init__(config)

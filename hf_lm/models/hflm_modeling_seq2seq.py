@@ -376,6 +376,8 @@ class _Seq2SeqWithLMHead(HfLmSeq2SeqPreTrainedModel):
     default): what the autoregressive head and the Mask-Predict head share."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+    # tensor parallelism: each process scores its slice of the vocabulary, the slices are gathered
+    _tp_plan = {"lm_head": "colwise_gather_output"}
     # the loss is the model's own, on unshifted labels (transformers would map the class-name suffix
     # ForConditionalGeneration to a causal loss that shifts again)
     accepts_loss_kwargs = True
@@ -1010,9 +1012,11 @@ class HfLmT5PreTrainedModel(HfLmSeq2SeqPreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None:
                 init.zeros_(module.weight[module.padding_idx])
-        elif role == "qkv":  # rows [0, q_size) are the queries: the attention scale lives in their init
-            init.normal_(module.weight[:q_size], mean=0.0, std=(d * cfg.head_dim) ** -0.5)
-            init.normal_(module.weight[q_size:], mean=0.0, std=d**-0.5)
+        elif role == "qkv":  # the attention scale lives in the queries' init (rows grouped by key/value head)
+            g = cfg.num_attention_heads // cfg.num_key_value_heads
+            rows = module.weight.view(cfg.num_key_value_heads, g + 2, cfg.head_dim, -1)  # (nkv, g+2, hs, C)
+            init.normal_(rows[:, :g], mean=0.0, std=(d * cfg.head_dim) ** -0.5)
+            init.normal_(rows[:, g:], mean=0.0, std=d**-0.5)
         elif role in ("q", "kv", "attn_out", "ff_in", "ff_out"):
             std = {
                 "q": (d * cfg.head_dim) ** -0.5,
