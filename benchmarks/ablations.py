@@ -282,7 +282,9 @@ def forward_flops_per_token(config, context: int) -> int:
     from torch import nn
 
     from hf_lm import HfLmGPTForCausalLM
-    from hf_lm.models.hflm_blocks import SparseMoE
+    from hf_lm.models.hflm_layers import (
+        SparseMoE,
+    )
 
     with torch.device("meta"):  # shapes only, no memory
         model = HfLmGPTForCausalLM(config)

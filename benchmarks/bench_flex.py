@@ -7,7 +7,7 @@ Sides, all the same GPT (same weights), only the attention differs:
 - `dense_sdpa`: dense causal attention through SDPA (its `is_causal` kernel), the baseline;
 - `band_flex`: `attention_pattern="band"` (reach `--window`) on `attn_implementation="flex_attention"`:
   a `BlockMask` built from the pattern's predicate, only the blocks the band reaches evaluated
-  (`hflm_blocks.FlexMask`), so prefill costs O(T x w);
+  (`hflm_masks.FlexMask`), so prefill costs O(T x w);
 - `bigbird_flex`: `"band+global+random"` (BigBird: the band, `--global-tokens` global tokens and
   `--random-keys` random keys per query) on flex_attention;
 - `band_sdpa` (with `--with-band-sdpa`): the band as a dense T x S mask through SDPA's masked path,
@@ -113,7 +113,9 @@ def prefill(model, ids):
 
 def mask_build_s(model, L: int, device) -> float | None:
     """Seconds to build the flex mask of an L-token batch-1 prefill (median of 3), None for dense."""
-    from hf_lm.models.hflm_blocks import FlexMask
+    from hf_lm.models.hflm_masks import (
+        FlexMask,
+    )
 
     stack = model.model
     if model.config._attn_implementation != "flex_attention" or not stack.attention_pattern.names:

@@ -123,8 +123,12 @@ from benchmarks.bench_common import (
 )
 from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
 from hf_lm.generation_static import static_decode
-from hf_lm.models.hflm_blocks import VocabProjection
-from hf_lm.models.hflm_common import lm_loss
+from hf_lm.models.hflm_layers import (
+    VocabProjection,
+)
+from hf_lm.models.hflm_losses import (
+    lm_loss,
+)
 
 SECTIONS = ("gpt_train", "head_loss", "encoders", "decode")
 

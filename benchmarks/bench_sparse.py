@@ -102,7 +102,9 @@ def decode_run(model, prompt, n: int) -> tuple[dict, object]:
     prefill's wall and CPU seconds, the wall and CPU seconds per new token, and the cache."""
     import torch
 
-    from hf_lm.models.hflm_common import output_cache
+    from hf_lm.models.hflm_common import (
+        output_cache,
+    )
 
     with torch.no_grad():
         t0 = clocks()
@@ -157,7 +159,9 @@ def sanity(models, args) -> bool:
     import torch
     from transformers import DynamicCache
 
-    from hf_lm.models.hflm_common import returned_cache
+    from hf_lm.models.hflm_common import (
+        returned_cache,
+    )
 
     band = models["band"]
     prompt = torch.randint(3, args.vocab, (1, 4 * args.window), generator=torch.Generator().manual_seed(1))

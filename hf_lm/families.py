@@ -35,7 +35,6 @@ from transformers import (
     PreTrainedModel,
 )
 
-from .models.hflm_common import _PIPELINE_TAGS
 from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
 from .models.hflm_configuration_electra import ELECTRA_PRESETS, HfLmElectraConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
@@ -74,6 +73,9 @@ from .models.hflm_modeling_seq2seq import (
     HfLmT5ForMaskPredict,
     HfLmT5ForSequenceClassification,
     HfLmT5Model,
+)
+from .models.hflm_pretrained import (
+    _PIPELINE_TAGS,
 )
 
 # ----------------------------------------------------------------------------------------------

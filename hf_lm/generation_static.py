@@ -40,7 +40,9 @@ import contextlib
 
 import torch
 
-from .models.hflm_common import cache_lengths
+from .models.hflm_inputs import (
+    cache_lengths,
+)
 
 
 def static_decode(

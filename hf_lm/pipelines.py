@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from transformers.pipelines import PIPELINE_REGISTRY, FillMaskPipeline
 
-from .models.hflm_common import check_unicode_text
+from .models.hflm_inputs import (
+    check_unicode_text,
+)
 from .models.hflm_pipelines import (
     QA_TASK,
     QA_TASK_ALIAS,

@@ -334,8 +334,14 @@ HEADS = [
 ]
 SHIPPED_BERT_FILES = {
     "hflm_attention.py",
-    "hflm_blocks.py",
+    "hflm_layers.py",
+    "hflm_masks.py",
+    "hflm_positions.py",
+    "hflm_stack.py",
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_configuration_base.py",
     "hflm_configuration_bert.py",
     "hflm_modeling_bert.py",

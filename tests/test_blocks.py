@@ -12,16 +12,20 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
 from hf_lm.models.hflm_attention import Attention, eager_attention_forward
-from hf_lm.models.hflm_blocks import (
+from hf_lm.models.hflm_layers import (
     FEED_FORWARDS,
     GatedMLP,
     LayerNorm,
     RMSNorm,
+    build_feed_forward,
+)
+from hf_lm.models.hflm_masks import (
+    build_attention_mask,
+)
+from hf_lm.models.hflm_positions import (
     RotaryPositions,
     SinusoidalPositions,
     alibi_slopes,
-    build_attention_mask,
-    build_feed_forward,
 )
 
 
@@ -195,7 +199,9 @@ def test_bidirectional_attention_sees_the_future():
 @pytest.mark.parametrize("shape", [(1, 1), (1, 2), (2, 2), (4, 1), (3, 3), (2, 1, 3)])
 def test_vocab_projection_equals_linear(shape, bias):
     """The small-row CPU path computes F.linear's values and gradients."""
-    from hf_lm.models.hflm_blocks import VocabProjection
+    from hf_lm.models.hflm_layers import (
+        VocabProjection,
+    )
 
     torch.manual_seed(0)
     head = VocabProjection(16, 50, bias=bias)
@@ -220,7 +226,9 @@ def test_vocab_projection_aligned_product_equals_linear(vocab, pad, bias):
     """The padded product CUDA takes for training-sized inputs (`aligned_linear`: the weight with
     zero rows up to an aligned width, the logits cut back) gives F.linear's logits and gradients,
     contiguous, for the weight and bias too (they are the tied embeddings)."""
-    from hf_lm.models.hflm_blocks import VocabProjection
+    from hf_lm.models.hflm_layers import (
+        VocabProjection,
+    )
 
     torch.manual_seed(0)
     head = VocabProjection(16, vocab, bias=bias)
@@ -240,7 +248,9 @@ def test_vocab_projection_aligned_product_equals_linear(vocab, pad, bias):
 def test_vocab_projection_keeps_f_linear_off_cuda():
     """The padded product is for CUDA's kernels only: on a CPU, a training-sized input goes
     straight to F.linear (the check of the CUDA path itself is gpu_check's `vocab_projection`)."""
-    from hf_lm.models.hflm_blocks import VocabProjection
+    from hf_lm.models.hflm_layers import (
+        VocabProjection,
+    )
 
     head = VocabProjection(16, 50, bias=False)
     head.aligned_linear = lambda *args: pytest.fail("padded product on a CPU")
@@ -254,7 +264,9 @@ def test_vocab_projection_keeps_f_linear_off_cuda():
 def test_vocab_projection_pads_only_a_plain_weight_in_eager_mode(monkeypatch):
     """A tensor subclass (a quantized or sharded weight) keeps F.linear, and so does a graph being
     compiled (inductor pads unaligned matmuls itself)."""
-    from hf_lm.models.hflm_blocks import VocabProjection
+    from hf_lm.models.hflm_layers import (
+        VocabProjection,
+    )
 
     class Subclass(torch.Tensor):
         pass

@@ -179,7 +179,7 @@ def test_seq2seq_recipe_decodes_as_eager(name):
             eager = model(input_ids=source, decoder_input_ids=target).logits
         # cached one-token steps against one pass over the target: fp32 sums in another order, on
         # logits of magnitude ~10
-        torch.testing.assert_close(torch.cat(steps, 1) * scale, eager, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(torch.cat(steps, 1) * scale, eager, atol=5e-4, rtol=1e-4)
         generated.update(tokens[1:])
     assert len(generated) > 3  # the comparison saw varied tokens, not one repeated
 

@@ -253,6 +253,9 @@ def test_sampling_is_seeded_and_top_k_1_is_greedy(model):
 
 SHIPPED_FFNN_FILES = {
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_configuration_ffnn.py",
     "hflm_modeling_ffnn.py",
 }

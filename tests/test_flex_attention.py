@@ -17,8 +17,12 @@ import pytest
 import torch
 from conftest import tiny_gpt_config
 
-from hf_lm.models import hflm_blocks
-from hf_lm.models.hflm_blocks import AttentionPattern, FlexMask, build_attention_mask
+from hf_lm.models import hflm_masks
+from hf_lm.models.hflm_masks import (
+    AttentionPattern,
+    FlexMask,
+    build_attention_mask,
+)
 from hf_lm.testing import (
     BERT_VARIANTS,
     FAMILY_CASES,
@@ -123,8 +127,8 @@ def implied_mask(block_mask, flex: FlexMask, block: int) -> torch.Tensor:
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_the_block_mask_is_the_dense_mask(pattern, causal, block, monkeypatch):
     """Element by element, in every situation; blocks of 8 give several blocks per row."""
-    monkeypatch.setattr(hflm_blocks, "FLEX_BLOCK", block)
-    monkeypatch.setattr(hflm_blocks, "FLEX_CHUNK", 3 * block * block)  # several chunks
+    monkeypatch.setattr(hflm_masks, "FLEX_BLOCK", block)
+    monkeypatch.setattr(hflm_masks, "FLEX_CHUNK", 3 * block * block)  # several chunks
     config = tiny_gpt_config(attention_pattern=pattern, **SPARSE_SETTINGS)
     attention_pattern = AttentionPattern(config)
     for name in SCENARIOS:

@@ -43,7 +43,13 @@ from config_variants import variant_models
 from remote_code import RemoteCode, assert_shipped_code_imports_only_torch_and_transformers
 
 from hf_lm.families import all_heads
-from hf_lm.models.hflm_common import CACHE_NAME, output_cache, shift_tokens_right
+from hf_lm.models.hflm_common import (
+    CACHE_NAME,
+    output_cache,
+)
+from hf_lm.models.hflm_losses import (
+    shift_tokens_right,
+)
 from hf_lm.testing import FAMILY_CASES, GENERATING_CASES, STATIC_CACHE_CASES, VARIANT_CASES, VOCAB
 
 AUTO_CLASS = {model: auto.__name__ for _, auto, model in all_heads()}

@@ -29,7 +29,11 @@ from hf_lm import (
     HfLmT5ForMaskPredict,
 )
 from hf_lm.convert import from_transformers
-from hf_lm.models.hflm_blocks import SparseMoE, load_balancing_loss, router_z_loss
+from hf_lm.models.hflm_layers import (
+    SparseMoE,
+    load_balancing_loss,
+    router_z_loss,
+)
 
 VOCAB = 97
 

@@ -316,6 +316,9 @@ def test_sampling_is_seeded_and_follows_the_distribution():
 
 SHIPPED_NGRAM_FILES = {
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_configuration_ngram.py",
     "hflm_modeling_ngram.py",
 }

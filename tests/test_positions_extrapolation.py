@@ -23,7 +23,11 @@ from hf_lm import (
     HfLmT5Config,
 )
 from hf_lm.models.hflm_attention import apply_rotary
-from hf_lm.models.hflm_blocks import ALiBiPositions, XPosPositions, alibi_slopes
+from hf_lm.models.hflm_positions import (
+    ALiBiPositions,
+    XPosPositions,
+    alibi_slopes,
+)
 
 V = 97
 

@@ -436,6 +436,9 @@ def test_clear_errors():
 
 SHIPPED_RNN_FILES = {
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_configuration_rnn.py",
     "hflm_modeling_rnn.py",
     "hflm_rnn_blocks.py",

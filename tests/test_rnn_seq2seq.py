@@ -556,6 +556,9 @@ def test_tied_embeddings_and_init():
 
 SHIPPED = {
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_rnn_blocks.py",
     "hflm_configuration_rnn_seq2seq.py",
     "hflm_modeling_rnn_seq2seq.py",

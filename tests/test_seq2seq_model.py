@@ -25,7 +25,9 @@ from hf_lm import (
     HfLmT5Model,
 )
 from hf_lm.convert import from_transformers
-from hf_lm.models.hflm_common import shift_tokens_right
+from hf_lm.models.hflm_losses import (
+    shift_tokens_right,
+)
 
 V = 99
 SIZES = dict(
@@ -292,8 +294,14 @@ def test_bad_inputs_and_configs():
 
 SHIPPED = {
     "hflm_attention.py",
-    "hflm_blocks.py",
+    "hflm_layers.py",
+    "hflm_masks.py",
+    "hflm_positions.py",
+    "hflm_stack.py",
     "hflm_common.py",
+    "hflm_inputs.py",
+    "hflm_losses.py",
+    "hflm_pretrained.py",
     "hflm_configuration_base.py",
     "hflm_configuration_seq2seq.py",
     "hflm_modeling_seq2seq.py",

@@ -17,8 +17,15 @@ import pytest
 
 from hf_lm.testing import FAMILY_CASES
 
-COMMON = {"hflm_common.py"}
-TRANSFORMER = COMMON | {"hflm_attention.py", "hflm_blocks.py", "hflm_configuration_base.py"}
+COMMON = {"hflm_common.py", "hflm_inputs.py", "hflm_losses.py", "hflm_pretrained.py"}
+TRANSFORMER = COMMON | {
+    "hflm_attention.py",
+    "hflm_configuration_base.py",
+    "hflm_layers.py",
+    "hflm_masks.py",
+    "hflm_positions.py",
+    "hflm_stack.py",
+}
 SHIPPED = {
     "gpt": TRANSFORMER | {"hflm_configuration_gpt.py", "hflm_modeling_gpt.py"},
     "bert": TRANSFORMER | {"hflm_configuration_bert.py", "hflm_modeling_bert.py"},
@@ -76,7 +83,7 @@ CONFIG_ONLY = textwrap.dedent(
     from transformers import AutoConfig
     for folder in sys.argv[1:]:
         config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
-        modeling = sorted(name for name in sys.modules if "hflm_modeling" in name or "hflm_blocks" in name
+        modeling = sorted(name for name in sys.modules if "hflm_modeling" in name or "hflm_stack" in name
                           or "hflm_rnn_blocks" in name)
         print("LOADED", config.model_type, "MODELING", modeling)
     """

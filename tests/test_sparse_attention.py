@@ -31,7 +31,10 @@ from hf_lm import (
     HfLmT5ForConditionalGeneration,
     kv_cache_bytes,
 )
-from hf_lm.models.hflm_blocks import AttentionPattern, build_attention_mask
+from hf_lm.models.hflm_masks import (
+    AttentionPattern,
+    build_attention_mask,
+)
 from hf_lm.testing import SPARSE_SETTINGS
 
 # small settings, so a 12-token row shows every pattern's edges
@@ -55,7 +58,7 @@ SIZES = dict(vocab_size=97, hidden_size=32, num_attention_heads=4, max_position_
 
 
 def reference_hash(q: int, k: int, seed: int) -> int:
-    """`hflm_blocks.position_hash`'s documented formula, in Python integers."""
+    """`hflm_masks.position_hash`'s documented formula, in Python integers."""
     m = 2**31 - 1
     x = ((seed & m) ^ q) * 0x2545F491 & m
     x = (x ^ (x >> 13) ^ k) * 0x5BD1E995 & m

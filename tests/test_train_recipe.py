@@ -370,7 +370,9 @@ def test_random_window_targets_are_scored_inside_the_compiled_forward():
     of the forward that `--torch_compile` compiles (one graph, no break) instead of running eagerly
     on the (B, T, V) logits after it, a cost at a 50k vocabulary."""
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
-    from hf_lm.models.hflm_common import lm_loss
+    from hf_lm.models.hflm_losses import (
+        lm_loss,
+    )
 
     config = HfLmGPTConfig(
         vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=16

@@ -300,7 +300,9 @@ def run_vocab_projection_case(device: torch.device | str, precision: str = "no")
     (`VocabProjection.aligned_linear`), which must give the same logits and gradients."""
     import torch.nn.functional as F
 
-    from hf_lm.models.hflm_blocks import VocabProjection
+    from hf_lm.models.hflm_layers import (
+        VocabProjection,
+    )
 
     torch.manual_seed(0)
     head = VocabProjection(64, 1001, bias=True).to(device)  # 1001 = 15 x 64 + 41

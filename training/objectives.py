@@ -35,7 +35,9 @@ from transformers import (
 )
 
 from hf_lm.families import FAMILIES
-from hf_lm.models.hflm_common import output_cache
+from hf_lm.models.hflm_common import (
+    output_cache,
+)
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
 from . import evaluation

@@ -30,6 +30,8 @@ from .hflm_common import (
     _positive,
     _positive_int,
     _token_ids,
+)
+from .hflm_pretrained import (
     installed_pipelines_dropped,
 )
 

@@ -5,7 +5,9 @@ Shipped model code (copied by `save_pretrained`): imports only torch, transforme
 
 from __future__ import annotations
 
-from .hflm_common import _dropout
+from .hflm_common import (
+    _dropout,
+)
 from .hflm_configuration_base import HfLmTransformerConfig
 
 # Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are

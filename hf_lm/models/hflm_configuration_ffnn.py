@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_common import HfLmConfigMixin, _bool, _non_negative, _positive_int, _probability, _token_ids
+from .hflm_common import (
+    HfLmConfigMixin,
+    _bool,
+    _non_negative,
+    _positive_int,
+    _probability,
+    _token_ids,
+)
 
 
 class HfLmFFNNConfig(HfLmConfigMixin, PreTrainedConfig):

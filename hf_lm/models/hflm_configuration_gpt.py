@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_common import CACHE_NAMES, _attention_pattern, _positive_int
+from .hflm_common import (
+    CACHE_NAMES,
+    _attention_pattern,
+    _positive_int,
+)
 from .hflm_configuration_base import HfLmMoETransformerConfig
 
 # the fields that shape a local `attention_pattern`, which `sliding_window` describes too

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from transformers import PreTrainedConfig
 
-from .hflm_common import HfLmConfigMixin, _choice, _positive, _positive_int, _token_ids
+from .hflm_common import (
+    HfLmConfigMixin,
+    _choice,
+    _positive,
+    _positive_int,
+    _token_ids,
+)
 
 # The smoothing methods `HfLmNGramForCausalLM` implements (the formulas are in its modeling file),
 # with the number of discounts each needs per order when given explicitly.

@@ -19,6 +19,8 @@ from .hflm_common import (
     _positive_int,
     _probability,
     _token_ids,
+)
+from .hflm_pretrained import (
     installed_pipelines_dropped,
 )
 

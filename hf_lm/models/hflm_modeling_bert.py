@@ -1,7 +1,7 @@
 """hf_lm's BERT-style bidirectional encoder family: base model, pretraining and task heads.
 
 Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
-The blocks (attention, positions, norms, feed-forwards) live in `hflm_blocks`; this file composes
+The blocks live in `hflm_attention`, `hflm_positions`, `hflm_layers` and `hflm_stack`; this file composes
 them in the shape of BERT (Devlin et al., 2019), with RoBERTa's and ALBERT's options as config
 values (no segment embeddings; factorized embeddings and cross-layer sharing).
 
@@ -30,27 +30,35 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .hflm_attention import AttentionBackends
-from .hflm_blocks import (
-    FEED_FORWARDS,
-    NORMS,
-    TransformerStack,
-    VocabProjection,
-)
 from .hflm_common import (
-    QA_PIPELINES,
-    HfLmPreTrainedModel,
     attention_kwargs,
-    check_labels,
+)
+from .hflm_configuration_bert import HfLmBertConfig
+from .hflm_inputs import (
     embed_inputs,
     first_token_states,
     host_read,
     is_integer_dtype,
+)
+from .hflm_layers import (
+    FEED_FORWARDS,
+    NORMS,
+    VocabProjection,
+)
+from .hflm_losses import (
+    check_labels,
     lm_loss,
     num_items_error,
     num_items_flag,
     sequence_classification_loss,
 )
-from .hflm_configuration_bert import HfLmBertConfig
+from .hflm_pretrained import (
+    QA_PIPELINES,
+    HfLmPreTrainedModel,
+)
+from .hflm_stack import (
+    TransformerStack,
+)
 
 
 @dataclass

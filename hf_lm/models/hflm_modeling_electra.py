@@ -21,9 +21,16 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import TokenClassifierOutput
 
-from .hflm_blocks import FEED_FORWARDS
-from .hflm_common import check_labels, first_token_states
 from .hflm_configuration_electra import HfLmElectraConfig
+from .hflm_inputs import (
+    first_token_states,
+)
+from .hflm_layers import (
+    FEED_FORWARDS,
+)
+from .hflm_losses import (
+    check_labels,
+)
 from .hflm_modeling_bert import (
     HfLmBertForMaskedLM,
     HfLmBertForTokenClassification,

@@ -27,17 +27,21 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 from transformers.utils import can_return_tuple
 
-from .hflm_common import (
-    FixedWindowGeneration,
-    HfLmPreTrainedModel,
-    causal_lm_loss,
+from .hflm_configuration_ffnn import HfLmFFNNConfig
+from .hflm_inputs import (
     check_padding_mask,
     embed_inputs,
     logits_positions,
     refuse_packed_rows,
+)
+from .hflm_losses import (
+    causal_lm_loss,
+)
+from .hflm_pretrained import (
+    FixedWindowGeneration,
+    HfLmPreTrainedModel,
     trainer_shifts_labels,
 )
-from .hflm_configuration_ffnn import HfLmFFNNConfig
 
 
 class NoDirectConnection(nn.Module):

@@ -1,7 +1,7 @@
 """hf_lm's GPT-style decoder-only family: base model, causal LM head and sequence classifier.
 
 Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
-The blocks (attention, positions, norms, feed-forwards) live in `hflm_blocks`; this file only
+The blocks live in `hflm_attention`, `hflm_positions`, `hflm_layers` and `hflm_stack`; this file only
 composes them, in the shape of GPT-2 (Radford et al., 2019) and its descendants (Llama).
 
 ALBERT's parameter savings (Lan et al., 2020) are config values here too: factorized embeddings
@@ -26,25 +26,33 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .hflm_attention import AttentionBackends, check_paged_attention
-from .hflm_blocks import (
-    TransformerStack,
+from .hflm_common import (
+    attention_kwargs,
+    cache_argument,
+    output_cache,
+    returned_cache,
+)
+from .hflm_configuration_gpt import HfLmGPTConfig
+from .hflm_inputs import (
+    embed_inputs,
+    logits_positions,
+)
+from .hflm_layers import (
     VocabProjection,
     router_losses,
 )
-from .hflm_common import (
-    HfLmPreTrainedModel,
-    attention_kwargs,
-    cache_argument,
+from .hflm_losses import (
     causal_lm_loss,
     classify_last_token,
-    embed_inputs,
-    logits_positions,
-    output_cache,
-    returned_cache,
-    trainer_shifts_labels,
     wants_router_logits,
 )
-from .hflm_configuration_gpt import HfLmGPTConfig
+from .hflm_pretrained import (
+    HfLmPreTrainedModel,
+    trainer_shifts_labels,
+)
+from .hflm_stack import (
+    TransformerStack,
+)
 
 
 @dataclass

@@ -30,17 +30,21 @@ from transformers import GenerationMixin
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.utils import can_return_tuple, logging
 
-from .hflm_common import (
-    FixedWindowGeneration,
-    HfLmPreTrainedModel,
-    causal_lm_loss,
+from .hflm_configuration_ngram import HfLmNGramConfig
+from .hflm_inputs import (
     check_input_ids,
     check_padding_mask,
     logits_positions,
     refuse_packed_rows,
+)
+from .hflm_losses import (
+    causal_lm_loss,
+)
+from .hflm_pretrained import (
+    FixedWindowGeneration,
+    HfLmPreTrainedModel,
     trainer_shifts_labels,
 )
-from .hflm_configuration_ngram import HfLmNGramConfig
 
 logger = logging.get_logger(__name__)
 

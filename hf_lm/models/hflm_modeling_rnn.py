@@ -19,20 +19,26 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 from transformers.utils import can_return_tuple
 
 from .hflm_common import (
-    HfLmPreTrainedModel,
     cache_argument,
-    causal_lm_loss,
+    output_cache,
+    returned_cache,
+)
+from .hflm_configuration_rnn import HfLmRNNConfig
+from .hflm_inputs import (
     check_cache_type,
     check_padding_mask,
     check_position_ids,
     embed_inputs,
     logits_positions,
-    output_cache,
     refuse_packed_rows,
-    returned_cache,
+)
+from .hflm_losses import (
+    causal_lm_loss,
+)
+from .hflm_pretrained import (
+    HfLmPreTrainedModel,
     trainer_shifts_labels,
 )
-from .hflm_configuration_rnn import HfLmRNNConfig
 from .hflm_rnn_blocks import RecurrentCache, RecurrentLayer, StackedRNN
 
 

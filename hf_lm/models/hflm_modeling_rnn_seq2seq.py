@@ -31,20 +31,26 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_common import (
-    SEQ2SEQ_PIPELINES,
-    HfLmPreTrainedModel,
     cache_argument,
+    output_cache,
+    returned_cache,
+)
+from .hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
+from .hflm_inputs import (
     check_cache_type,
     check_encoder_states,
     check_padding_mask,
-    check_seq2seq_labels,
     embed_inputs,
+)
+from .hflm_losses import (
+    check_seq2seq_labels,
     lm_loss,
-    output_cache,
-    returned_cache,
     shift_tokens_right,
 )
-from .hflm_configuration_rnn_seq2seq import HfLmRNNSeq2SeqConfig
+from .hflm_pretrained import (
+    SEQ2SEQ_PIPELINES,
+    HfLmPreTrainedModel,
+)
 from .hflm_rnn_blocks import RecurrentCache, StackedRNN
 
 

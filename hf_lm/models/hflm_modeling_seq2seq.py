@@ -1,7 +1,8 @@
 """hf_lm's encoder-decoder families, T5-style (`hflm_t5`) and BART-style (`hflm_bart`), in one implementation.
 
 Shipped model code (copied by `save_pretrained`): imports only torch, transformers and siblings.
-The blocks live in `hflm_blocks`; this file composes an encoder stack (bidirectional) and a
+The blocks live in `hflm_attention`, `hflm_positions`, `hflm_layers` and `hflm_stack`; this file
+composes an encoder stack (bidirectional) and a
 decoder stack (causal, with cross-attention to the last encoder layer) in the shape of the
 original Transformer (Vaswani et al., 2017), T5 (Raffel et al., 2020) and BART (Lewis et al., 2020).
 The two families differ only in their config defaults.
@@ -36,29 +37,37 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .hflm_attention import AttentionBackends
-from .hflm_blocks import (
-    TransformerStack,
-    VocabProjection,
-    router_losses,
-)
 from .hflm_common import (
-    SEQ2SEQ_PIPELINES,
-    HfLmPreTrainedModel,
     _positive_int,
     attention_kwargs,
     cache_argument,
-    check_input_ids,
-    check_seq2seq_labels,
-    classify_last_token,
-    embed_inputs,
-    lm_loss,
-    logits_positions,
     output_cache,
     returned_cache,
+)
+from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
+from .hflm_inputs import (
+    check_input_ids,
+    embed_inputs,
+    logits_positions,
+)
+from .hflm_layers import (
+    VocabProjection,
+    router_losses,
+)
+from .hflm_losses import (
+    check_seq2seq_labels,
+    classify_last_token,
+    lm_loss,
     shift_tokens_right,
     wants_router_logits,
 )
-from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
+from .hflm_pretrained import (
+    SEQ2SEQ_PIPELINES,
+    HfLmPreTrainedModel,
+)
+from .hflm_stack import (
+    TransformerStack,
+)
 
 # `config.decoder_attention` -> whether the decoder's self-attention is causal (and caches)
 DECODER_IS_CAUSAL = {"causal": True, "bidirectional": False}

@@ -29,7 +29,9 @@ from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import ChunkPipeline
 
-from .hflm_common import check_unicode_text
+from .hflm_inputs import (
+    check_unicode_text,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,12 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import Pipeline
 from transformers.utils import ModelOutput
 
-from .hflm_common import check_unicode_text, device_memory_bytes
+from .hflm_common import (
+    device_memory_bytes,
+)
+from .hflm_inputs import (
+    check_unicode_text,
+)
 
 logger = logging.getLogger(__name__)
 

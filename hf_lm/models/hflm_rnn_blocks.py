@@ -27,7 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .hflm_common import RNN_CELL_NAMES, RNN_IMPLEMENTATIONS, _choice, _positive_int
+from .hflm_common import (
+    RNN_CELL_NAMES,
+    RNN_IMPLEMENTATIONS,
+    _choice,
+    _positive_int,
+)
 
 State = tuple[torch.Tensor, ...]
 
