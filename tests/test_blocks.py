@@ -89,7 +89,8 @@ def test_rope_matches_llama_and_is_relative():
     config = tiny_gpt_config(position_embedding_type="rope")
     rope = RotaryPositions(config)
     pos = torch.arange(10)[None]
-    cos, sin = rope.rotary(pos, torch.float32)
+    cos, sin, key_cos, key_sin = rope.position_embeddings(pos, torch.float32)
+    assert key_cos is cos and key_sin is sin  # RoPE rotates keys as queries
     q, k = torch.randn(1, 4, 10, 8), torch.randn(1, 4, 10, 8)
     from hf_lm.models.hflm_attention import apply_rotary
 
@@ -97,7 +98,11 @@ def test_rope_matches_llama_and_is_relative():
     torch.testing.assert_close(apply_rotary(q, cos, sin), ref_q)
     # the score of a rotated pair depends only on the distance between positions
     v = torch.randn(8)
-    rot = lambda t, p: apply_rotary(t.view(1, 1, 1, 8), *rope.rotary(torch.tensor([[p]]), torch.float32))  # noqa: E731
+
+    def rot(t, p):
+        cos, sin, _, _ = rope.position_embeddings(torch.tensor([[p]]), torch.float32)
+        return apply_rotary(t.view(1, 1, 1, 8), cos, sin)
+
     s1 = (rot(v, 3) * rot(v + 1, 5)).sum()
     s2 = (rot(v, 13) * rot(v + 1, 15)).sum()
     torch.testing.assert_close(s1, s2, rtol=1e-4, atol=1e-4)
@@ -112,15 +117,17 @@ def test_alibi_slopes_follow_paper():
 
 def test_mask_fast_paths():
     dev, dt = torch.device("cpu"), torch.float32
-    assert build_attention_mask(None, 5, 5, dev, dt) == (None, True)
-    assert build_attention_mask(None, 1, 6, dev, dt) == (None, False)
-    assert build_attention_mask(None, 5, 5, dev, dt, causal=False) == (None, False)
+    assert build_attention_mask(None, q_len=5, kv_len=5, device=dev, dtype=dt) == (None, True)
+    assert build_attention_mask(None, q_len=1, kv_len=6, device=dev, dtype=dt) == (None, False)
+    assert build_attention_mask(None, q_len=5, kv_len=5, device=dev, dtype=dt, causal=False) == (None, False)
 
 
 def test_mask_padding_causal_prefix():
     dev, dt = torch.device("cpu"), torch.float32
     am = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
-    mask, is_causal = build_attention_mask(am, 4, 4, dev, dt, prefix_lengths=torch.tensor([0, 2]))
+    mask, is_causal = build_attention_mask(
+        am, q_len=4, kv_len=4, device=dev, dtype=dt, prefix_lengths=torch.tensor([0, 2])
+    )
     assert not is_causal and mask.shape == (2, 1, 4, 4)
     expected0 = torch.tensor([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
     # row 0 is a padding query: it sees only itself, so it is never empty
@@ -128,7 +135,7 @@ def test_mask_padding_causal_prefix():
     assert torch.equal(mask[0, 0], expected0)
     assert torch.equal(mask[1, 0], expected1)
     # with a cache: 2 new queries at absolute positions 2 and 3
-    mask, _ = build_attention_mask(torch.tensor([[0, 1, 1, 1]]), 2, 4, dev, dt)
+    mask, _ = build_attention_mask(torch.tensor([[0, 1, 1, 1]]), q_len=2, kv_len=4, device=dev, dtype=dt)
     assert torch.equal(mask[0, 0], expected0[2:])
 
 
@@ -144,10 +151,12 @@ def test_sdpa_and_eager_agree_with_masks(nkv):
     q, k, v = _attention_inputs(nkv=nkv)
     am = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
     for mask, is_causal in [
-        build_attention_mask(None, 6, 6, q.device, q.dtype),
-        build_attention_mask(am, 6, 6, q.device, q.dtype),
-        build_attention_mask(am, 6, 6, q.device, q.dtype, bias=torch.randn(1, 4, 6, 6)),
-        build_attention_mask(am, 6, 6, q.device, q.dtype, causal=False),
+        build_attention_mask(None, q_len=6, kv_len=6, device=q.device, dtype=q.dtype),
+        build_attention_mask(am, q_len=6, kv_len=6, device=q.device, dtype=q.dtype),
+        build_attention_mask(
+            am, q_len=6, kv_len=6, device=q.device, dtype=q.dtype, bias=torch.randn(1, 4, 6, 6)
+        ),
+        build_attention_mask(am, q_len=6, kv_len=6, device=q.device, dtype=q.dtype, causal=False),
     ]:
         # transformers' SDPA function, as the models look it up, against hf_lm's reference
         module = SimpleNamespace(num_key_value_groups=4 // nkv, is_causal=True, training=False)
@@ -191,7 +200,9 @@ def test_bidirectional_attention_sees_the_future():
     y[0, -1] += 1.0
     for impl in ("sdpa", "eager"):
         attn.config._attn_implementation = impl
-        mask, is_causal = build_attention_mask(None, 5, 5, x.device, x.dtype, causal=False)
+        mask, is_causal = build_attention_mask(
+            None, q_len=5, kv_len=5, device=x.device, dtype=x.dtype, causal=False
+        )
         assert not torch.allclose(attn(x, mask, is_causal)[0][0, 0], attn(y, mask, is_causal)[0][0, 0])
 
 

@@ -83,16 +83,16 @@ def dense_reference(pattern, padding, T, kv_len, past_len, offset, causal, prefi
     """(B, T, S) the mask eager and SDPA read, cut to the keys a sliding cache kept."""
     allowed, _ = build_attention_mask(
         padding,
-        T,
-        kv_len,
-        torch.device("cpu"),
-        torch.float32,
-        causal,
-        prefix,
-        None,
-        past_len,
-        docs,
-        pattern(padding, past_len, T, kv_len, causal, torch.device("cpu")),
+        q_len=T,
+        kv_len=kv_len,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        causal=causal,
+        prefix_lengths=prefix,
+        bias=None,
+        past_len=past_len,
+        document_ids=docs,
+        pattern=pattern(padding, past_len, T, kv_len, causal, torch.device("cpu")),
     )
     if allowed is None:
         allowed = torch.ones(T, kv_len, dtype=torch.bool)

@@ -205,7 +205,7 @@ def test_xpos_matches_the_paper_formula():
     xpos = XPosPositions(config)
     hs, base, theta = 8, 32, config.rope_theta
     positions = torch.tensor([[0, 3, 17, 40]])
-    cos, sin, key_cos, key_sin = xpos.rotary(positions, torch.float64)
+    cos, sin, key_cos, key_sin = xpos.position_embeddings(positions, torch.float64)
     q, k = torch.randn(1, 2, 4, hs, dtype=torch.float64), torch.randn(1, 2, 4, hs, dtype=torch.float64)
     q_rot, k_rot = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
     for t, n in enumerate(positions[0].tolist()):
@@ -217,7 +217,7 @@ def test_xpos_matches_the_paper_formula():
                 got = complex(rot[0, 0, t, j], rot[0, 0, t, j + hs // 2])
                 assert abs(got - z) < 1e-5 * max(1.0, abs(z))
     # a score depends on the distance only: shifting both positions changes nothing
-    shifted = xpos.rotary(positions + 100, torch.float64)
+    shifted = xpos.position_embeddings(positions + 100, torch.float64)
     q2, k2 = apply_rotary(q, *shifted[:2]), apply_rotary(k, *shifted[2:])
     torch.testing.assert_close(
         q_rot @ k_rot.transpose(-1, -2), q2 @ k2.transpose(-1, -2), rtol=1e-5, atol=1e-5

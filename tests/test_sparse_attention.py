@@ -178,11 +178,11 @@ def test_the_built_mask_is_the_brute_force_mask(pattern, causal):
     mask = torch.tensor(rows)
     built, _ = build_attention_mask(
         mask,
-        13,
-        13,
-        mask.device,
-        torch.float32,
-        causal,
+        q_len=13,
+        kv_len=13,
+        device=mask.device,
+        dtype=torch.float32,
+        causal=causal,
         pattern=AttentionPattern(config)(mask, 0, 13, 13, causal, mask.device),
     )
     for b, row in enumerate(rows):

@@ -430,7 +430,7 @@ class Attention(AttentionHeads):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attention_mask` in the form the backend reads (`mask_kind`); `position_embeddings`
-        RoPE's `(cos, sin)` or xPos's `(cos, sin, key_cos, key_sin)`; `layer_idx` overrides the
+        `(cos, sin, key_cos, key_sin)` from the positions module (RoPE, xPos); `layer_idx` overrides the
         module's cache slot: a block shared by several layers (`num_hidden_groups`) runs at several
         depths, each with its own keys and values. `kwargs` go to the cache and the backend
         (continuous batching's indices, flash-attention's packed-sequence lengths)."""
@@ -443,8 +443,8 @@ class Attention(AttentionHeads):
         k, v = qkv[:, :, :, g].transpose(1, 2), qkv[:, :, :, g + 1].transpose(1, 2)  # (B, n, T, hs)
         attention_mask, position_bias = self.local_heads(q, attention_mask, position_bias)
         if position_embeddings is not None:
-            # (cos, sin) rotate queries and keys alike (RoPE); xPos adds the keys' own (key_cos, key_sin)
-            cos, sin, key_cos, key_sin = (*position_embeddings, *position_embeddings)[:4]
+            # queries by (cos, sin), keys by (key_cos, key_sin): the same for RoPE, scaled apart by xPos
+            cos, sin, key_cos, key_sin = position_embeddings
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, key_cos, key_sin)
         if past_key_values is not None:
             slot = self.layer_idx if layer_idx is None else layer_idx

@@ -10,6 +10,9 @@ Shape legend: B batch, T query length, S key length (past + T), nh heads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -36,6 +39,7 @@ from .hflm_positions import (
 
 def build_attention_mask(
     attention_mask: torch.Tensor | None,
+    *,
     q_len: int,
     kv_len: int,
     device: torch.device,
@@ -124,6 +128,26 @@ def build_attention_mask(
 # ----------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PatternPart:
+    """One part of a sparse pattern, both of its views side by side.
+
+    `allows(config, q_pos, k_pos, eligible)`: the (1|B, T, S) keys it lets each query see, from the
+    positions of queries (1|B, T, 1) and keys (1|B, 1, S). `reach(config, q_lo, q_hi, k_lo, k_hi)`:
+    whether a block of queries with positions in [q_lo, q_hi] may see a key of a block with positions
+    in [k_lo, k_hi] (a superset: never False where `allows` could be True), which flex_attention's
+    `BlockMask` is built from, so that its cost follows the pattern's density.
+    """
+
+    allows: Callable
+    reach: Callable
+
+
+def _block_gap(q_lo, q_hi, k_lo, k_hi):
+    """The smallest |q - k| between a block of query positions [q_lo, q_hi] and of key positions."""
+    return torch.maximum(k_lo - q_hi, q_lo - k_hi).clamp(min=0)
+
+
 def global_pattern(config, q_pos, k_pos, eligible):
     """Global tokens (Longformer's, Beltagy et al., 2020): the first g tokens see every key and
     every query sees them."""
@@ -131,9 +155,17 @@ def global_pattern(config, q_pos, k_pos, eligible):
     return (q_pos < g) | (k_pos < g)
 
 
+def global_reach(config, q_lo, q_hi, k_lo, k_hi):
+    return (q_lo < config.num_global_tokens) | (k_lo < config.num_global_tokens)
+
+
 def band_pattern(config, q_pos, k_pos, eligible):
     """A band (sliding window): keys at most w tokens away."""
     return (q_pos - k_pos).abs() <= config.attention_window
+
+
+def band_reach(config, q_lo, q_hi, k_lo, k_hi):
+    return _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window
 
 
 def dilated_pattern(config, q_pos, k_pos, eligible):
@@ -144,10 +176,19 @@ def dilated_pattern(config, q_pos, k_pos, eligible):
     return (distance <= config.attention_window * d) & (distance % d == 0)
 
 
+def dilated_reach(config, q_lo, q_hi, k_lo, k_hi):
+    return _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window * config.attention_dilation
+
+
 def block_pattern(config, q_pos, k_pos, eligible):
     """Block-local attention: keys in the query's block of b tokens (blocks start at multiples of b)."""
     b = config.attention_block_size
     return q_pos // b == k_pos // b
+
+
+def block_reach(config, q_lo, q_hi, k_lo, k_hi):
+    b = config.attention_block_size
+    return (q_lo // b <= k_hi // b) & (k_lo // b <= q_hi // b)
 
 
 _HASH_BITS = 2**31 - 1
@@ -184,12 +225,17 @@ def random_pattern(config, q_pos, k_pos, eligible):
     return eligible & (random_rank(config, q_pos, k_pos) <= kth)
 
 
+def random_reach(config, q_lo, q_hi, k_lo, k_hi):
+    # random keys may be any eligible key: every block the other constraints leave
+    return torch.ones_like(_block_gap(q_lo, q_hi, k_lo, k_hi), dtype=torch.bool)
+
+
 ATTENTION_PATTERNS = {
-    "global": global_pattern,
-    "band": band_pattern,
-    "dilated": dilated_pattern,
-    "random": random_pattern,
-    "block": block_pattern,
+    "global": PatternPart(global_pattern, global_reach),
+    "band": PatternPart(band_pattern, band_reach),
+    "dilated": PatternPart(dilated_pattern, dilated_reach),
+    "random": PatternPart(random_pattern, random_reach),
+    "block": PatternPart(block_pattern, block_reach),
 }
 assert tuple(ATTENTION_PATTERNS) == ATTENTION_PATTERN_NAMES
 
@@ -240,9 +286,9 @@ class AttentionPattern:
         if real is not None:
             eligible = eligible & real[:, None, :]  # (B, T|1, S)
         eligible = eligible.expand(-1, q_len, -1)
-        allowed = parts[0](self.config, q_pos, k_pos, eligible)
+        allowed = parts[0].allows(self.config, q_pos, k_pos, eligible)
         for part in parts[1:]:
-            allowed = allowed | part(self.config, q_pos, k_pos, eligible)  # the union of the parts
+            allowed = allowed | part.allows(self.config, q_pos, k_pos, eligible)  # the union of the parts
         return allowed[:, None]  # (1|B, 1, T, S)
 
 
@@ -253,34 +299,6 @@ class AttentionPattern:
 # what the pattern's density costs, not T x S.
 # ----------------------------------------------------------------------------------------------
 
-
-def _block_gap(q_lo, q_hi, k_lo, k_hi):
-    """The smallest |q - k| between a block of query positions [q_lo, q_hi] and of key positions."""
-    return torch.maximum(k_lo - q_hi, q_lo - k_hi).clamp(min=0)
-
-
-# Each part's reach between blocks: whether a query block with positions in [q_lo, q_hi] may see a
-# key of a key block with positions in [k_lo, k_hi] (never False where the predicate could be True).
-PATTERN_REACH = {
-    "global": lambda config, q_lo, q_hi, k_lo, k_hi: (
-        (q_lo < config.num_global_tokens) | (k_lo < config.num_global_tokens)
-    ),
-    "band": lambda config, q_lo, q_hi, k_lo, k_hi: (
-        _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window
-    ),
-    "dilated": lambda config, q_lo, q_hi, k_lo, k_hi: (
-        _block_gap(q_lo, q_hi, k_lo, k_hi) <= config.attention_window * config.attention_dilation
-    ),
-    "block": lambda config, q_lo, q_hi, k_lo, k_hi: (
-        (q_lo // config.attention_block_size <= k_hi // config.attention_block_size)
-        & (k_lo // config.attention_block_size <= q_hi // config.attention_block_size)
-    ),
-    # random keys may be any eligible key: every block the other constraints leave
-    "random": lambda config, q_lo, q_hi, k_lo, k_hi: torch.ones_like(
-        _block_gap(q_lo, q_hi, k_lo, k_hi), dtype=torch.bool
-    ),
-}
-assert set(PATTERN_REACH) == set(ATTENTION_PATTERN_NAMES)
 
 #: flex_attention's block size: the per-row tensors are padded to a multiple of it, so the kernel's
 #: reads past the last query or key stay inside them
@@ -393,7 +411,7 @@ class FlexMask:
                         eligible = eligible & (k_pos <= q_pos)
                     part = eligible & (random_rank(self.config, q_pos, k_pos) <= self.kth[b, q])
                 else:
-                    part = ATTENTION_PATTERNS[name](self.config, q_pos, k_pos, None)
+                    part = ATTENTION_PATTERNS[name].allows(self.config, q_pos, k_pos, None)
                 seen = part if seen is None else seen | part
             ok = ok & seen
         return ok
@@ -426,7 +444,9 @@ class FlexMask:
             q_lo, q_hi = _block_range(self.q_pos, q_valid, big)
             k_lo, k_hi = _block_range(self.k_pos, self.key_real, big)
             q_lo, q_hi, k_lo, k_hi = q_lo[:, :, None], q_hi[:, :, None], k_lo[:, None, :], k_hi[:, None, :]
-            parts = [PATTERN_REACH[name](self.config, q_lo, q_hi, k_lo, k_hi) for name in self.names]
+            parts = [
+                ATTENTION_PATTERNS[name].reach(self.config, q_lo, q_hi, k_lo, k_hi) for name in self.names
+            ]
             reach = reach & torch.stack(torch.broadcast_tensors(*parts)).any(0)
         return reach.expand(B, Tp // FLEX_BLOCK, -1)
 

@@ -21,8 +21,9 @@ from .hflm_common import (
 # ----------------------------------------------------------------------------------------------
 # Positions. Each scheme answers three questions with a default of "nothing":
 #   embed(position_ids)        -> vector added to the token embeddings (learned, sinusoidal)
-#   rotary(position_ids)       -> (cos, sin) applied to queries and keys (RoPE), or
-#                                 (cos, sin, key_cos, key_sin) when keys differ (xPos)
+#   position_embeddings(position_ids) -> (cos, sin, key_cos, key_sin) rotating queries and keys
+#                                 (RoPE: the keys' are the queries'; xPos scales them apart), under
+#                                 this one name from here to the attention function
 #   attention_bias(T, S, ...)  -> per-head additive bias on the scores (ALiBi, T5 buckets)
 # A scheme whose bias reads the keys' positions (ALiBi) sets `uses_key_positions`; the stack then
 # passes the (1|B, S) positions of the keys too (`key_positions`).
@@ -47,7 +48,7 @@ class NoPositions(nn.Module):
     def embed(self, position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         return None
 
-    def rotary(self, position_ids: torch.Tensor, dtype: torch.dtype):
+    def position_embeddings(self, position_ids: torch.Tensor, dtype: torch.dtype):
         return None
 
     def attention_bias(
@@ -113,9 +114,10 @@ class RotaryPositions(NoPositions):
         freqs = position_ids.float()[..., None] * inv_freq  # (B|1, T, hs/2)
         return torch.cat((freqs, freqs), dim=-1)  # (B|1, T, hs)
 
-    def rotary(self, position_ids, dtype):
+    def position_embeddings(self, position_ids, dtype):
         emb = self.angles(position_ids)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        return cos, sin, cos, sin  # keys rotate as queries do
 
 
 class XPosPositions(RotaryPositions):
@@ -143,7 +145,7 @@ class XPosPositions(RotaryPositions):
             )
         self.scale_base = config.xpos_scale_base
 
-    def rotary(self, position_ids, dtype):
+    def position_embeddings(self, position_ids, dtype):
         emb = self.angles(position_ids)
         dims = torch.arange(0, self.head_dim, 2, device=position_ids.device, dtype=torch.float32)
         zeta = (dims / self.head_dim + self.gamma) / (1 + self.gamma)  # (hs/2,) in [0.29, 1)

@@ -71,7 +71,7 @@ class LayerInputs:
     hidden_states: torch.Tensor  # (B, T, C) the embedded input
     attention_mask: object  # self-attention's mask in the backend's form (`hflm_attention.mask_kind`)
     is_causal: bool  # with no mask: plain causal attention (SDPA's fast kernel), or none
-    position_embeddings: tuple | None  # RoPE's (cos, sin), xPos's (cos, sin, key_cos, key_sin)
+    position_embeddings: tuple | None  # (cos, sin, key_cos, key_sin) rotating queries and keys (RoPE, xPos)
     position_bias: torch.Tensor | None  # (B, nh, T, S) score bias for flex (elsewhere in the mask)
     cross_attention_mask: object  # the source's padding in the backend's form, or None
     attention_kwargs: dict  # for the backend and the cache: transformers' attention kwargs
@@ -340,7 +340,7 @@ class TransformerStack:
         if self.token_type_embeddings is not None:
             hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T, device)
         hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
-        position_embeddings = self.positions.rotary(position_ids, dtype)
+        position_embeddings = self.positions.position_embeddings(position_ids, dtype)
         key_position_ids = (
             key_positions(position_ids, padding, past_len, kv_len, device)
             if self.positions.uses_key_positions
@@ -413,16 +413,16 @@ class TransformerStack:
         else:
             allowed, inputs.is_causal = build_attention_mask(
                 padding,
-                T,
-                kv_len,
-                device,
-                dtype,
-                is_causal,
-                prefix_lengths,
-                bias if kind in ("dense", "additive") else None,
-                past_len,
-                document_ids,
-                self.attention_pattern(padding, past_len, T, kv_len, is_causal, device),
+                q_len=T,
+                kv_len=kv_len,
+                device=device,
+                dtype=dtype,
+                causal=is_causal,
+                prefix_lengths=prefix_lengths,
+                bias=bias if kind in ("dense", "additive") else None,
+                past_len=past_len,
+                document_ids=document_ids,
+                pattern=self.attention_pattern(padding, past_len, T, kv_len, is_causal, device),
             )
         if offset and allowed is not None:
             allowed = allowed[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
