@@ -258,3 +258,62 @@ def test_every_pattern_on_flex_equals_eager(pattern):
     torch.testing.assert_close(
         model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False), expected
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Score biases computed per score: ALiBi and T5 buckets as flex_attention's score_mod reads them
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("position", ["alibi", "relative_buckets"])
+def test_a_score_bias_indexes_as_the_dense_bias(position, causal):
+    """`score_bias(...)[b, h, q, k]` is `attention_bias(...)[b, h, q, k]`: left-padded positions, a
+    cache (past keys), and a sliding cache's dropped keys (`key_offset`)."""
+    from hf_lm.models.hflm_positions import POSITION_ENCODINGS, key_positions, real_token_positions
+
+    config = tiny_gpt_config(position_embedding_type=position, relative_attention_num_buckets=8)
+    positions = POSITION_ENCODINGS[position](config, causal=causal)
+    torch.nn.init.normal_(getattr(positions, "bias", torch.nn.Embedding(1, 1)).weight)
+    B, past, T, offset = 2, 3, 4, 2
+    S = past + T
+    padding = torch.ones(B, S, dtype=torch.long)
+    padding[1, :2] = 0
+    q_pos = real_token_positions(padding, past, T, padding.device)
+    k_pos = key_positions(q_pos, padding, past, S, padding.device)
+    dense = positions.attention_bias(T, S, past, "cpu", torch.float32, q_pos, k_pos)[..., offset:]
+    dense = dense.expand(B, -1, -1, -1)
+    scores = positions.score_bias(B, past, q_pos, k_pos, offset)
+    b, h, q, k = torch.meshgrid(*(torch.arange(n) for n in dense.shape), indexing="ij")
+    torch.testing.assert_close(scores[b, h, q, k].float(), dense, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        scores.select_heads(1, 2)[b[:, :2], h[:, :2], q[:, :2], k[:, :2]].float(), dense[:, 1:3]
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", ["alibi", "relative_buckets"])
+def test_flex_builds_no_dense_bias(position, monkeypatch):
+    """flex_attention gets ALiBi and T5 biases per score: the dense (nh, T, S) table is never built,
+    and the logits and generation equal eager's."""
+    from hf_lm import HfLmGPTForCausalLM
+
+    torch.manual_seed(0)
+    model = HfLmGPTForCausalLM(tiny_gpt_config(position_embedding_type=position)).eval()
+    ids = torch.randint(3, 97, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :2] = 0
+    with torch.no_grad():
+        reference = model(ids, attention_mask=mask).logits
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a dense bias was built for flex_attention")
+
+    monkeypatch.setattr(type(model.model.positions), "attention_bias", refuse)
+    model.set_attn_implementation("flex_attention")
+    with torch.no_grad():
+        got = model(ids, attention_mask=mask).logits
+        generated = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False)
+    torch.testing.assert_close(got[mask.bool()], reference[mask.bool()], rtol=1e-5, atol=1e-5)
+    assert torch.equal(generated, expected)

@@ -29,6 +29,7 @@ from test_moe import mixtral_reference_config, switch_reference_config
 from test_seq2seq_model import BART_REF, T5_REF
 
 from hf_lm.convert import _CONVERTERS, from_transformers
+from hf_lm.models.hflm_attention import Attention, regroup_stacked_qkv
 from hf_lm.testing import (
     _classes,
     _encoder,
@@ -170,6 +171,10 @@ def test_the_same_loss_and_gradients_as_the_reference(name):
     got.backward()
 
     want = reference_gradients(ref, ours.config)  # its keys are hf_lm's: from_transformers loaded them
+    # the converters write q, k and v stacked (`qkv_proj`), which loading regroups: so do the gradients
+    for module_name, module in ours.named_modules():
+        if isinstance(module, Attention):
+            regroup_stacked_qkv(module, want, module_name + ".")
     for param_name, param in ours.named_parameters():
         assert param_name in want, f"{param_name} has no counterpart in the reference"
         target = want[param_name]

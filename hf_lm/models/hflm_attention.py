@@ -365,12 +365,14 @@ class AttentionHeads(nn.Module):
                 "tensor parallelism"
             )
         start = mesh.get_local_rank() * heads
-        return tuple(
-            t[:, start : start + heads]
-            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] == self.num_heads
-            else t
-            for t in tensors
-        )
+
+        def local(t):
+            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[1] == self.num_heads:
+                return t[:, start : start + heads]
+            # a bias computed per score (flex_attention's `ALiBiScores`, `BucketScores`)
+            return t.select_heads(start, heads) if hasattr(t, "select_heads") else t
+
+        return tuple(local(t) for t in tensors)
 
 
 def grouped_qkv_order(num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:

@@ -65,6 +65,20 @@ class NoPositions(nn.Module):
         positions, `key_position_ids` (1|B, S) the keys' (given when `uses_key_positions`)."""
         return None
 
+    def score_bias(
+        self,
+        batch: int,
+        past_len: int | torch.Tensor,
+        position_ids: torch.Tensor,
+        key_position_ids: torch.Tensor | None,
+        key_offset: int = 0,
+    ):
+        """`attention_bias` for flex_attention's `score_mod`: an object indexed `[b, h, q, k]` like the
+        (B, nh, T, S) tensor, each score's bias computed where flex reads it instead of stored, so the
+        cost follows the scores a `BlockMask` keeps. None without a bias. `key_offset`: the keys
+        start at key index `key_offset` (a sliding-window cache dropped the older ones)."""
+        return None
+
 
 class LearnedPositions(NoPositions):
     """Learned absolute positions (GPT-2, BERT): one trained vector per position, hence a length limit."""
@@ -206,6 +220,32 @@ class ALiBiPositions(NoPositions):
         distance = (distance.clamp(min=0) if self.causal else distance.abs()).float()
         return (-slopes[None, :, None, None] * distance[:, None]).to(dtype)  # (1|B, nh, T, S)
 
+    def score_bias(self, batch, past_len, position_ids, key_position_ids, key_offset=0):
+        slopes = alibi_slopes(self.num_heads).to(position_ids.device)
+        q_pos = position_ids.expand(batch, -1).contiguous()  # (B, T): flex indexes every row
+        k_pos = (
+            key_position_ids[:, key_offset:].to(position_ids.device).expand(batch, -1).contiguous()
+        )  # (B, S)
+        return ALiBiScores(slopes, q_pos, k_pos, self.causal)
+
+
+class ALiBiScores:
+    """ALiBi's bias indexed `[b, h, q, k]` as flex_attention's score_mod reads a (B, nh, T, S) tensor:
+    `-slope_h * distance`, computed per score from the (B, T) and (B, S) positions."""
+
+    def __init__(self, slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool):
+        self.slopes, self.q_pos, self.k_pos, self.causal = slopes, q_pos, k_pos, causal
+
+    def __getitem__(self, index):
+        b, h, q, k = index
+        distance = self.q_pos[b, q] - self.k_pos[b, k]
+        distance = distance.clamp(min=0) if self.causal else distance.abs()
+        return -self.slopes[h] * distance
+
+    def select_heads(self, start: int, count: int) -> ALiBiScores:
+        """The bias of heads start .. start + count - 1 (a process's share under tensor parallelism)."""
+        return ALiBiScores(self.slopes[start : start + count], self.q_pos, self.k_pos, self.causal)
+
 
 def relative_position_bucket(
     relative_position: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int
@@ -254,6 +294,41 @@ class RelativeBucketPositions(NoPositions):
         )
         values = self.bias(buckets)  # (T, S, nh)
         return values.permute(2, 0, 1)[None].to(dtype)  # (1, nh, T, S)
+
+    def score_bias(self, batch, past_len, position_ids, key_position_ids, key_offset=0):
+        # the table's transpose: flex reads one head's row per score, (nh, num_buckets)
+        table = self.bias.weight.t()
+        return BucketScores(
+            table, past_len - key_offset, not self.causal, self.num_buckets, self.max_distance
+        )
+
+
+class BucketScores:
+    """T5's bias indexed `[b, h, q, k]` as flex_attention's score_mod reads a (B, nh, T, S) tensor: the
+    bucket of the key-minus-query distance, looked up in the (nh, num_buckets) table per score.
+    Query q is at key index `past_len + q` (less a sliding cache's dropped keys), as in
+    `RelativeBucketPositions.attention_bias`."""
+
+    def __init__(self, table, past_len, bidirectional: bool, num_buckets: int, max_distance: int):
+        self.table, self.past_len = table, past_len
+        self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
+
+    def __getitem__(self, index):
+        b, h, q, k = index
+        bucket = relative_position_bucket(
+            k - (q + self.past_len), self.bidirectional, self.num_buckets, self.max_distance
+        )
+        return self.table[h, bucket]
+
+    def select_heads(self, start: int, count: int) -> BucketScores:
+        """The bias of heads start .. start + count - 1 (a process's share under tensor parallelism)."""
+        return BucketScores(
+            self.table[start : start + count],
+            self.past_len,
+            self.bidirectional,
+            self.num_buckets,
+            self.max_distance,
+        )
 
 
 POSITION_ENCODINGS = {

@@ -346,8 +346,14 @@ class TransformerStack:
             if self.positions.uses_key_positions
             else None
         )
-        bias = self.positions.attention_bias(
-            T, kv_len, past_len, device, dtype, position_ids, key_position_ids
+        # flex_attention reads a score bias per score it computes (`score_bias`); the rest a dense one
+        flex_scores = kind == "flex" and not given_mask
+        bias = (
+            None
+            if flex_scores
+            else self.positions.attention_bias(
+                T, kv_len, past_len, device, dtype, position_ids, key_position_ids
+            )
         )  # (1|B, nh, T, kv_len) or None
         inputs = LayerInputs(hidden_states, None, False, position_embeddings, None, cross_mask, kwargs)
 
@@ -401,12 +407,10 @@ class TransformerStack:
                     document_ids,
                     device,
                 ).block_mask()
-            if bias is not None:
-                if offset:
-                    bias = bias[..., offset:]
-                # flex indexes it by (batch, head, q, k); contiguous: torch 2.13's CPU flex kernel fails
-                # to compile a decoding step's broadcast (stride 0) bias
-                inputs.position_bias = bias.expand(B, -1, T, S).contiguous()
+            # ALiBi's and T5's biases computed per score, where flex reads them (indexed as a tensor)
+            inputs.position_bias = self.positions.score_bias(
+                B, past_len, position_ids, key_position_ids, offset
+            )
             return inputs
         if given_mask:
             allowed, inputs.is_causal = attention_mask, is_causal and attention_mask is None
