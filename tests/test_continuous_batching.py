@@ -8,9 +8,11 @@ import pytest
 import torch
 from conftest import tiny_gpt_config
 from transformers import GenerationConfig
+from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from hf_lm import HfLmGPTForCausalLM
-from hf_lm.testing import GPT_VARIANTS
+from hf_lm.models.hflm_attention import paged_attention_problem
+from hf_lm.testing import FEATURE_VARIANTS, GPT_VARIANTS
 
 PROMPT_LENGTHS = (3, 7, 5, 11)
 NEW_TOKENS = 5
@@ -27,25 +29,31 @@ def _greedy(model, prompts) -> list[list[int]]:
 
 def _batched(model, prompts) -> list[list[int]]:
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    results = model.generate_batch(inputs=prompts, generation_config=config, progress_bar=False)
+    # a small paged cache: sized by default from the machine's free memory, it takes ~20 s to set up
+    small = ContinuousBatchingConfig(num_blocks=16, max_batch_tokens=64)
+    results = model.generate_batch(
+        inputs=prompts, generation_config=config, continuous_batching_config=small, progress_bar=False
+    )
     ordered = sorted(results.values(), key=lambda r: int(r.request_id.rsplit("_", 1)[-1]))
     return [r.generated_tokens for r in ordered]
 
 
-@pytest.mark.slow
+# every GPT variant the paged cache runs (learned, sinusoidal, RoPE, xPos and no positions; GQA/MQA,
+# post-norm, ALBERT sharing, a mixture of experts without a capacity), and eager through paged|eager
+SUPPORTED = {
+    name: overrides
+    for name, overrides in {**GPT_VARIANTS, **FEATURE_VARIANTS["gpt"]}.items()
+    if paged_attention_problem(tiny_gpt_config(**overrides)) is None
+}
+SUPPORTED["moe"] = dict(num_local_experts=3, num_experts_per_tok=2)
+
+
 @pytest.mark.parametrize(
-    "name, impl",
-    [
-        ("gpt2", "sdpa"),
-        ("gpt2", "eager"),
-        ("llama", "sdpa"),
-        ("xpos_gqa", "sdpa"),
-        ("sinusoidal_post", "sdpa"),
-    ],
+    "name, impl", [(name, "sdpa") for name in SUPPORTED] + [("gpt2", "eager"), ("llama", "eager")]
 )
 def test_generate_batch_gives_generates_tokens(name, impl):
     torch.manual_seed(0)
-    model = HfLmGPTForCausalLM(tiny_gpt_config(**GPT_VARIANTS[name])).eval()
+    model = HfLmGPTForCausalLM(tiny_gpt_config(**SUPPORTED[name])).eval()
     model.set_attn_implementation(impl)  # eager runs as paged|eager inside generate_batch
     prompts = [torch.randint(3, 97, (n,)).tolist() for n in PROMPT_LENGTHS]
     assert _batched(model, prompts) == _greedy(model, prompts)
