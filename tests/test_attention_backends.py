@@ -149,7 +149,9 @@ def test_flex_attention_equals_eager(case):
     batch = case.make_batch()
     reference = outputs(model, batch, "eager")
     torch.testing.assert_close(outputs(model, batch, "flex_attention"), reference, rtol=1e-5, atol=1e-5)
-    if case.generates:
+    # generation: BART's (cross-attention's flex mask at every step); T5's per-score buckets under a
+    # cache are generated in tests/test_flex_attention.py (the GPT t5bias variant), 40 s cheaper
+    if case.name.startswith("bart"):
         prompt = {k: batch[k] for k in ("input_ids", "attention_mask") if k in batch}
         model.config._attn_implementation_internal = "eager"
         expected = model.generate(**prompt, max_new_tokens=3, do_sample=False)
