@@ -22,6 +22,7 @@ Usage:
     HF_HUB_OFFLINE=1 python -m benchmarks.bench_serve             # 32 requests, 3 rounds
     HF_HUB_OFFLINE=1 python -m benchmarks.bench_serve --quick     # smoke run
     HF_HUB_OFFLINE=1 python -m benchmarks.bench_serve --no-continuous-batching   # one request at a time
+    HF_HUB_OFFLINE=1 python -m benchmarks.bench_serve --direct    # generate_batch alone, no server
 
 Prints a markdown table and writes JSON to `--output` (default `out/bench_serve.json`).
 """
@@ -117,8 +118,8 @@ def stop_server(process) -> None:
         process.wait()
 
 
-def save_folders(root: Path, args) -> dict[str, Path]:
-    """The Llama and its hf_lm conversion, each saved with the same character tokenizer."""
+def build_models(args):
+    """The random Llama and its hf_lm conversion (same weights), and their character tokenizer."""
     tokenizer = train_tokenizer([ALPHABET * 4], kind="char", vocab_size=128, min_frequency=1)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -135,7 +136,12 @@ def save_folders(root: Path, args) -> dict[str, Path]:
     )
     torch.manual_seed(args.seed)
     llama = LlamaForCausalLM(config).eval()
-    models = {"llama": llama, "hf_lm": from_transformers(llama).eval()}
+    return {"llama": llama, "hf_lm": from_transformers(llama).eval()}, tokenizer
+
+
+def save_folders(root: Path, args) -> dict[str, Path]:
+    """The Llama and its hf_lm conversion, each saved with the same character tokenizer."""
+    models, tokenizer = build_models(args)
     folders = {}
     for side, model in models.items():
         folders[side] = root / side
@@ -151,6 +157,50 @@ def make_requests(args) -> list[tuple[str, int]]:
         ("".join(rng.choices(ALPHABET, k=rng.randint(16, 256))), rng.randint(16, 128))
         for _ in range(args.requests)
     ]
+
+
+def direct(args) -> dict:
+    """`generate_batch` on both models in this process, no server: the same requests (as token ids),
+    greedy, one warm-up call each, then `--rounds` alternating rounds; the median seconds per side."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    torch.set_num_threads(args.threads)
+    models, tokenizer = build_models(args)
+    requests = make_requests(args)
+    prompts = [tokenizer(prompt, add_special_tokens=False)["input_ids"] for prompt, _ in requests]
+    # one length for every request: generate_batch takes one generation config
+    config = GenerationConfig(max_new_tokens=64, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cache = ContinuousBatchingConfig(num_blocks=1024, page_size=32)
+
+    def run(side) -> tuple[float, list]:
+        t0 = time.perf_counter()
+        out = models[side].generate_batch(
+            prompts, config, continuous_batching_config=cache, progress_bar=False
+        )
+        tokens = [r.generated_tokens for r in sorted(out.values(), key=lambda r: r.request_id)]
+        return time.perf_counter() - t0, tokens
+
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    answers = {side: run(side)[1] for side in SIDES}  # warm-up
+    for r in range(args.rounds):
+        for side in SIDES if r % 2 == 0 else SIDES[::-1]:
+            times[side].append(run(side)[0])
+    seconds = {side: statistics.median(times[side]) for side in SIDES}
+    same = statistics.mean(a == b for a, b in zip(answers["hf_lm"], answers["llama"], strict=True))
+    print(f"generate_batch, {len(prompts)} prompts x 64 new tokens, median of {args.rounds} rounds")
+    print(f"same tokens on both sides: {same:.0%}")
+    rows = [["seconds", f"{seconds['hf_lm']:.2f}", f"{seconds['llama']:.2f}",
+             ratio_cell(ratio(seconds["llama"], seconds["hf_lm"]))]]  # fmt: skip
+    print(
+        markdown_table(["metric", "hf_lm GPT", "LlamaForCausalLM", "ratio (>1: hf_lm faster)"], rows, "lrrr")
+    )
+    return {
+        "seconds": seconds,
+        "ratio": ratio(seconds["llama"], seconds["hf_lm"]),
+        "same": same,
+        "errors": {},
+    }
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -193,9 +243,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="8 requests, 1 round")
     p.add_argument("--output", default="out/bench_serve.json")
+    p.add_argument("--direct", action="store_true", help="generate_batch in this process, no server")
     args = p.parse_args(argv)
     if args.quick:
         args.requests, args.rounds = 8, 1
+    if args.direct:
+        print(environment_line(environment(args.threads)))
+        return direct(args)
     import openai
 
     env = environment(args.threads)
