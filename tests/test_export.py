@@ -26,6 +26,7 @@ import torch
 from conftest import VARIANTS as GPT_VARIANTS
 from conftest import tiny_gpt_config
 from safetensors.torch import save_file
+from test_static_cache import SIZES as SEQ2SEQ_SIZES  # the tiny encoder-decoder sizes
 from transformers.integrations.executorch import (
     Seq2SeqLMExportableModule,
     TorchExportableModuleForDecoderOnlyLM,
@@ -125,14 +126,6 @@ def test_decoder_only_recipe_decodes_as_eager(name):
     torch.testing.assert_close(got, full)
 
 
-SEQ2SEQ_SIZES = dict(
-    vocab_size=99,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    max_position_embeddings=64,
-    hidden_dropout=0.0,
-)
 SEQ2SEQ = {
     "t5": lambda: HfLmT5ForConditionalGeneration(HfLmT5Config(**SEQ2SEQ_SIZES)),
     "t5_v1_1": lambda: HfLmT5ForConditionalGeneration(HfLmT5Config.from_preset("t5_v1_1", **SEQ2SEQ_SIZES)),

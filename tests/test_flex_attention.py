@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_gpt_config
+from test_sparse_attention import PATTERNS as SPARSE_PATTERNS
 
 from hf_lm.models import hflm_masks
 from hf_lm.models.hflm_masks import (
@@ -32,17 +33,7 @@ from hf_lm.testing import (
     VARIANT_CASES,
 )
 
-PATTERNS = [
-    "dense",
-    "global",
-    "band",
-    "dilated",
-    "random",
-    "block",
-    "band+global",
-    "band+global+random",
-    "dilated+block",
-]
+PATTERNS = ["dense", *SPARSE_PATTERNS]
 SCENARIOS = ["plain", "left_pad", "right_pad", "prefix", "documents", "cached", "sliding", "static"]
 
 

@@ -96,12 +96,16 @@ def flash_window(config) -> int | None:
     return None if pattern == "dense" else config.attention_window + 1
 
 
+#: position schemes whose scores carry a bias measured between one sequence's queries and keys
+SCORE_BIAS_POSITIONS = ("alibi", "relative_buckets")
+
+
 def backend_problem(config, attn_implementation: str | None) -> str | None:
     """Why `attn_implementation` cannot run a model of `config` (a sentence naming the field), or None."""
     if mask_kind(attn_implementation) != "flash":
         return None
     position = getattr(config, "position_embedding_type", None)
-    if position in ("alibi", "relative_buckets"):
+    if position in SCORE_BIAS_POSITIONS:
         return (
             f"position_embedding_type={position!r} adds a bias to the attention scores, which "
             "flash-attention kernels cannot add"
@@ -580,7 +584,7 @@ def paged_attention_problem(config) -> str | None:
     """Why continuous batching (`generate_batch`, a paged cache holding many sequences side by side)
     cannot run a model of `config`, or None."""
     position = getattr(config, "position_embedding_type", None)
-    if position in ("alibi", "relative_buckets"):
+    if position in SCORE_BIAS_POSITIONS:
         return (
             f"position_embedding_type={position!r} measures distances between the keys of one sequence, "
             "which the paged cache does not keep apart"

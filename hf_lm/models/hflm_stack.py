@@ -21,6 +21,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttenti
 from .hflm_attention import (
     additive_mask,
     block_mask_from_dense,
+    check_paged_attention,
     flash_window,
     is_paged_cache,
     mask_kind,
@@ -53,7 +54,6 @@ from .hflm_masks import (
 )
 from .hflm_positions import (
     POSITION_ENCODINGS,
-    RelativeBucketPositions,
     check_positions_in_range,
     key_positions,
     real_token_positions,
@@ -490,14 +490,8 @@ class TransformerStack:
                 f"With {what} the mask is the whole attention pattern: it cannot be combined with "
                 f"{', '.join(others)}. Build those into the mask, or pass a (batch, seq_len) attention_mask."
             )
-        if paged and (
-            self.positions.uses_key_positions or isinstance(self.positions, RelativeBucketPositions)
-        ):
-            raise ValueError(
-                f"position_embedding_type={self.config.position_embedding_type!r} measures distances between "
-                "the keys of one sequence, which continuous batching's paged cache does not keep apart. "
-                "Use generate() for this model."
-            )
+        if paged:  # the refusal `generate_batch` makes up front, for a paged cache passed by hand
+            check_paged_attention(self.config, type(self).__name__)
         if attention_mask is None:
             return
         if kind == "flash" and not paged:
