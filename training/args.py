@@ -33,6 +33,7 @@ from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
 from .models import FAMILY_NAMES
 from .scheduled_sampling import SCHEDULES, sampling_probability
+from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
@@ -506,6 +507,22 @@ class TrainArguments:
         default=None,
         metadata={"help": "torch.compile's mode: default, reduce-overhead, max-autotune (unset: default)."},
     )
+    fsdp: str = field(
+        default="",
+        metadata={
+            "help": "Shard parameters, gradients and optimizer state over the processes with FSDP2 "
+            "(transformers' Trainer words): full_shard (parameters freed after each block's forward), "
+            "shard_grad_op (kept until the backward), plus offload (shards on the CPU). Empty: DDP. An "
+            "accelerate config with distributed_type FSDP and fsdp_version 2 does the same."
+        },
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Activation checkpointing: recompute each Transformer block in the backward instead of "
+            "keeping its activations (transformers' name; with or without --fsdp)."
+        },
+    )
     tf32: bool = field(
         default=True,
         metadata={
@@ -666,6 +683,7 @@ class TrainArguments:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
             _choice(self, "torch_compile_mode", TORCH_COMPILE_MODES)
+        self.fsdp = " ".join(parse_fsdp(self.fsdp))
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":

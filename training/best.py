@@ -61,11 +61,17 @@ class BestModel:
         best = self.record["value"]
         return value > best if self.greater_is_better else value < best
 
-    def update(self, step: int, evaluation: dict, model: torch.nn.Module) -> bool:
-        """Record `evaluation` of the weights of `model` at `step` if it is the best so far; returns whether."""
+    def update(self, step: int, evaluation: dict, model) -> bool:
+        """Record `evaluation` of the weights of `model` at `step` if it is the best so far; returns whether.
+
+        `model`: the module, or a function giving it (None on the processes that do not write), called
+        on every process only when the evaluation improves (a sharded model's consolidation).
+        """
         value = evaluation.get(self.metric)
         if not self.improves(value):
             return False
+        if not isinstance(model, torch.nn.Module):
+            model = model()
         self.record = {
             "step": step,
             "metric": self.metric,

@@ -14,6 +14,12 @@ Layout, one folder per step under a root folder:
         manifest.json       {"run_id", "step", "saved_at", "files": {name: {"size", "sha256"}}}
         COMPLETE            written last: its presence means every other file is complete
 
+A sharded run (`--fsdp`, `training.sharding`) writes, instead of `model.safetensors` and
+`optimizer.pt`, `shards/`: the model's and the optimizer's states as `torch.distributed.checkpoint`
+writes them, one `__R_0.distcp` file per process and a `.metadata` index (`save_sharded_checkpoint`).
+They load on any number of processes (the index maps every shard to its place in the whole tensor),
+and into an unsharded model too (`load_checkpoint`).
+
 Every file but `model.safetensors` and `COMPLETE` is optional, so checkpoints written before
 `config.json`, `scaler.pt`, `rng-N.pt`, `manifest.json` or run ids existed still load: without
 `config.json` the model config is not checked, a process without its own RNG file keeps its
@@ -92,6 +98,7 @@ CONFIG_FILE = "config.json"
 STATE_FILE = "state.json"
 TENSORS_FILE = "tensors.safetensors"
 MANIFEST_FILE = "manifest.json"
+SHARDS_DIR = "shards"  # a sharded run's model and optimizer states (torch.distributed.checkpoint)
 _HASH_CHUNK = 8 << 20  # bytes read at a time when hashing: constant memory for any file size
 
 
@@ -314,11 +321,26 @@ def max_abs_weight(model: torch.nn.Module) -> float:
 
     One fused reduction (`torch.nn.utils.get_total_norm` with the max norm: foreach kernels per
     device and dtype) and one host sync, whatever the number of parameters; cheap next to a save.
+    Under FSDP each process reduces its shards and the processes gather their maxima (every process
+    must call), so all of them get the same answer.
     """
+    from torch.distributed.tensor import DTensor
+
     params = [p.detach() for p in model.parameters()]
     if not params:
         return 0.0
-    return float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))
+    sharded = isinstance(params[0], DTensor)
+    if not sharded:
+        return float(torch.nn.utils.get_total_norm(params, norm_type=math.inf))
+    # a small parameter may leave a process an empty shard, whose max norm is undefined
+    shards = [s for s in (p.to_local() for p in params) if s.numel()]
+    local = torch.nn.utils.get_total_norm(shards, norm_type=math.inf) if shards else params[0].new_zeros(())
+    local = local.to_local() if isinstance(local, DTensor) else local
+    # gathered, not all-reduced with MAX: a reduction's max need not propagate a NaN
+    group = params[0].device_mesh.get_group()
+    everyone = [torch.empty_like(local) for _ in range(torch.distributed.get_world_size(group))]
+    torch.distributed.all_gather(everyone, local, group=group)
+    return float(torch.stack(everyone).max())
 
 
 def get_rng_state() -> dict:
@@ -450,10 +472,15 @@ def _manifest(
             "size": (folder / name).stat().st_size,
             "sha256": hashing[name].result() if name in hashing else _sha256(folder / name),
         }
-        for name in sorted(os.listdir(folder))
+        for name in _file_names(folder)
         if name not in (MANIFEST_FILE, COMPLETE_MARKER)
     }
     return json.dumps({"run_id": run_id, "step": step, "saved_at": saved_at, "files": files}, indent=2)
+
+
+def _file_names(folder: Path) -> list[str]:
+    """Every file under `folder`, as sorted paths relative to it ("shards/__0_0.distcp")."""
+    return sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if f.is_file())
 
 
 def verify_checkpoint(path: str | os.PathLike) -> list[str]:
@@ -514,6 +541,7 @@ def save_checkpoint(
     tensors: dict[str, torch.Tensor] | None = None,
     run_id: str | None = None,
     check_finite: bool = True,
+    staged: Path | None = None,
 ) -> Path:
     """Atomically write the checkpoint of `step` to `directory/checkpoint-{step:08d}`.
 
@@ -544,6 +572,9 @@ def save_checkpoint(
         check_finite: refuse a model with a non-finite weight (one fused reduction and one host
             sync). Pass False only when the caller has just checked (the training loop checks on
             every process, so that all of them agree).
+        staged: the staging folder in which every process of a sharded run has written its shards
+            of the model and optimizer (`save_sharded_checkpoint`): the rest is written into it and
+            it is committed; `model` then only gives the config.
 
     Returns:
         The final checkpoint folder.
@@ -576,10 +607,11 @@ def save_checkpoint(
     )
     parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler, "tensors": tensors}
     parts["rng_states"] = rng_states if save_rng else []
-    tmp = staging_path(final)
-    tmp.mkdir()
+    tmp = staged if staged is not None else staging_path(final)
+    if staged is None:
+        tmp.mkdir()
     try:
-        _write_checkpoint_files(tmp, model, parts, state_json, run_id, step, saved_at)
+        _write_checkpoint_files(tmp, model, parts, state_json, run_id, step, saved_at, staged is None)
         _swap_in(tmp, final)
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -594,6 +626,79 @@ def save_checkpoint(
     if keep_last is not None:
         prune_checkpoints(root, keep_last, run_id=run_id, current_step=step)
     return final
+
+
+def save_sharded_checkpoint(
+    directory: str | os.PathLike, *, model, optimizer, step: int, **save_kwargs
+) -> Path:
+    """`save_checkpoint` for a sharded model (FSDP2): every process must call it.
+
+    Each process writes its shards of the model and optimizer states into one staging folder (its
+    name chosen by process 0), with `torch.distributed.checkpoint`; process 0 then writes the rest
+    (scheduler, RNG states of every process, state), checksums every file, shards included, in the
+    manifest, writes `COMPLETE` and renames the folder into place. A kill at any moment leaves the
+    previous checkpoints and a staging folder the next run removes.
+
+    Args:
+        save_kwargs: `save_checkpoint`'s other arguments (`scheduler`, `rng_states`, `run_id`...),
+            read on process 0.
+    """
+    import torch.distributed as dist
+    from torch.distributed.checkpoint import FileSystemWriter, save
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = Path(directory)
+    main = dist.get_rank() == 0
+    staged = [None]
+    if main:
+        root.mkdir(parents=True, exist_ok=True)
+        staged = [staging_path(root / checkpoint_name(step))]
+        staged[0].mkdir()
+    dist.broadcast_object_list(staged, src=0)
+    tmp = Path(staged[0])
+    try:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        writer = FileSystemWriter(tmp / SHARDS_DIR, sync_files=True)
+        save({"model": model_state, "optimizer": optimizer_state}, storage_writer=writer)
+        dist.barrier()  # every shard and the index are written
+        final = None
+        if main:  # the weights were checked on every process: a check on one would wait for the others
+            save_kwargs = {**save_kwargs, "check_finite": False}
+            final = save_checkpoint(root, model=model, step=step, staged=tmp, **save_kwargs)
+    except BaseException:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    dist.barrier()  # committed (and pruned) before any process goes on
+    return root / checkpoint_name(step) if final is None else final
+
+
+def _load_shards(path: Path, model: torch.nn.Module, optimizer) -> None:
+    """The model's (and optimizer's) states from a sharded checkpoint's `shards/`, resharded to this
+    run's processes, or into an unsharded model (each process reads what its tensors need)."""
+    from torch.distributed.checkpoint import CheckpointException, FileSystemReader, load
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
+    if optimizer is None:
+        state = {"model": get_model_state_dict(model)}
+    else:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+    _read_part(
+        path,
+        SHARDS_DIR,
+        lambda folder: load(state, storage_reader=FileSystemReader(folder)),
+        errors=_READ_ERRORS + (CheckpointException,),
+    )
+    if optimizer is None:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def _check_save(model: torch.nn.Module, step: int, keep_last: int | None, check_finite: bool) -> None:
@@ -619,19 +724,23 @@ def _write_checkpoint_files(
     run_id: str | None,
     step: int,
     saved_at: float,
+    weights: bool = True,
 ) -> None:
     """Every file of a checkpoint into the temporary folder `tmp`, synced; `COMPLETE` last.
 
     `parts`: the optional "optimizer", "scheduler", "scaler" (each saved with its `state_dict()`),
-    "tensors" (named tensors) and "rng_states" (one per process) of `save_checkpoint`.
+    "tensors" (named tensors) and "rng_states" (one per process) of `save_checkpoint`. `weights`:
+    write `model.safetensors` (False: the shards are in `tmp` already).
     """
     config = _config_dict(model)
     # the weights are hashed (hashlib releases the GIL) while the optimizer state is written
     hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-sha256")
     try:
-        save_model(model, str(tmp / MODEL_FILE))
-        _fsync_file(tmp / MODEL_FILE)
-        hashing = {MODEL_FILE: hasher.submit(_sha256, tmp / MODEL_FILE)}
+        hashing = {}
+        if weights:
+            save_model(model, str(tmp / MODEL_FILE))
+            _fsync_file(tmp / MODEL_FILE)
+            hashing = {MODEL_FILE: hasher.submit(_sha256, tmp / MODEL_FILE)}
         if config is not None:
             _write_text(tmp / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True))
         for name, file in (
@@ -803,25 +912,16 @@ def load_checkpoint(
                 "ModelArguments, config_overrides and tokenizer), or start a new run: a fresh output_dir, or "
                 "resume=false to train from scratch in this one."
             )
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
-    missing, unexpected = _read_part(
-        path,
-        MODEL_FILE,
-        lambda f: load_model(model, str(f), strict=strict, device=str(device)),
-        errors=(OSError, SafetensorError),
-    )
-    if missing or unexpected:
-        logger.warning("non-strict load: missing %s, unexpected %s", missing, unexpected)
-
-    for obj, name in ((optimizer, OPTIMIZER_FILE), (scheduler, SCHEDULER_FILE)):
+    if (path / SHARDS_DIR).is_dir():
+        _load_shards(path, model, optimizer)
+    else:
+        _load_whole(path, model, optimizer, strict)
+    for obj, name in ((scheduler, SCHEDULER_FILE),):
         if obj is None:
             continue
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} is missing: this checkpoint was saved without it.")
         obj.load_state_dict(_read_part(path, name, _torch_load))
-    if optimizer is not None:
-        _regroup_stacked_qkv_moments(model, optimizer, path / MODEL_FILE)
     if scaler is not None:
         if (path / SCALER_FILE).is_file():
             scaler.load_state_dict(_read_part(path, SCALER_FILE, _torch_load))
@@ -846,6 +946,35 @@ def load_checkpoint(
         "tensors": tensors,
         "path": path,
     }
+
+
+def _load_whole(path: Path, model: torch.nn.Module, optimizer, strict: bool) -> None:
+    """The weights (and optimizer state) of an unsharded checkpoint, on every process."""
+    from torch.distributed.tensor import DTensor
+
+    param = next(model.parameters(), None)
+    if isinstance(param, DTensor):
+        raise ValueError(
+            f"{path} was saved by an unsharded run (model.safetensors), and this run shards the model (--fsdp): "
+            "resume it as it was saved (without --fsdp), or start a sharded run from its weights with "
+            "--init_from on a finished model (a run's final/)."
+        )
+    device = param.device if param is not None else torch.device("cpu")
+    missing, unexpected = _read_part(
+        path,
+        MODEL_FILE,
+        lambda f: load_model(model, str(f), strict=strict, device=str(device)),
+        errors=(OSError, SafetensorError),
+    )
+    if missing or unexpected:
+        logger.warning("non-strict load: missing %s, unexpected %s", missing, unexpected)
+    if optimizer is not None:
+        if not (path / OPTIMIZER_FILE).is_file():
+            raise FileNotFoundError(
+                f"{path / OPTIMIZER_FILE} is missing: this checkpoint was saved without it."
+            )
+        optimizer.load_state_dict(_read_part(path, OPTIMIZER_FILE, _torch_load))
+        _regroup_stacked_qkv_moments(model, optimizer, path / MODEL_FILE)
 
 
 def _regroup_stacked_qkv_moments(model: torch.nn.Module, optimizer, weights: Path) -> None:

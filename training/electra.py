@@ -34,6 +34,7 @@ from hf_lm.models.hflm_configuration_electra import HfLmElectraConfig
 from hf_lm.models.hflm_modeling_electra import HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 
 from .evaluation import eval_shards
+from .sharding import catch_up
 
 # the parts of the embeddings the generator takes from the discriminator (those with parameters)
 SHARED_EMBEDDINGS = ("embed_tokens", "positions", "token_type_embeddings", "embed_norm")
@@ -240,6 +241,7 @@ def evaluate_electra(
                 tokens.double(),
             ]
         )
+    catch_up(model, accelerator.device)  # the same number of forwards on every process (FSDP)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     mlm_sum, mlm_correct, masked, disc_sum, disc_correct, replaced, tokens = totals.tolist()

@@ -25,6 +25,8 @@ from accelerate import Accelerator
 
 from hf_lm.metrics.sliding_window import bits_per_unit
 
+from .sharding import catch_up
+
 # (input_ids (B, T), eval batch number, rank) -> model inputs with labels
 Noise = Callable[[torch.Tensor, int, int], dict[str, torch.Tensor]]
 
@@ -71,6 +73,7 @@ def evaluate(
         loss = model(**batch, labels=batch["input_ids"]).loss
         total[0] += loss.double() * len(idx)  # stays on the device: no host sync per batch
         total[1] += len(idx)
+    catch_up(model, accelerator.device)  # the same number of forwards on every process (FSDP)
     total = accelerator.reduce(total, reduction="sum")
     model.train()
     mean = (total[0] / total[1]).item() if total[1] > 0 else float("nan")
@@ -223,6 +226,7 @@ def evaluate_masked_lm(
             model, ids.to(device), tokenizer.mask_token_id, special, batch_size=64
         )
         totals[3:] += torch.tensor([pll, scored], dtype=torch.float64, device=device)
+    catch_up(model, accelerator.device)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     loss_sum, correct, masked, pll, scored = totals.tolist()
@@ -263,6 +267,7 @@ def evaluate_denoising(
         loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
         correct = (logits.argmax(-1) == targets).sum()
         totals += torch.stack([loss.double(), correct.double(), selected.sum().double()])
+    catch_up(model, accelerator.device)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     loss_sum, correct, n = totals.tolist()

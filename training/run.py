@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
-from accelerate.utils import DistributedType, broadcast_object_list, set_seed
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, broadcast_object_list, set_seed
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments
@@ -29,6 +29,7 @@ from .optim import configure_tf32
 from .process_group import cpu_only
 from .run_data import prepare_data
 from .run_log import CsvLog
+from .sharding import check_shardable, describe, requested_plugin
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class Run:
     model: torch.nn.Module
     trackers: list[str]
     tf32: bool
+    # FSDP2's plan (`training.sharding`), None for DDP
+    sharding: FullyShardedDataParallelPlugin | None = None
     start_time: float = field(default_factory=time.perf_counter)
 
     @property
@@ -118,26 +121,13 @@ def forget_previous_run_settings() -> None:
     GradientState._reset_state()
 
 
-# engines that shard the model's parameters or the optimizer's state across processes
-SHARDED_ENGINES = (DistributedType.FSDP, DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM)
-
-
 def check_distributed_type(distributed_type: DistributedType) -> None:
-    """Refuse the engines whose states this loop's checkpoints cannot hold.
-
-    A checkpoint is the main process's `state_dict()` of the model (`model.safetensors`), the optimizer
-    and the scheduler: under FSDP, DeepSpeed ZeRO or Megatron-LM each process holds only its shard
-    (of the parameters or of the optimizer's moments), so the checkpoint would lose the other
-    shards, and resuming from it or shipping `final/` would silently train or publish something
-    else. DDP replicates everything and is supported; transformers' `Trainer` (the fine-tuning
-    scripts) has its own FSDP and DeepSpeed saving.
-    """
-    if distributed_type in SHARDED_ENGINES:
+    """Refuse the engines this loop does not run, whatever asked for them (`requested_plugin` has
+    refused their accelerate configs already; FSDP2 runs through `training.sharding`)."""
+    if distributed_type in (DistributedType.DEEPSPEED, DistributedType.MEGATRON_LM):
         raise ValueError(
-            f"training.train does not support accelerate's {distributed_type.value} engine: its checkpoints hold the "
-            "main process's full model and optimizer states, and this engine shards them across processes. Train "
-            "with DDP (`distributed_type: MULTI_GPU` in the accelerate config, or torchrun), or use the "
-            "Trainer-based fine-tuning scripts (transformers' Trainer saves FSDP and DeepSpeed states itself)."
+            f"training.train does not run accelerate's {distributed_type.value} engine. Shard with FSDP2 "
+            "(`--fsdp full_shard`), or launch with torchrun (DDP)."
         )
 
 
@@ -148,6 +138,10 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     output_dir.mkdir(parents=True, exist_ok=True)
     trackers = run_log.trackers(train_args)
     forget_previous_run_settings()
+    # refused engines fail here, on every device. The plan is not given to the Accelerator: it would
+    # drop it on CPU processes, and it sets ACCELERATE_USE_FSDP for the rest of the process (the
+    # next run in it would inherit FSDP); `Trainer` shards the model itself (`shard_model`)
+    sharding = requested_plugin(train_args.fsdp, train_args.gradient_checkpointing)
     accelerator = Accelerator(
         # without `cpu=True` accelerate ignores torchrun's WORLD_SIZE on a machine with no GPU and
         # every process trains alone; with it, they join one gloo process group (MULTI_CPU). The
@@ -171,11 +165,15 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
         data_args, train_args, accelerator, init_from=model_args.init_from
     )
     model = objective.build_model(family, model_args, data_args, tokenizer)
+    if sharding is not None:
+        check_shardable(model, family)
+    if train_args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     objective.bind(tokenizer, eval_blocks, world)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     return Run(
         data_args, model_args, train_args, accelerator, objective, family, tokenizer, train_blocks,
-        eval_blocks, description, model, trackers, tf32, start_time,
+        eval_blocks, description, model, trackers, tf32, sharding, start_time,
     )  # fmt: skip
 
 
@@ -192,6 +190,8 @@ def finish_run(run: Run, model, csv_log, metrics: dict, evaluation: dict, best, 
     run.accelerator.wait_for_everyone()
     if run.accelerator.is_main_process:
         runtime = {"fused AdamW": fused, "TF32 matmuls": run.tf32}
+        if run.sharding is not None:
+            runtime[describe(run.sharding)] = True
         export_run(run, model, csv_log, metrics, evaluation, best, history, runtime)
     for tracker in run.accelerator.trackers:
         # not `end_training()`: that also destroys the process group, and the barrier below (or

@@ -189,6 +189,17 @@ def _check_loop_options(data_args, train_args, family: str) -> None:
             "`tbptt` carries a recurrent state from one block to the next: it needs family 'rnn' and the "
             f"in-memory data (no --streaming); got family={family!r}, streaming={data_args.streaming}."
         )
+    if train_args.fsdp and family not in TRANSFORMERS:
+        raise ValueError(
+            f"`--fsdp` shards a model's Transformer blocks, and family {family!r} has none (the recurrent, "
+            "feed-forward and n-gram models are small enough to replicate): drop --fsdp and train it with DDP "
+            f"(torchrun). Families that shard: {', '.join(TRANSFORMERS)}."
+        )
+    if train_args.gradient_checkpointing and family not in TRANSFORMERS:
+        raise ValueError(
+            f"`--gradient_checkpointing` recomputes Transformer blocks in the backward; family {family!r} has none. "
+            "Drop the flag."
+        )
     if train_args.scheduled_sampling != "none" and family not in RECURRENT:
         raise ValueError(
             "`scheduled_sampling` feeds a recurrent model its own samples: it needs family 'rnn' or "

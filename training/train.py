@@ -102,6 +102,7 @@ by counting, not by this loop (`training.ngram_fit`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -138,6 +139,7 @@ from .checkpoint import (
     load_latest_checkpoint,
     max_abs_weight,
     save_checkpoint,
+    save_sharded_checkpoint,
 )
 from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
 from .evaluation import bits_metrics, eval_block_count, eval_text_units, evaluate  # noqa: F401
@@ -158,6 +160,7 @@ from .run_checks import check_arguments
 from .run_data import prepare_data, tail_split  # noqa: F401
 from .run_folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
 from .run_log import CsvLog, projected_steps  # noqa: F401
+from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +202,9 @@ class Trainer:
         # on its device before the optimizer is built, which picks its implementation for it (fused
         # on a GPU); `prepare` would move it there anyway
         model = run.model.to(accelerator.device)
+        self.sharded = run.sharding is not None
+        if self.sharded:  # the optimizer is then built over this process's shards
+            model = shard_model(model, run.sharding, accelerator.device, args.mixed_precision)
         self.optimizer, self.scheduler = build_optimizer(model, args)
         self.guard = DivergenceGuard(args)
         self.position, self.history, kept = self._resume(model)
@@ -262,15 +268,19 @@ class Trainer:
         return position, history, state["extra"] or {}
 
     def _prepare(self, model) -> None:
-        """Wrap the model and optimizer for the processes (DDP) and precision, and compile."""
+        """Wrap the model and optimizer for the processes (DDP) and precision, and compile. A sharded
+        model is not prepared: it is sharded already, and FSDP2 applies its own precision policy."""
         run, args = self.run, self.run.train_args
-        # the loader and the scheduler are not prepared: the sampler shards the data itself, and a
-        # prepared scheduler would step `num_processes` times per update
-        self.model, self.optimizer = run.accelerator.prepare(model, self.optimizer)
-        # the plain module (no DDP, no compile wrapper) for evaluation, checkpoints and final/; the
-        # compiled module only runs the training forward. (`accelerator.unwrap_model` of a compiled
-        # DDP model would re-point the compiled module at the plain one, dropping DDP's gradient sync.)
-        self.raw_model = run.accelerator.unwrap_model(self.model)
+        if self.sharded:
+            self.model = self.raw_model = model
+        else:
+            # the loader and the scheduler are not prepared: the sampler shards the data itself, and a
+            # prepared scheduler would step `num_processes` times per update
+            self.model, self.optimizer = run.accelerator.prepare(model, self.optimizer)
+            # the plain module (no DDP, no compile wrapper) for evaluation, checkpoints and final/; the
+            # compiled module only runs the training forward. (`accelerator.unwrap_model` of a compiled
+            # DDP model would re-point the compiled module at the plain one, dropping DDP's gradient sync.)
+            self.raw_model = run.accelerator.unwrap_model(self.model)
         self.forward_model = self.model
         if args.torch_compile:
             logger.info(
@@ -284,7 +294,29 @@ class Trainer:
             self.forward_model = compile_model(self.model, args)
 
     def evaluate(self) -> dict[str, float | None]:
-        return self.run.objective.evaluate(self.raw_model, self.run.eval_blocks, self.run.accelerator)
+        model = Lockstep(self.raw_model) if self.sharded else self.raw_model
+        return self.run.objective.evaluate(model, self.run.eval_blocks, self.run.accelerator)
+
+    def full_model(self) -> torch.nn.Module | None:
+        """The model whole, for `best/` and `final/`: the plain module, or under FSDP a consolidated
+        copy on the main process (None elsewhere; every process must call)."""
+        if not self.sharded:
+            return self.raw_model
+        run = self.run
+        return consolidated_model(
+            self.raw_model,
+            lambda: run.objective.build_model(run.family, run.model_args, run.data_args, run.tokenizer),
+        )
+
+    def _accumulate(self, micro: int):
+        """The context of micro-step `micro`: DDP syncs the gradients on the last one only
+        (`accelerator.accumulate`); FSDP reduce-scatters them on the last one only."""
+        if not self.sharded:
+            return self.run.accelerator.accumulate(self.model)
+        self.raw_model.set_requires_gradient_sync(
+            micro == self.run.train_args.gradient_accumulation_steps - 1
+        )
+        return contextlib.nullcontext()
 
     def train(self) -> dict:
         """Train to `max_steps` (or the time budget), then evaluate and write the final outputs."""
@@ -396,7 +428,7 @@ class Trainer:
         for micro in range(args.gradient_accumulation_steps):
             batch = objective.inputs(next(self.data), step, micro, run.rank)
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
-            with accelerator.accumulate(self.model):
+            with self._accumulate(micro):
                 outputs = forward_loss(
                     self.forward_model, batch, extra_inputs | objective.forward_inputs(micro)
                 )
@@ -433,7 +465,12 @@ class Trainer:
         grad_norm = None
         if finite:
             if args.max_grad_norm > 0:
-                grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), args.max_grad_norm).item()
+                if self.sharded:  # the norm over every process's shards
+                    grad_norm = clip_grad_norm(self.model.parameters(), args.max_grad_norm)
+                else:
+                    grad_norm = accelerator.clip_grad_norm_(
+                        self.model.parameters(), args.max_grad_norm
+                    ).item()
             self.optimizer.step()  # with fp16, the prepared optimizer unscales and skips inf/NaN gradients
         else:
             logger.warning("Non-finite loss at step %d: update skipped (stop_on_nan=false).", pos.step + 1)
@@ -515,7 +552,7 @@ class Trainer:
         if step % args.eval_every == 0 or step == args.max_steps:
             self.evaluation, self.evaluated_at = self.evaluate(), step
             if self.best is not None:
-                self.best.update(step, self.evaluation, self.raw_model)
+                self.best.update(step, self.evaluation, self.full_model)
             row.update(self.evaluation)
             run_log.log_evaluation(step, self.evaluation)
         if len(row) > 2:
@@ -527,7 +564,8 @@ class Trainer:
                 )
 
     def save(self, largest: float) -> None:
-        """A checkpoint of the update just done (written by the main process)."""
+        """A checkpoint of the update just done (written by the main process; under FSDP each
+        process writes its shards)."""
         run, args, pos = self.run, self.run.train_args, self.position
         accelerator, world = run.accelerator, run.world
         # each process has its own random streams (and carried states): the main process saves them all
@@ -535,8 +573,12 @@ class Trainer:
         tensors = run.objective.state_tensors(run.rank)
         if tensors is not None and world > 1:
             tensors = {k: v for part in gather_object([tensors]) for k, v in part.items()}
-        if accelerator.is_main_process:
-            save_checkpoint(
+        if self.sharded:  # every process writes its shards, the main process the rest
+            write = save_sharded_checkpoint
+        else:
+            write = save_checkpoint if accelerator.is_main_process else None
+        if write is not None:
+            write(
                 run.checkpoint_dir,
                 model=self.raw_model,
                 optimizer=self.optimizer,
@@ -562,7 +604,7 @@ class Trainer:
                 run_id=self.run_id,
                 check_finite=False,  # just checked, on every process
             )
-            if self.best is not None:
+            if self.best is not None and accelerator.is_main_process:
                 self.best.prune()  # keep_last may have dropped the last need of an old best
         self.last_good, self.saved_step = run.checkpoint_dir / checkpoint_name(pos.step), pos.step
         accelerator.wait_for_everyone()
@@ -619,15 +661,23 @@ class Trainer:
             # last evaluation
             self.evaluation = self.evaluate()
             if self.best is not None:
-                self.best.update(step, self.evaluation, self.raw_model)
+                self.best.update(step, self.evaluation, self.full_model)
             if stopped_by_budget and run.accelerator.is_main_process:
                 self.csv_log.write({"step": step, "epoch": None, **self.evaluation, "seconds": run.elapsed()})
         metrics = final_metrics(
             run, step, self.last_loss, self.evaluation, self.best, self.guard, self.history
         )
+        # what each process holds, so a run (and a test) sees that sharding is on
+        shares = gather_object([memory_shares(self.raw_model, self.optimizer)])
+        metrics["sharding"] = {
+            "engine": describe(run.sharding) if self.sharded else "DDP" if run.world > 1 else "none",
+            "parameters_per_process": [s["parameters"] for s in shares],
+            "optimizer_state_per_process": [s["optimizer_state"] for s in shares],
+            "model_parameters": shares[0]["model_parameters"],
+        }
         fused = bool(optimizer_kwargs(p.device for p in self.raw_model.parameters()))
         return finish_run(
-            run, self.raw_model, self.csv_log, metrics, self.evaluation, self.best, self.history, fused
+            run, self.full_model(), self.csv_log, metrics, self.evaluation, self.best, self.history, fused
         )
 
 

@@ -1,6 +1,7 @@
 """What the `Trainer`-based scripts (`finetune_classification`, `finetune_translation`) share:
 the arguments both change or add (`ScriptTrainingArguments`, `trust_remote_code_field`, the
-from-scratch checks), the wall-clock budget (`--max_train_seconds`), the training run itself
+from-scratch checks), the refusal of a sharding engine `Trainer` would not run (`check_sharding_engine`),
+the wall-clock budget (`--max_train_seconds`), the training run itself
 (`train_with_budget`), the model card's training hyperparameters and data summary, the run summary
 written next to the model, and the command-line entry point."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,6 +61,128 @@ def check_budget(seconds: float | None) -> None:
         raise ValueError(f"`max_train_seconds` must be a positive number of seconds, got {seconds!r}.")
 
 
+# the variable an accelerate config's `distributed_type` sets in every process `accelerate launch` starts
+ENGINE_VARIABLES = {
+    "FSDP": "ACCELERATE_USE_FSDP",
+    "DEEPSPEED": "ACCELERATE_USE_DEEPSPEED",
+    "MEGATRON_LM": "ACCELERATE_USE_MEGATRON_LM",
+}
+# what a run on the CPU uses instead of a sharding engine
+_INSTEAD = (
+    "For DDP on the CPU, launch with `torchrun --nproc_per_node N -m training.<script> --use_cpu ...` "
+    "(without `--use_cpu`, on a machine without a GPU each process trains alone). transformers' Trainer runs "
+    "FSDP and DeepSpeed itself on CUDA GPUs. hf_lm's own pretraining loop shards on the CPU and on GPUs: "
+    "`torchrun --nproc_per_node N -m training.train --fsdp full_shard ...`."
+)
+
+
+def _env_true(name: str) -> bool:
+    # transformers reads ACCELERATE_USE_DEEPSPEED with strtobool ("1", "yes" ...), accelerate compares
+    # with "true": any of them asks for the engine
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "y", "on", "t")
+
+
+def _on_shardable_device() -> bool:
+    """Whether accelerate places this machine's processes on a device where it runs FSDP and
+    DeepSpeed: CUDA, or one of accelerate's other distributed devices (as `PartialState` picks them)."""
+    if torch.cuda.is_available():
+        return True
+    from accelerate.utils import (
+        is_hpu_available,
+        is_mlu_available,
+        is_musa_available,
+        is_neuron_available,
+        is_npu_available,
+        is_sdaa_available,
+        is_torch_xla_available,
+        is_xpu_available,
+    )
+
+    found = (is_torch_xla_available, is_mlu_available, is_sdaa_available, is_musa_available, is_npu_available)
+    return any(f() for f in found) or is_hpu_available() or is_xpu_available() or is_neuron_available()
+
+
+def _fsdp_flag(fsdp) -> str:
+    """`fsdp` as the command line spells it: `--fsdp`, `--fsdp full_shard auto_wrap`."""
+    if isinstance(fsdp, str):
+        words = fsdp.split()
+    elif isinstance(fsdp, (list, tuple)):  # `FSDPOption`s from a Python caller
+        words = [str(getattr(w, "value", w)) for w in fsdp]
+    else:  # True: bare `--fsdp`
+        words = []
+    return f"`{' '.join(['--fsdp', *words])}`"
+
+
+def check_sharding_engine(args) -> None:
+    """Refuse a sharding engine that transformers' `Trainer` would not run on this run's processes.
+
+    On processes on the CPU (no GPU, `--use_cpu`, or ACCELERATE_USE_CPU=true) accelerate's state is
+    MULTI_CPU, which takes no FSDP or DeepSpeed plugin: `--fsdp` (FSDP2; FSDP1 fails later on a device
+    check), `--deepspeed` and an accelerate config asking for either would train with plain DDP, each
+    process holding the whole model, without a word. Megatron-LM needs accelerate's own Megatron
+    training loop, which `Trainer` is not, on every device. On CUDA (and accelerate's other
+    distributed devices) `--fsdp` and `--deepspeed` pass through: `Trainer` runs them itself.
+    A `--fsdp_config` without `--fsdp` is ignored by transformers on every device: refused too.
+
+    Args:
+        args: the `TrainingArguments` (as given, or after their `__post_init__`): `fsdp`,
+            `fsdp_config`, `deepspeed` and `use_cpu` are read.
+
+    Raises:
+        ValueError: naming the flag or the environment variable, and what to use instead.
+    """
+    if _env_true(ENGINE_VARIABLES["MEGATRON_LM"]):
+        raise ValueError(
+            "The launch asks for Megatron-LM (ACCELERATE_USE_MEGATRON_LM=true: an accelerate config "
+            "with `distributed_type: MEGATRON_LM`), which transformers' Trainer does not run: "
+            "accelerate's Megatron-LM plugin needs its own training loop. Launch with an accelerate "
+            "config whose distributed_type is MULTI_GPU (DDP), FSDP or DEEPSPEED on GPUs, or with "
+            "torchrun (DDP)."
+        )
+    fsdp, deepspeed = getattr(args, "fsdp", None), getattr(args, "deepspeed", None)
+    if getattr(args, "fsdp_config", None) and not fsdp:
+        raise ValueError(
+            "`--fsdp_config` configures FSDP only together with `--fsdp`, which is not set: "
+            "transformers would ignore it and train without FSDP. Pass `--fsdp` too, or drop "
+            "`--fsdp_config`."
+        )
+    if getattr(args, "use_cpu", False):
+        where = "`--use_cpu` puts this run's processes on the CPU"
+    elif _env_true("ACCELERATE_USE_CPU"):
+        where = (
+            "ACCELERATE_USE_CPU=true (`use_cpu: true` in an accelerate config) puts this run's "
+            "processes on the CPU"
+        )
+    elif not _on_shardable_device():
+        where = "this machine has no CUDA GPU, so this run's processes are on the CPU"
+    else:
+        return  # Trainer shards there itself
+    if fsdp:
+        asked, drop = f"{_fsdp_flag(fsdp)} asks transformers' Trainer for FSDP", "Drop `--fsdp`."
+    elif deepspeed:
+        shown = deepspeed if isinstance(deepspeed, str) else "<a config dict>"
+        asked, drop = f"`--deepspeed {shown}` asks transformers' Trainer for DeepSpeed", "Drop `--deepspeed`."
+    elif _env_true(ENGINE_VARIABLES["FSDP"]):
+        asked = (
+            "The launch asks for FSDP (ACCELERATE_USE_FSDP=true: an accelerate config with "
+            "`distributed_type: FSDP`)"
+        )
+        drop = "Launch without that accelerate config."
+    elif _env_true(ENGINE_VARIABLES["DEEPSPEED"]):
+        asked = (
+            "The launch asks for DeepSpeed (ACCELERATE_USE_DEEPSPEED=true: an accelerate config with "
+            "`distributed_type: DEEPSPEED`)"
+        )
+        drop = "Launch without that accelerate config."
+    else:
+        return
+    raise ValueError(
+        f"{asked}, but {where}, where accelerate does not shard: its MULTI_CPU state takes no FSDP "
+        "or DeepSpeed plugin, and the processes would train with plain DDP, each holding the whole "
+        f"model and optimizer state. {drop} {_INSTEAD}"
+    )
+
+
 @dataclass
 class ScriptTrainingArguments:
     """The `TrainingArguments` defaults both scripts change, and the wall-clock budget they add.
@@ -99,6 +223,9 @@ class ScriptTrainingArguments:
     )
 
     def __post_init__(self) -> None:
+        # before transformers' own checks: its `--deepspeed` import would fail first where DeepSpeed is
+        # not installed, and a Python caller building these arguments is covered as the command line is
+        check_sharding_engine(self)
         super().__post_init__()
         check_budget(self.max_train_seconds)
         if self.budget_schedule not in BUDGET_SCHEDULES:
@@ -258,6 +385,8 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
         `train_steps` (optimizer updates done), `train_epochs` (fractional) and
         `train_budget_reached` (whether `max_train_seconds` ended training).
     """
+    # again for plain `TrainingArguments` from a Python caller, and a launch environment changed since
+    check_sharding_engine(args)
     seconds = getattr(args, "max_train_seconds", None)
     budget = None if seconds is None else WallClockBudgetCallback(seconds)
     schedule = getattr(args, "budget_schedule", "none")
