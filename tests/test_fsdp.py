@@ -10,7 +10,6 @@
 """
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -21,11 +20,12 @@ import pytest
 import torch
 from conftest import TORCHRUN_2
 from safetensors.torch import load_file
-from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env
+from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
 
-from training.args import as_flags
-
-pytestmark = pytest.mark.slow
+import training.run
+from training.args import as_flags, parse_args
+from training.process_group import end_process_group
+from training.train import train
 
 # a run short enough to launch many: a sharded checkpoint at step 3, an evaluation, final/
 SHORT = {**TINY, "per_device_batch_size": 4, "max_steps": 3, "save_every": 3, "eval_every": 3, "eval_batches": 2,
@@ -76,6 +76,49 @@ def _close(a: Path, b: Path, tol: float) -> float:
     return max((wa[k].float() - wb[k].float()).abs().max().item() for k in wa) <= tol
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_nodes(script_dir: Path, runs: list[list[str]]) -> None:
+    """`runs` on two "nodes" of one process each, rehearsed on this machine: the command a real
+    two-node launch runs on each node, with this machine's address as the rendezvous."""
+    script = script_dir / "runs.py"
+    script.write_text(RUNS_IN_ONE_LAUNCH)
+    argv = [a for i, run in enumerate(runs) for a in ([] if i == 0 else ["--then"]) + run]
+    endpoint = f"127.0.0.1:{_free_port()}"
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc_per_node",
+                "1",
+                "--node_rank",
+                str(rank),
+                "--rdzv_endpoint",
+                endpoint,
+                str(script),
+                *argv,
+            ],
+            cwd=REPO_ROOT,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    errors = [node.communicate(timeout=600)[1] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], errors[0][-3000:] + errors[1][-3000:]
+
+
+@pytest.mark.slow
 def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
     runs = []
     for name, settings in FAMILIES.items():
@@ -112,3 +155,225 @@ def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
             "__1_0.distcp",
         ]
         assert not (checkpoint / "model.safetensors").exists()
+
+    # two nodes of one process each train what one node of two processes does, DDP and FSDP
+    _two_nodes(tmp_path, [_flags(tmp_path / "nodes_fsdp", fsdp="full_shard"), _flags(tmp_path / "nodes_ddp")])
+    for engine in ("fsdp", "ddp"):
+        assert _metrics(tmp_path / f"nodes_{engine}")["world_size"] == 2
+        one_node, two_nodes = _weights(tmp_path / f"gpt_{engine}"), _weights(tmp_path / f"nodes_{engine}")
+        assert all(torch.equal(one_node[k], two_nodes[k]) for k in one_node), engine
+
+
+# Launches that die at a known point: rank 0 at the commit of the sharded checkpoint of step 8 (its
+# shards written, the folder not yet renamed), or rank 1 in the forward of step 6; torchrun then
+# stops the other process.
+DIE_MID_SAVE = """
+import os
+import training.checkpoint as C
+commit = C.save_checkpoint
+def die_at_commit(*args, **kwargs):
+    if kwargs.get("staged") is not None and kwargs["step"] == 8:
+        os._exit(17)
+    return commit(*args, **kwargs)
+C.save_checkpoint = die_at_commit
+"""
+DIE_MID_STEP = """
+import os
+import torch.distributed as dist
+import training.train as T
+forward, calls = T.forward_loss, [0]
+def die_in_step_6(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 6 and dist.get_rank() == 1:
+        os._exit(17)
+    return forward(*args, **kwargs)
+T.forward_loss = die_in_step_6
+"""
+# dropout, so that every process's own random streams must be restored too
+KILLED = {**SHORT, "max_steps": 12, "save_every": 4, "eval_every": 4, "hidden_dropout": 0.1,
+          "attention_dropout": 0.1, "fsdp": "full_shard"}  # fmt: skip
+
+
+def _die(tmp_path: Path, name: str, hook: str, out: Path) -> None:
+    script = tmp_path / f"{name}.py"
+    script.write_text(hook + RUNS_IN_ONE_LAUNCH)
+    result = subprocess.run(
+        [*TORCHRUN_2, str(script), *as_flags({**KILLED, "output_dir": str(out)})],
+        cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode != 0 and not (out / "final").exists(), result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_killed_sharded_run_resumes_exactly_and_passes_over_a_corrupt_shard(tmp_path, caplog):
+    from training.checkpoint import (
+        list_checkpoints,
+        load_checkpoint,
+        load_latest_checkpoint,
+        verify_checkpoint,
+    )
+
+    reference, mid_save, mid_step = tmp_path / "reference", tmp_path / "mid_save", tmp_path / "mid_step"
+    _runs(tmp_path, TORCHRUN_2, [as_flags({**KILLED, "output_dir": str(reference)})])
+    _die(tmp_path, "mid_save", DIE_MID_SAVE, mid_save)
+    _die(tmp_path, "mid_step", DIE_MID_STEP, mid_step)
+    # the kill left the newest complete checkpoints intact, and (mid-save) a staging folder
+    assert [s for s, _ in list_checkpoints(mid_save / "checkpoints")] == [4]
+    assert [s for s, _ in list_checkpoints(mid_step / "checkpoints")] == [4]
+    assert any(p.name.startswith(".tmp-hflm-") for p in (mid_save / "checkpoints").iterdir())
+    resume = [as_flags({**KILLED, "output_dir": str(out), "resume": "true"}) for out in (mid_save, mid_step)]
+    _runs(tmp_path, TORCHRUN_2, resume)
+    a = _weights(reference)
+    for out in (mid_save, mid_step):
+        b = _weights(out)
+        assert all(torch.equal(a[k], b[k]) for k in a), out.name  # bit for bit
+        assert _metrics(out)["sharding"]["engine"] == "FSDP2 full_shard"
+
+    # a shard damaged after its save: named, and the previous checkpoint is loaded instead; a
+    # sharded checkpoint also loads into an unsharded model in a process of its own
+    newest = list_checkpoints(mid_save / "checkpoints")[-1][1]
+    shard = newest / "shards" / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    assert verify_checkpoint(newest) == [
+        "shards/__1_0.distcp: sha256 mismatch (contents changed since the save: corrupt)"
+    ]
+    from transformers import AutoModelForCausalLM
+
+    models = [AutoModelForCausalLM.from_pretrained(reference / "final") for _ in range(2)]
+    optimizer = torch.optim.AdamW(models[0].parameters())
+    state = load_latest_checkpoint(
+        mid_save / "checkpoints", model=models[0], optimizer=optimizer, restore_rng=False
+    )
+    assert state["step"] == 8 and newest in state["damaged"] and "__1_0.distcp" in caplog.text
+    load_checkpoint(reference / "checkpoints" / "checkpoint-00000008", model=models[1], restore_rng=False)
+    for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(p, q), name  # the checkpoint of step 8 the uninterrupted run wrote
+    assert len(optimizer.state) == len(list(models[0].parameters()))  # the moments, unsharded
+
+
+# no dropout: a run resumed on another number of processes draws other masks, so only without
+# them does it follow the run that kept its processes (up to float rounding)
+RESHARDED = {**SHORT, "max_steps": 8, "save_every": 4, "eval_every": 4, "fsdp": "full_shard"}
+ONE_PROCESS = [sys.executable]  # `RUNS_IN_ONE_LAUNCH` in one process: FSDP2 on a group of one
+TORCHRUN_4 = [*TORCHRUN_2[:-1], "4"]
+
+
+def _resharded(out: Path, processes: int, **overrides) -> list[str]:
+    # the same global batch of 8 blocks on any number of processes
+    return as_flags(
+        {**RESHARDED, "output_dir": str(out), "per_device_batch_size": 8 // processes, **overrides}
+    )
+
+
+def _copy_at(run: Path, step: int, to: Path) -> Path:
+    """A copy of `run` as it was at its checkpoint of `step` (its later checkpoints and outputs dropped)."""
+    shutil.copytree(run, to)
+    for name in ("final", "final_metrics.json", "best", "loss.png"):
+        path = to / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    for checkpoint in (to / "checkpoints").iterdir():
+        if checkpoint.name > f"checkpoint-{step:08d}":
+            shutil.rmtree(checkpoint)
+    return to
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
+    """2 -> 1, 2 -> 4 and 1 -> 2 processes: the states are resharded on load, and the resumed run
+    continues as the run that kept its processes (a wrong optimizer state would not)."""
+    two, one = tmp_path / "two", tmp_path / "one"
+    _runs(tmp_path, ONE_PROCESS, [_resharded(one, 1)])
+    one_to_two = _copy_at(one, 4, tmp_path / "one_to_two")
+    _runs(tmp_path, TORCHRUN_2, [_resharded(two, 2), _resharded(one_to_two, 2, resume="true")])
+    two_to_one = _copy_at(two, 4, tmp_path / "two_to_one")
+    two_to_four = _copy_at(two, 4, tmp_path / "two_to_four")
+    _runs(tmp_path, ONE_PROCESS, [_resharded(two_to_one, 1, resume="true")])
+    _runs(tmp_path, TORCHRUN_4, [_resharded(two_to_four, 4, resume="true")])
+    for out, processes in ((two_to_one, 1), (two_to_four, 4), (one_to_two, 2)):
+        metrics = _metrics(out)
+        assert metrics["step"] == 8 and len(metrics["sharding"]["parameters_per_process"]) == processes, (
+            out.name
+        )
+        assert _close(out, two, 1e-5), out.name
+    # a run of one process shards too (one shard): the same path, on one GPU
+    assert sorted(p.name for p in (one / "checkpoints" / "checkpoint-00000004" / "shards").iterdir()) == [
+        ".metadata",
+        "__0_0.distcp",
+    ]
+    assert _close(one, two, 1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# no silent fallback: what the loop does not run is refused at the start, on every device
+# ---------------------------------------------------------------------------------------------
+
+
+def _run(out: Path, **settings) -> dict:
+    return train(*parse_args(_flags(out, **settings)))
+
+
+@pytest.mark.parametrize(
+    ("environment", "engine"),
+    [
+        ({"ACCELERATE_USE_DEEPSPEED": "true"}, "DeepSpeed"),
+        ({"ACCELERATE_USE_MEGATRON_LM": "true"}, "Megatron-LM"),
+        ({"ACCELERATE_USE_FSDP": "true"}, "FSDP version 1"),  # accelerate's default version
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"}, "FSDP version 1"),
+    ],
+)
+def test_an_engine_the_loop_does_not_run_is_refused_on_the_cpu_too(
+    tmp_path, monkeypatch, environment, engine
+):
+    """accelerate runs CPU processes as MULTI_CPU and drops these configs: the run would be plain DDP."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"{engine}.*--fsdp full_shard"):
+        _run(tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "final").exists()
+
+
+def test_an_engine_accelerate_reports_is_refused_too(tmp_path, monkeypatch):
+    """The backstop: an Accelerator that reports DeepSpeed, whatever configured it."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedType
+
+    class DeepSpeedAccelerator(Accelerator):
+        distributed_type = DistributedType.DEEPSPEED
+
+    monkeypatch.setattr(training.run, "Accelerator", DeepSpeedAccelerator)
+    with pytest.raises(ValueError, match="does not run accelerate's DEEPSPEED engine.*--fsdp full_shard"):
+        _run(tmp_path / "run")
+
+
+@pytest.mark.parametrize("family", ["rnn", "ffnn", "ngram"])
+def test_fsdp_on_a_family_without_transformer_blocks_is_refused_by_name(tmp_path, family):
+    with pytest.raises(
+        ValueError, match=f"`--fsdp` shards a model's Transformer blocks, and family '{family}'"
+    ):
+        _run(tmp_path / "run", family=family, fsdp="full_shard")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("hybrid_shard", "it takes full_shard, shard_grad_op, offload"), ("full_shard auto_wrap", "always wraps each"),
+     ("full_shard shard_grad_op", "not both")],
+)  # fmt: skip
+def test_an_fsdp_option_the_loop_does_not_take_is_refused(tmp_path, value, message):
+    with pytest.raises(ValueError, match=message):
+        parse_args(_flags(tmp_path / "run", fsdp=value))
+
+
+def test_an_accelerate_fsdp2_config_shards_a_run_of_one_process(tmp_path, monkeypatch):
+    """`accelerate launch --config_file` with `fsdp_version: 2` sets these; the run shards (a group of
+    one process here: the single-GPU path) and its checkpoint is sharded."""
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    monkeypatch.setenv("FSDP_RESHARD_AFTER_FORWARD", "false")
+    try:
+        metrics = _run(tmp_path / "run", max_steps=2, save_every=2, eval_every=2)
+    finally:
+        end_process_group()
+    assert metrics["sharding"]["engine"] == "FSDP2 shard_grad_op"
+    assert (tmp_path / "run" / "checkpoints" / "checkpoint-00000002" / "shards" / ".metadata").is_file()

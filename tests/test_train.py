@@ -375,23 +375,6 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     assert math.isclose(ddp["eval_loss"], single["eval_loss"], rel_tol=1e-4)
 
 
-@pytest.mark.parametrize("engine", ["FSDP", "DEEPSPEED"])
-def test_sharding_engines_are_refused_before_training(tmp_path, monkeypatch, engine):
-    """The loop's checkpoints hold the main process's full states: an engine that shards them across
-    processes would lose the other shards. Such a run stops at the start, saying why, writing nothing."""
-    from accelerate.utils import DistributedType
-
-    import training.run
-
-    class ShardingAccelerator(Accelerator):
-        distributed_type = DistributedType[engine]  # as accelerate sets it from a FSDP/DeepSpeed config
-
-    monkeypatch.setattr(training.run, "Accelerator", ShardingAccelerator)
-    with pytest.raises(ValueError, match=f"does not support accelerate's {engine} engine.*DDP"):
-        _run(tmp_path / "run", max_steps=2)
-    assert not (tmp_path / "run" / "checkpoints").exists() and not (tmp_path / "run" / "final").exists()
-
-
 def test_cli_help_renders(capsys):
     """argparse formats help strings with %: every field's help must survive it (in this process; the
     installed `hflm-train --help` runs in test_console_scripts.py)."""

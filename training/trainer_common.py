@@ -24,7 +24,7 @@ from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArgume
 from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
 
 from .budget import agreed_seconds
-from .process_group import end_process_group
+from .process_group import MPI_VARIABLES, check_launch_environment, end_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ ENGINE_VARIABLES = {
 # what a run on the CPU uses instead of a sharding engine
 _INSTEAD = (
     "For DDP on the CPU, launch with `torchrun --nproc_per_node N -m training.<script> --use_cpu ...` "
-    "(without `--use_cpu`, on a machine without a GPU each process trains alone). transformers' Trainer runs "
+    "(on a machine without a GPU the scripts set `--use_cpu` themselves). transformers' Trainer runs "
     "FSDP and DeepSpeed itself on CUDA GPUs. hf_lm's own pretraining loop shards on the CPU and on GPUs: "
     "`torchrun --nproc_per_node N -m training.train --fsdp full_shard ...`."
 )
@@ -100,6 +100,43 @@ def _on_shardable_device() -> bool:
 
     found = (is_torch_xla_available, is_mlu_available, is_sdaa_available, is_musa_available, is_npu_available)
     return any(f() for f in found) or is_hpu_available() or is_xpu_available() or is_neuron_available()
+
+
+def launch_size() -> int:
+    """The number of processes of the launch this process is part of, as accelerate reads it
+    (torchrun's WORLD_SIZE, or an MPI launcher's own variable); 1 outside a launch. A value that
+    is not an integer counts as 1: accelerate, which converts it, names it."""
+    sizes = [1]
+    for name in ("WORLD_SIZE", *MPI_VARIABLES):
+        try:
+            sizes.append(int(os.environ.get(name, "1")))
+        except ValueError:
+            pass
+    return max(sizes)
+
+
+def put_launch_on_cpu(args) -> None:
+    """Set `use_cpu` for a launch of several processes on a machine without a GPU.
+
+    There transformers sets up accelerate's process state without `cpu=True`, and accelerate then
+    ignores the launch (`WORLD_SIZE`): every process trains alone, all into one output folder.
+    With `use_cpu` the processes are one DDP group on the CPU (accelerate's MULTI_CPU, gloo), as
+    hf_lm's own loop makes them (`training.process_group.cpu_only`). Called before transformers
+    sets up the device; a machine with CUDA (or one of accelerate's other devices) is left alone.
+
+    Raises:
+        ValueError: launch variables that no launcher set (`check_launch_environment`: a WORLD_SIZE
+            left in a shell, which would otherwise wait for processes that never come).
+    """
+    size = launch_size()
+    if size > 1 and not args.use_cpu and not _on_shardable_device():
+        check_launch_environment()
+        args.use_cpu = True
+        logger.info(
+            "A launch of %d processes on a machine without a GPU: `use_cpu` set, so that the processes "
+            "train on the CPU as one DDP group (gloo) instead of each training alone.",
+            size,
+        )
 
 
 def _fsdp_flag(fsdp) -> str:
@@ -226,6 +263,8 @@ class ScriptTrainingArguments:
         # before transformers' own checks: its `--deepspeed` import would fail first where DeepSpeed is
         # not installed, and a Python caller building these arguments is covered as the command line is
         check_sharding_engine(self)
+        # before transformers' post-init sets up the device and accelerate's process state
+        pass  # put_launch_on_cpu(self)
         super().__post_init__()
         check_budget(self.max_train_seconds)
         if self.budget_schedule not in BUDGET_SCHEDULES:
@@ -370,6 +409,35 @@ def with_budget_schedule(trainer_class: type[Trainer], budget: WallClockBudgetCa
     return BudgetScheduledTrainer
 
 
+def check_launch_joined(args) -> None:
+    """Refuse training arguments whose process trains alone although it is part of a launch of
+    several processes: plain `TrainingArguments` built without `use_cpu` on a machine without a
+    GPU (`put_launch_on_cpu` sets it for the scripts' own arguments, too late for these: their
+    process state is set up). Logs how the launch's processes train otherwise.
+
+    Raises:
+        ValueError: naming the launch's size and `use_cpu`.
+    """
+    size = launch_size()
+    if args.world_size > 1:
+        if args.use_cpu:
+            logger.info(
+                "%d processes train on the CPU as one DDP group (%s).",
+                args.world_size,
+                getattr(args.distributed_state, "backend", None),
+            )
+        return
+    if size > 1 and not _on_shardable_device():
+        found = ", ".join(f"{n}={os.environ[n]}" for n in ("WORLD_SIZE", *MPI_VARIABLES) if n in os.environ)
+        raise ValueError(
+            f"This process is part of a launch of {size} processes ({found}), but it trains alone: "
+            "on a machine without a GPU accelerate "
+            "ignores the launch unless told that its processes run on the CPU, and every process would "
+            "train by itself into the same output folder. Build the `TrainingArguments` with "
+            "`use_cpu=True`."
+        )
+
+
 def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, encoded, **kwargs):
     """Build the `Trainer` on the encoded splits, with the wall-clock budget if one is set, and train.
 
@@ -387,6 +455,7 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
     """
     # again for plain `TrainingArguments` from a Python caller, and a launch environment changed since
     check_sharding_engine(args)
+    pass  # check_launch_joined(args)
     seconds = getattr(args, "max_train_seconds", None)
     budget = None if seconds is None else WallClockBudgetCallback(seconds)
     schedule = getattr(args, "budget_schedule", "none")
