@@ -9,6 +9,7 @@ parsed (`trainer_common.check_sharding_engine`), before any data is read or any 
 """
 
 import json
+import logging
 import os
 import subprocess
 import types
@@ -243,3 +244,113 @@ def test_two_process_launch_with_fsdp_exits_with_the_refusal(tmp_path):
     )
     assert result.stderr.count(refusal) == 2, result.stderr[-3000:]
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# a launch of several processes on a machine without a GPU: one DDP group on the CPU
+# ---------------------------------------------------------------------------------------------
+
+# the variables that give a launch's number of processes (torchrun's, then an MPI launcher's own)
+LAUNCH_SIZES = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def _use_cpu_at_device_setup(monkeypatch, module, argv) -> tuple[list[bool], object]:
+    """Parse `argv` with the script's `parse_args`, recording `use_cpu` when transformers' own
+    post-init (which sets up the device and process state) starts; that post-init is replaced, so
+    that no process group is created in the test process. Returns (the recorded values, the args)."""
+    seen = []
+    monkeypatch.setattr(TrainingArguments, "__post_init__", lambda self: seen.append(self.use_cpu))
+    *_, training_args = module.parse_args(argv)
+    return seen, training_args
+
+
+@pytest.mark.parametrize(
+    ("environment", "cuda", "expected"),
+    [
+        ({"WORLD_SIZE": "2"}, False, True),
+        ({"OMPI_COMM_WORLD_SIZE": "4"}, False, True),  # an MPI launch
+        ({"WORLD_SIZE": "2"}, True, False),  # NCCL on the GPUs
+        ({"WORLD_SIZE": "1"}, False, False),
+        ({}, False, False),
+        ({"WORLD_SIZE": "two"}, False, False),  # not a launcher's: left to accelerate
+    ],
+)
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_launch_without_gpu_runs_on_the_cpu(
+    tmp_path, monkeypatch, caplog, script, environment, cuda, expected
+):
+    """`torchrun --nproc_per_node 2` without `--use_cpu` on a machine without a GPU: `use_cpu` is set
+    before transformers sets up the device, so accelerate makes one gloo group of the launch (without
+    it, accelerate ignores WORLD_SIZE there and every process trains alone into the same folder)."""
+    _cuda(monkeypatch, cuda)
+    for name in LAUNCH_SIZES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # as every launcher sets it
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level(logging.INFO, logger="training.trainer_common"):
+        seen, training_args = _use_cpu_at_device_setup(monkeypatch, SCRIPTS[script], _argv(tmp_path))
+    assert seen == [expected] and training_args.use_cpu is expected
+    assert ("`use_cpu` set, so that the" in caplog.text) is expected, caplog.text
+    # asked for, it stays
+    seen, _ = _use_cpu_at_device_setup(monkeypatch, SCRIPTS[script], [*_argv(tmp_path), "--use_cpu"])
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("script", list(SCRIPTS))
+def test_world_size_left_in_a_shell_refused(tmp_path, monkeypatch, script):
+    """A WORLD_SIZE that no launcher set (no MASTER_ADDR) is refused by name, not made a gloo group
+    that waits for processes that never come."""
+    _cuda(monkeypatch, False)
+    for name in (*LAUNCH_SIZES, "MASTER_ADDR", "LOCAL_RANK", "RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match=r"\(WORLD_SIZE=2\), but MASTER_ADDR, which every launcher sets"):
+        _use_cpu_at_device_setup(monkeypatch, SCRIPTS[script], _argv(tmp_path))
+
+
+def test_plain_arguments_of_a_launch_training_alone_refused(tmp_path, monkeypatch):
+    """Plain `TrainingArguments` from a Python caller, built without `use_cpu` in a launch on a
+    machine without a GPU, have set up a process that trains alone: `train_with_budget` refuses
+    them before `Trainer` is built."""
+    _cuda(monkeypatch, False)
+    for name in LAUNCH_SIZES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # no LOCAL_RANK: accelerate sets up no process group
+
+    class NeverBuilt:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("Trainer built")
+
+    plain = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none")
+    assert plain.world_size == 1
+    with pytest.raises(
+        ValueError, match=r"a launch of 2 processes \(WORLD_SIZE=2\), but it trains alone.*`use_cpu=True`"
+    ):
+        train_with_budget(NeverBuilt, plain, {"train": []})
+
+
+@pytest.mark.slow
+def test_two_process_launch_without_use_cpu_trains_as_one_group(tmp_path):
+    """`torchrun --nproc_per_node 2 -m training.finetune_classification` without `--use_cpu` on the
+    CPU: the two processes share the data as one DDP group, so an epoch of 48 examples in batches of
+    8 takes 3 optimizer steps, not the 6 of a process training alone."""
+    from test_finetune_classification import _toy_sentiment
+
+    _toy_sentiment(tmp_path / "train.tsv", 48, seed=0)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
+    env.update(PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1")
+    argv = [
+        "--data_dir", str(tmp_path), "--from_scratch", "--vocab_size", "80", "--hidden_size", "16",
+        "--num_hidden_layers", "1", "--num_attention_heads", "2", "--max_seq_length", "16",
+        "--per_device_train_batch_size", "8", "--num_train_epochs", "1", "--eval_strategy", "no",
+        "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", "--output_dir", str(out),
+    ]  # fmt: skip
+    cmd = [*TORCHRUN_2, "-m", "training.finetune_classification", *argv]
+    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train_steps"] == 3 and metrics["train_samples"] == 48, metrics
+    # logged once, by the main process
+    assert result.stderr.count("2 processes train on the CPU as one DDP group") == 1, result.stderr[-3000:]

@@ -264,7 +264,7 @@ class ScriptTrainingArguments:
         # not installed, and a Python caller building these arguments is covered as the command line is
         check_sharding_engine(self)
         # before transformers' post-init sets up the device and accelerate's process state
-        pass  # put_launch_on_cpu(self)
+        put_launch_on_cpu(self)
         super().__post_init__()
         check_budget(self.max_train_seconds)
         if self.budget_schedule not in BUDGET_SCHEDULES:
@@ -455,7 +455,7 @@ def train_with_budget(trainer_class: type[Trainer], args: TrainingArguments, enc
     """
     # again for plain `TrainingArguments` from a Python caller, and a launch environment changed since
     check_sharding_engine(args)
-    pass  # check_launch_joined(args)
+    check_launch_joined(args)
     seconds = getattr(args, "max_train_seconds", None)
     budget = None if seconds is None else WallClockBudgetCallback(seconds)
     schedule = getattr(args, "budget_schedule", "none")
