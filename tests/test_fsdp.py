@@ -33,7 +33,14 @@ SHORT = {**TINY, "per_device_batch_size": 4, "max_steps": 3, "save_every": 3, "e
 FAMILIES = {
     "gpt": {},
     "gpt_moe": {"config_overrides": json.dumps({"num_local_experts": 4, "num_experts_per_tok": 2})},
-    "bert": {"family": "bert", "objective": "mlm", "pseudo_perplexity_blocks": 2},
+    # 9 evaluation blocks, 4 per batch: one process evaluates 2 batches, the other 1 (`Lockstep`)
+    "bert": {
+        "family": "bert",
+        "objective": "mlm",
+        "pseudo_perplexity_blocks": 3,
+        "max_eval_blocks": 9,
+        "eval_batches": 8,
+    },  # fmt: skip
     "electra": {"family": "electra", "objective": "electra", "pseudo_perplexity_blocks": 0},
     "t5": {"family": "t5", "objective": "span_corruption"},
     "bart": {"family": "bart", "objective": "bart_denoising"},
@@ -70,7 +77,7 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(out / "final" / "model.safetensors")
 
 
-def _close(a: Path, b: Path, tol: float) -> float:
+def _close(a: Path, b: Path, tol: float) -> bool:
     wa, wb = _weights(a), _weights(b)
     assert wa.keys() == wb.keys()
     return max((wa[k].float() - wb[k].float()).abs().max().item() for k in wa) <= tol
@@ -129,10 +136,12 @@ def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
     runs += [
         _flags(tmp_path / "combined_fsdp", fsdp="shard_grad_op", **COMBINED),
         _flags(tmp_path / "combined_ddp", **COMBINED),
+        _flags(tmp_path / "offload_fsdp", fsdp="full_shard offload"),  # against gpt_ddp
     ]
     _runs(tmp_path, TORCHRUN_2, runs)
-    for name in [*FAMILIES, "combined"]:
-        fsdp, ddp = _metrics(tmp_path / f"{name}_fsdp"), _metrics(tmp_path / f"{name}_ddp")
+    for name in [*FAMILIES, "combined", "offload"]:
+        twin = "gpt" if name == "offload" else name
+        fsdp, ddp = _metrics(tmp_path / f"{name}_fsdp"), _metrics(tmp_path / f"{twin}_ddp")
         sharding, total = fsdp["sharding"], fsdp["sharding"]["model_parameters"]
         assert sharding["engine"].startswith("FSDP2"), name
         # each process holds about half of the parameters and of AdamW's two moments per parameter
@@ -146,7 +155,7 @@ def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
         assert fsdp["eval_loss"] == pytest.approx(ddp["eval_loss"], rel=tol), name
         # final/ is one consolidated folder that loads as the DDP run's does
         assert _close(
-            tmp_path / f"{name}_fsdp", tmp_path / f"{name}_ddp", 5e-2 if name == "combined" else 1e-4
+            tmp_path / f"{name}_fsdp", tmp_path / f"{twin}_ddp", 5e-2 if name == "combined" else 1e-4
         ), name
         checkpoint = tmp_path / f"{name}_fsdp" / "checkpoints" / "checkpoint-00000003"
         assert sorted(p.name for p in (checkpoint / "shards").iterdir()) == [
@@ -191,7 +200,7 @@ T.forward_loss = die_in_step_6
 """
 # dropout, so that every process's own random streams must be restored too
 KILLED = {**SHORT, "max_steps": 12, "save_every": 4, "eval_every": 4, "hidden_dropout": 0.1,
-          "attention_dropout": 0.1, "fsdp": "full_shard"}  # fmt: skip
+          "attention_dropout": 0.1, "fsdp": "full_shard", "load_best_model_at_end": True}  # fmt: skip
 
 
 def _die(tmp_path: Path, name: str, hook: str, out: Path) -> None:

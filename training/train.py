@@ -667,14 +667,14 @@ class Trainer:
         metrics = final_metrics(
             run, step, self.last_loss, self.evaluation, self.best, self.guard, self.history
         )
-        # what each process holds, so a run (and a test) sees that sharding is on
-        shares = gather_object([memory_shares(self.raw_model, self.optimizer)])
-        metrics["sharding"] = {
-            "engine": describe(run.sharding) if self.sharded else "DDP" if run.world > 1 else "none",
-            "parameters_per_process": [s["parameters"] for s in shares],
-            "optimizer_state_per_process": [s["optimizer_state"] for s in shares],
-            "model_parameters": shares[0]["model_parameters"],
-        }
+        if self.sharded or run.world > 1:  # what each process holds: a run (and a test) sees sharding is on
+            shares = gather_object([memory_shares(self.raw_model, self.optimizer)])
+            metrics["sharding"] = {
+                "engine": describe(run.sharding) if self.sharded else "DDP",
+                "parameters_per_process": [s["parameters"] for s in shares],
+                "optimizer_state_per_process": [s["optimizer_state"] for s in shares],
+                "model_parameters": shares[0]["model_parameters"],
+            }
         fused = bool(optimizer_kwargs(p.device for p in self.raw_model.parameters()))
         return finish_run(
             run, self.full_model(), self.csv_log, metrics, self.evaluation, self.best, self.history, fused
