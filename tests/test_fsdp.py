@@ -32,7 +32,9 @@ SHORT = {**TINY, "per_device_batch_size": 4, "max_steps": 3, "save_every": 3, "e
          "report_to": "none"}  # fmt: skip
 FAMILIES = {
     "gpt": {},
-    "gpt_moe": {"config_overrides": json.dumps({"num_local_experts": 4, "num_experts_per_tok": 2})},
+    # and gradient accumulation: the reduce-scatter of the last micro-step only
+    "gpt_moe": {"config_overrides": json.dumps({"num_local_experts": 4, "num_experts_per_tok": 2}),
+                "per_device_batch_size": 2, "gradient_accumulation_steps": 2},  # fmt: skip
     # 9 evaluation blocks, 4 per batch: one process evaluates 2 batches, the other 1 (`Lockstep`)
     "bert": {
         "family": "bert",

@@ -34,7 +34,7 @@ from hf_lm.models.hflm_configuration_electra import HfLmElectraConfig
 from hf_lm.models.hflm_modeling_electra import HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 
 from .evaluation import eval_shards
-from .sharding import catch_up
+from .sharding import catch_up, plan_forwards
 
 # the parts of the embeddings the generator takes from the discriminator (those with parameters)
 SHARED_EMBEDDINGS = ("embed_tokens", "positions", "token_type_embeddings", "embed_norm")
@@ -223,7 +223,9 @@ def evaluate_electra(
     world, rank = accelerator.num_processes, accelerator.process_index
     # mlm loss sum, mlm correct, masked tokens, disc loss sum, disc correct, replaced, tokens
     totals = torch.zeros(7, dtype=torch.float64, device=device)
-    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
+    shards = list(eval_shards(num_blocks, batch_size, world, rank))
+    plan_forwards(model, len(shards), device)  # FSDP: every process as many
+    for i, idx in shards:
         batch = {k: v.to(device) for k, v in noise(blocks["input_ids"][idx], i, rank).items()}
         out = model(**batch, sampling_seed=sampling_seed(i, rank))
         masked = (batch["labels"] != -100).sum()
@@ -241,7 +243,7 @@ def evaluate_electra(
                 tokens.double(),
             ]
         )
-    catch_up(model, accelerator.device)  # the same number of forwards on every process (FSDP)
+    catch_up(model)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     mlm_sum, mlm_correct, masked, disc_sum, disc_correct, replaced, tokens = totals.tolist()

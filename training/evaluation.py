@@ -25,7 +25,7 @@ from accelerate import Accelerator
 
 from hf_lm.metrics.sliding_window import bits_per_unit
 
-from .sharding import catch_up
+from .sharding import catch_up, plan_forwards
 
 # (input_ids (B, T), eval batch number, rank) -> model inputs with labels
 Noise = Callable[[torch.Tensor, int, int], dict[str, torch.Tensor]]
@@ -67,13 +67,14 @@ def evaluate(
     n = eval_block_count(len(blocks["input_ids"]), batch_size, accelerator.num_processes, max_batches)
     mine = torch.arange(accelerator.process_index, n, accelerator.num_processes)
     total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)  # (loss sum, blocks)
+    plan_forwards(model, math.ceil(len(mine) / batch_size), accelerator.device)  # FSDP: every process as many
     for start in range(0, len(mine), batch_size):
         idx = mine[start : start + batch_size]
         batch = {k: v[idx].to(accelerator.device) for k, v in blocks.items()}  # (B, T)
         loss = model(**batch, labels=batch["input_ids"]).loss
         total[0] += loss.double() * len(idx)  # stays on the device: no host sync per batch
         total[1] += len(idx)
-    catch_up(model, accelerator.device)  # the same number of forwards on every process (FSDP)
+    catch_up(model)
     total = accelerator.reduce(total, reduction="sum")
     model.train()
     mean = (total[0] / total[1]).item() if total[1] > 0 else float("nan")
@@ -181,6 +182,7 @@ def pseudo_log_likelihood(
         scored &= attention_mask.bool()
     rows, cols = scored.nonzero(as_tuple=True)  # one masked copy per scored token
     total = 0.0
+    plan_forwards(model, math.ceil(len(rows) / batch_size), input_ids.device)  # FSDP: every process as many
     for start in range(0, len(rows), batch_size):
         r, c = rows[start : start + batch_size], cols[start : start + batch_size]
         copies = input_ids[r].clone()  # (n, T)
@@ -189,6 +191,7 @@ def pseudo_log_likelihood(
         logits = model(input_ids=copies, attention_mask=mask).logits  # (n, T, V)
         logp = logits[torch.arange(len(r)), c].float().log_softmax(-1)  # (n, V)
         total += float(logp.gather(1, input_ids[r, c][:, None]).sum())
+    catch_up(model)
     return total, len(rows)
 
 
@@ -213,20 +216,22 @@ def evaluate_masked_lm(
     device = accelerator.device
     world, rank = accelerator.num_processes, accelerator.process_index
     totals = torch.zeros(5, dtype=torch.float64, device=device)  # loss, correct, masked, pll, scored
-    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
+    shards = list(eval_shards(num_blocks, batch_size, world, rank))
+    plan_forwards(model, len(shards), device)  # FSDP: every process as many
+    for i, idx in shards:
         batch = noise(blocks["input_ids"][idx], i, rank)
         loss, correct, n = masked_lm_scores(model, batch["input_ids"].to(device), batch["labels"].to(device))
         totals[:3] += torch.tensor([loss, correct, n], dtype=torch.float64, device=device)
+    catch_up(model)
+    # every process scores its share, an empty one too (under FSDP it still makes as many forwards)
     mine = torch.arange(rank, min(pseudo_perplexity_blocks, len(blocks["input_ids"])), world)
-    if len(mine):
-        ids = blocks["input_ids"][mine].clone()
-        ids[:, 0] = tokenizer.cls_token_id  # scored like the training inputs, which start with [CLS]
-        special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
-        pll, scored = pseudo_log_likelihood(
-            model, ids.to(device), tokenizer.mask_token_id, special, batch_size=64
-        )
-        totals[3:] += torch.tensor([pll, scored], dtype=torch.float64, device=device)
-    catch_up(model, accelerator.device)
+    ids = blocks["input_ids"][mine].clone()  # (m, T)
+    ids[:, 0] = tokenizer.cls_token_id  # scored like the training inputs, which start with [CLS]
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    pll, scored = pseudo_log_likelihood(
+        model, ids.to(device), tokenizer.mask_token_id, special, batch_size=64
+    )
+    totals[3:] += torch.tensor([pll, scored], dtype=torch.float64, device=device)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     loss_sum, correct, masked, pll, scored = totals.tolist()
@@ -259,7 +264,9 @@ def evaluate_denoising(
     device = accelerator.device
     world, rank = accelerator.num_processes, accelerator.process_index
     totals = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, target tokens
-    for i, idx in eval_shards(num_blocks, batch_size, world, rank):
+    shards = list(eval_shards(num_blocks, batch_size, world, rank))
+    plan_forwards(model, len(shards), device)  # FSDP: every process as many
+    for i, idx in shards:
         batch = {k: v.to(device) for k, v in noise(blocks["input_ids"][idx], i, rank).items()}
         logits = model(**batch).logits  # (B, L, V)
         selected = batch["labels"] != -100
@@ -267,7 +274,7 @@ def evaluate_denoising(
         loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
         correct = (logits.argmax(-1) == targets).sum()
         totals += torch.stack([loss.double(), correct.double(), selected.sum().double()])
-    catch_up(model, accelerator.device)
+    catch_up(model)
     totals = accelerator.reduce(totals, reduction="sum")
     model.train()
     loss_sum, correct, n = totals.tolist()

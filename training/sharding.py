@@ -187,7 +187,7 @@ def shard_model(
     `gradient_checkpointing_enable`, non-reentrant), applied before sharding as FSDP2 asks.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     ensure_process_group(device)
     if plugin.activation_checkpointing:
@@ -196,7 +196,10 @@ def shard_model(
     options = {
         "mesh": mesh,
         "mp_policy": mixed_precision_policy(mixed_precision),
-        "offload_policy": plugin.cpu_offload if is_offloaded(plugin) else OffloadPolicy(),
+        # pinned host memory speeds the copies to a GPU; there is none to pin for on CPU processes
+        "offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda")
+        if is_offloaded(plugin)
+        else OffloadPolicy(),
     }
     blocks = [m for m in model.modules() if type(m).__name__ == BLOCK_CLASS]
     for block in blocks:
@@ -276,16 +279,17 @@ def consolidated_model(
 
 
 class Lockstep:
-    """A sharded model as an evaluation calls it: counts the forwards, and `catch_up` repeats the last
-    one on processes that made fewer, so that every process makes as many (each forward gathers the
-    parameters with a collective; a process that stopped early would leave the others waiting).
+    """A sharded model as an evaluation calls it: every process makes as many forwards, since each
+    forward gathers parameters with a collective and a process that stopped early would leave the
+    others waiting (the evaluations deal their blocks round-robin, so their counts differ).
 
-    The evaluations shard their blocks round-robin, so their counts differ by one batch at most
-    (and by the scored tokens of a pseudo-perplexity); the repeats' outputs are discarded.
+    An evaluation announces each phase's forwards (`plan_forwards`: one reduction, while every
+    process is at the same point), runs its own, then repeats its last forward up to the busiest
+    process's count (`catch_up`); the repeats' outputs are discarded.
     """
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.calls, self.last = model, 0, None
+        self.model, self.calls, self.target, self.last = model, 0, 0, None
 
     def __call__(self, *args, **kwargs):
         self.calls, self.last = self.calls + 1, (args, kwargs)
@@ -294,25 +298,31 @@ class Lockstep:
     def __getattr__(self, name: str):
         return getattr(self.model, name)
 
-    @torch.no_grad()
-    def catch_up(self, device: torch.device) -> None:
-        """Repeat the last forward until this process has made as many as the busiest one."""
-        most = torch.tensor([self.calls], device=device)
+    def plan(self, forwards: int, device: torch.device) -> None:
+        most = torch.tensor([self.calls + forwards], device=device)
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
-        missing = int(most.item()) - self.calls
-        if missing and self.last is None:
+        self.target = int(most.item())
+
+    @torch.no_grad()
+    def catch_up(self) -> None:
+        if self.calls < self.target and self.last is None:
             raise RuntimeError(
                 "An evaluation under --fsdp gave this process no block while others had some: set "
                 "max_eval_blocks (or the eval split) to at least one block per process."
             )
-        for _ in range(missing):
+        while self.calls < self.target:
             args, kwargs = self.last
-            self.model(*args, **kwargs)
-        self.calls = int(most.item())
+            self(*args, **kwargs)
 
 
-def catch_up(model, device: torch.device) -> None:
-    """Before an evaluation's reduction: every process has made as many forwards (`Lockstep`); a
-    plain model needs nothing."""
+def plan_forwards(model, forwards: int, device: torch.device) -> None:
+    """At the start of an evaluation's phase: this process will make `forwards` forwards (`Lockstep`;
+    a plain model needs nothing)."""
     if isinstance(model, Lockstep):
-        model.catch_up(device)
+        model.plan(forwards, device)
+
+
+def catch_up(model) -> None:
+    """At the end of the phase: as many forwards as the busiest process (`Lockstep`)."""
+    if isinstance(model, Lockstep):
+        model.catch_up()

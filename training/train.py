@@ -203,6 +203,11 @@ class Trainer:
         # on a GPU); `prepare` would move it there anyway
         model = run.model.to(accelerator.device)
         self.sharded = run.sharding is not None
+        if self.sharded and run.objective.num_eval_blocks < run.world:
+            raise ValueError(
+                f"--fsdp evaluates on every process, and {run.objective.num_eval_blocks} evaluation blocks leave some of "
+                f"the {run.world} processes none: raise max_eval_blocks (or eval_fraction) to at least {run.world}."
+            )
         if self.sharded:  # the optimizer is then built over this process's shards
             model = shard_model(model, run.sharding, accelerator.device, args.mixed_precision)
         self.optimizer, self.scheduler = build_optimizer(model, args)
