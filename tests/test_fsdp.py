@@ -33,8 +33,11 @@ SHORT = {**TINY, "per_device_batch_size": 4, "max_steps": 3, "save_every": 3, "e
 FAMILIES = {
     "gpt": {},
     # and gradient accumulation: the reduce-scatter of the last micro-step only
-    "gpt_moe": {"config_overrides": json.dumps({"num_local_experts": 4, "num_experts_per_tok": 2}),
-                "per_device_batch_size": 2, "gradient_accumulation_steps": 2},  # fmt: skip
+    "gpt_moe": {
+        "config_overrides": json.dumps({"num_local_experts": 4, "num_experts_per_tok": 2}),
+        "per_device_batch_size": 2,
+        "gradient_accumulation_steps": 2,
+    },  # fmt: skip
     # 9 evaluation blocks, 4 per batch: one process evaluates 2 batches, the other 1 (`Lockstep`)
     "bert": {
         "family": "bert",
@@ -300,13 +303,18 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path):
     _runs(tmp_path, TORCHRUN_2, [_resharded(two, 2), _resharded(one_to_two, 2, resume="true")])
     two_to_one = _copy_at(two, 4, tmp_path / "two_to_one")
     two_to_four = _copy_at(two, 4, tmp_path / "two_to_four")
-    _runs(tmp_path, ONE_PROCESS, [_resharded(two_to_one, 1, resume="true")])
+    unsharded = _copy_at(two, 4, tmp_path / "unsharded")  # resumed without --fsdp: the whole states
+    _runs(
+        tmp_path,
+        ONE_PROCESS,
+        [_resharded(two_to_one, 1, resume="true"), _resharded(unsharded, 1, resume="true", fsdp="")],
+    )
     _runs(tmp_path, TORCHRUN_4, [_resharded(two_to_four, 4, resume="true")])
-    for out, processes in ((two_to_one, 1), (two_to_four, 4), (one_to_two, 2)):
+    for out, processes in ((two_to_one, 1), (two_to_four, 4), (one_to_two, 2), (unsharded, 1)):
         metrics = _metrics(out)
-        assert metrics["step"] == 8 and len(metrics["sharding"]["parameters_per_process"]) == processes, (
-            out.name
-        )
+        assert metrics["step"] == 8, out.name
+        if out != unsharded:
+            assert len(metrics["sharding"]["parameters_per_process"]) == processes, out.name
         assert _close(out, two, 1e-5), out.name
     # a run of one process shards too (one shard): the same path, on one GPU
     assert sorted(p.name for p in (one / "checkpoints" / "checkpoint-00000004" / "shards").iterdir()) == [
