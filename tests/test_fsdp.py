@@ -396,3 +396,13 @@ def test_an_accelerate_fsdp2_config_shards_a_run_of_one_process(tmp_path, monkey
         end_process_group()
     assert metrics["sharding"]["engine"] == "FSDP2 shard_grad_op"
     assert (tmp_path / "run" / "checkpoints" / "checkpoint-00000002" / "shards" / ".metadata").is_file()
+
+
+def test_an_unsharded_checkpoint_does_not_resume_sharded(tmp_path):
+    """A DDP checkpoint's optimizer state is keyed by position, not by name: refused with the way out."""
+    _run(tmp_path / "run", max_steps=2, save_every=2, eval_every=2)
+    try:
+        with pytest.raises(ValueError, match="saved by an unsharded run.*--init_from"):
+            _run(tmp_path / "run", max_steps=4, save_every=2, eval_every=2, resume="true", fsdp="full_shard")
+    finally:
+        end_process_group()
