@@ -24,9 +24,11 @@ from hf_lm import (
     HfLmBertConfig,
     HfLmGPTConfig,
     HfLmGPTForCausalLM,
+    HfLmGPTForSequenceClassification,
     HfLmT5Config,
     HfLmT5ForConditionalGeneration,
     HfLmT5ForMaskPredict,
+    HfLmT5ForSequenceClassification,
 )
 from hf_lm.convert import from_transformers
 from hf_lm.models.hflm_layers import (
@@ -174,6 +176,50 @@ def test_loss_includes_the_weighted_router_losses():
     plain = model(x)
     assert plain.router_logits is None and plain.aux_loss is None  # only on request, as in transformers
     assert model(x, labels=x).aux_loss is None
+
+
+@pytest.mark.parametrize("head", ["gpt-lm", "gpt-cls", "t5-lm", "t5-cls", "t5-mask-predict"])
+def test_every_head_adds_each_stacks_router_losses_in_training(head):
+    # a training loss is the eval loss plus, for every sparse stack (T5's encoder and decoder), the
+    # load-balancing loss times its coefficient and the z-loss times its own
+    coefs = dict(router_aux_loss_coef=0.5, router_z_loss_coef=0.1)
+    x = torch.randint(3, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(x)
+    mask[1, 6:] = 0
+    torch.manual_seed(0)
+    if head.startswith("gpt"):
+        config = gpt_config(**coefs, num_labels=3, pad_token_id=0)
+        model = (HfLmGPTForCausalLM if head == "gpt-lm" else HfLmGPTForSequenceClassification)(config)
+    else:
+        config = t5_config(**coefs, num_labels=3, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0)
+        if head == "t5-mask-predict":
+            config = t5_config(
+                **coefs, decoder_attention="bidirectional", mask_token_id=1, decoder_start_token_id=0
+            )
+        classes = {"t5-lm": HfLmT5ForConditionalGeneration, "t5-cls": HfLmT5ForSequenceClassification}
+        model = classes.get(head, HfLmT5ForMaskPredict)(config)
+    labels = torch.tensor([0, 2]) if head.endswith("cls") else x
+    if head.startswith("gpt"):
+        decoder = {}
+    elif head == "t5-cls":  # the decoder reads the text shifted right
+        decoder = dict(decoder_attention_mask=model.model._source_as_decoder_input(x, mask)[1])
+    else:  # a target padded apart from the source
+        decoder = dict(decoder_input_ids=x, decoder_attention_mask=mask.flip(0))
+    with torch.no_grad():
+        trained = model.train()(x, attention_mask=mask, labels=labels, **decoder).loss
+        evaluated = model.eval()(x, attention_mask=mask, labels=labels, **decoder).loss
+        out = model.model(x, attention_mask=mask, output_router_logits=True, **decoder)
+    if head.startswith("gpt"):
+        stacks = [(out.router_logits, mask)]
+    else:
+        stacks = [
+            (out.encoder_router_logits, mask),
+            (out.decoder_router_logits, decoder["decoder_attention_mask"]),
+        ]
+    assert all(len(logits) == 2 for logits, _ in stacks)
+    E, k = config.num_local_experts, config.num_experts_per_tok
+    want = sum(0.5 * load_balancing_loss(r, E, k, m) + 0.1 * router_z_loss(r, m) for r, m in stacks)
+    torch.testing.assert_close(trained - evaluated, want)
 
 
 def test_sparse_step_picks_switchs_layers():

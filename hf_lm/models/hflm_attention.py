@@ -276,49 +276,14 @@ def eager_attention_forward(
     return out.transpose(1, 2).contiguous(), probs  # (B, T, nh, hs)
 
 
-def attend(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask,
-    is_causal: bool,
-    position_bias: torch.Tensor | None,
-    output_attentions: bool,
-    kwargs: dict,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run the backend `module.config._attn_implementation` names; `output_attentions` needs the
-    probabilities, which only the reference materializes. Returns the (B, T, nh*hs) output and the
-    (B, nh, T, S) probabilities with `output_attentions` (None otherwise)."""
-    impl = module.config._attn_implementation
-    if output_attentions or impl in (None, "eager"):
-        interface = eager_attention_forward
-    else:
-        interface = ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager_attention_forward)
-    if position_bias is not None:
-        kwargs["position_bias"] = position_bias
-    out, weights = interface(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=module.attention_dropout if module.training else 0.0,
-        scaling=module.scaling,
-        is_causal=is_causal,
-        **kwargs,
-    )
-    B, T = query.shape[0], query.shape[2]
-    return out.reshape(B, T, -1), weights if output_attentions else None  # (B, T, nh*hs)
-
-
 # ----------------------------------------------------------------------------------------------
 # The attention modules
 # ----------------------------------------------------------------------------------------------
 
 
 class AttentionHeads(nn.Module):
-    """What self- and cross-attention share: the head layout, the scale and the output projection.
+    """What self- and cross-attention share: the head layout, the scale, the projections' set-up,
+    the output projection and the call of the backend (`attend`); each keeps its own inputs.
 
     The attributes are those transformers' attention functions read (`num_key_value_groups`,
     `scaling`, `is_causal`, `layer_idx`, `config`), so every backend runs these modules as it runs
@@ -342,12 +307,13 @@ class AttentionHeads(nn.Module):
         self.attention_dropout = config.attention_dropout
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
 
-    def output_projection(self) -> nn.Linear:
-        """`o_proj`, built by each subclass after its input projections: the registration order is the
-        parameter order, which initial weights drawn from a seed and saved optimizer states follow."""
-        o_proj = nn.Linear(self.q_size, self.config.hidden_size, bias=self.config.attention_bias)
-        o_proj.init_role = "attn_out"  # see _init_weights
-        return o_proj
+    def projection(self, in_features: int, out_features: int, init_role: str) -> nn.Linear:
+        """A Linear of the attention, its `init_role` read by `_init_weights`. Each subclass builds its
+        input projections, then `o_proj`: the registration order is the parameter order, which initial
+        weights drawn from a seed and saved optimizer states follow."""
+        linear = nn.Linear(in_features, out_features, bias=self.config.attention_bias)
+        linear.init_role = init_role
+        return linear
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, n*hs) -> (B, n, T, hs); n is read from the width, as tensor parallelism leaves each
@@ -377,6 +343,32 @@ class AttentionHeads(nn.Module):
             return t.select_heads(start, heads) if hasattr(t, "select_heads") else t
 
         return tuple(local(t) for t in tensors)
+
+    def attend(self, q, k, v, attention_mask, output_attentions, kwargs, is_causal=False, position_bias=None):
+        """The product by the backend `config._attn_implementation` names, on this process's heads
+        (`local_heads`), then `o_proj`: what self- and cross-attention share after their projections.
+
+        Args:
+            q: (B, nh, T, hs); k, v: (B, nkv, S, hs).
+            attention_mask, position_bias: in the forms the backend reads (`mask_kind`), for all heads.
+            output_attentions: return the probabilities, which only the reference materializes.
+            kwargs: to the backend.
+
+        Returns:
+            The (B, T, C) output and, with `output_attentions`, the (B, nh, T, S) probabilities (else None).
+        """
+        attention_mask, position_bias = self.local_heads(q, attention_mask, position_bias)
+        impl = self.config._attn_implementation
+        if output_attentions or impl in (None, "eager"):
+            interface = eager_attention_forward
+        else:
+            interface = ALL_ATTENTION_FUNCTIONS.get_interface(impl, eager_attention_forward)
+        if position_bias is not None:
+            kwargs["position_bias"] = position_bias
+        kwargs.update(dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling)
+        out, weights = interface(self, q, k, v, attention_mask, is_causal=is_causal, **kwargs)
+        B, T = q.shape[0], q.shape[2]
+        return self.o_proj(out.reshape(B, T, -1)), weights if output_attentions else None  # (B, T, C)
 
 
 def grouped_qkv_order(num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
@@ -408,11 +400,8 @@ class Attention(AttentionHeads):
 
     def __init__(self, config, layer_idx: int, is_causal: bool = True):
         super().__init__(config, layer_idx, is_causal)
-        self.query_key_value = nn.Linear(
-            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
-        )
-        self.query_key_value.init_role = "qkv"
-        self.o_proj = self.output_projection()
+        self.query_key_value = self.projection(config.hidden_size, self.q_size + 2 * self.kv_size, "qkv")
+        self.o_proj = self.projection(self.q_size, config.hidden_size, "attn_out")
         self.register_load_state_dict_pre_hook(regroup_stacked_qkv)
 
     def grouped_order(self) -> torch.Tensor:
@@ -447,7 +436,6 @@ class Attention(AttentionHeads):
         qkv = self.query_key_value(hidden_states).view(B, T, -1, g + 2, self.head_dim)
         q = qkv[:, :, :, :g].reshape(B, T, -1, self.head_dim).transpose(1, 2)  # (B, n*g, T, hs)
         k, v = qkv[:, :, :, g].transpose(1, 2), qkv[:, :, :, g + 1].transpose(1, 2)  # (B, n, T, hs)
-        attention_mask, position_bias = self.local_heads(q, attention_mask, position_bias)
         if position_embeddings is not None:
             # queries by (cos, sin), keys by (key_cos, key_sin): the same for RoPE, scaled apart by xPos
             cos, sin, key_cos, key_sin = position_embeddings
@@ -455,10 +443,7 @@ class Attention(AttentionHeads):
         if past_key_values is not None:
             slot = self.layer_idx if layer_idx is None else layer_idx
             k, v = past_key_values.update(k, v, slot, kwargs=kwargs)  # (B, n, S, hs)
-        y, weights = attend(
-            self, q, k, v, attention_mask, is_causal, position_bias, output_attentions, kwargs
-        )
-        return self.o_proj(y), weights
+        return self.attend(q, k, v, attention_mask, output_attentions, kwargs, is_causal, position_bias)
 
 
 def regroup_stacked_qkv(module: Attention, state_dict: dict, prefix: str, *args) -> None:
@@ -543,11 +528,10 @@ class CrossAttention(AttentionHeads):
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx, is_causal=False)
-        self.q_proj = nn.Linear(config.hidden_size, self.q_size, bias=config.attention_bias)
+        self.q_proj = self.projection(config.hidden_size, self.q_size, "q")
         # keys and values stacked in one Linear: one GEMM over the encoder states
-        self.kv_proj = nn.Linear(config.hidden_size, 2 * self.kv_size, bias=config.attention_bias)
-        self.q_proj.init_role, self.kv_proj.init_role = "q", "kv"
-        self.o_proj = self.output_projection()
+        self.kv_proj = self.projection(config.hidden_size, 2 * self.kv_size, "kv")
+        self.o_proj = self.projection(self.q_size, config.hidden_size, "attn_out")
 
     def forward(
         self,
@@ -575,9 +559,7 @@ class CrossAttention(AttentionHeads):
                 k, v = cross_cache.update(k, v, layer_idx)
                 if is_updated is not None:
                     is_updated[layer_idx] = True
-        (attention_mask,) = self.local_heads(q, attention_mask)
-        y, weights = attend(self, q, k, v, attention_mask, False, None, output_attentions, kwargs)
-        return self.o_proj(y), weights
+        return self.attend(q, k, v, attention_mask, output_attentions, kwargs)
 
 
 def paged_attention_problem(config) -> str | None:

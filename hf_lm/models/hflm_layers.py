@@ -340,18 +340,33 @@ def router_z_loss(router_logits, attention_mask=None) -> torch.Tensor:
     return (z * w).sum() / w.sum().clamp(min=1)
 
 
-def router_losses(config, router_logits, attention_mask=None):
-    """`(aux_loss, the weighted sum to add to the loss)`: the load-balancing loss times
-    `router_aux_loss_coef` plus the z-loss times `router_z_loss_coef`. `(None, 0)` without sparse layers."""
-    if not router_logits:
-        return None, 0
-    aux = load_balancing_loss(
-        router_logits, config.num_local_experts, config.num_experts_per_tok, attention_mask
-    )
-    total = config.router_aux_loss_coef * aux
-    if config.router_z_loss_coef:
-        total = total + config.router_z_loss_coef * router_z_loss(router_logits, attention_mask)
-    return aux, total
+def add_router_losses(config, loss, stacks, training: bool, wanted: bool):
+    """A head's loss with the router losses, and the load-balancing losses: `(loss, aux_loss, aux_losses)`.
+
+    `stacks` holds `(router_logits, attention_mask)` per stack (a decoder's, or an encoder's and a
+    decoder's), the router logits one (B*T, E) tensor per sparse layer. In `training` `loss` (None
+    without labels) gets each sparse stack's load-balancing loss times `router_aux_loss_coef` and
+    z-loss times `router_z_loss_coef`: a regularizer, eval losses stay the head's. With `wanted`
+    (`output_router_logits`) the load-balancing losses come back summed over the stacks (as
+    SwitchTransformers sums its encoder's and decoder's) and per stack; None otherwise and when dense.
+    """
+    add = loss is not None and training
+    aux_losses, router_loss = [None] * len(stacks), None
+    for i, (router_logits, attention_mask) in enumerate(stacks):
+        if not router_logits or not (add or wanted):
+            continue
+        aux = load_balancing_loss(
+            router_logits, config.num_local_experts, config.num_experts_per_tok, attention_mask
+        )
+        aux_losses[i] = aux if wanted else None
+        if add:
+            total = config.router_aux_loss_coef * aux
+            if config.router_z_loss_coef:
+                total = total + config.router_z_loss_coef * router_z_loss(router_logits, attention_mask)
+            router_loss = total if router_loss is None else router_loss + total
+    found = [aux for aux in aux_losses if aux is not None]
+    loss = loss if router_loss is None else loss + router_loss
+    return loss, sum(found) if found else None, aux_losses
 
 
 # ----------------------------------------------------------------------------------------------

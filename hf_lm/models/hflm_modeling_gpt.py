@@ -39,7 +39,7 @@ from .hflm_inputs import (
 )
 from .hflm_layers import (
     VocabProjection,
-    router_losses,
+    add_router_losses,
 )
 from .hflm_losses import (
     causal_lm_loss,
@@ -264,12 +264,10 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.lm_head(self.output_projection(hidden_states))  # (B, T, C) -> (B, T, E) -> (B, T, V)
 
-        aux_loss = None
         loss = causal_lm_loss(logits, labels, self.config.vocab_size, kwargs)
-        if outputs.router_logits and (loss is not None or want_router_logits):
-            aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
-            if loss is not None and self.training:  # a regularizer: eval losses stay the LM's
-                loss = loss + router_loss
+        loss, aux_loss, _ = add_router_losses(
+            self.config, loss, [(outputs.router_logits, attention_mask)], self.training, want_router_logits
+        )
 
         return MoeCausalLMOutputWithPast(
             loss=loss,
@@ -277,7 +275,7 @@ class HfLmGPTForCausalLM(HfLmGPTPreTrainedModel, GenerationMixin):
             **returned_cache(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            aux_loss=aux_loss if want_router_logits else None,
+            aux_loss=aux_loss,
             router_logits=outputs.router_logits if want_router_logits else None,
         )
 
@@ -321,11 +319,9 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
             labels,
             num_items_in_batch,
         )
-        aux_loss = None
-        if outputs.router_logits and (labels is not None or want_router_logits):
-            aux_loss, router_loss = router_losses(self.config, outputs.router_logits, attention_mask)
-            if loss is not None and self.training:
-                loss = loss + router_loss
+        loss, aux_loss, _ = add_router_losses(
+            self.config, loss, [(outputs.router_logits, attention_mask)], self.training, want_router_logits
+        )
 
         return MoeSequenceClassifierOutputWithPast(
             loss=loss,
@@ -333,7 +329,7 @@ class HfLmGPTForSequenceClassification(HfLmGPTPreTrainedModel):
             **returned_cache(output_cache(outputs)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
-            aux_loss=aux_loss if want_router_logits else None,
+            aux_loss=aux_loss,
             router_logits=outputs.router_logits if want_router_logits else None,
         )
 

@@ -52,7 +52,7 @@ from .hflm_inputs import (
 )
 from .hflm_layers import (
     VocabProjection,
-    router_losses,
+    add_router_losses,
 )
 from .hflm_losses import (
     check_seq2seq_labels,
@@ -239,20 +239,10 @@ class HfLmSeq2SeqPreTrainedModel(AttentionBackends, HfLmPreTrainedModel):
             raise ValueError("config.decoder_start_token_id is not set: the decoder needs a start token.")
         return start
 
-    def _router_losses(self, outputs, attention_mask, decoder_attention_mask) -> dict:
-        """Each stack's load-balancing loss, their sum and the weighted router loss to add to the
-        LM loss (as SwitchTransformers sums its encoder's and decoder's); {} without sparse layers."""
-        found, weighted = {}, 0
-        for name, logits, mask in (
-            ("encoder", outputs.encoder_router_logits, attention_mask),
-            ("decoder", outputs.decoder_router_logits, decoder_attention_mask),
-        ):
-            if logits:
-                found[name], stack_loss = router_losses(self.config, logits, mask)
-                weighted = weighted + stack_loss
-        if not found:
-            return {}
-        return {**found, "aux_loss": sum(found.values()), "loss": weighted}
+    def _add_router_losses(self, loss, outputs, mask, decoder_mask, wanted=False):
+        """`add_router_losses` of the encoder's and the decoder's sparse layers."""
+        stacks = [(outputs.encoder_router_logits, mask), (outputs.decoder_router_logits, decoder_mask)]
+        return add_router_losses(self.config, loss, stacks, self.training, wanted)
 
 
 class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
@@ -562,18 +552,14 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
                     f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
                 )
             loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
-        aux = {}
-        if labels is not None or want_router_logits:
-            aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
-        if aux and loss is not None and self.training:  # a regularizer: eval losses stay the LM's
-            loss = loss + aux["loss"]
-        if not want_router_logits:
-            aux = {}  # returned on request, as in transformers
+        loss, aux_loss, (encoder_aux_loss, decoder_aux_loss) = self._add_router_losses(
+            loss, outputs, attention_mask, decoder_attention_mask, want_router_logits
+        )
         return Seq2SeqMoEOutput(
             loss=loss,
-            aux_loss=aux.get("aux_loss"),
-            encoder_aux_loss=aux.get("encoder"),
-            decoder_aux_loss=aux.get("decoder"),
+            aux_loss=aux_loss,
+            encoder_aux_loss=encoder_aux_loss,
+            decoder_aux_loss=decoder_aux_loss,
             encoder_router_logits=outputs.encoder_router_logits if want_router_logits else None,
             decoder_router_logits=outputs.decoder_router_logits if want_router_logits else None,
             logits=logits,
@@ -629,9 +615,9 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             labels,
             num_items_in_batch,
         )
-        aux = self._router_losses(outputs, attention_mask, kwargs.get("decoder_attention_mask"))
-        if aux and loss is not None and self.training:
-            loss = loss + aux["loss"]
+        loss, _, _ = self._add_router_losses(
+            loss, outputs, attention_mask, kwargs.get("decoder_attention_mask")
+        )
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
@@ -833,11 +819,7 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
         if length_labels is not None:
             check_length_labels(length_labels, logits.shape[0], length_logits.shape[-1])
         loss = self.cmlm_loss(logits, labels, length_logits, length_labels, n_items)
-        if (
-            loss is not None and self.training
-        ):  # as the generation head: the router losses regularize training
-            aux = self._router_losses(outputs, attention_mask, decoder_attention_mask)
-            loss = loss + aux["loss"] if aux else loss
+        loss, _, _ = self._add_router_losses(loss, outputs, attention_mask, decoder_attention_mask)
         return MaskPredictOutput(
             loss=loss,
             logits=logits,
