@@ -11,8 +11,10 @@ every family). The one thing shipped code needs, a head's pipeline tag, stays in
 `_PIPELINE_TAGS`, and `head_info` reads it from there.
 
     >>> from hf_lm.families import family_of, head_info
-    >>> family_of("hflm_bert").presets
-    ('bert', 'roberta', 'albert')
+    >>> list(family_of("hflm_bert").presets)
+    ['bert', 'roberta', 'albert']
+    >>> FAMILIES["gpt"].presets["llama"]["position_embedding_type"]
+    'rope'
     >>> head_info(HfLmBertForQuestionAnswering)
     ('question-answering', 'AutoModelForQuestionAnswering')
 """
@@ -20,6 +22,7 @@ every family). The one thing shipped code needs, a head's pipeline tag, stays in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from transformers import (
     AutoModel,
@@ -35,8 +38,8 @@ from transformers import (
     PreTrainedModel,
 )
 
-from .models.hflm_configuration_bert import BERT_PRESETS, HfLmBertConfig
-from .models.hflm_configuration_electra import ELECTRA_PRESETS, HfLmElectraConfig
+from .models.hflm_configuration_bert import HfLmBertConfig
+from .models.hflm_configuration_electra import HfLmElectraConfig
 from .models.hflm_configuration_ffnn import HfLmFFNNConfig
 from .models.hflm_configuration_gpt import HfLmGPTConfig
 from .models.hflm_configuration_ngram import HfLmNGramConfig
@@ -132,7 +135,6 @@ class Family:
         heads: transformers Auto class -> hf_lm model class, one entry per head.
         special_tokens: the special tokens of a tokenizer trained for this family; `None` for
             GPT-style defaults (`GPT_SPECIAL_TOKENS`).
-        presets: names accepted by `config_class.from_preset` (empty when it has none).
         convert_from: transformers model types that `hf_lm.convert.from_transformers` imports
             into this family.
         decoder_start: encoder-decoders: the special-token role whose id starts the decoder
@@ -143,13 +145,20 @@ class Family:
     config_class: type
     heads: dict
     special_tokens: dict | None
-    presets: tuple[str, ...]
     convert_from: tuple[str, ...] = ()
     decoder_start: str | None = None
 
     @property
     def model_type(self) -> str:
         return self.config_class.model_type
+
+    @property
+    def presets(self) -> MappingProxyType:
+        """The family's named recipes, preset name -> the config fields it sets (read-only): the
+        table of the family's config class (`config_class.PRESETS`, which `config_class.from_preset`
+        reads), empty when it has none. Each table lives in its family's configuration file, so a
+        saved model's folder carries only its own family's files."""
+        return MappingProxyType(self.config_class.PRESETS)
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -187,7 +196,6 @@ FAMILIES: dict[str, Family] = {
                 AutoModelForSequenceClassification: HfLmGPTForSequenceClassification,
             },
             special_tokens=None,
-            presets=(),
             convert_from=("gpt2", "llama", "mistral", "mixtral"),
         ),
         Family(
@@ -203,7 +211,6 @@ FAMILIES: dict[str, Family] = {
                 AutoModelForMultipleChoice: HfLmBertForMultipleChoice,
             },
             special_tokens=_BERT_MLM_TOKENS,
-            presets=tuple(BERT_PRESETS),
             convert_from=("bert", "roberta"),
         ),
         # ELECTRA (Clark et al., 2020): BERT's encoder; AutoModelForPreTraining is the discriminator
@@ -219,7 +226,6 @@ FAMILIES: dict[str, Family] = {
                 AutoModelForTokenClassification: HfLmElectraForTokenClassification,
             },
             special_tokens=_BERT_MLM_TOKENS,
-            presets=tuple(ELECTRA_PRESETS),
             convert_from=("electra",),
         ),
         Family(
@@ -233,7 +239,6 @@ FAMILIES: dict[str, Family] = {
                 AutoModelForMaskedLM: HfLmT5ForMaskPredict,
             },
             special_tokens=T5_SPECIAL_TOKENS,
-            presets=tuple(HfLmT5Config.PRESETS),
             convert_from=("t5", "switch_transformers"),
             decoder_start="pad_token",
         ),
@@ -247,7 +252,6 @@ FAMILIES: dict[str, Family] = {
                 AutoModelForMaskedLM: HfLmBartForMaskPredict,
             },
             special_tokens=BART_SPECIAL_TOKENS,
-            presets=tuple(HfLmBartConfig.PRESETS),
             convert_from=("bart",),
             decoder_start="eos_token",
         ),
@@ -256,7 +260,6 @@ FAMILIES: dict[str, Family] = {
             HfLmRNNConfig,
             {AutoModel: HfLmRNNModel, AutoModelForCausalLM: HfLmRNNForCausalLM},
             special_tokens=None,
-            presets=(),
         ),
         Family(
             "rnn_seq2seq",
@@ -264,7 +267,6 @@ FAMILIES: dict[str, Family] = {
             {AutoModel: HfLmRNNSeq2SeqModel, AutoModelForSeq2SeqLM: HfLmRNNSeq2SeqForConditionalGeneration},
             # the recurrent encoder-decoder reads BART's conventions (bos, eos, pad, no sentinels)
             special_tokens=BART_SPECIAL_TOKENS,
-            presets=(),
             decoder_start="eos_token",
         ),
         Family(
@@ -272,14 +274,12 @@ FAMILIES: dict[str, Family] = {
             HfLmFFNNConfig,
             {AutoModel: HfLmFFNNModel, AutoModelForCausalLM: HfLmFFNNForCausalLM},
             special_tokens=None,
-            presets=(),
         ),
         Family(
             "ngram",
             HfLmNGramConfig,
             {AutoModelForCausalLM: HfLmNGramForCausalLM},
             special_tokens=None,
-            presets=(),
         ),
     )
 }

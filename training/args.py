@@ -11,6 +11,7 @@ fails before any data is loaded, whatever way the arguments came in.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import inspect
@@ -25,13 +26,14 @@ from dataclasses import dataclass, field, fields
 import yaml
 from transformers import HfArgumentParser, PreTrainedConfig
 
+from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
 from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
-from .models import FAMILY_NAMES
+from .models import FAMILY_NAMES, check_preset
 from .scheduled_sampling import SCHEDULES, sampling_probability
 from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
@@ -281,6 +283,18 @@ class DataArguments:
             raise ValueError("`dataset` must be a non-empty string.")
 
 
+# the variant flags a preset sets too, and their values when neither the flag nor a --preset sets them.
+# The fields default to None (unset), so that a given flag wins over the preset even where it equals
+# the value here (`--preset llama --position_embedding_type learned` has learned positions).
+VARIANT_DEFAULTS = {
+    "position_embedding_type": "learned",
+    "norm_type": "layernorm",
+    "norm_position": "pre",
+    "hidden_act": "gelu_tanh",
+    "tie_word_embeddings": True,
+}
+
+
 @dataclass
 class ModelArguments:
     """The model family and the config of a model trained from scratch (the size fields map onto each
@@ -328,20 +342,44 @@ class ModelArguments:
     intermediate_size: int | None = field(
         default=None, metadata={"help": "Feed-forward width; default 4 * hidden."}
     )
-    position_embedding_type: str = field(
-        default="learned", metadata={"help": "learned, sinusoidal, rope, alibi, xpos or none."}
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "From scratch: a named recipe of the family (hf_lm.families.FAMILIES[family].presets: "
+            + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in FAMILIES.values() if f.presets)
+            + "). The size and dropout flags apply on top, and so do the variant flags "
+            f"({', '.join(VARIANT_DEFAULTS)}) that are given (the given flag wins over the preset); "
+            "config_overrides come last. Unset: the family's defaults with the variant flags' defaults."
+        },
     )
-    norm_type: str = field(default="layernorm", metadata={"help": "layernorm or rmsnorm."})
-    norm_position: str = field(default="pre", metadata={"help": "pre or post."})
-    hidden_act: str = field(
-        default="gelu_tanh", metadata={"help": "Feed-forward variant (gelu_tanh, swiglu, ...)."}
+    position_embedding_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "learned, sinusoidal, rope, alibi, xpos or none. Unset: learned, or the --preset's."
+        },
+    )
+    norm_type: str | None = field(
+        default=None, metadata={"help": "layernorm or rmsnorm. Unset: layernorm, or the --preset's."}
+    )
+    norm_position: str | None = field(
+        default=None, metadata={"help": "pre or post. Unset: pre, or the --preset's."}
+    )
+    hidden_act: str | None = field(
+        default=None,
+        metadata={
+            "help": "Feed-forward variant (gelu_tanh, swiglu, ...). Unset: gelu_tanh, or the --preset's."
+        },
     )
     hidden_dropout: float = field(
         default=0.0, metadata={"help": "Dropout on embeddings and residual branches."}
     )
     attention_dropout: float = field(default=0.0, metadata={"help": "Dropout on attention probabilities."})
-    tie_word_embeddings: bool = field(
-        default=True, metadata={"help": "Share input embedding and output projection."}
+    tie_word_embeddings: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Share input embedding and output projection (--no_tie_word_embeddings: untied). Unset: "
+            "true, or the --preset's."
+        },
     )
     max_position_embeddings: int | None = field(
         default=None, metadata={"help": "Longest input of learned positions; default block_size."}
@@ -366,6 +404,16 @@ class ModelArguments:
         if "ffnn" in (self.arch, self.family) and self.ngram_order < 2:
             raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
         optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
+        if self.preset is not None:
+            if self.init_from:
+                raise ValueError(
+                    f"`preset` ({self.preset!r}) cannot be combined with `init_from`: the model's config comes "
+                    f"from the checkpoint {self.init_from!r}. Drop --preset, or train from scratch."
+                )
+            # the family, where it is known before the objective (`--arch transformer` waits for it)
+            family = self.family or (self.arch if self.arch != "transformer" else None)
+            if family is not None:
+                check_preset(family, self.preset)
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
@@ -378,6 +426,12 @@ class ModelArguments:
                 raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
             if not isinstance(overrides, dict):
                 raise ValueError(f"`config_overrides` must be a JSON object, got {self.config_overrides!r}.")
+
+    def variants(self) -> dict:
+        """The variant flags that apply (`VARIANT_DEFAULTS`): the given ones, and without `preset` the
+        others at their defaults; with `preset` the others are left out, so the preset's hold."""
+        given = {name: getattr(self, name) for name in VARIANT_DEFAULTS if getattr(self, name) is not None}
+        return given if self.preset is not None else {**VARIANT_DEFAULTS, **given}
 
     def overrides(self, config_class: type | None = None) -> dict:
         """`config_overrides` as a dict (empty when unset).
@@ -885,6 +939,28 @@ def as_flags(values: dict) -> list[str]:
     return flags
 
 
+def _add_negative_flags(parser: HfArgumentParser, classes) -> None:
+    """The flags of a bool field whose default is None (unset: e.g. a --preset's value) as those of the
+    other bools: `--name` alone means true, and `--no_name` (HfArgumentParser adds it only for a
+    default of True) false."""
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            if not (f.init and f.default is None and _scalar_type(hints.get(f.name)) is bool):
+                continue
+            positive = parser._option_string_actions[f"--{f.name}"]
+            positive.nargs, positive.const = "?", True
+            negatives = [f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}"]
+            if not any(flag in parser._option_string_actions for flag in negatives):
+                parser.add_argument(
+                    *negatives,
+                    action="store_false",
+                    dest=f.name,
+                    default=argparse.SUPPRESS,
+                    help=f"--{f.name} false",
+                )
+
+
 def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
     """Parse `classes` (dataclasses) from command-line flags, or from a `.json`/`.yaml`/`.yml` file
     holding the same keys, optionally followed by flags that override the file's values
@@ -903,6 +979,7 @@ def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
             a flag nor a .json/.yaml file.
     """
     parser = HfArgumentParser(classes)
+    _add_negative_flags(parser, classes)
     argv = sys.argv[1:] if argv is None else argv
     if argv and not argv[0].startswith("-"):
         path = os.path.abspath(argv[0])

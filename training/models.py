@@ -61,8 +61,18 @@ def resolve_family(arch: str, family: str | None, objective: str) -> str:
     return family
 
 
+def check_preset(family: str, preset: str | None) -> None:
+    """Raise `ValueError` naming `preset` when it is not one of `family`'s presets (None passes)."""
+    presets = FAMILIES[family].presets
+    if preset is not None and preset not in presets:
+        choices = f"choose one of {list(presets)}" if presets else "it has none: leave --preset unset"
+        raise ValueError(f"`preset` {preset!r} is not a preset of family {family!r}: {choices}.")
+
+
 def _transformer_sizes(model_args, data_args, tokenizer, family: str) -> dict:
-    """The shared size arguments of the Transformer families; GPT and BERT also take their variants."""
+    """The shared size arguments of the Transformer families; GPT and BERT also take their variants
+    (`ModelArguments.variants`: with --preset, only the variant flags given)."""
+    variants = model_args.variants()
     sizes = dict(
         vocab_size=len(tokenizer),
         hidden_size=model_args.hidden_size,
@@ -72,14 +82,16 @@ def _transformer_sizes(model_args, data_args, tokenizer, family: str) -> dict:
         intermediate_size=model_args.intermediate_size,
         hidden_dropout=model_args.hidden_dropout,
         attention_dropout=model_args.attention_dropout,
-        tie_word_embeddings=model_args.tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.bos_token_id,
     )
+    if "tie_word_embeddings" in variants:
+        sizes["tie_word_embeddings"] = variants["tie_word_embeddings"]
     if family in ("t5", "bart"):
         # the family's own architecture (T5: RMSNorm pre-norm, relative buckets; BART: post-norm,
-        # learned positions): only sizes come from the arguments, variants from --config_overrides.
+        # learned positions) or its --preset's: only sizes (and tying) come from the arguments, variants
+        # from --config_overrides.
         # A noised source is a little longer than its block (sentinels, <s> and </s>, a mask for
         # each of BART's 0-length spans): twice the block, and 16 more than it for a short block
         # (4 tokens and 3 inserted masks would pass 2 x 4 every few thousand blocks).
@@ -87,12 +99,10 @@ def _transformer_sizes(model_args, data_args, tokenizer, family: str) -> dict:
         return sizes | {
             "max_position_embeddings": model_args.max_position_embeddings or max(2 * block, block + 16)
         }
-    return sizes | dict(
-        position_embedding_type=model_args.position_embedding_type,
-        norm_type=model_args.norm_type,
-        norm_position=model_args.norm_position,
-        hidden_act=model_args.hidden_act,
-        max_position_embeddings=model_args.max_position_embeddings or data_args.block_size,
+    return (
+        sizes
+        | variants
+        | dict(max_position_embeddings=model_args.max_position_embeddings or data_args.block_size)
     )
 
 
@@ -106,7 +116,8 @@ def _pretransformer_sizes(model_args, tokenizer, family: str) -> dict:
         eos_token_id=tokenizer.eos_token_id,
     )
     common = dict(
-        hidden_dropout=model_args.hidden_dropout, tie_word_embeddings=model_args.tie_word_embeddings
+        hidden_dropout=model_args.hidden_dropout,
+        tie_word_embeddings=model_args.variants()["tie_word_embeddings"],
     )
     sizes = {
         "ngram": lambda: dict(order=model_args.ngram_order, smoothing=model_args.ngram_smoothing),
@@ -136,18 +147,26 @@ def _pretransformer_sizes(model_args, tokenizer, family: str) -> dict:
 
 
 def family_config(family: str, model_args, data_args, tokenizer, objective_config: dict):
-    """The config of a fresh model of `family` sized to the tokenizer.
+    """The config of a fresh model of `family` sized to the tokenizer: the family's `--preset` (or its
+    defaults), then the arguments' sizes and the variant flags given, then `objective_config`, then
+    `config_overrides`.
 
     Args:
         objective_config: the config fields the objective sets (`Objective.model_config`), applied
             before `config_overrides`, which come last.
+
+    Raises:
+        ValueError: naming `preset`, when it is not one of the family's presets (`check_preset`).
     """
+    check_preset(family, model_args.preset)
     config_cls = FAMILIES[family].config_class
     if family in TRANSFORMERS:
         kwargs = _transformer_sizes(model_args, data_args, tokenizer, family)
     else:
         kwargs = _pretransformer_sizes(model_args, tokenizer, family)
-    return config_cls(**{**kwargs, **objective_config, **model_args.overrides(config_cls)})
+    return FAMILIES[family].config_from_preset(
+        model_args.preset, **{**kwargs, **objective_config, **model_args.overrides(config_cls)}
+    )
 
 
 def build_family_model(

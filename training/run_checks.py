@@ -17,7 +17,7 @@ from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
-from .models import RECURRENT, TRANSFORMERS, resolve_family
+from .models import RECURRENT, TRANSFORMERS, check_preset, resolve_family
 from .objectives import objective_for
 from .tokenizer import minimum_vocab_size
 
@@ -58,6 +58,7 @@ def check_arguments(data_args, model_args, train_args) -> str:
         The family the run trains (`training.models.resolve_family`).
     """
     family = resolve_family(model_args.arch, model_args.family, train_args.objective)
+    check_preset(family, model_args.preset)
     if model_args.init_from and model_args.config_overrides:
         raise ValueError(
             "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
@@ -162,9 +163,12 @@ def _check_positions(data_args, model_args, family: str) -> None:
         limit = learned_position_limit(AutoConfig.from_pretrained(model_args.init_from))
         source = f"the `init_from` checkpoint {model_args.init_from!r}"
     elif family in ("gpt", "bert", "electra") and model_args.max_position_embeddings:
-        limit = (
-            model_args.max_position_embeddings if model_args.position_embedding_type == "learned" else None
+        # the flag's positions, else the --preset's
+        position = (
+            model_args.variants().get("position_embedding_type")
+            or FAMILIES[family].config_from_preset(model_args.preset).position_embedding_type
         )
+        limit = model_args.max_position_embeddings if position == "learned" else None
         source = "`max_position_embeddings`"
     else:
         return  # a fresh model's table is sized to the block

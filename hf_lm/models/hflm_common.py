@@ -195,10 +195,34 @@ class HfLmConfigMixin:
     say here what the folder holds and how to load it.
 
     It also names the fields a config's parameter count grows with (`size_field_names`, a class
-    attribute), for `check_fits_in_memory`'s message.
+    attribute), for `check_fits_in_memory`'s message, and holds the one `from_preset`, which reads
+    the family's own table of named recipes (`PRESETS`, kept next to the family's fields so that a
+    checkpoint's folder carries only its own family's files; `hf_lm.families.FAMILIES[name].presets`
+    lists them all).
     """
 
     size_field_names = ()
+    # preset name -> the field values of that recipe over the family's defaults (a class attribute,
+    # not a field); a family without presets keeps this empty one
+    PRESETS = {}
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config from the family's preset `name` (one of `cls.PRESETS`), with `overrides` on top.
+
+        Presets name an architecture recipe (positions, norms, feed-forward, biases, tying), not a
+        size, except where the recipe is a size (ELECTRA's): sizes come with `overrides`.
+
+            >>> config = HfLmGPTConfig.from_preset("llama", hidden_size=256, num_attention_heads=4)
+
+        Raises:
+            ValueError: `name` is not one of the family's presets (the message lists them).
+        """
+        if name not in cls.PRESETS:
+            family = cls.model_type or cls.__name__
+            choices = f"choose one of {list(cls.PRESETS)}" if cls.PRESETS else "it has none"
+            raise ValueError(f"Unknown preset {name!r} for {family}: {choices}.")
+        return cls(**{**cls.PRESETS[name], **overrides})
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):

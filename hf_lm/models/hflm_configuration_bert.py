@@ -10,17 +10,6 @@ from .hflm_common import (
 )
 from .hflm_configuration_base import HfLmTransformerConfig
 
-# Three named starting points, each a handful of overrides of the BERT-base defaults. Sizes are
-# left to the caller (`HfLmBertConfig.from_preset("roberta", hidden_size=256, ...)`).
-BERT_PRESETS = {
-    # Devlin et al. (2019): segment embeddings, post-norm, GELU, MLM + next-sentence prediction
-    "bert": {},
-    # Liu et al. (2019): no NSP and no segment embeddings; dynamic masking lives in the collator
-    "roberta": {"type_vocab_size": 0, "norm_eps": 1e-5, "pad_token_id": 1},
-    # Lan et al. (2020): factorized embeddings E < H, one block shared by all layers, SOP
-    "albert": {"embedding_size": 128, "num_hidden_groups": 1, "hidden_act": "gelu_tanh"},
-}
-
 
 class HfLmBertConfig(HfLmTransformerConfig):
     """A bidirectional Transformer encoder. Defaults are BERT-base; validated at construction.
@@ -45,6 +34,16 @@ class HfLmBertConfig(HfLmTransformerConfig):
     """
 
     model_type = "hflm_bert"
+    # Three named starting points (`from_preset`), each a handful of overrides of the BERT-base
+    # defaults. Sizes are left to the caller (`HfLmBertConfig.from_preset("roberta", hidden_size=256, ...)`).
+    PRESETS = {
+        # Devlin et al. (2019): segment embeddings, post-norm, GELU, MLM + next-sentence prediction
+        "bert": {},
+        # Liu et al. (2019): no NSP and no segment embeddings; dynamic masking lives in the collator
+        "roberta": {"type_vocab_size": 0, "norm_eps": 1e-5, "pad_token_id": 1},
+        # Lan et al. (2020): factorized embeddings E < H, one block shared by all layers, SOP
+        "albert": {"embedding_size": 128, "num_hidden_groups": 1, "hidden_act": "gelu_tanh"},
+    }
     supports_albert_options = True
     sliding_window_refusal = (
         "an encoder keeps no cache to slide; for local attention set attention_pattern='band' with "
@@ -80,9 +79,6 @@ class HfLmBertConfig(HfLmTransformerConfig):
         if not isinstance(self.sparse_prediction, bool):
             raise ValueError(f"`sparse_prediction` must be True or False, got {self.sparse_prediction!r}.")
 
-    @classmethod
-    def from_preset(cls, name: str, **kwargs) -> HfLmBertConfig:
-        """A config from one of `BERT_PRESETS` ("bert", "roberta", "albert"), with `kwargs` on top."""
-        if name not in BERT_PRESETS:
-            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(BERT_PRESETS)}.")
-        return cls(**{**BERT_PRESETS[name], **kwargs})
+
+# the table's older name
+BERT_PRESETS = HfLmBertConfig.PRESETS

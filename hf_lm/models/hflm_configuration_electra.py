@@ -13,18 +13,6 @@ from __future__ import annotations
 
 from .hflm_configuration_bert import HfLmBertConfig
 
-# Two named starting points (Clark et al., 2020, Table 6), each a handful of overrides of the
-# ELECTRA-small discriminator defaults. The generator of the joint pretraining is built from the
-# discriminator's config by the training objective (`training.electra`), not configured here.
-ELECTRA_PRESETS = {
-    "electra-small": {},
-    "electra-base": {
-        "hidden_size": 768,
-        "embedding_size": 768,
-        "num_attention_heads": 12,
-    },
-}
-
 
 class HfLmElectraConfig(HfLmBertConfig):
     """BERT's encoder config with ELECTRA-small's sizes as defaults (the discriminator's: 12 layers,
@@ -40,15 +28,23 @@ class HfLmElectraConfig(HfLmBertConfig):
     """
 
     model_type = "hflm_electra"
+    # Two named starting points (Clark et al., 2020, Table 6; `from_preset`), each a handful of
+    # overrides of the ELECTRA-small discriminator defaults. The generator of the joint pretraining is
+    # built from the discriminator's config by the training objective (`training.electra`), not here.
+    PRESETS = {
+        "electra-small": {},
+        "electra-base": {
+            "hidden_size": 768,
+            "embedding_size": 768,
+            "num_attention_heads": 12,
+        },
+    }
 
     # ELECTRA-small (transformers' `ElectraConfig` defaults)
     hidden_size: int = 256
     num_attention_heads: int = 4  # the feed-forward width defaults to 4 * hidden_size = 1024
     embedding_size: int | None = 128
 
-    @classmethod
-    def from_preset(cls, name: str, **kwargs) -> HfLmElectraConfig:
-        """A config from one of `ELECTRA_PRESETS` ("electra-small", "electra-base"), with `kwargs` on top."""
-        if name not in ELECTRA_PRESETS:
-            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(ELECTRA_PRESETS)}.")
-        return cls(**{**ELECTRA_PRESETS[name], **kwargs})
+
+# the table's older name
+ELECTRA_PRESETS = HfLmElectraConfig.PRESETS

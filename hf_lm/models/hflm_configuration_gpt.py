@@ -21,11 +21,9 @@ WINDOW_FIELDS = ("attention_pattern", "attention_window", "attention_dilation", 
 class HfLmGPTConfig(HfLmMoETransformerConfig):
     """A decoder-only causal LM. Defaults are GPT-2 small; every field is validated at construction.
 
-    GPT-2 is the default (learned positions, pre-norm LayerNorm, tanh-GELU, biases, tied
-    embeddings); Llama is `position_embedding_type="rope", norm_type="rmsnorm", hidden_act="swiglu",
-    attention_bias=False, mlp_bias=False, tie_word_embeddings=False` with `num_key_value_heads` for
-    GQA; Mistral adds `sliding_window`. See `HfLmTransformerConfig` and `HfLmMoETransformerConfig` for
-    the shared fields.
+    GPT-2's architecture is the default (learned positions, pre-norm LayerNorm, tanh-GELU, biases,
+    tied embeddings); the presets name GPT-2's, Llama's and Mistral's recipes (`PRESETS`, built by
+    `from_preset`). See `HfLmTransformerConfig` and `HfLmMoETransformerConfig` for the shared fields.
 
     Args:
         sliding_window: Mistral's field: each query attends to the `sliding_window` latest keys, itself
@@ -51,11 +49,34 @@ class HfLmGPTConfig(HfLmMoETransformerConfig):
         >>> from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
         >>> config = HfLmGPTConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
         >>> model = HfLmGPTForCausalLM(config)
+        >>> llama = HfLmGPTConfig.from_preset("llama", hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
         >>> HfLmGPTConfig(sliding_window=4).attention_pattern, HfLmGPTConfig(sliding_window=4).attention_window
         ('band', 3)
     """
 
     model_type = "hflm_gpt"
+    # Named architecture recipes (`from_preset`): the fields `hf_lm.convert` sets when it imports that
+    # model (tests/test_presets.py holds them equal). Sizes are the caller's, grouped queries included
+    # (`num_key_value_heads`: Llama 2 70B and Mistral 7B use 8 key/value heads for 64 and 32 query heads),
+    # and so is `intermediate_size` (Llama's is about 8/3 of the width, where the default is 4x).
+    PRESETS = {
+        # Radford et al. (2019): learned positions, pre-norm LayerNorm, tanh-GELU, biases, tied
+        # embeddings (the defaults), and GPT2Config's dropout of 0.1 (`embd_pdrop`, `resid_pdrop`, `attn_pdrop`)
+        "gpt2": {"hidden_dropout": 0.1, "attention_dropout": 0.1},
+        # Touvron et al. (2023): RoPE, pre-norm RMSNorm, SwiGLU, no biases, an untied output projection
+        "llama": {
+            "position_embedding_type": "rope",
+            "rope_theta": 10000.0,
+            "norm_type": "rmsnorm",
+            "norm_eps": 1e-6,
+            "hidden_act": "swiglu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "tie_word_embeddings": False,
+        },
+    }
+    # Jiang et al. (2023): Llama whose queries see the 4096 latest keys (Mistral 7B), a band of 4095
+    PRESETS["mistral"] = {**PRESETS["llama"], "sliding_window": 4096}
     # pipeline stages of `HfLmGPTModel` (the modules and what flows between them), as transformers'
     # Llama declares them for pipeline parallelism and vLLM's Transformers backend
     base_model_pp_plan = {

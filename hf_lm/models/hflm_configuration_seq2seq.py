@@ -106,16 +106,6 @@ class HfLmEncoderDecoderConfig(HfLmMoETransformerConfig):
             total += sparse[stack] * self._block_parameters(sparse=True, cross_attention=cross)
         return total
 
-    @classmethod
-    def from_preset(cls, name: str, **kwargs):
-        """A config from one of the family's `PRESETS`, with `kwargs` on top."""
-        presets = cls.PRESETS
-        if name not in presets:
-            raise ValueError(
-                f"Unknown preset {name!r} for {cls.model_type}; choose one of {sorted(presets)}."
-            )
-        return cls(**{**presets[name], **kwargs})
-
 
 class HfLmT5Config(HfLmEncoderDecoderConfig):
     """T5-style encoder-decoder (Raffel et al., 2020). Defaults are T5-small (v1.0).
