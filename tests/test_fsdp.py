@@ -10,20 +10,26 @@
 """
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import test_faults as faults
 import torch
 from conftest import TORCHRUN_2
 from safetensors.torch import load_file
 from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
 
+import training.checkpoint as ckpt
 import training.run
+import training.train as T
 from training.args import as_flags, parse_args
+from training.checkpoint import list_checkpoints, load_checkpoint, load_latest_checkpoint, verify_checkpoint
 from training.process_group import end_process_group
 from training.train import train
 
@@ -178,80 +184,60 @@ def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
         assert all(torch.equal(one_node[k], two_nodes[k]) for k in one_node), engine
 
 
-# Launches that die at a known point: rank 0 at the commit of the sharded checkpoint of step 8 (its
-# shards written, the folder not yet renamed), or rank 1 in the forward of step 6; torchrun then
-# stops the other process.
-DIE_MID_SAVE = """
-import os
-import training.checkpoint as C
-commit = C.save_checkpoint
-def die_at_commit(*args, **kwargs):
-    if kwargs.get("staged") is not None and kwargs["step"] == 8:
-        os._exit(17)
-    return commit(*args, **kwargs)
-C.save_checkpoint = die_at_commit
-"""
-DIE_MID_STEP = """
-import os
-import torch.distributed as dist
-import training.train as T
-forward, calls = T.forward_loss, [0]
-def die_in_step_6(*args, **kwargs):
-    calls[0] += 1
-    if calls[0] == 6 and dist.get_rank() == 1:
-        os._exit(17)
-    return forward(*args, **kwargs)
-T.forward_loss = die_in_step_6
-"""
-# dropout, so that every process's own random streams must be restored too
-KILLED = {**SHORT, "max_steps": 12, "save_every": 4, "eval_every": 4, "hidden_dropout": 0.1,
-          "attention_dropout": 0.1, "fsdp": "full_shard", "load_best_model_at_end": True}  # fmt: skip
+# The fault-injection suite's kills (`test_faults`: a forked child SIGKILLs itself at a chosen point),
+# on a sharded run of one process: a group of one, the same sharded save and load as N.
+def die_at_sharded_commit(step: int):
+    """Die with the shards of checkpoint `step` written, one of them cut short, the folder not committed."""
+
+    def install():
+        commit = ckpt.save_checkpoint
+
+        def dying(*args, **kwargs):
+            if kwargs.get("staged") is not None and kwargs["step"] == step:
+                shard = Path(kwargs["staged"]) / "shards" / "__0_0.distcp"
+                shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            return commit(*args, **kwargs)
+
+        ckpt.save_checkpoint = dying
+
+    return install
 
 
-def _die(tmp_path: Path, name: str, hook: str, out: Path) -> None:
-    script = tmp_path / f"{name}.py"
-    script.write_text(hook + RUNS_IN_ONE_LAUNCH)
-    result = subprocess.run(
-        [*TORCHRUN_2, str(script), *as_flags({**KILLED, "output_dir": str(out)})],
-        cwd=REPO_ROOT, env=_env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode != 0 and not (out / "final").exists(), result.stderr[-3000:]
+def _faults_run(out: Path, **flags) -> dict:
+    try:
+        return faults._run(out, fsdp="full_shard", **flags)
+    finally:
+        end_process_group()  # a forked child must not inherit the group
 
 
 @pytest.mark.slow
 def test_a_killed_sharded_run_resumes_exactly_and_passes_over_a_corrupt_shard(tmp_path, caplog):
-    from training.checkpoint import (
-        list_checkpoints,
-        load_checkpoint,
-        load_latest_checkpoint,
-        verify_checkpoint,
-    )
-
+    """Killed mid-save (a torn shard in the staging folder) and mid-step, with dropout, gradient
+    accumulation and the best model: both resume to the uninterrupted run's weights, bit for bit."""
     reference, mid_save, mid_step = tmp_path / "reference", tmp_path / "mid_save", tmp_path / "mid_step"
-    _runs(tmp_path, TORCHRUN_2, [as_flags({**KILLED, "output_dir": str(reference)})])
-    _die(tmp_path, "mid_save", DIE_MID_SAVE, mid_save)
-    _die(tmp_path, "mid_step", DIE_MID_STEP, mid_step)
-    # the kill left the newest complete checkpoints intact, and (mid-save) a staging folder
-    assert [s for s, _ in list_checkpoints(mid_save / "checkpoints")] == [4]
-    assert [s for s, _ in list_checkpoints(mid_step / "checkpoints")] == [4]
+    _faults_run(reference)
+    kills = {mid_save: die_at_sharded_commit(8), mid_step: faults.kill_at_call(T, "forward_loss", 13)}
+    for out, hook in kills.items():
+        status = faults.run_in_child(out, [hook], fsdp="full_shard")
+        assert faults._killed(status), (out.name, status)
+    # the kills left the newest complete checkpoints intact, and (mid-save) a staging folder
+    assert [s for s, _ in list_checkpoints(mid_save / "checkpoints")] == [4, 6]
+    assert [s for s, _ in list_checkpoints(mid_step / "checkpoints")] == [4, 6]
     assert any(p.name.startswith(".tmp-hflm-") for p in (mid_save / "checkpoints").iterdir())
-    resume = [as_flags({**KILLED, "output_dir": str(out), "resume": "true"}) for out in (mid_save, mid_step)]
-    _runs(tmp_path, TORCHRUN_2, resume)
-    a = _weights(reference)
-    for out in (mid_save, mid_step):
-        b = _weights(out)
-        assert all(torch.equal(a[k], b[k]) for k in a), out.name  # bit for bit
-        assert _metrics(out)["sharding"]["engine"] == "FSDP2 full_shard"
+    for out in kills:
+        assert _faults_run(out, resume="true")["sharding"]["engine"] == "FSDP2 full_shard"
+        assert faults._same_weights(reference, out), out.name  # bit for bit
 
     # a shard damaged after its save: named, and the previous checkpoint is loaded instead; a
     # sharded checkpoint also loads into an unsharded model in a process of its own
     newest = list_checkpoints(mid_save / "checkpoints")[-1][1]
-    shard = newest / "shards" / "__1_0.distcp"
+    shard = newest / "shards" / "__0_0.distcp"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     assert verify_checkpoint(newest) == [
-        "shards/__1_0.distcp: sha256 mismatch (contents changed since the save: corrupt)"
+        "shards/__0_0.distcp: sha256 mismatch (contents changed since the save: corrupt)"
     ]
     from transformers import AutoModelForCausalLM
 
@@ -260,10 +246,10 @@ def test_a_killed_sharded_run_resumes_exactly_and_passes_over_a_corrupt_shard(tm
     state = load_latest_checkpoint(
         mid_save / "checkpoints", model=models[0], optimizer=optimizer, restore_rng=False
     )
-    assert state["step"] == 8 and newest in state["damaged"] and "__1_0.distcp" in caplog.text
-    load_checkpoint(reference / "checkpoints" / "checkpoint-00000008", model=models[1], restore_rng=False)
+    assert state["step"] == 10 and newest in state["damaged"] and "__0_0.distcp" in caplog.text
+    load_checkpoint(reference / "checkpoints" / "checkpoint-00000010", model=models[1], restore_rng=False)
     for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
-        assert torch.equal(p, q), name  # the checkpoint of step 8 the uninterrupted run wrote
+        assert torch.equal(p, q), name  # the checkpoint of step 10 the uninterrupted run wrote
     assert len(optimizer.state) == len(list(models[0].parameters()))  # the moments, unsharded
 
 
