@@ -201,8 +201,8 @@ def test_every_head_adds_each_stacks_router_losses_in_training(head):
     labels = torch.tensor([0, 2]) if head.endswith("cls") else x
     if head.startswith("gpt"):
         decoder = {}
-    elif head == "t5-cls":  # the decoder reads the text shifted right
-        decoder = dict(decoder_attention_mask=model.model._source_as_decoder_input(x, mask)[1])
+    elif head == "t5-cls":  # the decoder reads the text shifted right, under the source's padding
+        decoder = {}
     else:  # a target padded apart from the source
         decoder = dict(decoder_input_ids=x, decoder_attention_mask=mask.flip(0))
     with torch.no_grad():
@@ -214,7 +214,10 @@ def test_every_head_adds_each_stacks_router_losses_in_training(head):
     else:
         stacks = [
             (out.encoder_router_logits, mask),
-            (out.decoder_router_logits, decoder["decoder_attention_mask"]),
+            (
+                out.decoder_router_logits,
+                decoder.get("decoder_attention_mask", model.model._source_as_decoder_input(x, mask)[1]),
+            ),
         ]
     assert all(len(logits) == 2 for logits, _ in stacks)
     E, k = config.num_local_experts, config.num_experts_per_tok

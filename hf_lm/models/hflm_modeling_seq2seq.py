@@ -615,9 +615,15 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
             labels,
             num_items_in_batch,
         )
-        loss, _, _ = self._add_router_losses(
-            loss, outputs, attention_mask, kwargs.get("decoder_attention_mask")
-        )
+        decoder_mask = kwargs.get("decoder_attention_mask")
+        if (
+            decoder_mask is None
+            and kwargs.get("decoder_input_ids") is None
+            and kwargs.get("decoder_inputs_embeds") is None
+        ):
+            # the decoder read the source shifted right, under its padding: its router loss skips that too
+            decoder_mask = self.model._source_as_decoder_input(input_ids, attention_mask)[1]
+        loss, _, _ = self._add_router_losses(loss, outputs, attention_mask, decoder_mask)
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
