@@ -40,9 +40,10 @@ bench: $(STAMP)
 suite: $(STAMP)
 	$(VPY) -m benchmarks.suite --threads 1
 
-# every part of hf_lm on the CUDA device present, as a pass/fail table (says so and exits 0 without one)
+# every part of hf_lm on the CUDA device present: the tests marked `cuda`, with a pass/fail table
+# (out/gpu_check/summary.md); without a GPU they are skipped, and it says so and exits 0
 gpu-check: $(STAMP)
-	$(VPY) -m training.gpu_check
+	$(VPY) -m pytest -m cuda -q tests
 
 # on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
 # BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops

@@ -1,27 +1,27 @@
 #!/usr/bin/env python
-"""Issue 13's GPU measurements as parts that each fit one call of a lent GPU machine.
+"""Issue 13's GPU measurements as parts, each run in one command on a GPU machine.
 
-A session lent a GPU gets about 15 minutes of device time, the machine's start included, and at
-most 10 minutes per command. The whole sweep (gpu-check in three precisions, the speed benchmarks
-with their compilations, nanoGPT's recipe side by side, Multi30k) takes far longer, so it is cut
-into parts of at most `--budget_seconds` (default 540 s: a 600-second call with a minute to spare).
-Run one part per call, in the order below, on a machine prepared with `../shared/gpu/prepare.sh`:
+The whole sweep (the cuda tests in three precisions, the speed benchmarks with their compilations,
+nanoGPT's recipe side by side, Multi30k) takes far longer than any one of them, so it is cut into
+parts of a few minutes each. `--budget_s` bounds a run's wall-clock time (useful to any user with a
+short GPU slot): the step running at its end is stopped, the steps after it are not run. Run the
+parts in the order below:
 
-    source .gpu/on-device.sh && python3 -m benchmarks.gpu_session --part check --output_dir $OUT --work_dir /tmp/gs
+    python -m benchmarks.gpu_session --part check --output_dir out/gpu_session
 
 | part | what | the issue's target |
 |---|---|---|
-| `check` | `training.gpu_check`: the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
+| `check` | `pytest -m cuda` (`tests/test_cuda.py`): the loop, every family, the pipelines and the tools in fp32, bf16, fp16 | everything runs on CUDA |
 | `train` | `benchmarks.bench_gpu --sections gpt_train,head_loss`: GPT-2 small, eager (first alone) and compiled | eager >= nanoGPT-shaped and >= 1.6x GPT2LMHeadModel; compiled MFU >= 40% |
 | `recipe` | nanoGPT's `train_shakespeare_char`: `training/configs/shakespeare_char.yaml` (its cosine ends at step 2,000), then nanoGPT's own code (`--nanogpt_dir`) on the same GPU, then the config with nanoGPT's 5,000 steps, and with rotary positions ending at step 1,500 | best val loss <= 1.46 in less wall time than nanoGPT |
 | `decode` | `bench_gpu --sections decode`, with hf_lm's loop (`static_decode`) greedy and sampled | static compiled greedy B=1 >= 5x GPT2LMHeadModel's dynamic cache, same tokens |
 | `translation` | `benchmarks.leaderboard_translation --entries transformer --preset gpu` (420 s at most; its 10 epochs on a CPU: BLEU 38.5 / 39.7); on demand, the same for 420 s with `--budget_schedule linear --label_smoothing 0.1` | test BLEU >= 37 within 10 minutes of training |
-| `leaderboards` | `training.gpu_check --only leaderboards --precisions bf16` (the smoke leaderboards, ablations) | everything runs on CUDA |
+| `leaderboards` | `pytest -m cuda -k leaderboards/` (the smoke leaderboards, ablations; they set their own precision) | everything runs on CUDA |
 | `encoders` | `bench_gpu --sections encoders`: BERT-base masked LM and T5-small training | (measured against their references) |
 | `rnn_translation` | Multi30k LSTM without attention, then GRU + Bahdanau (200 s of training each; their 10 epochs on a CPU: BLEU 16.2 / 17.7 and 35.2 / 36.6) | measured against 13.76 and 28.30 |
 
-`--part recipe,decode` runs several parts in turn under one budget, `--part all` every part (a
-machine lent for longer); `--steps a,b` only the named steps of the parts (what an earlier session
+`--part recipe,decode` runs several parts in turn (under one budget), `--part all` every part;
+`--steps a,b` only the named steps of the parts (what an earlier session
 measured need not run again), on-demand steps included, which run only when named (`decode`'s
 batch 8 alone, `bench_gpu_decode_b8`; `translation`'s decaying rate,
 `multi30k_transformer_budget_linear`). Measured on an H100 (2026-11-27): `check` 267 s, `train` 168 s
@@ -29,25 +29,20 @@ batch 8 alone, `bench_gpu_decode_b8`; `translation`'s decaying rate,
 nanoGPT's about 150 s. On an H200: `bench_gpu_train` 141 s, `decode` 142 s, nanoGPT 143 s, each
 2,500-step recipe run about 100 s. On a second H100: nanoGPT 166 s, the 2,000-step recipe 81 s,
 RoPE at 1,500 steps 72 s, and `decode` more than 181 s (its batch-1 rows, with the static_decode
-rows and their profile, about 150 s). The machine's start and `on-device.sh` take a minute or two of
-the device time on top; calls made back to back keep the machine warm.
+rows and their profile, about 150 s).
 
-Each step is a subprocess (a crash or a hang stays in its step) with the time left in the budget
-as its limit; at the limit its whole process group is killed and it is marked `timeout`, and the
-steps that no longer fit are marked `not run`. After every step `summary.md` and `summary.json`
-are rewritten under `--output_dir`, next to each step's log and outputs (`<step>.log`,
-`<step>/`), and the summary is printed: the device tool returns the last lines of a command's
-output even when it returns no files. The exit status is 1 when a step failed or timed out.
-The device tool brings back at most 8 files, 2 folders down (on the first H100 run the profiler
-table and the recipe's metrics stayed behind): with `--work_dir` the steps write there and
-`--output_dir` gets only the summaries and `results.tar.gz`, every small log, table, metrics file
-and plot of the steps (no weights, no checkpoints), rewritten after each step.
+Each step is a subprocess (a crash or a hang stays in its step) with its own time limit, cut to
+what is left of `--budget_s`; at the limit its whole process group is killed and it is marked
+`timeout`, and the steps that no longer fit are marked `not run`. After every step `summary.md` and
+`summary.json` are rewritten under `--output_dir`, next to each step's log and outputs
+(`<step>.log`, `<step>/`), and the summary is printed. The exit status is 1 when a step failed or
+timed out. With `--work_dir` the steps write there and `--output_dir` gets only the summaries and
+`results.tar.gz`, every small log, table, metrics file and plot of the steps (no weights, no
+checkpoints), rewritten after each step: one small archive to copy off the machine.
 
-nanoGPT (karpathy/nanoGPT, MIT) is not part of hf_lm and is never committed: bring a checkout with
-the search tool's `fetch`, then `mkdir -p .gpu/nanogpt && git --git-dir <mirror> archive HEAD |
-tar -x -C .gpu/nanogpt` (`.gpu/` travels with the tree). Its data is written here from
-`../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would (a character vocabulary, the
-first 90% to train.bin), without the download.
+nanoGPT (karpathy/nanoGPT, MIT) is not part of hf_lm and is never committed: clone it anywhere and
+pass `--nanogpt_dir`. Its data is written from `../shared/data/tinyshakespeare/input.txt` as its
+`prepare.py` would (a character vocabulary, the first 90% to train.bin), without the download.
 
 `--smoke` runs every step at tiny size on the CPU (CI: tests/test_gpu_session.py), to check the
 commands and the summaries, not the GPU.
@@ -57,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pickle
 import re
@@ -73,7 +69,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 MULTI30K = REPO_ROOT.parent / "shared" / "data" / "multi30k"
-DEFAULT_BUDGET = 540.0
 KILL_GRACE = 10.0  # seconds a step gets after SIGTERM before SIGKILL
 MIN_STEP_SECONDS = 5.0  # a step is not started with less time left than this
 
@@ -115,9 +110,13 @@ def _json(path: Path):
 
 
 def summarize_gpu_check(ctx: dict, name: str) -> str:
-    rows = _json(ctx["out"] / f"{name}.json") or []
-    failed = [f"{r['group']}/{r['name']} ({r['precision']})" for r in rows if not r["ok"]]
-    text = f"{len(rows) - len(failed)} of {len(rows)} checks passed"
+    """The cuda tests' table (`tests/gpu_summary.py`'s summary.json) in one line."""
+    rows = (_json(ctx["out"] / name / "summary.json") or {}).get("rows", [])
+    ran = [r for r in rows if r["result"] != "skipped"]
+    failed = [f"{r['group']}/{r['check']} ({r['precision']})" for r in ran if r["result"] != "pass"]
+    text = f"{len(ran) - len(failed)} of {len(ran)} checks passed"
+    if len(ran) < len(rows):
+        text += f", {len(rows) - len(ran)} skipped"
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
@@ -182,12 +181,16 @@ def summarize_translation(ctx: dict, name: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def gpu_check_step(name: str, only: str, precisions: str, limit: float, smoke_only: str) -> Step:
+def gpu_check_step(name: str, select: str, limit: float, smoke_select: str) -> Step:
+    """The cuda tests picked by `-k select` (`make gpu-check`'s table in `<step>/summary.json`); at
+    smoke size `-k smoke_select` on the CPU."""
+
     def argv(ctx):
-        return [
-            "training.gpu_check", "--device", ctx["device"], "--only", smoke_only if ctx["smoke"] else only,
-            "--precisions", "no" if ctx["smoke"] else precisions, "--output", str(ctx["out"] / f"{name}.json"),
-        ]  # fmt: skip
+        cmd = ["pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"]
+        cmd += ["--gpu-check-dir", str(ctx["out"] / name)]
+        if ctx["smoke"]:
+            return [*cmd, "--gpu-check-device", "cpu", "-k", smoke_select]
+        return [*cmd, "-k", select]
 
     return Step(name, argv, limit, lambda ctx: summarize_gpu_check(ctx, name))
 
@@ -295,7 +298,7 @@ def translation_step(
 
 
 PARTS: dict[str, list[Step]] = {
-    "check": [gpu_check_step("gpu_check", "loop,families,pipelines,tools", "no,bf16,fp16", 540, "tools/evaluate_cli")],
+    "check": [gpu_check_step("gpu_check", "not leaderboards/", 540, "tools/evaluate_cli/fp32")],
     # bench_gpu writes its results after each section: the eager rows first, so that a compilation
     # slower than expected cannot take the eager figures with it
     "train": [
@@ -319,8 +322,8 @@ PARTS: dict[str, list[Step]] = {
         bench_gpu_step("bench_gpu_decode_b8", "decode", 540, ("--decode_batches", "8"), on_demand=True),
     ],
     # the preset (bentrevett's 10 epochs at a constant rate; run on the CPU, its 10 epochs reach test
-    # BLEU 38.5 greedy / 39.7 beam), its budget cut to 420 s to fit the call with the set-up and the
-    # decoding. On demand: the same model trained for a budget with the rate decaying over it and
+    # BLEU 38.5 greedy / 39.7 beam), its budget cut to 420 s so that training, the set-up and the
+    # decoding fit the step's 520 s. On demand: the same model trained for a budget with the rate decaying over it and
     # label smoothing 0.1 (Vaswani et al.), for a session that measured the preset before
     "translation": [
         translation_step("multi30k_transformer", "transformer", 520, ("--budget_seconds", "420")),
@@ -329,7 +332,7 @@ PARTS: dict[str, list[Step]] = {
             on_demand=True,
         ),
     ],
-    "leaderboards": [gpu_check_step("gpu_check_leaderboards", "leaderboards", "bf16", 540, "tools/demo")],
+    "leaderboards": [gpu_check_step("gpu_check_leaderboards", "leaderboards/", 540, "tools/demo/fp32")],
     "encoders": [bench_gpu_step("bench_gpu_encoders", "encoders", 540)],
     "rnn_translation": [
         translation_step("multi30k_lstm", "rnn", 265, ("--cell_type", "lstm", "--budget_seconds", "200")),
@@ -390,9 +393,10 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_steps(steps: list[Step], ctx: dict, budget: float, on_result=None) -> list[StepResult]:
-    """Run `steps` in order within `budget` seconds; the steps that no longer fit are `not run`."""
-    deadline = time.perf_counter() + budget
+def run_steps(steps: list[Step], ctx: dict, budget: float | None, on_result=None) -> list[StepResult]:
+    """Run `steps` in order within `budget` seconds (None: each step to its own limit); the steps that
+    no longer fit are `not run`."""
+    deadline = time.perf_counter() + (math.inf if budget is None else budget)
     results = []
     for step in steps:
         time_left = deadline - time.perf_counter()
@@ -406,11 +410,12 @@ def run_steps(steps: list[Step], ctx: dict, budget: float, on_result=None) -> li
 
 
 def render(results: list[StepResult], header: dict) -> str:
+    budget = "no budget" if header["budget"] is None else f"budget {header['budget']:.0f} s"
     lines = [
         f"# GPU session: part `{header['part']}`" + (" (smoke, CPU)" if header["smoke"] else ""),
         "",
         f"{header['device']}; torch {header['torch']}, transformers {header['transformers']}; "
-        f"git {header['git']}; budget {header['budget']:.0f} s; {header['date']}.",
+        f"git {header['git']}; {budget}; {header['date']}.",
         "",
         "| step | status | seconds | result |",
         "|---|---|---|---|",
@@ -435,7 +440,7 @@ def session_header(args, device: str) -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "git": git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown"),
-        "budget": args.budget_seconds,
+        "budget": args.budget_s,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
@@ -505,14 +510,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--output_dir", default="out/gpu_session", help="Logs, outputs and summary.md/json go here."
     )
     p.add_argument(
-        "--budget_seconds", type=float, default=DEFAULT_BUDGET, help="Wall-clock budget of the part."
+        "--budget_s",
+        type=float,
+        default=None,
+        help="Wall-clock budget of the whole run, in seconds (for a short GPU slot): the step running at "
+        "its end is stopped, the later ones are not run. Default: none, each step runs to its own limit.",
     )
     p.add_argument(
         "--work_dir",
         default=None,
         help="Where the steps write (default: --output_dir). When set, --output_dir gets only summary.md, "
         f"summary.json and {RESULTS_ARCHIVE}: every log, table and metrics file of the steps, no weights "
-        "(the device tool brings back at most 8 files, 2 folders down).",
+        "(one small archive to copy off the machine).",
     )
     p.add_argument(
         "--steps",
@@ -552,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         if work != out:
             pack_results(work, out / RESULTS_ARCHIVE)
 
-    results = run_steps(steps, ctx, args.budget_seconds, on_result=write)
+    results = run_steps(steps, ctx, args.budget_s, on_result=write)
     print(render(results, header))
     return 0 if all(r.status in ("ok", "skipped") for r in results) else 1
 

@@ -84,6 +84,29 @@ def variant_config(request):
     return tiny_gpt_config(**VARIANTS[request.param])
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("gpu-check", "the cuda tests (`pytest -m cuda`, `make gpu-check`)")
+    group.addoption(
+        "--gpu-check-device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="Where the cuda tests run: cuda (skipped without a CUDA device) or cpu (the same cases on "
+        "the CPU, fp16 skipped; slow).",
+    )
+    group.addoption(
+        "--gpu-check-dir",
+        default="out/gpu_check",
+        help="Where the cuda tests' pass/fail table goes (summary.md, summary.json), from the repository "
+        "root unless absolute (default: %(default)s).",
+    )
+
+
+def pytest_configure(config):
+    from gpu_summary import GpuCheckSummary
+
+    config.pluginmanager.register(GpuCheckSummary(config), "gpu_check_summary")
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

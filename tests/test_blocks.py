@@ -258,7 +258,8 @@ def test_vocab_projection_aligned_product_equals_linear(vocab, pad, bias):
 
 def test_vocab_projection_keeps_f_linear_off_cuda():
     """The padded product is for CUDA's kernels only: on a CPU, a training-sized input goes
-    straight to F.linear (the check of the CUDA path itself is gpu_check's `vocab_projection`)."""
+    straight to F.linear (the CUDA path itself is checked by `make gpu-check`'s
+    `families/vocab_projection`)."""
     from hf_lm.models.hflm_layers import (
         VocabProjection,
     )
@@ -267,7 +268,7 @@ def test_vocab_projection_keeps_f_linear_off_cuda():
     head.aligned_linear = lambda *args: pytest.fail("padded product on a CPU")
     x = torch.randn(VocabProjection.ALIGN_MIN_ROWS, 16)
     torch.testing.assert_close(head(x), F.linear(x, head.weight))
-    from training.gpu_check import run_vocab_projection_case
+    from gpu_cases import run_vocab_projection_case
 
     assert "no (CPU)" in run_vocab_projection_case("cpu", "no")
 

@@ -4,25 +4,23 @@ A GPU rejects a CPU tensor next to a CUDA tensor; a CPU-only CI never sees the d
 model lives on `tests/simulated_device.py`'s device (real CPU data that reports another device and
 follows CUDA's mixing rules), the data starts on the CPU, and every path of the training loop,
 every model family and config variant (tests/config_variants.py), the pipelines and the tools must
-still run. The same cases run on a real GPU
-with `make gpu-check` (`training.gpu_check`), which this suite shares its case lists with.
+still run. The same cases run on a real GPU with `make gpu-check` (`pytest -m cuda`,
+`tests/test_cuda.py`), which this suite shares its case lists with (`tests/gpu_cases.py`).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_gpt_config
-from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simulated_device, to_cpu
-
-import training.evaluation
-import training.train as train_module
-from hf_lm import HfLmGPTForCausalLM
-from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
-from training.gpu_check import (
+from conftest import REPO_ROOT, tiny_gpt_config
+from gpu_cases import (
     COMPILED,
     FINETUNE_CASES,
     LOOP_CASES,
@@ -32,12 +30,21 @@ from training.gpu_check import (
     _main_output,
     check_loop_metrics,
     loop_argv,
+    matmul_precision_for,
     run_demo,
     run_evaluate_cli,
     run_family_case,
     run_finetune_case,
     run_pipeline_case,
+    sweep_ids,
 )
+from gpu_summary import CUDA_MARK, GpuCheckSummary
+from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simulated_device, to_cpu
+
+import training.evaluation
+import training.train as train_module
+from hf_lm import HfLmGPTForCausalLM
+from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
 
 # ----------------------------------------------------------------------------------------------
 # The simulated device follows CUDA's rules
@@ -193,63 +200,104 @@ def test_evaluate_cli_and_demo_on_the_accelerator(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_gpu_check_without_cuda_says_so_and_exits_0(capsys, monkeypatch):
-    from training import gpu_check
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert gpu_check.main([]) == 0
-    assert "no CUDA device" in capsys.readouterr().out
-
-
-def test_gpu_check_lists_every_group_and_runs_on_the_cpu(capsys, tmp_path):
-    from training import gpu_check
-
-    assert gpu_check.main(["--list", "--device", "cpu"]) == 0
-    listed = capsys.readouterr().out.split()
-    assert {name.split("/")[0] for name in listed} == set(gpu_check.GROUPS)
-    families = [case.name for case in FAMILY_CASES + VARIANT_CASES]
-    for case in [*LOOP_CASES, *PIPELINE_CASES, *gpu_check.LEADERBOARDS, *families]:
-        assert any(name.endswith("/" + case) for name in listed), case
-    status = gpu_check.main(
-        [
-            "--device",
-            "cpu",
-            "--only",
-            "gpt,bert_fill_mask",
-            "--precisions",
-            "no,bf16",
-            "--workdir",
-            str(tmp_path),
-        ]
+def _pytest_cuda(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`pytest -m cuda tests/test_cuda.py ARGS` from the repository root, as `make gpu-check` runs it."""
+    command = [sys.executable, "-m", "pytest", "-m", "cuda", "tests/test_cuda.py", "-p", "no:cacheprovider"]
+    return subprocess.run(
+        [*command, *args], cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})}
     )
-    out = capsys.readouterr().out
-    assert status == 0, out
-    assert out.count("| pass |") == 6 and "6 passed, 0 failed" in out
 
 
-def test_gpu_check_compares_fp32_without_tf32_whatever_ran_before(tmp_path):
+def test_gpu_check_without_cuda_collects_every_case_skips_it_and_says_so(tmp_path):
+    """`make gpu-check` on a machine without a GPU: every case is collected and skipped, the run says
+    why and exits 0, and writes no table of skipped rows."""
+    done = _pytest_cuda("-v", "--gpu-check-dir", str(tmp_path), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stdout[-3000:]
+    skipped = [line.split("[", 1)[1].split("]")[0] for line in done.stdout.splitlines() if " SKIPPED" in line]
+    expected = sweep_ids()
+    assert len(expected) == 267  # 264 on one GPU, with the 3 DDP runs of two
+    assert sorted(skipped) == sorted(expected)
+    assert "gpu-check: no CUDA device on this machine, so there is nothing to check" in done.stdout
+    assert f"the {len(expected)} cuda tests were skipped" in done.stdout
+    assert not list(tmp_path.iterdir())
+
+
+def test_gpu_check_runs_on_the_cpu_and_writes_the_table(tmp_path):
+    """`--gpu-check-device cpu` runs the cases on the CPU (fp16 skipped: autocast needs CUDA there),
+    and the table lists every selected case, printed and written as markdown and JSON."""
+    picked = "loop/gpt/ or families/gpt/ or pipelines/bert_fill_mask/"
+    done = _pytest_cuda("-q", "--gpu-check-device", "cpu", "--gpu-check-dir", str(tmp_path), "-k", picked)
+    assert done.returncode == 0, done.stdout[-3000:]
+    table = (tmp_path / "summary.md").read_text()
+    assert table in done.stdout.replace("\r", "")
+    assert table.startswith("# gpu-check on cpu (torch ")
+    assert "| loop | gpt | bf16 | pass |" in table and "resumed: step 6" in table
+    assert "| families | gpt | fp16 | skipped | 0.0 | fp16 autocast needs CUDA |" in table
+    assert table.rstrip().endswith("6 passed, 0 failed, 3 skipped.")
+    rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
+    assert [(r["group"], r["check"], r["precision"], r["result"]) for r in rows[:3]] == [
+        ("loop", "gpt", "fp32", "pass"),
+        ("loop", "gpt", "bf16", "pass"),
+        ("loop", "gpt", "fp16", "skipped"),
+    ]
+
+
+def test_gpu_check_table_rows_pass_fail_and_skip(tmp_path):
+    """A failure is a row with its first line (and the phase, outside the test body); a check's name
+    may hold a slash; a test without the cuda mark is no row."""
+
+    class Config:
+        rootpath = tmp_path
+
+        def getoption(self, name):
+            return {"gpu_check_device": "cpu", "gpu_check_dir": "gpu"}[name]
+
+    def report(test_id, outcome, when="call", longrepr=None, detail=None, cuda=True):
+        properties = [(CUDA_MARK, True)] if cuda else []
+        properties += [("detail", detail)] if detail else []
+        nodeid = f"tests/test_cuda.py::test_x[{test_id}]"
+        return pytest.TestReport(
+            nodeid, ("", 0, ""), {}, outcome, longrepr, when, user_properties=properties, duration=1.25
+        )
+
+    summary = GpuCheckSummary(Config())
+    for r in (
+        report("families/gpt-causal-lm/compiled_static/fp32", "passed", detail="eager | 1 graph"),
+        report("loop/gpt/bf16", "failed", longrepr="AssertionError: loss nan\nthe traceback"),
+        report("loop/gpt/fp16", "skipped", "setup", ("f.py", 1, "Skipped: fp16 autocast needs CUDA")),
+        report("pipelines/t5_text2text/fp32", "failed", "setup", "RuntimeError: no folder"),
+        report("other", "passed", cuda=False),
+    ):
+        summary.pytest_runtest_logreport(r)
+    lines = summary.table().splitlines()
+    assert lines[4:] == [
+        "| families | gpt-causal-lm/compiled_static | fp32 | pass | 1.2 | eager \\| 1 graph |",
+        "| loop | gpt | bf16 | **FAIL** | 0.0 | AssertionError: loss nan |",
+        "| loop | gpt | fp16 | skipped | 0.0 | fp16 autocast needs CUDA |",
+        "| pipelines | t5_text2text | fp32 | **FAIL** | 0.0 | setup: RuntimeError: no folder |",
+        "",
+        "1 passed, 2 failed, 1 skipped.",
+    ]
+
+
+def test_fp32_cases_run_without_tf32_whatever_ran_before():
     """On an H100 every fp32 family check failed, 1e-3 off the CPU: the loop checks before them had
-    turned TF32 on for the whole process. fp32 checks now run with it off, and the caller's setting
-    comes back after each check."""
-    from training import gpu_check
-
+    turned TF32 on for the whole process. fp32 cases now run with it off, and the caller's setting
+    comes back after each case."""
     seen = []
-
-    def probe(workdir, device, precision):
-        seen.append((precision, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32))
-        torch.set_float32_matmul_precision("medium")  # a check that changes it (a training run)
-        torch.backends.cudnn.allow_tf32 = True
-        return ""
-
     saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     try:
         torch.set_float32_matmul_precision("high")  # TF32 on, as a run on a GPU leaves it
         torch.backends.cudnn.allow_tf32 = True
-        checks = [gpu_check.Check("families", "probe", probe, ("no", "bf16"))]
-        results = list(gpu_check.run_checks(checks, "cpu", ("no", "bf16"), tmp_path))
-        assert all(r.ok for r in results)
+        for precision in ("no", "bf16"):
+            with matmul_precision_for(precision):
+                seen.append(
+                    (precision, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
+                )
+                torch.set_float32_matmul_precision("medium")  # a case that changes it (a training run)
+                torch.backends.cudnn.allow_tf32 = False
+            assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32 is True
         assert seen == [("no", "highest", False), ("bf16", "high", True)]
-        assert torch.get_float32_matmul_precision() == "high" and torch.backends.cudnn.allow_tf32 is True
     finally:
         torch.set_float32_matmul_precision(saved[0])
         torch.backends.cudnn.allow_tf32 = saved[1]

@@ -76,7 +76,7 @@ def tf32_restored() -> Iterator[None]:
     """Put torch's process-wide TF32 flags back as they were on leaving the block.
 
     `configure_tf32` changes a setting of the whole process: a run that leaves it on would make the
-    caller's later float32 work TF32 too (a notebook, `training.gpu_check`'s fp32 comparisons with
+    caller's later float32 work TF32 too (a notebook, `make gpu-check`'s fp32 comparisons with
     the CPU, measured 1e-3 apart on an H100 after one run had turned it on).
     """
     matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32

@@ -1,66 +1,65 @@
-"""`make gpu-check`: every part of hf_lm on the CUDA device present, as one pass/fail table.
+"""The cases of the GPU sweep (`tests/test_cuda.py`, `make gpu-check`), each a function that raises
+on failure and returns a one-line summary, shared with `tests/test_device_placement.py`, which runs
+them with the model on a simulated accelerator.
 
-    make gpu-check                                          # the whole sweep on cuda:0
-    python -m training.gpu_check --only loop,pipelines --precisions bf16
-    python -m training.gpu_check --list                     # the checks, without running them
+Each case runs at tiny size, in fp32 (`"no"`, as `--mixed_precision` names it), bf16 or fp16 autocast:
 
-Without a CUDA device it says so and exits 0 (there is nothing to check); `--device cpu` runs the
-same sweep on the CPU instead (slow; the tests run its cases on a simulated accelerator,
-`tests/test_device_placement.py`).
-
-The sweep, each case at tiny size, in fp32, bf16 and fp16 autocast (`--precisions`):
-
-- `loop`: `training.train` for every architecture and objective (GPT, BERT masked LM, T5 span
+- loop: `training.train` for every architecture and objective (GPT, BERT masked LM, T5 span
   corruption, BART denoising, n-gram, feed-forward, LSTM, GRU with truncated BPTT, RNN
   encoder-decoder, scheduled sampling), streaming, document masking, gradient accumulation and a
   wall-clock budget; then a resume of the same run two steps further (fp16: the GradScaler's state
   is in the checkpoint and restored). With two or more GPUs, a 2-process DDP run (`torchrun`).
-- `families`: every model class of every family (`hf_lm.testing.FAMILY_CASES`) and every entry of the
+- families: every model class of every family (`hf_lm.testing.FAMILY_CASES`) and every entry of the
   GPT and BERT variant grids (`VARIANT_CASES`: ALiBi, xPos, relative biases, RoPE, gated activations,
   grouped queries, ALBERT sharing, sparse attention): forward with labels,
   backward, and `generate()` where the family generates, next to the same model on the CPU; in
   fp32, the families with a static cache also decode with `hf_lm.generation_static.static_decode`,
   greedy and sampled, which must give `generate()`'s tokens on the device, and `<family>/compiled_static`
   has `generate()` compile their decoding step (fullgraph, Inductor on a GPU) and give the dynamic
-  cache's tokens.
-- `pipelines`: every pipeline the README lists, with `device=0`, against the CPU pipeline's output.
-- `tools`: `evaluate_cli --device cuda`, the demo, the fine-tuning scripts (classification, and
-  translation for every family) with `--bf16`/`--fp16`.
-- `leaderboards`: the LM, translation and SST-2 leaderboards and the ablation runner, `--smoke`.
-
-The exit status is 1 when a check fails. The table goes to stdout (and `--output` as JSON);
-each failure's traceback to the log.
+  cache's tokens; `vocab_projection` checks the LM heads' padded product.
+- pipelines: every pipeline the README lists on the device, against the CPU pipeline's output.
+- tools: `evaluate_cli`, the demo, the fine-tuning scripts (classification, and translation for
+  every family) with `--bf16`/`--fp16`.
+- leaderboards: the LM, translation and SST-2 leaderboards and the ablation runner, `--smoke`, each
+  in a process of its own from the repository root (they read the data under `../shared/data`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import io
 import json
-import logging
 import math
 import numbers
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
-import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .optim import tf32_restored
-
-logger = logging.getLogger(__name__)
+from training.optim import tf32_restored
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PRECISIONS = ("no", "bf16", "fp16")
-GROUPS = ("loop", "families", "pipelines", "tools", "leaderboards")
+PRECISIONS = ("no", "bf16", "fp16")  # `--mixed_precision`'s names: "no" is fp32
+
+
+@contextlib.contextmanager
+def matmul_precision_for(precision: str) -> Iterator[None]:
+    """The float32 matmul setting a case needs, and the caller's back afterwards.
+
+    fp32 cases compare with the CPU at 1e-4, so TF32 is off for them (cuDNN's LSTM/GRU kernels too):
+    on an H100 every fp32 family check once failed 1e-3 off the CPU because a loop run before them
+    had turned TF32 on for the whole process. Whatever a case turns on, the next one starts clean.
+    """
+    with tf32_restored():
+        if precision == "no":
+            torch.set_float32_matmul_precision("highest")
+            torch.backends.cudnn.allow_tf32 = False
+        yield
+
 
 # ----------------------------------------------------------------------------------------------
 # The training loop: every architecture, objective and data path at tiny size
@@ -141,7 +140,7 @@ def check_loop_metrics(metrics: dict, case: str, resumed: bool) -> str:
 
 def run_loop_case(case: str, workdir: Path, precision: str) -> str:
     """Train one loop case, then resume it two steps further; fp16 must checkpoint its loss scale."""
-    from . import train
+    from training import train
 
     output_dir = workdir / f"loop_{case}_{precision}"
     shutil.rmtree(output_dir, ignore_errors=True)
@@ -361,8 +360,7 @@ def _save(folder: Path, model, tokenizer) -> None:
 
 def _gpt_folder(folder: Path, head: str = "lm") -> None:
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTModel
-
-    from .tokenizer import train_tokenizer
+    from training.tokenizer import train_tokenizer
 
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, padding_side="left")
     config = HfLmGPTConfig(
@@ -375,8 +373,7 @@ def _gpt_folder(folder: Path, head: str = "lm") -> None:
 
 def _bert_folder(folder: Path, head: str) -> None:
     import hf_lm
-
-    from .tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+    from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
     tok = train_tokenizer(
         PIPELINE_CORPUS, kind="wordpiece", vocab_size=200, special_tokens=BERT_SPECIAL_TOKENS
@@ -396,8 +393,7 @@ def _bert_folder(folder: Path, head: str) -> None:
 
 def _seq2seq_folder(folder: Path, family: str) -> None:
     import hf_lm
-
-    from .tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
 
     specials = T5_SPECIAL_TOKENS if family == "t5" else BART_SPECIAL_TOKENS
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, special_tokens=specials)
@@ -579,7 +575,7 @@ def finetune_argv(case: str, data: Path, output_dir: Path, precision: str = "no"
 
 def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tuple[str, ...] = ()) -> str:
     """Fine-tune (from scratch, 3 steps) and evaluate with the Trainer script of `case`."""
-    from . import finetune_classification, finetune_translation
+    from training import finetune_classification, finetune_translation
 
     data = workdir / "toy_data"
     if not (data / "train.tsv").is_file():
@@ -597,7 +593,7 @@ def run_finetune_case(case: str, workdir: Path, precision: str = "no", extra: tu
 
 def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
     """`training.evaluate_cli` on a model trained by the loop (trained first if needed)."""
-    from . import evaluate_cli, train
+    from training import evaluate_cli, train
 
     model = workdir / "loop_gpt_no" / "final"
     if not (model / "config.json").is_file():
@@ -625,7 +621,7 @@ def run_evaluate_cli(workdir: Path, device: str, precision: str) -> str:
 
 def run_demo(workdir: Path, precision: str) -> str:
     """`make demo` at tiny size: train, bits per word against the floor, samples."""
-    from . import demo
+    from training import demo
 
     argv = [
         "--output_dir", str(workdir / f"demo_{precision}"), "--model_size", "tiny", "--max_steps", "20",
@@ -672,106 +668,6 @@ def run_leaderboard(name: str, workdir: Path, data_dir: Path = SHARED_DATA) -> s
     return f"wrote {', '.join(written[:4])}"
 
 
-# ----------------------------------------------------------------------------------------------
-# The sweep
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Check:
-    """One entry of the sweep: `run(workdir, device, precision)` raises on failure, else returns a summary."""
-
-    group: str
-    name: str
-    run: Callable[[Path, str, str], str]
-    precisions: tuple[str, ...] = PRECISIONS
-
-
-@dataclass
-class Result:
-    group: str
-    name: str
-    precision: str
-    ok: bool
-    seconds: float
-    detail: str = ""
-    error: str = field(default="", repr=False)
-
-
-def checks(device: str) -> list[Check]:
-    """Every check of the sweep on `device` ("cuda" or "cpu")."""
-    out = [
-        Check(
-            "loop",
-            case,
-            lambda workdir, device, precision, case=case: run_loop_case(case, workdir, precision),
-        )
-        for case in LOOP_CASES
-    ]
-    from hf_lm.testing import FAMILY_CASES, STATIC_CACHE_CASES, VARIANT_CASES
-
-    out += [
-        Check(
-            "families",
-            c.name,
-            lambda workdir, device, precision, name=c.name: run_family_case(name, device, precision),
-        )
-        for c in FAMILY_CASES + VARIANT_CASES
-    ]
-    out += [
-        Check(
-            "families",
-            f"{name}/compiled_static",
-            lambda workdir, device, precision, name=name: run_compiled_static_case(name, device),
-            ("no",),
-        )
-        for name in (c.name for c in STATIC_CACHE_CASES)
-    ]
-    out.append(
-        Check(
-            "families",
-            "vocab_projection",
-            lambda workdir, device, precision: run_vocab_projection_case(device, precision),
-        )
-    )
-    out += [
-        Check(
-            "pipelines",
-            name,
-            lambda workdir, device, precision, name=name: run_pipeline_case(
-                name, workdir, device, HALF[precision]
-            ),
-        )
-        for name in PIPELINE_CASES
-    ]
-    out += [
-        Check(
-            "tools",
-            f"finetune_{case}",
-            lambda workdir, device, precision, case=case: run_finetune_case(case, workdir, precision),
-        )
-        for case in FINETUNE_CASES
-    ]
-    out += [
-        Check("tools", "evaluate_cli", run_evaluate_cli),
-        Check("tools", "demo", lambda workdir, device, precision: run_demo(workdir, precision)),
-    ]
-    out += [
-        Check(
-            "leaderboards",
-            name,
-            lambda workdir, device, precision, name=name: run_leaderboard(name, workdir),
-            ("no",),
-        )
-        for name in LEADERBOARDS
-    ]
-    if device == "cuda" and torch.cuda.device_count() >= 2:
-        out.append(
-            Check("loop", "ddp_2_processes", lambda workdir, device, precision: run_ddp(workdir, precision))
-        )
-    return out
-
-
 def _run(command: list[str], log: Path) -> None:
     """Run a command from the repository root; its output goes to `log`; raise with its tail if it fails."""
     with open(log, "w") as f:
@@ -781,112 +677,18 @@ def _run(command: list[str], log: Path) -> None:
         raise RuntimeError(f"exit status {done.returncode}: " + " | ".join(tail))
 
 
-def run_checks(
-    selected: list[Check], device: str, precisions: tuple[str, ...], workdir: Path
-) -> Iterator[Result]:
-    """Run each check in each precision it supports; a failure is recorded, and the sweep goes on."""
-    for check in selected:
-        for precision in precisions:
-            if precision not in check.precisions or (precision == "fp16" and device != "cuda"):
-                continue  # fp16 autocast needs CUDA: the loop refuses it on a CPU
-            start = time.perf_counter()
-            try:
-                with contextlib.redirect_stdout(io.StringIO()), tf32_restored():
-                    if precision == "no":  # fp32 is compared with the CPU at 1e-4; TF32 is ~1e-3 off
-                        torch.set_float32_matmul_precision("highest")
-                        torch.backends.cudnn.allow_tf32 = False  # cuDNN's LSTM/GRU kernels too
-                    detail = check.run(workdir, device, precision)
-                result = Result(check.group, check.name, precision, True, time.perf_counter() - start, detail)
-            except Exception as err:  # noqa: BLE001  (a failed check is a row of the table)
-                result = Result(
-                    check.group,
-                    check.name,
-                    precision,
-                    False,
-                    time.perf_counter() - start,
-                    f"{type(err).__name__}: {err}".splitlines()[0][:200],
-                    traceback.format_exc(),
-                )
-                logger.error("FAILED %s/%s (%s):\n%s", check.group, check.name, precision, result.error)
-            logger.info(
-                "%s %s/%s (%s) %.1f s: %s",
-                "pass" if result.ok else "FAIL",
-                result.group,
-                result.name,
-                precision,
-                result.seconds,
-                result.detail,
-            )
-            yield result
+def sweep_ids() -> set[str]:
+    """Every case of the sweep in every precision it runs in, as `group/check/precision`: what
+    `pytest -m cuda` must collect (`tests/test_cuda.py` builds its parameters on its own)."""
+    from hf_lm.testing import FAMILY_CASES, STATIC_CACHE_CASES, VARIANT_CASES
 
-
-def table(results: list[Result], device_name: str) -> str:
-    """The markdown pass/fail table."""
-    lines = [
-        f"# gpu-check on {device_name}",
-        "",
-        "| group | check | precision | result | seconds | detail |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        detail = r.detail.replace("|", "\\|")
-        lines.append(
-            f"| {r.group} | {r.name} | {r.precision} | {'pass' if r.ok else '**FAIL**'} | {r.seconds:.1f} | {detail} |"
-        )
-    failed = sum(not r.ok for r in results)
-    lines += ["", f"{len(results) - failed} passed, {failed} failed."]
-    return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="Where to run the sweep.")
-    parser.add_argument(
-        "--only", default=None, help=f"Comma list of groups {list(GROUPS)}, check names or group/name."
-    )
-    parser.add_argument(
-        "--precisions", default=",".join(PRECISIONS), help="Comma list among no (fp32), bf16, fp16."
-    )
-    parser.add_argument("--workdir", default=None, help="Where runs write (default: a temporary folder).")
-    parser.add_argument("--output", default=None, help="Also write the results here as JSON.")
-    parser.add_argument("--list", action="store_true", help="List the checks and exit.")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the sweep; returns the exit status (0: all passed, or no CUDA device to check)."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    precisions = tuple(p for p in args.precisions.split(",") if p)
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise ValueError(f"`--precisions` entries must be among {list(PRECISIONS)}, got {p!r}.")
-    selected = checks(args.device)
-    if args.only:
-        wanted = set(args.only.split(","))
-        selected = [c for c in selected if wanted & {c.group, c.name, f"{c.group}/{c.name}"}]
-        if not selected:
-            raise ValueError(f"`--only {args.only}` selects no check; see --list.")
-    if args.list:
-        sys.stdout.write("\n".join(f"{c.group}/{c.name}" for c in selected) + "\n")
-        return 0
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.stdout.write(
-            "gpu-check: no CUDA device on this machine, so there is nothing to check (exit 0). "
-            "Run it on a GPU machine; `--device cpu` runs the same sweep on the CPU.\n"
-        )
-        return 0
-    device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
-        workdir = Path(args.workdir or tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        results = list(run_checks(selected, args.device, precisions, workdir))
-    report = table(results, f"{device_name} (torch {torch.__version__})")
-    sys.stdout.write(report + "\n")
-    if args.output:
-        Path(args.output).write_text(json.dumps([asdict(r) for r in results], indent=2))
-    return 0 if all(r.ok for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    every, fp32 = ("fp32", "bf16", "fp16"), ("fp32",)
+    names = [("loop", case, every) for case in [*LOOP_CASES, "ddp_2_processes"]]
+    names += [("families", case.name, every) for case in FAMILY_CASES + VARIANT_CASES]
+    names += [("families", f"{case.name}/compiled_static", fp32) for case in STATIC_CACHE_CASES]
+    names += [("families", "vocab_projection", every)]
+    names += [("pipelines", name, every) for name in PIPELINE_CASES]
+    names += [("tools", f"finetune_{case}", every) for case in FINETUNE_CASES]
+    names += [("tools", "evaluate_cli", every), ("tools", "demo", every)]
+    names += [("leaderboards", name, fp32) for name in LEADERBOARDS]
+    return {f"{group}/{name}/{p}" for group, name, precisions in names for p in precisions}
