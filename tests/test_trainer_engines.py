@@ -227,25 +227,6 @@ def test_python_caller_refused(tmp_path, monkeypatch, script):
         train_with_budget(NeverBuilt, plain, {"train": []})
 
 
-@pytest.mark.slow
-def test_two_process_launch_with_fsdp_exits_with_the_refusal(tmp_path):
-    """`torchrun --nproc_per_node 2 -m training.finetune_classification --fsdp full_shard` on the CPU
-    ends with a non-zero status and the refusal from every process, not a DDP run."""
-    argv = _argv(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT}
-    env.update(PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1")
-    cmd = [*TORCHRUN_2, "-m", "training.finetune_classification", *argv, "--fsdp", "full_shard"]
-    result = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0
-    # both processes, while parsing (before the process group: no "[rankN]:" prefix)
-    refusal = (
-        "ValueError: `--fsdp full_shard` asks transformers' Trainer for FSDP, "
-        "but this machine has no CUDA GPU"
-    )
-    assert result.stderr.count(refusal) == 2, result.stderr[-3000:]
-    assert not (tmp_path / "out").exists()
-
-
 # ---------------------------------------------------------------------------------------------
 # a launch of several processes on a machine without a GPU: one DDP group on the CPU
 # ---------------------------------------------------------------------------------------------
