@@ -228,7 +228,7 @@ def kill_appending_row(n: int):
     step 1 to a reader that does not know the row was cut short."""
 
     def install():
-        hit, write = Countdown(n), T.CsvLog.write
+        hit, write = Countdown(n), run_log.CsvLog.write
 
         def torn_write(self, row):
             if not hit():
@@ -237,7 +237,7 @@ def kill_appending_row(n: int):
                 f.write(str(row["step"])[0])
             _die()
 
-        T.CsvLog.write = torn_write
+        run_log.CsvLog.write = torn_write
 
     return install
 

@@ -12,7 +12,7 @@ from conftest import SHARED_DATA, tiny_gpt_config
 from benchmarks import leaderboard_lm as leaderboard
 from hf_lm import HfLmGPTForCausalLM
 from training.args import parse_args as parse_train_args
-from training.train import build_model
+from training.objectives import build_model
 
 TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 needs_data = pytest.mark.skipif(

@@ -104,8 +104,8 @@ def test_sst2_entry_arguments_parse(tmp_path):
     """The pretraining command is valid for `training.train` (MLM from the shared initialization) and
     every fine-tuning command for `training.finetune_classification`, with the same budget except the
     compute-matched control."""
+    from training.args import parse_args as parse_train_args
     from training.finetune_classification import parse_args
-    from training.train import parse_args as parse_train_args
 
     (tmp_path / "init").mkdir()
     (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\n")

@@ -14,8 +14,9 @@ from test_train import _run as train_run
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from training.args import parse_args
+from training.batches import GlobalBatchSampler
 from training.checkpoint import latest_checkpoint, load_checkpoint
-from training.train import GlobalBatchSampler, build_model
+from training.objectives import build_model
 
 # test_train's tiny run with one layer and a CSV log (no attention heads: most of these models have none)
 TINY = {**{k: v for k, v in TRAIN_TINY.items() if k != "num_attention_heads"}, "num_hidden_layers": 1}

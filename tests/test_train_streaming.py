@@ -17,9 +17,11 @@ from test_train import _argv, _run, _weights, assert_document_inputs, spy_on_mod
 import training.run_data as run_data
 import training.train as train_module
 from training.args import parse_args
+from training.batches import BlockStream, StreamingGlobalBatches
 from training.corpora import SyntheticCorpus
 from training.data import load_text_dataset, tokenize_and_pack, train_eval_split
-from training.train import BlockStream, StreamingGlobalBatches, prepare_data, train
+from training.run_data import prepare_data
+from training.train import train
 
 # 24 synthetic documents (~9k characters) of a JSON-lines file, streamed: with test_train's tiny
 # settings (300-token BPE, blocks of 32) and 16 blocks per update, an epoch is a few updates, so

@@ -1,6 +1,6 @@
 """A run: its arguments, accelerator, data, objective and fresh model, in a folder it owns.
 
-`start_run` builds what every part of a run shares (the gradient loop, `training.train.Trainer`,
+`start_run` builds what every part of a run shares (the gradient loop, `training.train.TrainingLoop`,
 and the n-gram fit, `training.ngram_fit`), the same on every process: the split, the tokenizer and
 the initial weights come from `set_seed(seed)`; then each process re-seeds its dropout stream.
 `finish_run` writes the final outputs (`training.export`) on the main process.

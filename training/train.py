@@ -121,14 +121,9 @@ import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
-from .batches import (  # noqa: F401  (the loop's data classes, importable from here)
-    BlockStream,
+from .batches import (
     DataPosition,
-    GlobalBatchSampler,
-    RandomWindows,
-    StreamingGlobalBatches,
     training_batches,
-    window_document_columns,
 )
 from .best import BestModel
 from .budget import agreed_seconds
@@ -142,24 +137,20 @@ from .checkpoint import (
     save_sharded_checkpoint,
 )
 from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
-from .evaluation import bits_metrics, eval_block_count, eval_text_units, evaluate  # noqa: F401
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
-from .objectives import Objective, build_model, objective_for  # noqa: F401
-from .optim import (  # noqa: F401
+from .optim import (
     build_optimizer,
     compile_model,
-    configure_tf32,
     optimizer_kwargs,
     tf32_restored,
 )
 from .process_group import RunInterrupted, StopSignals, end_process_group, process_state
 from .resume import data_order, restore_run, run_settings
-from .run import Run, finish_run, seed_process_rngs, shared_run_id, start_run  # noqa: F401
+from .run import Run, finish_run, shared_run_id, start_run
 from .run_checks import check_arguments
-from .run_data import prepare_data, tail_split  # noqa: F401
 from .run_folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
-from .run_log import CsvLog, projected_steps  # noqa: F401
+from .run_log import projected_steps
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
 
 logger = logging.getLogger(__name__)
@@ -190,7 +181,7 @@ def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):
 # ----------------------------------------------------------------------------------------------
 
 
-class Trainer:
+class TrainingLoop:
     """The gradient loop of a run: resume, then updates with logging, evaluation, checkpoints and
     divergence checks, then the final outputs."""
 
@@ -748,7 +739,7 @@ def _train(
         if run.family == "ngram" and not model_args.init_from:
             model, csv_log, metrics, evaluation = fit_ngram_run(run)
             return finish_run(run, model, csv_log, metrics, evaluation, None, [], fused=False)
-        return Trainer(run, signals).train()
+        return TrainingLoop(run, signals).train()
 
 
 def main(argv: list[str] | None = None) -> dict:
