@@ -140,7 +140,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     forget_previous_run_settings()
     # refused engines fail here, on every device. The plan is not given to the Accelerator: it would
     # drop it on CPU processes, and it sets ACCELERATE_USE_FSDP for the rest of the process (the
-    # next run in it would inherit FSDP); `Trainer` shards the model itself (`shard_model`)
+    # next run in it would inherit FSDP); the loop shards the model itself (`shard_model`)
     sharding = requested_plugin(train_args.fsdp, train_args.gradient_checkpointing)
     accelerator = Accelerator(
         # without `cpu=True` accelerate ignores torchrun's WORLD_SIZE on a machine with no GPU and
