@@ -16,7 +16,6 @@ import dataclasses
 import difflib
 import inspect
 import json
-import math
 import os
 import sys
 import types
@@ -27,6 +26,7 @@ import yaml
 from transformers import HfArgumentParser, PreTrainedConfig
 
 from hf_lm.families import FAMILIES
+from hf_lm.models.hflm_common import _choice, _non_negative, _number, _positive, _positive_int, _probability
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
@@ -72,18 +72,22 @@ STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
 
 
-def _positive(obj, *names: str) -> None:
+def _positive_ints(obj, *names: str) -> None:
+    """Raise `ValueError` naming the field unless each of `obj`'s `names` is an int >= 1."""
     for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        _positive_int(name, getattr(obj, name))
 
 
 def optional_positive(obj, *names: str) -> None:
     """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
     for name in names:
         if getattr(obj, name) is not None:
-            _positive(obj, name)
+            _positive_int(name, getattr(obj, name))
+
+
+def _non_negative_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
 
 
 def _finite_floats(obj) -> None:
@@ -93,14 +97,8 @@ def _finite_floats(obj) -> None:
     infinite learning rate would train NaN weights: refused before any other check.
     """
     for f in fields(obj):
-        value = getattr(obj, f.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"`{f.name}` must be a finite number, got {value!r}.")
-
-
-def _choice(obj, name: str, allowed) -> None:
-    if getattr(obj, name) not in allowed:
-        raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(obj, name)!r}.")
+        if isinstance(getattr(obj, f.name), float):
+            _number(f.name, getattr(obj, f.name))
 
 
 @dataclass
@@ -249,28 +247,20 @@ class DataArguments:
         return C4Options(**{f.name: getattr(self, f"clean_{f.name}") for f in fields(C4Options)})
 
     def __post_init__(self) -> None:
-        _choice(self, "data_cleaning", DATA_CLEANINGS)
+        _choice("data_cleaning", self.data_cleaning, DATA_CLEANINGS)
         self.cleaning_options()
-        _positive(self, "vocab_size", "block_size", "tokenizer_min_frequency")
+        _positive_ints(self, "vocab_size", "block_size", "tokenizer_min_frequency")
         optional_positive(
             self, "max_documents", "max_chars", "num_proc", "tokenizer_train_documents", "max_eval_blocks"
         )
-        if (
-            isinstance(self.shuffle_buffer_size, bool)
-            or not isinstance(self.shuffle_buffer_size, int)
-            or self.shuffle_buffer_size < 0
-        ):
-            raise ValueError(
-                f"`shuffle_buffer_size` must be a non-negative integer, got {self.shuffle_buffer_size!r}."
-            )
-        _choice(self, "tokenizer_kind", TOKENIZER_KINDS)
+        _non_negative_int("shuffle_buffer_size", self.shuffle_buffer_size)
+        _choice("tokenizer_kind", self.tokenizer_kind, TOKENIZER_KINDS)
         if self.sample_by is not None:
-            _choice(self, "sample_by", SAMPLE_BY)
-        if isinstance(self.eval_fraction, bool) or not 0 < self.eval_fraction < 1:
-            raise ValueError(f"`eval_fraction` must be in (0, 1), got {self.eval_fraction!r}.")
+            _choice("sample_by", self.sample_by, SAMPLE_BY)
+        _number("eval_fraction", self.eval_fraction, 0, 1, low_open=True, high_open=True)
         if self.streaming and self.max_chars is not None:
             raise ValueError("`max_chars` is not supported with `streaming`; use `max_documents`.")
-        _choice(self, "eval_split", EVAL_SPLITS)
+        _choice("eval_split", self.eval_split, EVAL_SPLITS)
         if self.eval_split == "tail" and self.streaming:
             raise ValueError(
                 "`eval_split`='tail' needs the corpus's length before training: not with `streaming`."
@@ -392,13 +382,13 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
-        _positive(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
-        _choice(self, "arch", ARCHS)
+        _positive_ints(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
+        _choice("arch", self.arch, ARCHS)
         if self.family is not None:
-            _choice(self, "family", FAMILY_NAMES)
-        _choice(self, "ngram_smoothing", sorted(SMOOTHINGS))
-        _choice(self, "cell_type", sorted(RNN_CELLS))
-        _choice(self, "rnn_attention", ATTENTION_TYPES)
+            _choice("family", self.family, FAMILY_NAMES)
+        _choice("ngram_smoothing", self.ngram_smoothing, SMOOTHINGS)
+        _choice("cell_type", self.cell_type, RNN_CELLS)
+        _choice("rnn_attention", self.rnn_attention, ATTENTION_TYPES)
         if self.ngram_order > MAX_ORDER:
             raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
         if "ffnn" in (self.arch, self.family) and self.ngram_order < 2:
@@ -415,8 +405,7 @@ class ModelArguments:
             if family is not None:
                 check_preset(family, self.preset)
         for name in ("hidden_dropout", "attention_dropout"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
+            _probability(name, getattr(self, name))
         if self.config_overrides is not None:
             if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
                 self.config_overrides = json.dumps(self.config_overrides)
@@ -703,8 +692,8 @@ class TrainArguments:
         self.resume = {"yes": "true", "no": "false", "1": "true", "0": "false"}.get(
             str(self.resume).lower(), str(self.resume).lower()
         )
-        _choice(self, "resume", RESUME_VALUES)
-        _positive(
+        _choice("resume", self.resume, RESUME_VALUES)
+        _positive_ints(
             self,
             "max_steps",
             "per_device_batch_size",
@@ -714,12 +703,12 @@ class TrainArguments:
             "save_every",
         )
         optional_positive(self, "eval_batches", "keep_last")
-        _choice(self, "lr_scheduler", LR_SCHEDULERS)
-        _choice(self, "mixed_precision", MIXED_PRECISIONS)
-        _choice(self, "objective", OBJECTIVES)
-        _choice(self, "masking", MASKING_KINDS)
-        _choice(self, "scheduled_sampling", SCHEDULED_SAMPLING)
-        _choice(self, "sampling", SAMPLINGS)
+        _choice("lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
+        _choice("mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
+        _choice("objective", self.objective, OBJECTIVES)
+        _choice("masking", self.masking, MASKING_KINDS)
+        _choice("scheduled_sampling", self.scheduled_sampling, SCHEDULED_SAMPLING)
+        _choice("sampling", self.sampling, SAMPLINGS)
         if self.sampling == "random_windows" and self.objective != "clm":
             raise ValueError(
                 f"`sampling`='random_windows' draws next-token windows for objective 'clm', not {self.objective!r}."
@@ -732,71 +721,42 @@ class TrainArguments:
             )
         if not self.metric_for_best_model.startswith("eval_"):
             self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
-        _choice(self, "metric_for_best_model", EVAL_METRICS[self.objective])
+        _choice("metric_for_best_model", self.metric_for_best_model, EVAL_METRICS[self.objective])
         if self.greater_is_better is None:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
-            _choice(self, "torch_compile_mode", TORCH_COMPILE_MODES)
+            _choice("torch_compile_mode", self.torch_compile_mode, TORCH_COMPILE_MODES)
         self.fsdp = " ".join(parse_fsdp(self.fsdp))
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
             self.sampling_probability(0)  # the schedule validates its constants
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"`mlm_probability` must be in (0, 1), got {self.mlm_probability!r}.")
-        if not 0 < self.electra_generator_size <= 1:
-            raise ValueError(
-                f"`electra_generator_size` must be in (0, 1], got {self.electra_generator_size!r}."
-            )
-        if not 0 <= self.electra_disc_weight < float("inf"):
-            raise ValueError(
-                f"`electra_disc_weight` must be a finite number >= 0, got {self.electra_disc_weight!r}."
-            )
-        if (
-            isinstance(self.pseudo_perplexity_blocks, bool)
-            or not isinstance(self.pseudo_perplexity_blocks, int)
-            or (self.pseudo_perplexity_blocks < 0)
-        ):
-            raise ValueError(
-                f"`pseudo_perplexity_blocks` must be a non-negative integer, got {self.pseudo_perplexity_blocks!r}."
-            )
+        _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
+        _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
+        _non_negative("electra_disc_weight", self.electra_disc_weight)
+        _non_negative_int("pseudo_perplexity_blocks", self.pseudo_perplexity_blocks)
         if isinstance(self.report_to, str):
             self.report_to = [self.report_to]
         for name in self.report_to:
             if name not in REPORTERS:
                 raise ValueError(f"`report_to` entries must be among {list(REPORTERS)}, got {name!r}.")
-        if (
-            isinstance(self.warmup_steps, bool)
-            or not isinstance(self.warmup_steps, int)
-            or self.warmup_steps < 0
-        ):
-            raise ValueError(f"`warmup_steps` must be a non-negative integer, got {self.warmup_steps!r}.")
-        for name in ("learning_rate",):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
-        if self.max_train_seconds is not None and not self.max_train_seconds > 0:
-            raise ValueError(f"`max_train_seconds` must be > 0, got {self.max_train_seconds!r}.")
-        if not 0 <= self.min_lr_rate < 1:
-            raise ValueError(f"`min_lr_rate` must be in [0, 1), got {self.min_lr_rate!r}.")
+        _non_negative_int("warmup_steps", self.warmup_steps)
+        _positive("learning_rate", self.learning_rate)
+        if self.max_train_seconds is not None:
+            _positive("max_train_seconds", self.max_train_seconds)
+        _probability("min_lr_rate", self.min_lr_rate)
         if self.min_lr_rate > 0 and self.lr_scheduler != "cosine":
             raise ValueError(
                 f"`min_lr_rate` sets the end of the cosine schedule; lr_scheduler={self.lr_scheduler!r} has none."
             )
         for name in ("weight_decay", "max_grad_norm"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
+            _non_negative(name, getattr(self, name))
         for name in ("adam_beta1", "adam_beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be in [0, 1), got {getattr(self, name)!r}.")
+            _probability(name, getattr(self, name))
         if not self.output_dir:
             raise ValueError("`output_dir` must be a non-empty path.")
-        _positive(self, "spike_window", "max_rollbacks")
-        if isinstance(self.rollback_skip_batches, bool) or not (
-            isinstance(self.rollback_skip_batches, int) and self.rollback_skip_batches >= 0
-        ):
-            raise ValueError(
-                f"`rollback_skip_batches` must be a non-negative integer, got {self.rollback_skip_batches!r}."
-            )
+        _positive_ints(self, "spike_window", "max_rollbacks")
+        _non_negative_int("rollback_skip_batches", self.rollback_skip_batches)
         if self.spike_threshold is not None:
             if not self.spike_threshold > 1:
                 raise ValueError(
