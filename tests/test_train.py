@@ -178,6 +178,9 @@ def test_parse_args_files_match_flags(tmp_path):
         (["--spike_threshold", "2"], "spike_threshold"),  # without rollback_on_divergence
         (["--rollback_on_divergence", "--rollback_skip_batches", "-1"], "rollback_skip_batches"),
         (["--rollback_on_divergence", "--max_rollbacks", "0"], "max_rollbacks"),
+        (["--max_eval_blocks", "0"], "max_eval_blocks"),  # optional, but positive when given
+        (["--eval_batches", "0"], "eval_batches"),
+        (["--keep_last", "0"], "keep_last"),
     ],
 )
 def test_parse_args_validates(flags, field):
