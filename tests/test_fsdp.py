@@ -10,6 +10,7 @@
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -56,6 +57,8 @@ FAMILIES = {
     "t5": {"family": "t5", "objective": "span_corruption"},
     "bart": {"family": "bart", "objective": "bart_denoising"},
 }
+# the runs that also train under DDP, to compare the numbers (the others check sharding and final/)
+TWINS = ("gpt", "gpt_moe", "bert", "combined")
 # everything the sharded path combines with (and CPU offload), against DDP with the same precision and recomputation
 COMBINED = {"mixed_precision": "bf16", "gradient_checkpointing": True, "torch_compile": True,
             "torch_compile_backend": "aot_eager"}  # fmt: skip
@@ -140,17 +143,16 @@ def _two_nodes(script_dir: Path, runs: list[list[str]]) -> None:
 def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
     runs = []
     for name, settings in FAMILIES.items():
-        runs += [
-            _flags(tmp_path / f"{name}_fsdp", fsdp="full_shard", **settings),
-            _flags(tmp_path / f"{name}_ddp", **settings),
-        ]
+        runs.append(_flags(tmp_path / f"{name}_fsdp", fsdp="full_shard", **settings))
+        if name in TWINS:
+            runs.append(_flags(tmp_path / f"{name}_ddp", **settings))
     runs += [
         _flags(tmp_path / "combined_fsdp", fsdp="shard_grad_op offload", **COMBINED),
         _flags(tmp_path / "combined_ddp", **COMBINED),
     ]
     _runs(tmp_path, TORCHRUN_2, runs)
     for name in [*FAMILIES, "combined"]:
-        fsdp, ddp = _metrics(tmp_path / f"{name}_fsdp"), _metrics(tmp_path / f"{name}_ddp")
+        fsdp = _metrics(tmp_path / f"{name}_fsdp")
         sharding, total = fsdp["sharding"], fsdp["sharding"]["model_parameters"]
         assert sharding["engine"].startswith("FSDP2"), name
         # each process holds about half of the parameters and of AdamW's two moments per parameter
@@ -158,14 +160,19 @@ def test_every_transformer_family_trains_sharded_as_ddp_does(tmp_path):
             assert 0.4 * total < held < 0.6 * total, (name, sharding)
         for held in sharding["optimizer_state_per_process"]:
             assert 0.8 * total < held < 1.2 * total, (name, sharding)
-        assert ddp["sharding"]["parameters_per_process"] == [total, total], name  # DDP: everything, twice
-        tol = 2e-2 if name == "combined" else 1e-4
-        assert fsdp["train_loss"] == pytest.approx(ddp["train_loss"], rel=tol), name
-        assert fsdp["eval_loss"] == pytest.approx(ddp["eval_loss"], rel=tol), name
-        # final/ is one consolidated folder that loads as the DDP run's does
-        assert _close(
-            tmp_path / f"{name}_fsdp", tmp_path / f"{name}_ddp", 5e-2 if name == "combined" else 1e-4
-        ), name
+        if name not in TWINS:  # trained, sharded, and final/ loads (below); the twins check the numbers
+            assert math.isfinite(fsdp["train_loss"]) and math.isfinite(fsdp["eval_loss"]), name
+            assert len(_weights(tmp_path / f"{name}_fsdp")) > 0  # one consolidated model.safetensors
+        else:
+            ddp = _metrics(tmp_path / f"{name}_ddp")
+            assert ddp["sharding"]["parameters_per_process"] == [total, total], name  # DDP: everything, twice
+            tol = 2e-2 if name == "combined" else 1e-4
+            assert fsdp["train_loss"] == pytest.approx(ddp["train_loss"], rel=tol), name
+            assert fsdp["eval_loss"] == pytest.approx(ddp["eval_loss"], rel=tol), name
+            # final/ is one consolidated folder that loads as the DDP run's does
+            assert _close(
+                tmp_path / f"{name}_fsdp", tmp_path / f"{name}_ddp", 5e-2 if name == "combined" else 1e-4
+            ), name
         checkpoint = tmp_path / f"{name}_fsdp" / "checkpoints" / "checkpoint-00000003"
         assert sorted(p.name for p in (checkpoint / "shards").iterdir()) == [
             ".metadata",
