@@ -122,33 +122,23 @@ def _recipe(config) -> dict:
     return {name: getattr(config, name) for name in GPT_RECIPE_FIELDS}
 
 
+# the sizes of the small Llama and Mistral references (the recipes are each library's defaults)
+LLAMA_SIZES = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 REFERENCES = {
     "gpt2": lambda: GPT2LMHeadModel(
         GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=64)
     ),
-    "llama": lambda: LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=64,
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        )
-    ),
+    "llama": lambda: LlamaForCausalLM(LlamaConfig(**LLAMA_SIZES)),
     # MistralConfig's defaults: a sliding window of 4096 keys
-    "mistral": lambda: MistralForCausalLM(
-        MistralConfig(
-            vocab_size=64,
-            hidden_size=32,
-            intermediate_size=48,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-        )
-    ),
+    "mistral": lambda: MistralForCausalLM(MistralConfig(**LLAMA_SIZES)),
 }
 
 

@@ -19,6 +19,7 @@ from hf_lm.families import FAMILIES
 
 from .models import RECURRENT, TRANSFORMERS, check_preset, resolve_family
 from .objectives import objective_for
+from .sharding import not_shardable
 from .tokenizer import minimum_vocab_size
 
 logger = logging.getLogger(__name__)
@@ -194,11 +195,7 @@ def _check_loop_options(data_args, train_args, family: str) -> None:
             f"in-memory data (no --streaming); got family={family!r}, streaming={data_args.streaming}."
         )
     if train_args.fsdp and family not in TRANSFORMERS:
-        raise ValueError(
-            f"`--fsdp` shards a model's Transformer blocks, and family {family!r} has none (the recurrent, "
-            "feed-forward and n-gram models are small enough to replicate): drop --fsdp and train it with DDP "
-            f"(torchrun). Families that shard: {', '.join(TRANSFORMERS)}."
-        )
+        raise ValueError(f"{not_shardable(family)} Families that shard: {', '.join(TRANSFORMERS)}.")
     if train_args.gradient_checkpointing and family not in TRANSFORMERS:
         raise ValueError(
             f"`--gradient_checkpointing` recomputes Transformer blocks in the backward; family {family!r} has none. "

@@ -143,14 +143,19 @@ def is_offloaded(plugin: FullyShardedDataParallelPlugin) -> bool:
     return isinstance(plugin.cpu_offload, CPUOffloadPolicy)
 
 
+def not_shardable(family: str) -> str:
+    """The refusal of `--fsdp` for a family without Transformer blocks (by flag or by accelerate config)."""
+    return (
+        f"`--fsdp` shards a model's Transformer blocks, and family {family!r} has none (the recurrent, "
+        "feed-forward and n-gram models are small enough to replicate): drop --fsdp and train it with DDP "
+        "(torchrun)."
+    )
+
+
 def check_shardable(model: torch.nn.Module, family: str) -> None:
-    """Refuse `--fsdp` for a model without Transformer blocks: FSDP's units are the blocks."""
+    """Refuse sharding a model without Transformer blocks: FSDP's units are the blocks."""
     if not any(type(m).__name__ == BLOCK_CLASS for m in model.modules()):
-        raise ValueError(
-            f"`--fsdp` shards a model's Transformer blocks, and family {family!r} has none (the recurrent, "
-            "feed-forward and n-gram models are small enough to replicate): drop --fsdp and train it with DDP "
-            "(torchrun)."
-        )
+        raise ValueError(not_shardable(family))
 
 
 def ensure_process_group(device: torch.device) -> None:
@@ -218,27 +223,27 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def local_numel(model: torch.nn.Module) -> int:
-    """The parameters this process holds (its shards under FSDP; tied weights once)."""
+def _held(t: torch.Tensor) -> int:
+    """The elements of `t` this process holds: its shard of a DTensor, else all of them."""
     from torch.distributed.tensor import DTensor
 
-    return sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in model.parameters())
+    return t.to_local().numel() if isinstance(t, DTensor) else t.numel()
+
+
+def local_numel(model: torch.nn.Module) -> int:
+    """The parameters this process holds (its shards under FSDP; tied weights once)."""
+    return sum(_held(p) for p in model.parameters())
 
 
 def memory_shares(model: torch.nn.Module, optimizer) -> dict[str, int]:
     """The parameters and optimizer-state elements this process holds, against the model's total:
     about 1/N of both under FSDP, all of them under DDP (`final_metrics.json`'s "sharding")."""
-    from torch.distributed.tensor import DTensor
-
-    def local(t: torch.Tensor) -> int:
-        return t.to_local().numel() if isinstance(t, DTensor) else t.numel()
-
     moments = [
         v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v) and v.dim()
     ]
     return {
         "parameters": local_numel(model),
-        "optimizer_state": sum(local(v) for v in moments),
+        "optimizer_state": sum(_held(v) for v in moments),
         "model_parameters": sum(p.numel() for p in model.parameters()),
     }
 
