@@ -45,10 +45,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 logger = logging.getLogger("bench_common")
+
+from .render import bar_chart, fmt, label_bars, markdown_table, millions, pyplot  # noqa: E402,F401  (moved)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -701,124 +703,6 @@ def add_machine_options(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="before each timed phase wait up to this many seconds for the CPU to go idle (PSI avg10 < 5%%)",
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Text and plots
-# --------------------------------------------------------------------------------------------
-
-
-def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str | None = None) -> str:
-    """A markdown table: the header, the rule, one line per row; every cell is a string.
-
-    Args:
-        align: one letter per column, "l" (rule `---`) or "r" (`---:`); None: every column "l".
-            An empty cell is written `| |`.
-
-    Raises:
-        ValueError: for an `align` or a row whose length is not the header's.
-    """
-    align = "l" * len(header) if align is None else align
-    if len(align) != len(header) or set(align) - {"l", "r"}:
-        raise ValueError(f"`align` needs one of l/r per column ({len(header)}), got {align!r}.")
-
-    def line(cells: Sequence[str]) -> str:
-        if len(cells) != len(header):
-            raise ValueError(f"A table row has {len(cells)} cells, the header {len(header)}: {cells!r}.")
-        return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"
-
-    rule = "|" + "".join("---:|" if a == "r" else "---|" for a in align)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
-
-
-def fmt(value, digits: int = 2) -> str:
-    """A table cell: floats with `digits` decimals, ints with thousands separators, None as an em dash."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def millions(n: int | None) -> str:
-    """A parameter count in millions ("2.50M"), None as an em dash."""
-    return "—" if n is None else f"{n / 1e6:.2f}M"
-
-
-def pyplot():
-    """matplotlib's pyplot on the headless Agg backend (the benchmarks only write image files)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def label_bars(ax, bars, values: list[float | None]) -> None:
-    """Write each value (one decimal) above its bar; None: no label."""
-    for bar, value in zip(bars, values):
-        if value is not None:
-            ax.annotate(
-                f"{value:.1f}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-
-
-def bar_chart(
-    path: Path,
-    labels: list[str],
-    series: dict[str, list[float | None]],
-    title: str,
-    ylabel: str,
-    references: list[tuple[str, float]] = (),
-    reference_name: str = "published",
-) -> Path:
-    """Grouped bars, one group per label and one bar per series; `references` as hatched grey bars.
-
-    Missing values (None) leave a gap. Written as a PNG (matplotlib, headless).
-    """
-    plt = pyplot()
-    names = list(series)
-    width = 0.8 / max(1, len(names))
-    n = len(labels) + len(references)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * n + 2), 4.8))
-    for i, name in enumerate(names):
-        xs = [j + (i - (len(names) - 1) / 2) * width for j in range(len(labels))]
-        values = [v if v is not None else 0.0 for v in series[name]]
-        bars = ax.bar(xs, values, width, label=name)
-        label_bars(ax, bars, series[name])
-    if references:
-        xs = [len(labels) + j for j in range(len(references))]
-        bars = ax.bar(xs, [v for _, v in references], 0.5, color="lightgrey", hatch="//", edgecolor="grey")
-        bars.set_label(reference_name)
-        label_bars(ax, bars, [value for _, value in references])
-    ax.set_xticks(
-        range(n), list(labels) + [name for name, _ in references], rotation=30, ha="right", fontsize=8
-    )
-    tallest = max(
-        [v for values in series.values() for v in values if v is not None]
-        + [v for _, v in references]
-        + [0.0]
-    )
-    # room above the tallest bar for its value label and a one-row legend that covers no bar
-    ax.set_ylim(0, 1.25 * tallest if tallest > 0 else 1.0)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper center", ncol=len(names) + bool(references))
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    logger.info("Wrote %s", path)
-    return path
 
 
 # --------------------------------------------------------------------------------------------
