@@ -11,13 +11,12 @@ and nanoGPT's random windows (`RandomWindows`). `training_batches` picks the run
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .run_data import BlockStream
+from .streaming import StreamingGlobalBatches
 
 
 @dataclass
@@ -97,63 +96,6 @@ class _Blocks(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return {name: t[i] for name, t in self.tensors.items()}
-
-
-class StreamingGlobalBatches:
-    """This rank's micro-batches from a `BlockStream`, cut as `GlobalBatchSampler` cuts its order.
-
-    Each update reads the next G = b * world * accum blocks of the epoch's stream; micro-step m
-    takes blocks [m * b * world, (m + 1) * b * world) of them and rank r the r-th b of those. So,
-    as with the sampler, the union of an update's micro-batches over ranks is the same for any split
-    between processes and accumulation. An epoch ends when its stream holds less than one more
-    global batch (that tail is dropped, as the sampler drops its incomplete update), and the next
-    one re-opens the stream with the next epoch's shuffle.
-
-    Every process reads every block and keeps its slice: reading and tokenizing are repeated on
-    each rank, the price of a data order that does not depend on the number of processes.
-
-    `position` is (epoch, updates consumed in that epoch) after the update whose micro-batches were
-    last handed out; `set_position` starts an iteration there by skipping `update * G` blocks of
-    the epoch's stream (reading them without training).
-    """
-
-    def __init__(self, stream: BlockStream, per_device: int, world: int, rank: int, accum: int) -> None:
-        self.stream = stream
-        self.per_device, self.world, self.rank, self.accum = per_device, world, rank, accum
-        self.global_batch = per_device * world * accum
-        self.epoch, self.update = 0, 0
-        self.position = (0, 0)
-
-    def set_position(self, epoch: int, update: int) -> None:
-        """Start the next iteration after `update` updates of epoch `epoch`."""
-        self.epoch, self.update = epoch, update
-        self.position = (epoch, update)
-
-    def __iter__(self):
-        epoch, update = self.epoch, self.update
-        b, chunk, size = self.per_device, self.per_device * self.world, self.global_batch
-        while True:
-            blocks = self.stream.epoch(epoch)
-            skipped = sum(1 for _ in itertools.islice(blocks, update * size))
-            if skipped < update * size:
-                raise ValueError(
-                    f"Cannot resume at update {update} of epoch {epoch}: the stream now holds only {skipped} "
-                    f"blocks (< {update} x {size}); the data or the shuffle buffer changed since the checkpoint."
-                )
-            start = update
-            while len(batch := list(itertools.islice(blocks, size))) == size:
-                update += 1
-                self.position = (epoch, update)
-                for m in range(self.accum):
-                    rows = batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b]
-                    yield {c: torch.from_numpy(np.stack([r[c] for r in rows])) for c in rows[0]}  # (b, T)
-            if update == start == 0:
-                raise ValueError(
-                    f"The streamed training split holds {len(batch)} blocks: fewer than one global batch of "
-                    f"{size} (per_device_batch_size * processes * gradient_accumulation_steps); use more data "
-                    "or smaller batches."
-                )
-            epoch, update = epoch + 1, 0
 
 
 WINDOW_SEED_TAG = 0x77696E64  # "wind": keeps the window seeds apart from every other (seed, step) stream
