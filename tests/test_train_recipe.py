@@ -24,12 +24,12 @@ from test_train import assert_document_inputs, spy_on_model_inputs
 import training.evaluation
 import training.train as T
 from training.args import parse_args
-from training.batches import RandomWindows, window_document_columns
 from training.checkpoint import list_checkpoints
-from training.data import tokenize_and_pack
+from training.data.batches import RandomWindows, window_document_columns
+from training.data.packing import tokenize_and_pack
+from training.data.splits import tail_split
+from training.data.tokenizer import train_tokenizer
 from training.optim import build_optimizer, configure_tf32, optimizer_kwargs
-from training.run_data import tail_split
-from training.tokenizer import train_tokenizer
 from training.train import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

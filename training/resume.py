@@ -14,7 +14,7 @@ its own:
   checkpoint is loaded.)
 - **The text itself** may not change either: a file at the same path with other contents would
   give other blocks, and the position would point into them. The fingerprint (a content hash of
-  every data file, `training.run_data.data_fingerprint`) must match; the resume is refused naming
+  every data file, `training.data.fingerprint.data_fingerprint`) must match; the resume is refused naming
   the files that changed. Checkpoints written before fingerprints were kept resume with a warning.
 - **Optimizer and schedule settings** (`SCHEDULE_SETTINGS`, `OPTIMIZER_SETTINGS`) may change, the
   way "lower the learning rate, then resume" asks them to: the optimizer's groups take the new
@@ -31,9 +31,9 @@ import dataclasses
 import logging
 import warnings
 
-from .batches import DataPosition
-from .cleaning import CLEANING_SETTINGS
-from .data import describe_fingerprint_change
+from .data.batches import DataPosition
+from .data.cleaning import CLEANING_SETTINGS
+from .data.fingerprint import describe_fingerprint_change
 from .optim import build_scheduler
 
 logger = logging.getLogger(__name__)

@@ -22,12 +22,12 @@ from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, br
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments
 from .checkpoint import new_run_id
+from .data.prepare import prepare_data
 from .export import export_run
 from .models import resolve_family
 from .objectives import Objective, objective_for
 from .optim import configure_tf32
 from .process_group import cpu_only
-from .run_data import prepare_data
 from .run_log import CsvLog
 from .sharding import check_shardable, describe, requested_plugin
 

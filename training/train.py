@@ -27,7 +27,7 @@ What the loop guarantees:
   Refused with streaming, tbptt, scheduled sampling and the other objectives.
 - **Streaming in bounded memory** (`streaming=True`): the training blocks are read, tokenized
   and packed while training, in the order of the stream passed through a seeded shuffle buffer
-  (`training.data.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
+  (`training.data.streaming.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
   batches and per-rank slices as above (`StreamingGlobalBatches`). Every process reads the whole
   stream and keeps its own slice, so the order does not depend on the number of processes.
   Memory holds the shuffle buffer, one global batch, the first `max_eval_blocks` evaluation
@@ -94,7 +94,7 @@ push to the Hub as it is (`python -m training.push`): `model.safetensors`, `conf
 It loads with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)` without hf_lm.
 
 The loop's parts live in their own modules: the objectives (`training.objectives`: tokens, model,
-inputs, evaluation and card results of each), the data (`training.run_data`, `training.batches`),
+inputs, evaluation and card results of each), the data (`training.data.prepare`, `training.data.batches`),
 resume (`training.resume`), divergence (`training.divergence`), the best model (`training.best`),
 logging (`training.run_log`) and the final outputs (`training.export`). An n-gram model is fitted
 by counting, not by this loop (`training.ngram_fit`).
@@ -121,10 +121,6 @@ import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
-from .batches import (
-    DataPosition,
-    training_batches,
-)
 from .best import BestModel
 from .budget import agreed_seconds
 from .checkpoint import (
@@ -136,6 +132,7 @@ from .checkpoint import (
     save_checkpoint,
     save_sharded_checkpoint,
 )
+from .data.batches import DataPosition, training_batches
 from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run

@@ -525,7 +525,7 @@ def _check_pair_arguments(
     cls_id, sep_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
     if cls_id is None or sep_id is None:
         raise ValueError(
-            "`tokenizer` needs a cls_token and a sep_token (e.g. training.tokenizer.BERT_SPECIAL_TOKENS)."
+            "`tokenizer` needs a cls_token and a sep_token (e.g. training.data.tokenizer.BERT_SPECIAL_TOKENS)."
         )
     return cls_id, sep_id
 

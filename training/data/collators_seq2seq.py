@@ -28,10 +28,10 @@ The building blocks are plain functions on NumPy arrays, usable (and tested) on 
 `rotate_document`, `cmlm_mask`.
 
 Examples are already-tokenized sequences without special tokens, e.g. the fixed-size blocks of
-`training.data.tokenize_and_pack` (their EOS between documents are ordinary tokens here). As in
+`training.data.packing.tokenize_and_pack` (their EOS between documents are ordinary tokens here). As in
 T5, an EOS token is appended to every input and every target after the noise (`add_eos_token`).
 Sentinels come from the tokenizer: `<extra_id_0>`, `<extra_id_1>`, ... (see
-`training.tokenizer.add_sentinel_tokens`).
+`training.data.tokenizer.add_sentinel_tokens`).
 
 Example:
     >>> tok = train_tokenizer(texts, kind="unigram", special_tokens=T5_SPECIAL_TOKENS)
@@ -259,7 +259,7 @@ class DataCollatorForT5Pretraining(_Seq2SeqCollator):
 
     Args:
         tokenizer: needs a `pad_token`, an `eos_token` (with `add_eos_token`), and sentinels
-            `<extra_id_0>`, ... for the span objectives (`training.tokenizer.add_sentinel_tokens`).
+            `<extra_id_0>`, ... for the span objectives (`training.data.tokenizer.add_sentinel_tokens`).
         objective: one of `T5_OBJECTIVES`.
         noise_density: the fraction of corrupted tokens (all objectives but "deshuffle" and
             "prefix_lm"), in [0, 1).
@@ -320,7 +320,7 @@ class DataCollatorForT5Pretraining(_Seq2SeqCollator):
         if self.objective in _SPAN_OBJECTIVES and not self._sentinel_ids:
             raise ValueError(
                 f"`tokenizer` has no sentinel tokens (<extra_id_0>, ...), needed by objective="
-                f"{self.objective!r}: add them with `training.tokenizer.add_sentinel_tokens`."
+                f"{self.objective!r}: add them with `training.data.tokenizer.add_sentinel_tokens`."
             )
         if self.objective == "bert_style":
             mask_id = getattr(self.tokenizer, "mask_token_id", None)
@@ -355,7 +355,7 @@ class DataCollatorForT5Pretraining(_Seq2SeqCollator):
                     f"`tokenizer` has {len(self._sentinel_ids)} sentinel tokens, but examples[{b}] "
                     f"({ids.size} tokens) needs {needed} ({num_spans} noise spans"
                     f"{' + the final one' if needed > num_spans else ''}): add more with "
-                    "`training.tokenizer.add_sentinel_tokens` (T5 has 100)."
+                    "`training.data.tokenizer.add_sentinel_tokens` (T5 has 100)."
                 )
             return noise_spans_to_sentinels(ids, noise, self._sentinel_ids, self.final_sentinel)
         if objective == "bert_style":

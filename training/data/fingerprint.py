@@ -74,7 +74,7 @@ def describe_fingerprint_change(before: dict, now: dict) -> str | None:
 
 
 def data_fingerprint(data_args: DataArguments, dataset, held_out=None) -> dict:
-    """What identifies the text a run reads (`training.data.source_fingerprint`): `dataset` as loaded,
+    """What identifies the text a run reads (`training.data.fingerprint.source_fingerprint`): `dataset` as loaded,
     the `eval_dataset` (`held_out`), and the bad-words file of the C4 cleaning, which decides pages."""
     fingerprint = {"dataset": source_fingerprint(data_args.dataset, dataset)}
     if data_args.eval_dataset:

@@ -168,7 +168,7 @@ def load_text_dataset(
 
     `source` is tried, in this order, as:
 
-    1. a built-in corpus name (`training.corpora.BUILTIN_CORPORA`), one "train" split;
+    1. a built-in corpus name (`training.data.corpora.BUILTIN_CORPORA`), one "train" split;
     2. a local file, folder (all supported files under it, recursively) or glob: by extension,
        ".txt"/".text"/".md" (one document per paragraph: `datasets`' "text" builder with
        `sample_by="paragraph"` splits at each "\n\n" and keeps the line breaks inside; empty

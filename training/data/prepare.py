@@ -53,7 +53,7 @@ def _limit(dataset, data_args: DataArguments):
 
 
 def _clean(dataset, data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
-    """With `data_cleaning`='c4', the corpus cleaned and deduplicated by C4's rules (`training.cleaning`).
+    """With `data_cleaning`='c4', the corpus cleaned and deduplicated by C4's rules (`training.data.cleaning`).
 
     It runs before the split, so no page is a duplicate of one on the other side. The report goes to
     `output_dir/data_cleaning.json` (main process) and the log; for a stream, when a read of it ends.

@@ -183,7 +183,7 @@ def noise_spans_to_sentinels(
         raise ValueError(
             f"`sentinel_ids` has {len(sentinel_ids)} sentinel tokens, but this text of {ids.size} tokens "
             f"needs {needed} ({num_spans} noise spans{' + the final one' if needed > num_spans else ''}); "
-            "add more with `training.tokenizer.add_sentinel_tokens`."
+            "add more with `training.data.tokenizer.add_sentinel_tokens`."
         )
     add_final = needed > num_spans
     sentinels = np.asarray(list(sentinel_ids[:needed]), dtype=np.int64)

@@ -259,7 +259,7 @@ def split_long_text(text: str, max_characters: int = 1 << 16) -> list[str]:
     """`text` cut into consecutive pieces of at most `max_characters` characters, for tokenizing.
 
     Each cut falls just before a space that is followed by a non-space (the space that starts
-    " word"). No pre-token spans such a point for the pre-tokenizers of `training.tokenizer`
+    " word"). No pre-token spans such a point for the pre-tokenizers of `training.data.tokenizer`
     (byte-level BPE's GPT-2 regex, WordPiece's whitespace-and-punctuation split, SentencePiece's
     Metaspace, characters), so the pieces, tokenized one by one and joined, give exactly the
     tokens of the whole text. A stretch of `max_characters` without such a space (text without
