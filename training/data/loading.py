@@ -220,6 +220,11 @@ def load_text_dataset(
         )
     if looks_like_path(source):
         raise FileNotFoundError(f"{source!r} looks like a path but no such file or folder exists.")
+    return _load_hub(source, config_name, split, text_column, streaming, data_files)
+
+
+def _load_hub(source: str, config_name, split: str, text_column: str, streaming: bool, data_files):
+    """A Hub dataset (or a packaged builder with `data_files`) with its `text_column` as "text"."""
     try:
         dataset = load_dataset(source, config_name, split=split, streaming=streaming, data_files=data_files)
     except Exception as err:  # the Hub client raises many types; one clear error for all

@@ -251,6 +251,14 @@ def tokenize_and_pack(
         desc="Tokenizing",
         **tokenize_kwargs,
     )
+    return _pack_tokenized(tokenized, block_size, num_proc, document_mask)
+
+
+def _pack_tokenized(
+    tokenized: Dataset, block_size: int, num_proc: int | None, document_mask: bool
+) -> Dataset:
+    """The blocks of a tokenized in-memory dataset (`_tokenize`'s rows): a map over batches of rows,
+    each cutting the blocks that start within it (`_pack_batch`), in any number of processes."""
     counts = tokenized.with_format("numpy", columns=["num_tokens", "document_start"])[:]
     lengths = np.asarray(counts["num_tokens"], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)])  # (R + 1,) token offset of each row

@@ -254,6 +254,43 @@ def check_unknown_share(
     return share
 
 
+def _load_and_split(data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
+    """The corpus loaded, limited and cleaned, then split by document (or the given `eval_dataset`).
+
+    Returns:
+        `(dataset, splits, fingerprint)`: the corpus the training side comes from, the "train" and
+        "eval" splits, and the fingerprint of the text read (`data_fingerprint`).
+    """
+    streaming = data_args.streaming
+    dataset = load_text_dataset(
+        data_args.dataset,
+        config_name=data_args.config_name,
+        split=data_args.split,
+        text_column=data_args.text_column,
+        streaming=streaming,
+        sample_by=data_args.sample_by,
+    )
+    held_out = None
+    if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
+        held_out = load_text_dataset(
+            data_args.eval_dataset,
+            config_name=data_args.config_name,
+            text_column=data_args.text_column,
+            streaming=streaming,
+            sample_by=data_args.sample_by,
+        )
+    fingerprint = data_fingerprint(data_args, dataset, held_out)
+    dataset = _limit(dataset, data_args)
+    dataset = _clean(dataset, data_args, train_args, accelerator)
+    if held_out is not None:
+        splits = {"train": dataset, "eval": held_out}
+    elif data_args.eval_split == "tail":
+        splits = tail_split(dataset, data_args.eval_fraction)
+    else:
+        splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+    return dataset, splits, fingerprint
+
+
 def prepare_data(
     data_args: DataArguments,
     train_args: TrainArguments,
@@ -280,32 +317,7 @@ def prepare_data(
     streaming = data_args.streaming
     max_eval_blocks = data_args.max_eval_blocks or (STREAMING_EVAL_BLOCKS if streaming else None)
     with accelerator.main_process_first():  # dataset caches and the tokenizer are written once
-        dataset = load_text_dataset(
-            data_args.dataset,
-            config_name=data_args.config_name,
-            split=data_args.split,
-            text_column=data_args.text_column,
-            streaming=streaming,
-            sample_by=data_args.sample_by,
-        )
-        held_out = None
-        if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
-            held_out = load_text_dataset(
-                data_args.eval_dataset,
-                config_name=data_args.config_name,
-                text_column=data_args.text_column,
-                streaming=streaming,
-                sample_by=data_args.sample_by,
-            )
-        fingerprint = data_fingerprint(data_args, dataset, held_out)
-        dataset = _limit(dataset, data_args)
-        dataset = _clean(dataset, data_args, train_args, accelerator)
-        if held_out is not None:
-            splits = {"train": dataset, "eval": held_out}
-        elif data_args.eval_split == "tail":
-            splits = tail_split(dataset, data_args.eval_fraction)
-        else:
-            splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+        dataset, splits, fingerprint = _load_and_split(data_args, train_args, accelerator)
         tokenizer, trained = _load_or_train_tokenizer(
             data_args, train_args, splits["train"], accelerator, init_from
         )
