@@ -22,6 +22,7 @@ from test_faults import _killed, _run, _same_weights, kill_at_call, run_in_child
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
+from training.data.batches import BatchPlan
 from training.data.fingerprint import source_fingerprint
 from training.data.loading import load_text_dataset
 from training.data.local_files import DataFileError
@@ -269,7 +270,7 @@ def test_check_resumable_compares_the_data_fingerprint(tmp_path, caplog):
     data_args, _, train_args = _args(tmp_path)
     fingerprint = {"dataset": source_fingerprint(data_args.dataset)}
     blocks = TrainingBlocks({"input_ids": torch.zeros(1, 2, dtype=torch.long)}, fingerprint)
-    batch = train_args.per_device_batch_size
+    batch = BatchPlan.from_args(data_args, train_args, world=1, rank=0)  # a global batch of per_device
     check_resumable(
         _state(tmp_path, data_args, train_args, fingerprint), data_args, train_args, batch, blocks
     )

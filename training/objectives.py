@@ -96,7 +96,6 @@ class Objective:
 
     name = "clm"
     auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
-    lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
     # the shortest block with something to learn, and why (`block_size_problem`): a causal LM
     # predicts each token from those before it, so a block needs a token to read and one to predict
     min_block_size = 2
@@ -230,8 +229,6 @@ class CausalLM(Objective):
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
     def inputs(self, batch, step, micro, rank):
-        if "targets" in batch:  # random windows carry their own targets (`forward_loss`)
-            return batch
         return {**batch, "labels": batch["input_ids"]}
 
     def evaluate(self, model, eval_blocks, accelerator):
@@ -264,8 +261,6 @@ class TruncatedBPTT(CausalLM):
     recurrent state its lane's previous block left (gradients stop at block boundaries). An epoch,
     and a rollback (which skips blocks), start every lane afresh. The states ride in checkpoints.
     """
-
-    lanes = True
 
     def __init__(self, train_args) -> None:
         super().__init__(train_args)

@@ -132,7 +132,7 @@ from .checkpoint import (
     save_checkpoint,
     save_sharded_checkpoint,
 )
-from .data.batches import DataPosition, training_batches
+from .data.batches import DataPosition
 from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
@@ -160,17 +160,10 @@ def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> boo
 
 
 def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):
-    """The model's outputs on a micro-batch, `loss` its token mean.
-
-    A batch of random windows (`RandomWindows`) carries "targets" (B, T), the next token of every
-    input position: the model scores them as they are, given as `shift_labels` (transformers' name
-    for targets already aligned with the positions), so the loss is computed inside the forward, and
-    inside the compiled graph with `torch_compile`. Other batches carry `labels`.
-    """
-    targets = batch.get("targets")
-    if targets is None:
-        return model(**batch, **extra_inputs)
-    return model(**{k: v for k, v in batch.items() if k != "targets"}, shift_labels=targets, **extra_inputs)
+    """The model's outputs on a micro-batch of model inputs with their targets (`labels`, or random
+    windows' `shift_labels`), `loss` its token mean: computed inside the forward, and so inside the
+    compiled graph with `torch_compile`."""
+    return model(**batch, **extra_inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -217,8 +210,9 @@ class TrainingLoop:
             # the best of the resumed run's own past (none for a fresh run); drops best folders the
             # interrupted run wrote after its checkpoint
             self.best.restore(kept.get("best"))
-        self.data, self.updates_per_epoch, self.stream = training_batches(
-            run.train_blocks, run.data_args, args, run.objective, accelerator, self.position
+        # the batches the run's `BatchPlan` decided on, from the resumed position
+        self.data, self.updates_per_epoch, self.stream = run.batch_plan.batches(
+            run.train_blocks, self.position, run.tokenizer.eos_token_id
         )
         self._prepare(model)
         run.init_trackers()
@@ -306,9 +300,7 @@ class TrainingLoop:
         (`accelerator.accumulate`); FSDP reduce-scatters them on the last one only."""
         if not self.sharded:
             return self.run.accelerator.accumulate(self.model)
-        self.raw_model.set_requires_gradient_sync(
-            micro == self.run.train_args.gradient_accumulation_steps - 1
-        )
+        self.raw_model.set_requires_gradient_sync(micro == self.run.batch_plan.accum - 1)
         return contextlib.nullcontext()
 
     def train(self) -> dict:
@@ -397,16 +389,16 @@ class TrainingLoop:
         raise RunInterrupted(message, signum, checkpoint=self.last_good, at_boundary=True)
 
     def _log_start(self) -> None:
-        run, args = self.run, self.run.train_args
+        run, plan = self.run, self.run.batch_plan
         logger.info(
             "%s training blocks, %d eval blocks; global batch %d = %d per device x %d processes x %d accumulation; "
             "%s updates per epoch.",
-            "streamed" if run.data_args.streaming else f"{len(run.train_blocks['input_ids']):,}",
+            "streamed" if plan.streaming else f"{len(run.train_blocks['input_ids']):,}",
             len(run.eval_blocks["input_ids"]),
-            run.global_batch,
-            args.per_device_batch_size,
-            run.world,
-            args.gradient_accumulation_steps,
+            plan.global_batch,
+            plan.per_device,
+            plan.world,
+            plan.accum,
             "unknown (streamed)" if self.updates_per_epoch is None else self.updates_per_epoch,
         )
 
@@ -418,8 +410,10 @@ class TrainingLoop:
         extra_inputs = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
         objective.start_update(self.position.update)
         micro_losses = []
-        for micro in range(args.gradient_accumulation_steps):
-            batch = objective.inputs(next(self.data), step, micro, run.rank)
+        for micro in range(run.batch_plan.accum):
+            batch = next(self.data)
+            if not run.batch_plan.labelled:  # blocks: the objective makes the inputs and labels
+                batch = objective.inputs(batch, step, micro, run.rank)
             batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
             with self._accumulate(micro):
                 outputs = forward_loss(
@@ -583,7 +577,7 @@ class TrainingLoop:
                     "batch_in_epoch": pos.update,  # global batches of this epoch already consumed
                     "blocks_in_epoch": pos.update * run.global_batch,
                     "step": pos.step,
-                    **data_order(run.data_args, args, run.global_batch, run.train_blocks),
+                    **data_order(run.batch_plan, run.train_blocks),
                     "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
                 },
                 extra={"loss": self.last_loss, "world_size": world, "max_abs_weight": largest}
