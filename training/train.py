@@ -600,7 +600,7 @@ class TrainingLoop:
         """Back to the last good checkpoint, the data past the offending batch (`rollback_to_last_good`).
 
         `position_counted`: whether the loop has already moved epoch/update past the offending batch."""
-        run, args, pos = self.run, self.run.train_args, self.position
+        run, pos = self.run, self.position
         back = rollback_to_last_good(
             self.guard,
             problem,
@@ -613,7 +613,7 @@ class TrainingLoop:
             scheduler=self.scheduler,
             rank=run.rank,
             data=self.data,
-            accum=args.gradient_accumulation_steps,
+            accum=run.batch_plan.accum,
         )
         consumed = self.guard.skip + (0 if position_counted else 1)  # global batches read past the position
         if self.stream is not None:
