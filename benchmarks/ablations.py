@@ -348,7 +348,7 @@ def prepare_data(data: Path, folder: Path, train_chars: int | None, eval_chars: 
 def prepare_tokenizer(data: Path, folder: Path, block_size: int) -> int:
     """Train the shared character tokenizer on the whole text (as nanoGPT builds its vocabulary:
     every character that occurs, 65 for Tiny Shakespeare) and save it; returns its size."""
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(
         [data.read_text(encoding="utf-8")],

@@ -1,4 +1,4 @@
-"""C4-style cleaning (`training.cleaning`): its speed on a web-like corpus, and the LSH S-curve.
+"""C4-style cleaning (`training.data.cleaning`): its speed on a web-like corpus, and the LSH S-curve.
 
 1. A corpus of `--pages` web-like pages is built from the synthetic corpus's sentences with junk
    put in at known rates (menus, JavaScript and cookie notices, lorem ipsum and code pages, a
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset
 
-from training.cleaning import C4Options, CorpusState, clean_corpus, jaccard_estimate
-from training.corpora import load_builtin_corpus
+from training.data.cleaning import C4Options, CorpusState, clean_corpus, jaccard_estimate
+from training.data.corpora import load_builtin_corpus
 
 BOILERPLATE = "Sign up for our letter today. It comes every week. You can stop it at any time."
 MENU = "Home | News | Sport | Contact"

@@ -6,7 +6,7 @@ Two corpora, each fitted with orders 1..5 (modified Kneser-Ney by default):
 1. Tiny Shakespeare at character level (`../shared/data/tinyshakespeare/input.txt`; skipped with a
    log line if absent). Vocabulary: the sorted distinct characters of the whole file, as in
    nanoGPT's `shakespeare_char`; train on the first 90 %, validate on the last 10 % (nanoGPT's split).
-2. A few million tokens of the word-level Markov corpus of `training/corpora.py`
+2. A few million tokens of the word-level Markov corpus of `training/data/corpora.py`
    (`SyntheticCorpus(seed=0)`; its chain states are the token ids), validated on an independent
    walk. The source's entropy rate is known, so the table also shows the perplexity floor
    2^H that no model can beat on average.
@@ -83,8 +83,8 @@ def prepare_shakespeare(path: Path, folder: Path) -> dict | None:
 
 
 def prepare_markov(num_tokens: int, num_val: int, folder: Path) -> dict:
-    """A walk of the word-level Markov chain of `training.corpora` (train) and an independent one (val)."""
-    from training.corpora import SyntheticCorpus
+    """A walk of the word-level Markov chain of `training.data.corpora` (train) and an independent one (val)."""
+    from training.data.corpora import SyntheticCorpus
 
     corpus = SyntheticCorpus(seed=0)
     logger.info("sampling %d + %d Markov words", num_tokens, num_val)

@@ -58,7 +58,7 @@ from benchmarks.bench_common import (
     ratio_cell,
 )
 from hf_lm.convert import from_transformers
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 SIDES = ("hf_lm", "llama")
 STARTUP_S = 120

@@ -11,7 +11,7 @@ at an equal wall-clock budget, plus nanoGPT's published small CPU configuration 
 Data. nanoGPT's `shakespeare_char` split: the first 90% of the characters of `input.txt` train, the
 last 10% validate (`split_text`). Both are written under `--output_dir/data/` and every run reads them
 with `--sample_by document --eval_dataset` (each file one character stream). One character
-tokenizer (`training.tokenizer.train_tokenizer(kind="char")`, built here once from the training
+tokenizer (`training.data.tokenizer.train_tokenizer(kind="char")`, built here once from the training
 text with `min_frequency=1`, so a character seen once, like Shakespeare's single "$", is kept) is
 passed to every run with `--tokenizer_name_or_path`, so all entries score the same symbols; the
 script checks that every validation character is one in-vocabulary token. Its vocabulary is the 65
@@ -98,7 +98,7 @@ from benchmarks.bench_common import (
     versions,
 )
 from benchmarks.bench_common import markdown_table as render_table
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 logger = logging.getLogger("leaderboard_lm")
 

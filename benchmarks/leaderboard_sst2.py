@@ -192,8 +192,8 @@ def training_sentences(data_dir: str, max_train_samples: int | None) -> list[str
 
 def shared_tokenizer(sentences: list[str], settings: dict, data_dir: str, folder: Path):
     """Train (or reuse) the WordPiece tokenizer: BERT's specials, [SEP] also as EOS for packing."""
+    from training.data.tokenizer import train_tokenizer
     from training.finetune_classification import SPECIAL_TOKENS
-    from training.tokenizer import train_tokenizer
 
     stamp = {
         "data_dir": str(Path(data_dir).resolve()),

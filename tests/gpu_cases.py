@@ -360,7 +360,7 @@ def _save(folder: Path, model, tokenizer) -> None:
 
 def _gpt_folder(folder: Path, head: str = "lm") -> None:
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTModel
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, padding_side="left")
     config = HfLmGPTConfig(
@@ -373,7 +373,7 @@ def _gpt_folder(folder: Path, head: str = "lm") -> None:
 
 def _bert_folder(folder: Path, head: str) -> None:
     import hf_lm
-    from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
     tok = train_tokenizer(
         PIPELINE_CORPUS, kind="wordpiece", vocab_size=200, special_tokens=BERT_SPECIAL_TOKENS
@@ -393,7 +393,7 @@ def _bert_folder(folder: Path, head: str) -> None:
 
 def _seq2seq_folder(folder: Path, family: str) -> None:
     import hf_lm
-    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
 
     specials = T5_SPECIAL_TOKENS if family == "t5" else BART_SPECIAL_TOKENS
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, special_tokens=specials)

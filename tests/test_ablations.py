@@ -83,8 +83,8 @@ def test_parameter_count_relations():
 def test_flags_build_the_same_model_as_the_config(tmp_path):
     """What the runner passes to `training.train` builds exactly the variant's config."""
     from training.args import parse_args
+    from training.data.tokenizer import train_tokenizer
     from training.objectives import build_model
-    from training.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["".join(chr(32 + i) for i in range(V - 2)) * 2], kind="char", vocab_size=V)
     assert len(tokenizer) == V

@@ -147,7 +147,7 @@ def test_sst2_entry_arguments_parse(tmp_path):
 
 
 def test_reuse_or_train_tokenizer(tmp_path):
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     calls = []
 

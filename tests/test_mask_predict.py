@@ -305,7 +305,7 @@ def test_auto_model_for_masked_lm_loads_the_mask_predict_head(tmp_path):
 
 
 def test_cmlm_mask_counts_are_uniform_between_one_and_the_length():
-    from training.collators_seq2seq import cmlm_mask
+    from training.data.seq2seq_noise import cmlm_mask
 
     rng = np.random.default_rng(0)
     counts = np.array([cmlm_mask(5, rng).sum() for _ in range(5000)])
@@ -319,7 +319,7 @@ def test_cmlm_mask_counts_are_uniform_between_one_and_the_length():
 def test_collator_masks_targets_and_gives_labels_and_lengths():
     from transformers import BertTokenizer
 
-    from training.collators_seq2seq import DataCollatorForMaskPredict
+    from training.data.collators_seq2seq import DataCollatorForMaskPredict
 
     vocab = ["<pad>", "<s>", "</s>", "<unk>", "<mask>", *"abcdefgh"]
     tokenizer = BertTokenizer(

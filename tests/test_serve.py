@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from benchmarks.bench_serve import health, start_server, stop_server
 from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
 from hf_lm.serve import expose_hf_lm_classes
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 pytest.importorskip("fastapi", reason="serving needs `pip install -e .[serve]`")
 pytest.importorskip("uvicorn", reason="serving needs `pip install -e .[serve]`")

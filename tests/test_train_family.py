@@ -16,10 +16,11 @@ from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
+from training.data.batches import BatchPlan
+from training.data.tokenizer import train_tokenizer
 from training.electra import ElectraPretrainingModel
 from training.models import resolve_family
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
-from training.tokenizer import train_tokenizer
 
 TEXTS = ["the cat sat on the mat.", "a dog ran in the park."] * 20
 
@@ -113,8 +114,14 @@ def test_tbptt_is_the_causal_objective_that_carries_lanes_of_state():
         objective_for(TrainArguments()),
         objective_for(TrainArguments(tbptt=True, gradient_accumulation_steps=2)),
     )
-    assert type(plain) is CausalLM and not plain.lanes and plain.state_tensors(0) is None
-    assert isinstance(tbptt, TruncatedBPTT) and tbptt.lanes
+    assert type(plain) is CausalLM and plain.state_tensors(0) is None
+    assert isinstance(tbptt, TruncatedBPTT)
+    # the lanes are the data's choice, made from the same flag
+    plans = [
+        BatchPlan.from_args(DataArguments(), args, world=1, rank=0).source
+        for args in (plain.args, tbptt.args)
+    ]
+    assert plans == ["blocks", "lanes"]
     assert tbptt.forward_inputs(1) == {"past_key_values": None, "use_cache": True}
     assert tbptt.state_tensors(0) == {}  # no lane has a state yet
 

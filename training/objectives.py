@@ -9,11 +9,11 @@ of a micro-batch, the evaluation, and the model card's results. The objectives:
 - `TruncatedBPTT` ("clm" with `--tbptt`): a causal LM whose recurrent state is carried from one
   block of a lane to the next (`GlobalBatchSampler(lanes=True)`).
 - `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
-  `training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
+  `training.data.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
 - `Electra` ("electra"): ELECTRA's replaced-token detection, a small masked-LM generator and the
   discriminator trained jointly (`training.electra`).
 - `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
-  encoder-decoder denoising objectives of `training.collators_seq2seq`.
+  encoder-decoder denoising objectives of `training.data.collators_seq2seq`.
 
 Noise (masks, corrupted spans) is drawn from a generator seeded by (seed, step, micro-step, rank)
 (`mask_seed`): a pure function of the data position, so a resumed run draws the same noise as an
@@ -41,13 +41,11 @@ from hf_lm.models.hflm_common import (
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
 from . import evaluation
-from .collators_mlm import DataCollatorForMaskedLM
-from .collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from .data.collators_mlm import DataCollatorForMaskedLM
+from .data.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from .data.tokenizer import add_sentinel_tokens
 from .electra import ElectraPretrainingModel, evaluate_electra
 from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
-from .tokenizer import (
-    add_sentinel_tokens,
-)
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
@@ -98,7 +96,6 @@ class Objective:
 
     name = "clm"
     auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
-    lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
     # the shortest block with something to learn, and why (`block_size_problem`): a causal LM
     # predicts each token from those before it, so a block needs a token to read and one to predict
     min_block_size = 2
@@ -232,8 +229,6 @@ class CausalLM(Objective):
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
     def inputs(self, batch, step, micro, rank):
-        if "targets" in batch:  # random windows carry their own targets (`forward_loss`)
-            return batch
         return {**batch, "labels": batch["input_ids"]}
 
     def evaluate(self, model, eval_blocks, accelerator):
@@ -266,8 +261,6 @@ class TruncatedBPTT(CausalLM):
     recurrent state its lane's previous block left (gradients stop at block boundaries). An epoch,
     and a rollback (which skips blocks), start every lane afresh. The states ride in checkpoints.
     """
-
-    lanes = True
 
     def __init__(self, train_args) -> None:
         super().__init__(train_args)

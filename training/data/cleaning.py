@@ -530,7 +530,7 @@ class CleaningReport:
 
     def write(self, path: str | Path) -> None:
         """Write `as_dict()` to `path`, all at once."""
-        from .checkpoint import atomic_write_text  # the run's atomic writer; imported late, no cycle
+        from ..checkpoint import atomic_write_text  # the run's atomic writer; imported late, no cycle
 
         atomic_write_text(path, json.dumps(self.as_dict(), indent=2) + "\n")
 

@@ -16,21 +16,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from datasets import Dataset, DatasetDict, IterableDataset
+from datasets import IterableDataset
 from transformers import AutoTokenizer
 
-from .args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
-from .checkpoint import atomic_folder
+from ..args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
+from ..checkpoint import atomic_folder
+from ..objectives import objective_for
 from .cleaning import clean_corpus
-from .data import (
-    buffered_shuffle,
-    file_sha256,
-    load_text_dataset,
-    source_fingerprint,
-    tokenize_and_pack,
-    train_eval_split,
-)
-from .objectives import objective_for
+from .fingerprint import data_fingerprint
+from .loading import load_text_dataset
+from .packing import tokenize_and_pack
+from .splits import tail_split, train_eval_split
+from .streaming import BlockStream
 from .tokenizer import train_tokenizer, unk_shared_role, unknown_token_id
 
 logger = logging.getLogger(__name__)
@@ -56,7 +53,7 @@ def _limit(dataset, data_args: DataArguments):
 
 
 def _clean(dataset, data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
-    """With `data_cleaning`='c4', the corpus cleaned and deduplicated by C4's rules (`training.cleaning`).
+    """With `data_cleaning`='c4', the corpus cleaned and deduplicated by C4's rules (`training.data.cleaning`).
 
     It runs before the split, so no page is a duplicate of one on the other side. The report goes to
     `output_dir/data_cleaning.json` (main process) and the log; for a stream, when a read of it ends.
@@ -115,64 +112,6 @@ class TrainingBlocks(dict):
     def __init__(self, columns: dict[str, torch.Tensor], fingerprint: dict | None = None):
         super().__init__(columns)
         self.fingerprint = fingerprint
-
-
-class BlockStream:
-    """The training blocks of a streamed corpus, re-read from the start for each epoch.
-
-    `epoch(e)` iterates the packed `IterableDataset` (reading, tokenizing and packing lazily) through
-    `buffered_shuffle` seeded by `numpy.random.default_rng([seed, e])`. Its order is a pure function
-    of (data, seed, buffer size, epoch), so a resumed run re-opens the epoch and skips the blocks it
-    had consumed. Memory: `shuffle_buffer_size` blocks, as int64 numpy arrays (T,). `fingerprint`:
-    that of the text read (`data_fingerprint`; None when not known).
-    """
-
-    def __init__(
-        self,
-        packed: IterableDataset,
-        columns: list[str],
-        shuffle_buffer_size: int,
-        seed: int,
-        fingerprint: dict | None = None,
-    ):
-        self.packed, self.columns = packed, columns
-        self.shuffle_buffer_size, self.seed = shuffle_buffer_size, seed
-        self.fingerprint = fingerprint
-
-    def epoch(self, epoch: int):
-        """The blocks of epoch `epoch`, each a dict of int64 arrays (T,) keyed by column."""
-        rows = ({c: np.asarray(row[c], dtype=np.int64) for c in self.columns} for row in self.packed)
-        return buffered_shuffle(rows, self.shuffle_buffer_size, np.random.default_rng([self.seed, epoch]))
-
-
-def tail_split(dataset: Dataset, eval_fraction: float) -> DatasetDict:
-    """Hold out the last `eval_fraction` of the corpus's characters: nanoGPT's shakespeare_char split.
-
-    The documents are read in order as one text of n characters; the first `int(n * (1 -
-    eval_fraction))` train and the rest validate, the document holding the cut split there (its head
-    trains, its tail validates). One document (`sample_by="document"`) gives nanoGPT's
-    `data[:int(n * 0.9)]` / `data[int(n * 0.9):]` exactly.
-
-    Raises:
-        ValueError: one side would hold no character.
-    """
-    texts = [t or "" for t in dataset["text"]]
-    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    ends = np.cumsum(lengths)  # (D,) character offset of each document's end
-    total = int(ends[-1]) if len(ends) else 0
-    cut = int(total * (1 - eval_fraction))
-    if not 0 < cut < total:
-        raise ValueError(
-            f"`eval_split`='tail' with eval_fraction={eval_fraction} leaves an empty side of a corpus of "
-            f"{total} characters."
-        )
-    d = int(np.searchsorted(ends, cut, side="right"))  # the document holding character `cut`
-    start = cut - (int(ends[d - 1]) if d else 0)  # the cut's offset within document d
-    train = texts[:d] + ([texts[d][:start]] if start else [])
-    held_out = [texts[d][start:], *texts[d + 1 :]]
-    return DatasetDict(
-        {"train": Dataset.from_dict({"text": train}), "eval": Dataset.from_dict({"text": held_out})}
-    )
 
 
 def tokenizer_source(data_args: DataArguments, init_from: str | None) -> str | None:
@@ -264,18 +203,6 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
     return tokenizer, True
 
 
-def data_fingerprint(data_args: DataArguments, dataset, held_out=None) -> dict:
-    """What identifies the text a run reads (`training.data.source_fingerprint`): `dataset` as loaded,
-    the `eval_dataset` (`held_out`), and the bad-words file of the C4 cleaning, which decides pages."""
-    fingerprint = {"dataset": source_fingerprint(data_args.dataset, dataset)}
-    if data_args.eval_dataset:
-        fingerprint["eval_dataset"] = source_fingerprint(data_args.eval_dataset, held_out)
-    if data_args.data_cleaning != "none" and data_args.clean_bad_words_file:
-        path = data_args.clean_bad_words_file
-        fingerprint["clean_bad_words_file"] = {"files": {path: file_sha256(path)}}
-    return fingerprint
-
-
 def check_unknown_share(
     tokenizer, input_ids: torch.Tensor, data_args: DataArguments, source: str | None
 ) -> float | None:
@@ -327,6 +254,43 @@ def check_unknown_share(
     return share
 
 
+def _load_and_split(data_args: DataArguments, train_args: TrainArguments, accelerator: Accelerator):
+    """The corpus loaded, limited and cleaned, then split by document (or the given `eval_dataset`).
+
+    Returns:
+        `(dataset, splits, fingerprint)`: the corpus the training side comes from, the "train" and
+        "eval" splits, and the fingerprint of the text read (`data_fingerprint`).
+    """
+    streaming = data_args.streaming
+    dataset = load_text_dataset(
+        data_args.dataset,
+        config_name=data_args.config_name,
+        split=data_args.split,
+        text_column=data_args.text_column,
+        streaming=streaming,
+        sample_by=data_args.sample_by,
+    )
+    held_out = None
+    if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
+        held_out = load_text_dataset(
+            data_args.eval_dataset,
+            config_name=data_args.config_name,
+            text_column=data_args.text_column,
+            streaming=streaming,
+            sample_by=data_args.sample_by,
+        )
+    fingerprint = data_fingerprint(data_args, dataset, held_out)
+    dataset = _limit(dataset, data_args)
+    dataset = _clean(dataset, data_args, train_args, accelerator)
+    if held_out is not None:
+        splits = {"train": dataset, "eval": held_out}
+    elif data_args.eval_split == "tail":
+        splits = tail_split(dataset, data_args.eval_fraction)
+    else:
+        splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+    return dataset, splits, fingerprint
+
+
 def prepare_data(
     data_args: DataArguments,
     train_args: TrainArguments,
@@ -353,32 +317,7 @@ def prepare_data(
     streaming = data_args.streaming
     max_eval_blocks = data_args.max_eval_blocks or (STREAMING_EVAL_BLOCKS if streaming else None)
     with accelerator.main_process_first():  # dataset caches and the tokenizer are written once
-        dataset = load_text_dataset(
-            data_args.dataset,
-            config_name=data_args.config_name,
-            split=data_args.split,
-            text_column=data_args.text_column,
-            streaming=streaming,
-            sample_by=data_args.sample_by,
-        )
-        held_out = None
-        if data_args.eval_dataset:  # a given validation corpus (e.g. the last 10% of a text)
-            held_out = load_text_dataset(
-                data_args.eval_dataset,
-                config_name=data_args.config_name,
-                text_column=data_args.text_column,
-                streaming=streaming,
-                sample_by=data_args.sample_by,
-            )
-        fingerprint = data_fingerprint(data_args, dataset, held_out)
-        dataset = _limit(dataset, data_args)
-        dataset = _clean(dataset, data_args, train_args, accelerator)
-        if held_out is not None:
-            splits = {"train": dataset, "eval": held_out}
-        elif data_args.eval_split == "tail":
-            splits = tail_split(dataset, data_args.eval_fraction)
-        else:
-            splits = train_eval_split(dataset, data_args.eval_fraction, seed=train_args.seed)
+        dataset, splits, fingerprint = _load_and_split(data_args, train_args, accelerator)
         tokenizer, trained = _load_or_train_tokenizer(
             data_args, train_args, splits["train"], accelerator, init_from
         )

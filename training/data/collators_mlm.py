@@ -525,7 +525,7 @@ def _check_pair_arguments(
     cls_id, sep_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
     if cls_id is None or sep_id is None:
         raise ValueError(
-            "`tokenizer` needs a cls_token and a sep_token (e.g. training.tokenizer.BERT_SPECIAL_TOKENS)."
+            "`tokenizer` needs a cls_token and a sep_token (e.g. training.data.tokenizer.BERT_SPECIAL_TOKENS)."
         )
     return cls_id, sep_id
 
@@ -580,6 +580,15 @@ def _document_pairs(docs, d: int, target: int, objective: str, negative_prob: fl
             chunk, length = [], 0
         i += 1
     return pairs
+
+
+def _pair_example(a: list[int], b: list[int], label: int, cls_id: int, sep_id: int) -> dict[str, Any]:
+    """`[CLS] A [SEP] B [SEP]` with its segment ids (0 for [CLS] A [SEP], 1 for B [SEP]) and label."""
+    return {
+        "input_ids": [cls_id, *a, sep_id, *b, sep_id],
+        "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+        "next_sentence_label": label,
+    }
 
 
 def make_sentence_pairs(
@@ -653,13 +662,7 @@ def make_sentence_pairs(
         # BERT draws one target length per document
         target = max_tokens if rng.random() >= short_seq_prob else rng.randint(2, max_tokens)
         for a, b, label in _document_pairs(docs, d, target, objective, negative_prob, max_tokens, rng):
-            pairs.append(
-                {
-                    "input_ids": [cls_id, *a, sep_id, *b, sep_id],
-                    "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
-                    "next_sentence_label": label,
-                }
-            )
+            pairs.append(_pair_example(a, b, label, cls_id, sep_id))
     logger.info(
         "Built %d %s pairs from %d documents (%.1f%% label 1).",
         len(pairs),

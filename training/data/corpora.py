@@ -7,7 +7,7 @@ exactly: a language model trained on its text cannot beat `entropy_rate_bits_per
 word on average, which makes it a test bed with a known floor for the loss.
 
 `load_builtin_corpus(name)` returns the documents of a corpus by name: "synthetic" or
-"stdlib_docstrings" (see `training.tokenizer.stdlib_docstrings`).
+"stdlib_docstrings" (see `training.data.tokenizer.stdlib_docstrings`).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def load_builtin_corpus(name: str) -> list[str]:
 
     Args:
         name: "synthetic" (`SyntheticCorpus(seed=0)`, 1,000,000 words, about 15k documents of 8
-            sentences) or "stdlib_docstrings" (all of `training.tokenizer.stdlib_docstrings`).
+            sentences) or "stdlib_docstrings" (all of `training.data.tokenizer.stdlib_docstrings`).
 
     Returns:
         The documents, in a fixed order.

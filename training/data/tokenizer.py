@@ -259,7 +259,7 @@ def split_long_text(text: str, max_characters: int = 1 << 16) -> list[str]:
     """`text` cut into consecutive pieces of at most `max_characters` characters, for tokenizing.
 
     Each cut falls just before a space that is followed by a non-space (the space that starts
-    " word"). No pre-token spans such a point for the pre-tokenizers of `training.tokenizer`
+    " word"). No pre-token spans such a point for the pre-tokenizers of `training.data.tokenizer`
     (byte-level BPE's GPT-2 regex, WordPiece's whitespace-and-punctuation split, SentencePiece's
     Metaspace, characters), so the pieces, tokenized one by one and joined, give exactly the
     tokens of the whole text. A stretch of `max_characters` without such a space (text without
@@ -292,6 +292,31 @@ def split_long_text(text: str, max_characters: int = 1 << 16) -> list[str]:
         start = cut
     pieces.append(text[start:])
     return pieces
+
+
+def _special_vocabulary(kind: str, special_tokens: dict[str, str], chat_tokens: list[str]) -> list[str]:
+    """The special tokens in the order of their ids (0, 1, ...): the roles', the chat markers', then
+    an unknown token of its own when unk shares another role's token (`special_tokens` is updated)."""
+    own_unk = [UNK_TOKEN] if needs_own_unk(kind, special_tokens) else []
+    if own_unk:  # after the others, so that their ids (and the chat markers') stay those of byte_bpe
+        shared = special_tokens.pop("unk_token")
+        special_tokens["unk_token"] = UNK_TOKEN
+        logger.info("Unseen text maps to %s of its own, not to %s (kind=%r).", UNK_TOKEN, shared, kind)
+    ordered = [token for token in special_tokens.values() if token not in own_unk]
+    return list(dict.fromkeys([*ordered, *chat_tokens, *own_unk]))  # unique, in order: ids 0, 1, ...
+
+
+def _checked_texts(items: Iterable[str], counts: dict[str, int]) -> Iterator[str]:
+    """The non-empty strings of `items`, cut into pieces, counted into `counts`; a non-string refused."""
+    for text in items:
+        if not isinstance(text, str):
+            raise ValueError(f"`texts` must contain only strings, got {type(text).__name__}.")
+        if text:
+            counts["texts"] += 1
+            counts["chars"] += len(text)
+            # a huge document would be held whole while the trainer splits it (5 GB for a 50 MB
+            # line); pieces cut before a word give the same pre-tokens and so the same counts
+            yield from split_long_text(text)
 
 
 def train_tokenizer(
@@ -353,29 +378,10 @@ def train_tokenizer(
         raise ValueError("`texts` must be an iterable of strings, not a single string.")
 
     chat_tokens = list(CHAT_TOKENS) if chat_template else []
-    own_unk = [UNK_TOKEN] if needs_own_unk(kind, special_tokens) else []
-    if own_unk:  # after the others, so that their ids (and the chat markers') stay those of byte_bpe
-        shared = special_tokens.pop("unk_token")
-        special_tokens["unk_token"] = UNK_TOKEN
-        logger.info("Unseen text maps to %s of its own, not to %s (kind=%r).", UNK_TOKEN, shared, kind)
-    ordered = [token for token in special_tokens.values() if token not in own_unk]
-    special = list(dict.fromkeys([*ordered, *chat_tokens, *own_unk]))  # unique, in order: ids 0, 1, ...
+    special = _special_vocabulary(kind, special_tokens, chat_tokens)
     tokenizer, trainer = _build(kind, vocab_size, special, special_tokens.get("unk_token"), min_frequency)
-
     counts = {"texts": 0, "chars": 0}
-
-    def checked(items: Iterable[str]) -> Iterator[str]:
-        for text in items:
-            if not isinstance(text, str):
-                raise ValueError(f"`texts` must contain only strings, got {type(text).__name__}.")
-            if text:
-                counts["texts"] += 1
-                counts["chars"] += len(text)
-                # a huge document would be held whole while the trainer splits it (5 GB for a 50 MB
-                # line); pieces cut before a word give the same pre-tokens and so the same counts
-                yield from split_long_text(text)
-
-    tokenizer.train_from_iterator(checked(texts), trainer=trainer)
+    tokenizer.train_from_iterator(_checked_texts(texts, counts), trainer=trainer)
     if counts["texts"] == 0:
         raise ValueError("`texts` is empty: the corpus must contain at least one non-empty string.")
     logger.info(

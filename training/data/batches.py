@@ -6,18 +6,24 @@ gradient_accumulation_steps` blocks; micro-step m of the update takes the m-th s
 all ranks' micro-batches of an update is the same set of blocks whatever the split between
 processes and accumulation. Three sources follow that rule: a seeded permutation of in-memory
 blocks (`GlobalBatchSampler`), a streamed corpus through a shuffle buffer (`StreamingGlobalBatches`)
-and nanoGPT's random windows (`RandomWindows`). `training_batches` picks the run's.
+and nanoGPT's random windows (`RandomWindows`).
+
+`BatchPlan` is the run's choice among them, made once from the arguments: every flag that shapes a
+batch (`per_device_batch_size`, `gradient_accumulation_steps`, `seed`, `sampling`, `streaming`,
+`shuffle_buffer_size`, `tbptt`, `document_mask`, `block_size`) is read there and nowhere else in the
+loop. The loop asks it for the micro-batches (`batches`) and whether they come labelled
+(`labelled`: random windows carry their next-token targets as `shift_labels`), a checkpoint for its
+`data_order`, the model card for its `describe`.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .run_data import BlockStream
+from .streaming import StreamingGlobalBatches
 
 
 @dataclass
@@ -99,63 +105,6 @@ class _Blocks(torch.utils.data.Dataset):
         return {name: t[i] for name, t in self.tensors.items()}
 
 
-class StreamingGlobalBatches:
-    """This rank's micro-batches from a `BlockStream`, cut as `GlobalBatchSampler` cuts its order.
-
-    Each update reads the next G = b * world * accum blocks of the epoch's stream; micro-step m
-    takes blocks [m * b * world, (m + 1) * b * world) of them and rank r the r-th b of those. So,
-    as with the sampler, the union of an update's micro-batches over ranks is the same for any split
-    between processes and accumulation. An epoch ends when its stream holds less than one more
-    global batch (that tail is dropped, as the sampler drops its incomplete update), and the next
-    one re-opens the stream with the next epoch's shuffle.
-
-    Every process reads every block and keeps its slice: reading and tokenizing are repeated on
-    each rank, the price of a data order that does not depend on the number of processes.
-
-    `position` is (epoch, updates consumed in that epoch) after the update whose micro-batches were
-    last handed out; `set_position` starts an iteration there by skipping `update * G` blocks of
-    the epoch's stream (reading them without training).
-    """
-
-    def __init__(self, stream: BlockStream, per_device: int, world: int, rank: int, accum: int) -> None:
-        self.stream = stream
-        self.per_device, self.world, self.rank, self.accum = per_device, world, rank, accum
-        self.global_batch = per_device * world * accum
-        self.epoch, self.update = 0, 0
-        self.position = (0, 0)
-
-    def set_position(self, epoch: int, update: int) -> None:
-        """Start the next iteration after `update` updates of epoch `epoch`."""
-        self.epoch, self.update = epoch, update
-        self.position = (epoch, update)
-
-    def __iter__(self):
-        epoch, update = self.epoch, self.update
-        b, chunk, size = self.per_device, self.per_device * self.world, self.global_batch
-        while True:
-            blocks = self.stream.epoch(epoch)
-            skipped = sum(1 for _ in itertools.islice(blocks, update * size))
-            if skipped < update * size:
-                raise ValueError(
-                    f"Cannot resume at update {update} of epoch {epoch}: the stream now holds only {skipped} "
-                    f"blocks (< {update} x {size}); the data or the shuffle buffer changed since the checkpoint."
-                )
-            start = update
-            while len(batch := list(itertools.islice(blocks, size))) == size:
-                update += 1
-                self.position = (epoch, update)
-                for m in range(self.accum):
-                    rows = batch[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b]
-                    yield {c: torch.from_numpy(np.stack([r[c] for r in rows])) for c in rows[0]}  # (b, T)
-            if update == start == 0:
-                raise ValueError(
-                    f"The streamed training split holds {len(batch)} blocks: fewer than one global batch of "
-                    f"{size} (per_device_batch_size * processes * gradient_accumulation_steps); use more data "
-                    "or smaller batches."
-                )
-            epoch, update = epoch + 1, 0
-
-
 WINDOW_SEED_TAG = 0x77696E64  # "wind": keeps the window seeds apart from every other (seed, step) stream
 
 
@@ -196,8 +145,10 @@ class RandomWindows:
     cuts its order. So an update's windows are the same set for any split between processes and
     accumulation, and a pure function of (seed, step): a resumed run draws the windows an
     uninterrupted run would, whatever happened to the global RNG. Each row is nanoGPT's
-    `x = data[i : i + T]`, `y = data[i + 1 : i + 1 + T]`: "input_ids" (b, T) and "targets" (b, T),
-    T targets per row where a packed block has T - 1 (the window's first token is context only).
+    `x = data[i : i + T]`, `y = data[i + 1 : i + 1 + T]`: "input_ids" (b, T) and "shift_labels" (b, T),
+    T targets per row where a packed block has T - 1 (the window's first token is context only);
+    `shift_labels` is transformers' name for targets already aligned with the positions, so the model
+    takes the batch as it is.
     Infinite; starts at `set_position(step)`.
     """
 
@@ -235,46 +186,122 @@ class RandomWindows:
             for m in range(self.accum):
                 mine = torch.from_numpy(offsets[m * chunk + self.rank * b : m * chunk + (self.rank + 1) * b])
                 windows = self.tokens[mine[:, None] + span]  # (b, T + 1)
-                batch = {"input_ids": windows[:, :-1], "targets": windows[:, 1:]}  # (b, T) each
+                batch = {"input_ids": windows[:, :-1], "shift_labels": windows[:, 1:]}  # (b, T) each
                 if self.eos_token_id is not None:
                     batch.update(window_document_columns(batch["input_ids"], self.eos_token_id))
                 yield batch
             step += 1
 
 
-def training_batches(train_blocks, data_args, train_args, objective, accelerator, position):
-    """This process's iterator of micro-batches for the run, started at the resumed `position`.
+SOURCES = ("blocks", "lanes", "stream", "windows")
 
-    Args:
-        train_blocks: `prepare_data`'s training blocks (a dict of (N, T) tensors, or a `BlockStream`).
-        objective: the run's `Objective` (truncated BPTT reads the blocks in lanes).
-        position: the resumed `DataPosition`.
 
-    Returns:
-        `(batches, updates_per_epoch, stream)`: `updates_per_epoch` is None when streaming (an
-        epoch's length is known only once read); `stream` is the `StreamingGlobalBatches` (None
-        otherwise), which knows its own position.
+@dataclass(frozen=True)
+class BatchPlan:
+    """How the training blocks become this process's micro-batches, decided once (`from_args`).
+
+    `source` is one of `SOURCES`: "blocks" (a seeded permutation of the in-memory blocks per epoch,
+    `GlobalBatchSampler`), "lanes" (truncated BPTT: the blocks in corpus-order lanes), "stream"
+    (`--streaming`: `StreamingGlobalBatches`) or "windows" (`--sampling random_windows`:
+    `RandomWindows`). Each update reads `global_batch` = `per_device * world * accum` rows, cut
+    into micro-steps and ranks the same way whatever the source.
     """
-    world, rank = accelerator.num_processes, accelerator.process_index
-    b, accum, seed = train_args.per_device_batch_size, train_args.gradient_accumulation_steps, train_args.seed
-    if data_args.streaming:
-        stream = StreamingGlobalBatches(train_blocks, b, world, rank, accum)
-        stream.set_position(position.epoch, position.update)
-        return iter(stream), None, stream
-    if train_args.sampling == "random_windows":
-        tokens = train_blocks["input_ids"].reshape(-1)  # (N,) the packed training stream
-        eos = objective.tokenizer.eos_token_id if data_args.document_mask else None
-        windows = RandomWindows(tokens, data_args.block_size, b, world, rank, accum, seed, eos_token_id=eos)
-        windows.set_position(position.step + position.offset)
-        # no epochs: the "epoch" column counts passes of as many window tokens as the stream holds
-        return iter(windows), max(1, len(tokens) // (b * world * accum * data_args.block_size)), None
-    sampler = GlobalBatchSampler(
-        len(train_blocks["input_ids"]), b, world, rank, accum, seed, lanes=objective.lanes
-    )
-    sampler.set_position(position.epoch, position.update)
-    # a private generator: a DataLoader draws a base seed when it starts iterating, which would
-    # otherwise consume the global torch RNG (and the dropout stream) differently after a resume
-    loader = torch.utils.data.DataLoader(
-        _Blocks(train_blocks), batch_sampler=sampler, generator=torch.Generator().manual_seed(seed)
-    )
-    return iter(loader), sampler.updates_per_epoch, None
+
+    source: str
+    per_device: int
+    world: int
+    rank: int
+    accum: int
+    seed: int
+    block_size: int
+    document_mask: bool = False
+    shuffle_buffer_size: int | None = None  # "stream" only
+
+    @classmethod
+    def from_args(cls, data_args, train_args, world: int, rank: int) -> BatchPlan:
+        """The plan the run's arguments ask for, for process `rank` of `world`."""
+        if data_args.streaming:
+            source = "stream"
+        elif train_args.sampling == "random_windows":
+            source = "windows"
+        else:
+            source = "lanes" if train_args.tbptt else "blocks"
+        return cls(
+            source,
+            train_args.per_device_batch_size,
+            world,
+            rank,
+            train_args.gradient_accumulation_steps,
+            train_args.seed,
+            data_args.block_size,
+            data_args.document_mask,
+            data_args.shuffle_buffer_size if source == "stream" else None,
+        )
+
+    @property
+    def global_batch(self) -> int:
+        """Rows of one update, over all processes and micro-steps."""
+        return self.per_device * self.world * self.accum
+
+    @property
+    def streaming(self) -> bool:
+        return self.source == "stream"
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the micro-batches carry their own targets: random windows hold `shift_labels`
+        (B, T), the next token of every input position (transformers' name for targets already
+        aligned with the positions); blocks hold only inputs, labelled by the objective."""
+        return self.source == "windows"
+
+    def data_order(self) -> dict:
+        """What fixes the order of the blocks, for a checkpoint to record and a resume to compare
+        (`training.resume.DATA_ORDER`)."""
+        return {
+            "global_batch_size": self.global_batch,
+            "seed": self.seed,
+            "streaming": self.streaming,
+            "sampling": "random_windows" if self.source == "windows" else "blocks",
+            "shuffle_buffer_size": self.shuffle_buffer_size,
+        }
+
+    def describe(self) -> str:
+        """The model card's "data sampling"."""
+        if self.source == "windows":
+            return f"random windows of {self.block_size} + 1 tokens (nanoGPT's get_batch)"
+        return "packed blocks, shuffled each epoch"
+
+    def batches(self, train_blocks, position: DataPosition, eos_token_id: int | None = None):
+        """This process's iterator of micro-batches, started at the resumed `position`.
+
+        Args:
+            train_blocks: `prepare_data`'s training blocks (a dict of (N, T) tensors, or a `BlockStream`).
+            position: the resumed `DataPosition`.
+            eos_token_id: the tokenizer's EOS, which starts a document in a window (`document_mask`).
+
+        Returns:
+            `(batches, updates_per_epoch, stream)`: `updates_per_epoch` is None when streaming (an
+            epoch's length is known only once read); `stream` is the `StreamingGlobalBatches` (None
+            otherwise), which knows its own position.
+        """
+        b, world, rank, accum, seed = self.per_device, self.world, self.rank, self.accum, self.seed
+        if self.source == "stream":
+            stream = StreamingGlobalBatches(train_blocks, b, world, rank, accum)
+            stream.set_position(position.epoch, position.update)
+            return iter(stream), None, stream
+        if self.source == "windows":
+            tokens = train_blocks["input_ids"].reshape(-1)  # (N,) the packed training stream
+            eos = eos_token_id if self.document_mask else None
+            windows = RandomWindows(tokens, self.block_size, b, world, rank, accum, seed, eos_token_id=eos)
+            windows.set_position(position.step + position.offset)
+            # no epochs: the "epoch" column counts passes of as many window tokens as the stream holds
+            return iter(windows), max(1, len(tokens) // (self.global_batch * self.block_size)), None
+        lanes = self.source == "lanes"
+        sampler = GlobalBatchSampler(len(train_blocks["input_ids"]), b, world, rank, accum, seed, lanes=lanes)
+        sampler.set_position(position.epoch, position.update)
+        # a private generator: a DataLoader draws a base seed when it starts iterating, which would
+        # otherwise consume the global torch RNG (and the dropout stream) differently after a resume
+        loader = torch.utils.data.DataLoader(
+            _Blocks(train_blocks), batch_sampler=sampler, generator=torch.Generator().manual_seed(seed)
+        )
+        return iter(loader), sampler.updates_per_epoch, None
