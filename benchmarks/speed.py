@@ -221,15 +221,22 @@ def markdown(result: dict, folder: Path) -> list[str]:
     """The README of a speed results folder: what ran where, then each entry's report."""
     from .speed_entries import ENTRIES, suite_tables
 
-    env, names = result["environment"], list(result["entries"])
+    names, env = list(result["entries"]), result.get("environment")
+    when = [result["date"]] if result.get("date") else []
+    if env:
+        when += [
+            f"{environment_line(env)}, {env['cores_available']} cores available",
+            f"Python {env['python']}",
+        ]
+    if result.get("git"):
+        when.append(f"hf_lm at {result['git']}")
     lines = [
-        f"# {result.get('title') or 'Speed: ' + ', '.join(names)} ({result.get('mode', 'full')} run)",
+        f"# {result.get('title') or 'Speed: ' + ', '.join(names)}"
+        + (" (smoke run)" if result.get("mode") == "smoke" else ""),
         "",
         f"`{result['command']}`",
         "",
-        f"{result['date']}; {environment_line(env)}, {env['cores_available']} cores available; "
-        f"Python {env['python']}; hf_lm at {result['git']}.",
-        "",
+        *([("; ".join(when) + "."), ""] if when else []),
     ]
     lines += suite_tables(result)
     for name, data in result["entries"].items():

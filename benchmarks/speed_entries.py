@@ -465,9 +465,7 @@ def pair_values(phase: dict) -> dict:
 
 def sanity_text(check: dict) -> str:
     return "; ".join(
-        f"{k} {v:.2e}"
-        if isinstance(v, float) and k.startswith(("max_abs_logit_diff", "loss_diff"))
-        else f"{k} {v}"
+        f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
         for k, v in check.items()
         if k not in ("losses", "params")
     )
