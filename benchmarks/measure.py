@@ -89,20 +89,15 @@ def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str |
         dirty_mark: appended when `git status` lists uncommitted changes to tracked files.
         missing: what to return where git or the repository cannot be read.
     """
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        head = git("rev-parse", *(["--short"] if short else []), "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return missing
     return head + (dirty_mark if dirty else "")
@@ -470,11 +465,6 @@ def tensor_bytes(tensors) -> int:
             seen.add(t.data_ptr())
             total += t.numel() * t.element_size()
     return total
-
-
-def optimizer_state_bytes(optimizer) -> int:
-    """Bytes of an optimizer's state tensors (AdamW: both moments and the step counts)."""
-    return tensor_bytes(t for state in optimizer.state.values() for t in state.values())
 
 
 def run_process(cmd: list[str], log_path: Path, timeout: float, env: Mapping[str, str] | None = None) -> dict:

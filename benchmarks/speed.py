@@ -119,7 +119,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # fmt: skip
     p.add_argument("--no_memory", action="store_true", default=None, help="skip the memory subprocesses")
     p.add_argument("--profile", default=None, metavar="DIR", help="also write profiler tables to DIR")
-    p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 300)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
     p.add_argument("--output_dir", default="out/speed", help="results.json, README.md, logs")
     p.add_argument("--title", default=None, help="the README's title")
     p.add_argument("--list", action="store_true", help="list the entries and their options")
@@ -142,7 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"`--set`: no selected entry has the option(s) {sorted(unknown)}.")
     if args.timeout is None:
-        args.timeout = 300.0 if args.smoke else 3600.0
+        args.timeout = 600.0 if args.smoke else 3600.0
     return args
 
 

@@ -1,58 +1,27 @@
-"""FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo), at 2 and 4 processes, in one run:
-the memory each process holds by component, the step time, and the largest GPT each trains in a
-fixed memory budget per process.
+"""The speed runner's `fsdp` entry: FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo),
+at 2 and 4 processes: the memory each process holds by component, the step time, and the largest
+GPT each trains in a memory budget per process.
 
-Both engines train the same GPT (`HfLmGPTForCausalLM`, same initial weights, same batches): DDP is
-torch's `DistributedDataParallel` with the defaults accelerate passes (25 MiB buckets, gradients
-not bucket views), FSDP2 is `training.sharding.shard_model` with `requested_plugin("full_shard")`
-(one unit per Transformer block, then the root), fp32. The optimizer is the loop's
-(`training.optim.build_optimizer`: AdamW, two groups), built after wrapping; a step is the loop's:
-forward, backward, gradient clipping (`training.sharding.clip_grad_norm`), AdamW, `zero_grad`.
+Both engines train the same GPT (same initial weights, same batches) with the loop's optimizer and
+step (forward, backward, `training.sharding.clip_grad_norm`, AdamW, `zero_grad`): DDP with
+accelerate's defaults (25 MiB buckets, gradients not bucket views), FSDP2 as
+`training.sharding.shard_model` with `requested_plugin("full_shard")` (a unit per block, then the
+root), fp32. The GPTs are one family, shape k: k layers of width 64k (k heads of 64, MLP 4x); the
+reference is `size` (8: 29.5M parameters).
 
-The GPTs are one family, shape k: k layers of width 64k (k heads of 64, MLP 4x), `--vocab` tokens,
-`--block` positions (GPT-2 small's shape is k = 12). The reference is `--size` (8: 29.5M parameters).
-
-1. Memory per process, by accounting tensors (a CPU has no allocator statistics): every component
+1. Memory, by accounting tensors (a CPU has no allocator statistics): every component (`COMPONENTS`)
    is sampled at each tensor autograd saves and releases, at each gradient accumulated, after the
-   backward and after the optimizer step, during a training step after one warm-up step. Bytes are
-   those of distinct storages (a storage that several tensors view counts once):
-   - parameters, gradients, optimizer state: the local tensors this process holds (a DTensor's
-     `.to_local()` under FSDP2: its shards, padding included);
-   - DDP buckets: the flat gradient buffers DDP all-reduces (read from its communication hook);
-     with accelerate's `gradient_as_bucket_view=False` they are copies, not views of `.grad`, and
-     are counted apart (a bucket that aliased the gradients would be counted as gradients only);
-   - activations: the tensors saved for the backward (`torch.autograd.graph.saved_tensors_hooks`),
-     live from the op that saves one until the backward releases it, parameters left out (counted
-     above, or as gathered parameters);
-   - gathered parameters (FSDP2): the unsharded parameters FSDP2 all-gathers (its all-gather
-     outputs: a block's, for its forward and backward, and the root's, which stay gathered from
-     the forward to the end of the backward);
-   - unsharded gradients (FSDP2): the full gradients of the gathered parameters, before they are
-     reduce-scattered into shards (a block's at a time).
-   Not counted: temporaries that are neither saved nor held (an op's workspace, AdamW's foreach
-   intermediates), the flat buffers of FSDP2's collectives (at most one unit's size each, during
-   its all-gather or reduce-scatter), and, under both engines, autograd's pending gradient of the
-   tied embedding (vocabulary x width: the head's contribution, held by the engine until the
-   input embedding's arrives and both are accumulated at once, at the end of the backward).
-   Each component's peak is reported, their sum (the budget's criterion: every component within
-   it at every moment), and the peak of the sampled total. Two cross-checks: torch's allocator
-   peak, which covers what the accounting leaves out (the profiler's allocation events during the
-   measured step, `torch.profiler.profile(profile_memory=True)`, on top of the components held at
-   its start), and the process's peak RSS (`resource.getrusage`, over its lifetime: interpreter,
-   libraries, gloo and the heap the C library keeps after frees included), with the RSS before the
-   model was built and after the step once the freed heap is handed back (`malloc_trim`).
-2. Step time: both engines live in the same processes and take steps alternately (the order
-   reversed every round), after warm-up; a step's time is the slowest process's, the figure is the
-   median over rounds, FSDP2/DDP. The losses of the two sides are compared step by step.
-3. The largest GPT of the family in `--budget-mib` per process: each component of the reference's
-   sum of peaks is scaled to shape k by what it grows with (parameters, gradients, buckets, moments
-   with the parameter count; a gathered block and its gradient with a block's parameters, the root
-   with the root's; activations inside blocks with layers x width, the vocabulary-wide ones (logits,
-   log-softmax) not at all, the others with the width), and the largest k whose prediction fits is
-   then built (FSDP2: on the meta device, sharded, materialized shard by shard) and trained for two
-   steps, measured as in 1. If the measured sum exceeds the budget the next smaller k is tried.
+   backward and after the optimizer step, during a step after a warm-up step; bytes of distinct
+   storages. Each component's peak, their sum (the budget's criterion), the sampled total's peak;
+   cross-checks: torch's allocator peak (the profiler's allocation events) and the peak RSS. What
+   each component holds and what is not counted: `benchmarks/results/fsdp/notes.md`.
+2. Step time: both engines in the same processes, steps alternating (order reversed every round);
+   a step's time is the slowest process's; the losses of the two sides compared step by step.
+3. The largest GPT in `budget_mib`: each measured component scaled to shape k by what it grows
+   with (`part_scale`), the largest k predicted to fit built (FSDP2: on the meta device, sharded,
+   materialized shard by shard) and measured; if it exceeds the budget, the next smaller k.
 
-Every measurement is a launch of the speed runner itself on N processes (`torchrun --standalone
+Every measurement is a launch of the speed runner on N processes (`torchrun --standalone
 --nproc_per_node N -m benchmarks.speed --_worker fsdp memory|timing ...`).
 """
 
@@ -361,7 +330,7 @@ def train_args():
     """The loop's training arguments, at a constant learning rate (no warm-up: every step updates)."""
     import dataclasses
 
-    from training.o import TrainArguments
+    from training.args import TrainArguments
 
     return dataclasses.replace(TrainArguments(), lr_scheduler="constant", warmup_steps=0)
 

@@ -37,6 +37,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .measure import (
@@ -595,7 +596,6 @@ def cpu_seconds(pid: int) -> float | None:
 def serve_round(client, model: str, requests: list[tuple[str, int]], pid: int) -> dict:
     """All requests at once; wall seconds to the last answer, the server's CPU seconds meanwhile,
     generated tokens (the server's counts), the texts."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(prompt: str, n: int):
         response = client.completions.create(model=model, prompt=prompt, max_tokens=n, temperature=0)
@@ -631,8 +631,12 @@ def serve_samples(o, tmp: Path, requests) -> tuple[dict, dict]:
         tokenizer.save_pretrained(folders[side])
     samples, errors, servers = {side: [] for side in SERVE_SIDES}, {}, {}
     try:
-        for side in SERVE_SIDES:
-            servers[side] = start_server(folders[side], tmp / f"{side}.log", *flags, threads=o.threads)
+        with ThreadPoolExecutor(len(SERVE_SIDES)) as pool:  # both servers load their models at once
+            starting = {side: pool.submit(start_server, folders[side], tmp / f"{side}.log", *flags, threads=o.threads)
+                        for side in SERVE_SIDES}  # fmt: skip
+        servers = {side: future.result() for side, future in starting.items() if not future.exception()}
+        for future in starting.values():
+            future.result()  # a server that did not start: the error, once the other is in `servers`
         clients = {side: openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
                    for side, (_, url) in servers.items()}  # fmt: skip
         for r in range(o.rounds + 1):  # round 0: untimed warm-up
@@ -827,9 +831,15 @@ def run_cleaning(o) -> dict:
     options = C4Options(minhash_ngram=1)  # single words as shingles: the pages' shingle sets are their tokens
     return {
         "pages": len(pages), "pages_per_second_in_memory": len(pages) / in_memory,
-        "pages_per_second_streamed": len(pages) / streamed, "report": report.as_dict(), "table": report.table(),
+        "pages_per_second_streamed": len(pages) / streamed, "report": report.as_dict(),
         "s_curve": s_curve(options, o.pairs), "s_curve_options": {"num_perm": options.minhash_num_perm, "bands": options.minhash_bands},
     }  # fmt: skip
+
+
+def rule_rows(report: dict) -> list[list[str]]:
+    """What each rule removed (pages, lines, chars), between the input and the output."""
+    counts = {"input": report["input"], **report["removed"], "output": report["output"]}
+    return [[rule, *(f"{c[k]:,}" for k in ("pages", "lines", "chars"))] for rule, c in counts.items()]
 
 
 def cleaning_report(data: dict, result: dict) -> list[str]:
@@ -841,7 +851,7 @@ def cleaning_report(data: dict, result: dict) -> list[str]:
         f"{data['pages']:,} pages: {data['pages_per_second_in_memory']:,.0f} pages/s in memory, "
         f"{data['pages_per_second_streamed']:,.0f} pages/s streamed (same pages).",
         "",
-        data["table"],
+        markdown_table(["rule", "pages", "lines", "chars"], rule_rows(data["report"]), "lrrr"),
         "",
         f"Near duplicates ({data['s_curve_options']['num_perm']} hash functions, "
         f"{data['s_curve_options']['bands']} bands, single words as shingles), {data['options']['pairs']} page "
