@@ -173,31 +173,8 @@ def alternating_rounds(
     warmup: int,
     synchronize: Callable[[], None] = lambda: None,
 ) -> dict[str, list[float]]:
-    """Wall seconds per call of each function, one sample per round, the order reversed every round.
-
-    `warmup` calls of each function first (untimed). A sample is `reps` back-to-back calls between
-    two clock reads, each read preceded by `synchronize()` (`device_synchronizer`): queued GPU work is
-    waited for once per sample, not after every call, so the GPU is kept busy as in training.
-
-    Returns:
-        `{name: [seconds per call, one per round]}`.
-    """
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    synchronize()
-    names = list(fns)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            gc.collect()
-            synchronize()
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                fns[name]()
-            synchronize()
-            samples[name].append((time.perf_counter() - t0) / reps)
-    return samples
+    """Wall seconds per call of each function, one per round: `time_alternating`'s wall times."""
+    return {name: s["wall_s"] for name, s in time_alternating(fns, rounds, reps, warmup, synchronize).items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,25 +263,40 @@ def environment_line(env: dict) -> str:
     )
 
 
-def time_alternating(fns: Mapping[str, Callable[[], object]], rounds: int, reps: int, warmup: int) -> dict:
-    """Per call of each function, one sample per round (the order alternates every round):
-    wall seconds, and this process's user/system CPU seconds and minor page faults (getrusage).
+def time_alternating(
+    fns: Mapping[str, Callable[[], object]],
+    rounds: int,
+    reps: int,
+    warmup: int,
+    synchronize: Callable[[], None] = lambda: None,
+    stop: Callable[[int], bool] = lambda r: False,
+) -> dict:
+    """Per call of each function, one sample per round, the order reversed every round: wall
+    seconds, and this process's user/system CPU seconds and minor page faults (getrusage).
 
-    The CPU counterpart of `alternating_rounds`: on a shared CPU the work a side does (its CPU time)
-    is steadier than its wall time, and page faults show a side that allocates more per call.
+    `warmup` calls of each function first (untimed). A sample is `reps` back-to-back calls between
+    two clock reads, each preceded by `synchronize()` (`device_synchronizer`): queued GPU work is
+    waited for once per sample, not after every call, so a GPU is kept busy as in training. On a
+    shared CPU the work a side does (its CPU time) is steadier than its wall time, and page faults
+    show a side that allocates more per call. `stop(r)` true ends the rounds before round r.
     """
     for _ in range(warmup):
         for fn in fns.values():
             fn()
+    synchronize()
     names = list(fns)
     samples = {name: {"wall_s": [], "user_s": [], "sys_s": [], "minor_faults": []} for name in names}
     for r in range(rounds):
+        if r and stop(r):
+            break
         for name in names if r % 2 == 0 else names[::-1]:
             gc.collect()
+            synchronize()
             ru0 = resource.getrusage(resource.RUSAGE_SELF)
             t0 = time.perf_counter()
             for _ in range(reps):
                 fns[name]()
+            synchronize()
             wall = time.perf_counter() - t0
             ru1 = resource.getrusage(resource.RUSAGE_SELF)
             s = samples[name]

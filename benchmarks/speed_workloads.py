@@ -53,6 +53,7 @@ from .measure import (
     rss_bytes,
     run_json_worker,
     tensor_bytes,
+    time_alternating,
 )
 from .render import fmt, markdown_table
 from .speed import Entry
@@ -244,21 +245,6 @@ def mask_build_s(model, L: int, device) -> float | None:
     return statistics.median(times)
 
 
-def alternate(fns: dict, rounds: int, sync, stop=lambda r: False) -> dict[str, list[float]]:
-    """Seconds per call of each side, one call per round, the order reversed every round."""
-    names, samples = list(fns), {side: [] for side in fns}
-    for r in range(rounds):
-        if stop(r):
-            break
-        for side in names if r % 2 == 0 else names[::-1]:
-            sync()
-            t0 = time.perf_counter()
-            fns[side]()
-            sync()
-            samples[side].append(time.perf_counter() - t0)
-    return samples
-
-
 def train_step(model, ids, optimizer) -> None:
     model(ids, labels=ids, use_cache=False).loss.backward()
     optimizer.step()
@@ -274,13 +260,14 @@ def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
     # shapes, and torch 2.13's CPU flex codegen fails on the random part's mask_mod then
     torch._dynamo.reset()
     row = {"context": L}
-    with Contention() as busy:
-        for model in models.values():  # warm-up: flex compiles its kernel for this shape
-            prefill(model, ids)
-        fns = {side: (lambda m=m: prefill(m, ids)) for side, m in models.items()}
-        samples = alternate(
-            fns, o.rounds, sync, lambda r: r > 0 and time.perf_counter() - t_start > o.budget_s
-        )
+    fns = {side: (lambda m=m: prefill(m, ids)) for side, m in models.items()}
+
+    def budget_used(r: int) -> bool:  # asked from the second round on
+        return time.perf_counter() - t_start > o.budget_s
+
+    with Contention() as busy:  # one warm-up call each: flex compiles its kernel for this shape
+        timed = time_alternating(fns, o.rounds, 1, 1, sync, budget_used)
+    samples = {side: x["wall_s"] for side, x in timed.items()}
     for side, model in models.items():
         row[f"{side}_prefill_s"] = statistics.median(samples[side])
         row[f"{side}_mask_s"] = mask_build_s(model, L, torch.device(o.device))
@@ -291,9 +278,7 @@ def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
         states = {side: m.state_dict() for side, m in models.items()}
         optimizers = {side: torch.optim.AdamW(m.parameters(), lr=1e-5) for side, m in models.items()}
         fns = {side: (lambda s=side: train_step(models[s].train(), ids, optimizers[s])) for side in models}
-        for fn in fns.values():
-            fn()
-        steps = alternate(fns, o.rounds, sync)
+        steps = {s: x["wall_s"] for s, x in time_alternating(fns, o.rounds, 1, 1, sync).items()}
         for side, m in models.items():
             m.load_state_dict(states[side])
             m.eval()
