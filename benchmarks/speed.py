@@ -10,7 +10,7 @@ of `benchmarks.speed_entries.ENTRIES` at a time, each in a fresh process.
 An entry is data: what it measures, its options (a full run's and `--smoke`'s), and the functions
 that run it and report it. Options of the selected entries can be changed with `--set key=value`
 (typed like the entry's value; a list is comma-separated). Every entry runs in a process of its own
-(no entry inherits another's heap, thread pool or warm caches), its log next to the results; a
+(no entry inherits another's heap, thread pool or warm caches), its log in the output folder's logs/; a
 failure is recorded and the others go on. The output folder gets `results.json` (kind "speed": the
 machine, the command, each entry's options and numbers) and `README.md`, its rendering
 (`markdown`), followed by the folder's `notes.md` if there is one.
@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", default=None, metavar="DIR", help="also write profiler tables to DIR")
     p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
     p.add_argument("--output_dir", default="out/speed", help="results.json, README.md, logs")
-    p.add_argument("--title", default=None, help="the README's title")
+    p.add_argument("--title", default=None, help="the README's title (default: the folder's)")
     p.add_argument("--list", action="store_true", help="list the entries and their options")
     p.add_argument("--_entry", help=argparse.SUPPRESS)
     p.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
@@ -159,7 +159,8 @@ def run_in_process(name: str, options: dict, out: Path, timeout: float) -> dict:
     path = out / f"{name}.json"
     path.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "benchmarks.speed", "--_entry", name, "--_options", json.dumps(options)]
-    run = run_process([*cmd, "--_out", str(path)], out / f"{name}.log", timeout)
+    (out / "logs").mkdir(exist_ok=True)
+    run = run_process([*cmd, "--_out", str(path)], out / "logs" / f"{name}.log", timeout)
     data = {"error": run["error"]} if run["error"] else json.loads(path.read_text())
     path.unlink(missing_ok=True)
     return {"options": options, **data, "wall_s": run["wall_s"]}
@@ -192,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     threads = args.common.get("threads", COMMON["threads"])
     torch.set_num_threads(threads)
+    previous = out / "results.json"  # a folder re-run keeps its title
+    title = args.title or (json.loads(previous.read_text()).get("title") if previous.exists() else None)
     result = {
         "kind": "speed",
-        "title": args.title,
+        "title": title,
         "mode": "smoke" if args.smoke else "full",
         "command": shlex.join(["python", "-m", "benchmarks.speed", *argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -208,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         options = entry_options(name, args.smoke, args.common, args.overrides)
         data = result["entries"][name] = run_in_process(name, options, out, args.timeout)
         if data.get("error"):
-            logger.warning("%s failed: %s (log: %s)", name, data["error"], out / f"{name}.log")
+            logger.warning("%s failed: %s (log: %s)", name, data["error"], out / "logs" / f"{name}.log")
         else:
             logger.info("%s done in %.0fs", name, data["wall_s"])
     result["wall_s"] = time.perf_counter() - t0

@@ -824,7 +824,7 @@ SEQ2SEQ_SMOKE = {**SMALL, "vocab": 1000, "batch": 2, "source_len": 16, "target_l
 
 def pair_entry(family: str, options: dict, smoke: dict) -> Entry:
     return Entry(
-        f"hf_lm against transformers' {REFERENCES[family]}: training, generation, memory",
+        f"hf_lm against transformers' {REFERENCES[family]}: training, {'inference' if family == 'bert' else 'generation'}, memory",
         run_pair, pair_report, {**options, "family": family}, smoke, memory_worker,
     )  # fmt: skip
 
