@@ -531,9 +531,14 @@ def measure_memory(o, metrics: dict) -> dict:
 
 
 def profile_pair(o) -> None:
-    """torch.profiler tables of one training step and of the first other workload, per side, and a
-    table of the operators whose self CPU time differs most between hf_lm and the reference,
-    written to the folder `o.profile`."""
+    """Where the time goes, written to the folder `o.profile`: per side, torch.profiler tables of one
+    training step and of the first other workload (with the share of self CPU time spent on tensors
+    with a vocabulary-sized dimension: the head, its loss and its AdamW update) and a cProfile of
+    the latter (Python overhead, per call); per workload, the operators whose self CPU time differs
+    most between hf_lm and the reference."""
+    import cProfile
+    import io
+    import pstats
     from pathlib import Path
 
     import torch
@@ -554,11 +559,21 @@ def profile_pair(o) -> None:
             with torch.enable_grad() if workload == "train" else torch.no_grad():
                 with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
                     fn()
-            averages[side] = prof.key_averages()
+            averages[side], by_shape = prof.key_averages(), prof.key_averages(group_by_input_shape=True)
+            total = sum(e.self_cpu_time_total for e in by_shape)
+            head = sum(e.self_cpu_time_total for e in by_shape if str(o.vocab) in str(e.input_shapes))
             (folder / f"profile_{o.family}_{workload}_{side}.txt").write_text(
-                averages[side].table(sort_by="self_cpu_time_total", row_limit=40) + "\n\nBy input shape:\n"
-                + prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit=30)
+                f"self CPU time on tensors with a dimension of size V={o.vocab}: {head / 1e3:.0f} of {total / 1e3:.0f} ms\n\n"
+                + averages[side].table(sort_by="self_cpu_time_total", row_limit=40) + "\n\nBy input shape:\n"
+                + by_shape.table(sort_by="self_cpu_time_total", row_limit=30)
             )  # fmt: skip
+            if workload == "eval":
+                calls = cProfile.Profile()
+                calls.runcall(fn)
+                text = io.StringIO()
+                pstats.Stats(calls, stream=text).sort_stats("tottime").print_stats(45)
+                pstats.Stats(calls, stream=text).sort_stats("cumulative").print_stats(60)
+                (folder / f"cprofile_{o.family}_{workload}_{side}.txt").write_text(text.getvalue())
         (folder / f"profile_{o.family}_{workload}_diff.txt").write_text(op_diff_table(averages))
 
 
