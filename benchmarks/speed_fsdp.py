@@ -717,19 +717,9 @@ def memory_table(memory: dict) -> str:
     for n, engines in memory.items():
         for engine, run in engines.items():
             worst = run["reference"]["worst"]
-            rows.append(
-                [
-                    ENGINE_NAMES[engine],
-                    str(n),
-                    *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
-                    f"**{mib(worst['sum_of_peaks_bytes'])}**",
-                    mib(worst["total_peak_bytes"]),
-                    mib(worst["allocator_peak_bytes"]),
-                    mib(worst["peak_rss_bytes"]),
-                    mib(worst["rss_before_model_bytes"]),
-                    mib(worst["rss_after_step_trimmed_bytes"]),
-                ]
-            )
+            peaks = (worst[k] for k in ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes", "rss_after_step_trimmed_bytes"))  # fmt: skip
+            rows.append([ENGINE_NAMES[engine], str(n), *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
+                         f"**{mib(worst['sum_of_peaks_bytes'])}**", *map(mib, peaks)])  # fmt: skip
     return markdown_table(header, rows, "ll" + "r" * (len(header) - 2))
 
 
@@ -755,17 +745,11 @@ def ratio_lines(memory: dict) -> list[str]:
 
 def timing_table(timing: dict) -> str:
     rows = [
-        [
-            str(n),
-            f"{run['median_s']['ddp']:.2f}",
-            f"{run['median_s']['fsdp']:.2f}",
-            f"**{run['median_s']['fsdp'] / run['median_s']['ddp']:.3f}**",
-            f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}",
-            f"{run['max_loss_gap']:.1e}",
-            pressure_cell(run),
-        ]
+        [str(n), f"{run['median_s']['ddp']:.2f}", f"{run['median_s']['fsdp']:.2f}",
+         f"**{run['median_s']['fsdp'] / run['median_s']['ddp']:.3f}**",
+         f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}", f"{run['max_loss_gap']:.1e}", pressure_cell(run)]
         for n, run in timing.items()
-    ]
+    ]  # fmt: skip
     header = ["N", "DDP step (s, median)", "FSDP2 step (s, median)", "FSDP2/DDP", "FSDP2/DDP (fastest steps)", "max |loss gap|", "CPU pressure"]  # fmt: skip
     return markdown_table(header, rows, "lrrrrrr")
 
@@ -793,19 +777,10 @@ def budget_table(memory: dict) -> str:
                 for row in run["verification"]
             )
             nxt = run["next_k"]
-            rows.append(
-                [
-                    ENGINE_NAMES[engine],
-                    str(n),
-                    "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
-                    "—" if final is None else mib(final["predicted_sum_of_peaks_bytes"]),
-                    "—" if final is None else mib(final["measured_sum_of_peaks_bytes"]),
-                    "—" if final is None else mib(final["measured_total_peak_bytes"]),
-                    "—" if final is None else mib(final["measured_allocator_peak_bytes"]),
-                    tried or "—",
-                    "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}",
-                ]
-            )
+            measured = ("predicted_sum_of_peaks_bytes", "measured_sum_of_peaks_bytes", "measured_total_peak_bytes", "measured_allocator_peak_bytes")  # fmt: skip
+            rows.append([ENGINE_NAMES[engine], str(n), "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
+                         *("—" if final is None else mib(final[k]) for k in measured), tried or "—",
+                         "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}"])  # fmt: skip
     header = ["engine", "N", "largest GPT in budget", "predicted", "measured sum of peaks", "measured sampled peak", "measured allocator peak", "built and trained (sum of peaks)", "next size (predicted)"]  # fmt: skip
     return markdown_table(header, rows, "llrrrrrll")
 
