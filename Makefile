@@ -32,13 +32,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	$(VPY) -m benchmarks.bench_gpt
-	$(VPY) -m benchmarks.bench_bert
-	$(VPY) -m benchmarks.bench_seq2seq --threads 1
+	$(VPY) -m benchmarks.speed --entries gpt2,bert,t5,bart --output_dir out/bench
 
-# every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
+# every family vs its reference, MFU and torch.compile, in one table (out/suite/README.md)
 suite: $(STAMP)
-	$(VPY) -m benchmarks.suite --threads 1
+	$(VPY) -m benchmarks.speed --threads 1 --output_dir out/suite
 
 # every part of hf_lm on the CUDA device present: the tests marked `cuda`, with a pass/fail table
 # (out/gpu_check/summary.md); without a GPU they are skipped, and it says so and exits 0

@@ -103,7 +103,7 @@ from torch import nn
 from transformers import CompileConfig, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
-from benchmarks import pairs
+from benchmarks import speed_entries as pairs
 from benchmarks.bench_common import (
     DEVICE_CHOICES,
     accelerator_info,
@@ -121,7 +121,7 @@ from benchmarks.bench_common import (
     resolve,
     resolve_device,
 )
-from benchmarks.peak_flops import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
+from benchmarks.measure import analytic_decoder_train_flops, count_train_step_flops, measure_peak_flops
 from hf_lm.generation_static import static_decode
 from hf_lm.models.hflm_layers import (
     VocabProjection,

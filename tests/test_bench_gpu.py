@@ -9,7 +9,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from benchmarks import bench_common, bench_gpu
-from benchmarks.peak_flops import analytic_decoder_train_flops, measure_peak_flops
+from benchmarks.measure import analytic_decoder_train_flops, measure_peak_flops
 
 # every row the smoke run must write, in order (decoding at batch 1 and 8)
 DECODE_ROWS = [

@@ -1,70 +1,32 @@
-#!/usr/bin/env python
-"""FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo), at 2 and 4 processes, in one run:
-the memory each process holds by component, the step time, and the largest GPT each trains in a
-fixed memory budget per process.
+"""The speed runner's `fsdp` entry: FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo),
+at 2 and 4 processes: the memory each process holds by component, the step time, and the largest
+GPT each trains in a memory budget per process.
 
-Both engines train the same GPT (`HfLmGPTForCausalLM`, same initial weights, same batches): DDP is
-torch's `DistributedDataParallel` with the defaults accelerate passes (25 MiB buckets, gradients
-not bucket views), FSDP2 is `training.sharding.shard_model` with `requested_plugin("full_shard")`
-(one unit per Transformer block, then the root), fp32. The optimizer is the loop's
-(`training.optim.build_optimizer`: AdamW, two groups), built after wrapping; a step is the loop's:
-forward, backward, gradient clipping (`training.sharding.clip_grad_norm`), AdamW, `zero_grad`.
+Both engines train the same GPT (same initial weights, same batches) with the loop's optimizer and
+step (forward, backward, `training.sharding.clip_grad_norm`, AdamW, `zero_grad`): DDP with
+accelerate's defaults (25 MiB buckets, gradients not bucket views), FSDP2 as
+`training.sharding.shard_model` with `requested_plugin("full_shard")` (a unit per block, then the
+root), fp32. The GPTs are one family, shape k: k layers of width 64k (k heads of 64, MLP 4x); the
+reference is `size` (8: 29.5M parameters).
 
-The GPTs are one family, shape k: k layers of width 64k (k heads of 64, MLP 4x), `--vocab` tokens,
-`--block` positions (GPT-2 small's shape is k = 12). The reference is `--size` (8: 29.5M parameters).
-
-1. Memory per process, by accounting tensors (a CPU has no allocator statistics): every component
+1. Memory, by accounting tensors (a CPU has no allocator statistics): every component (`COMPONENTS`)
    is sampled at each tensor autograd saves and releases, at each gradient accumulated, after the
-   backward and after the optimizer step, during a training step after one warm-up step. Bytes are
-   those of distinct storages (a storage that several tensors view counts once):
-   - parameters, gradients, optimizer state: the local tensors this process holds (a DTensor's
-     `.to_local()` under FSDP2: its shards, padding included);
-   - DDP buckets: the flat gradient buffers DDP all-reduces (read from its communication hook);
-     with accelerate's `gradient_as_bucket_view=False` they are copies, not views of `.grad`, and
-     are counted apart (a bucket that aliased the gradients would be counted as gradients only);
-   - activations: the tensors saved for the backward (`torch.autograd.graph.saved_tensors_hooks`),
-     live from the op that saves one until the backward releases it, parameters left out (counted
-     above, or as gathered parameters);
-   - gathered parameters (FSDP2): the unsharded parameters FSDP2 all-gathers (its all-gather
-     outputs: a block's, for its forward and backward, and the root's, which stay gathered from
-     the forward to the end of the backward);
-   - unsharded gradients (FSDP2): the full gradients of the gathered parameters, before they are
-     reduce-scattered into shards (a block's at a time).
-   Not counted: temporaries that are neither saved nor held (an op's workspace, AdamW's foreach
-   intermediates), the flat buffers of FSDP2's collectives (at most one unit's size each, during
-   its all-gather or reduce-scatter), and, under both engines, autograd's pending gradient of the
-   tied embedding (vocabulary x width: the head's contribution, held by the engine until the
-   input embedding's arrives and both are accumulated at once, at the end of the backward).
-   Each component's peak is reported, their sum (the budget's criterion: every component within
-   it at every moment), and the peak of the sampled total. Two cross-checks: torch's allocator
-   peak, which covers what the accounting leaves out (the profiler's allocation events during the
-   measured step, `torch.profiler.profile(profile_memory=True)`, on top of the components held at
-   its start), and the process's peak RSS (`resource.getrusage`, over its lifetime: interpreter,
-   libraries, gloo and the heap the C library keeps after frees included), with the RSS before the
-   model was built and after the step once the freed heap is handed back (`malloc_trim`).
-2. Step time: both engines live in the same processes and take steps alternately (the order
-   reversed every round), after warm-up; a step's time is the slowest process's, the figure is the
-   median over rounds, FSDP2/DDP. The losses of the two sides are compared step by step.
-3. The largest GPT of the family in `--budget-mib` per process: each component of the reference's
-   sum of peaks is scaled to shape k by what it grows with (parameters, gradients, buckets, moments
-   with the parameter count; a gathered block and its gradient with a block's parameters, the root
-   with the root's; activations inside blocks with layers x width, the vocabulary-wide ones (logits,
-   log-softmax) not at all, the others with the width), and the largest k whose prediction fits is
-   then built (FSDP2: on the meta device, sharded, materialized shard by shard) and trained for two
-   steps, measured as in 1. If the measured sum exceeds the budget the next smaller k is tried.
+   backward and after the optimizer step, during a step after a warm-up step; bytes of distinct
+   storages. Each component's peak, their sum (the budget's criterion), the sampled total's peak;
+   cross-checks: torch's allocator peak (the profiler's allocation events) and the peak RSS. What
+   each component holds and what is not counted: `benchmarks/results/fsdp/notes.md`.
+2. Step time: both engines in the same processes, steps alternating (order reversed every round);
+   a step's time is the slowest process's; the losses of the two sides compared step by step.
+3. The largest GPT in `budget_mib`: each measured component scaled to shape k by what it grows
+   with (`part_scale`), the largest k predicted to fit built (FSDP2: on the meta device, sharded,
+   materialized shard by shard) and measured; if it exceeds the budget, the next smaller k.
 
-Usage:
-    HF_HUB_OFFLINE=1 python -m benchmarks.bench_fsdp              # 4-6 minutes on 2 cores
-    HF_HUB_OFFLINE=1 python -m benchmarks.bench_fsdp --quick      # smoke run
-
-Every measurement is a launch of this script by itself (`torchrun --standalone --nproc_per_node N
--m benchmarks.bench_fsdp --_worker memory|timing ...`); the figures go to `--output-dir`
-(default `benchmarks/results/fsdp/`: results.json and README.md).
+Every measurement is a launch of the speed runner on N processes (`torchrun --standalone
+--nproc_per_node N -m benchmarks.speed --_worker fsdp memory|timing ...`).
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -72,25 +34,21 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from .bench_common import (
+from .measure import (
     REPO_ROOT,
     Contention,
-    add_machine_options,
-    command_line,
-    environment,
-    environment_line,
-    markdown_table,
     peak_rss_bytes,
     reset_peak_rss,
     rss_bytes,
     trim_heap,
     wait_for_idle,
 )
+from .render import markdown_table
+from .speed import Entry
 
 ENGINES = ("ddp", "fsdp")
 ENGINE_NAMES = {"ddp": "DDP", "fsdp": "FSDP2 full_shard"}
@@ -589,11 +547,11 @@ class StepAccounting:
         self.depth += step
 
 
-def _setup(args):
+def _setup(o):
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(args.threads_per_process)
+    torch.set_num_threads(o.threads_per_process)
     dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
 
@@ -606,15 +564,15 @@ def _gather(value):
     return everyone
 
 
-def measure_memory(engine: str, config: Mapping, args, rank: int, meta: bool = False) -> dict:
+def measure_memory(engine: str, config: Mapping, o, rank: int, meta: bool = False) -> dict:
     """One warm-up step, then one measured step of `engine` on the GPT of `config` (this process):
     the components (`StepAccounting`), and torch's allocator peak (the profiler's allocation
     events, on top of the components held at the step's start)."""
     from torch.profiler import ProfilerActivity, profile
 
-    model, optimizer = build_engine(engine, config, args.seed, meta=meta)
-    batch = make_batch(args.vocab, args.batch, args.block, args.seed, rank)
-    accounting = StepAccounting(model, optimizer, engine, args.vocab)
+    model, optimizer = build_engine(engine, config, o.seed, meta=meta)
+    batch = make_batch(o.vocab, o.batch, o.block, o.seed, rank)
+    accounting = StepAccounting(model, optimizer, engine, o.vocab)
     losses = [train_step(model, optimizer, batch)]
     cpu = [ProfilerActivity.CPU]
     with accounting.measuring() as meter, profile(activities=cpu, profile_memory=True) as prof:
@@ -633,36 +591,36 @@ def measure_memory(engine: str, config: Mapping, args, rank: int, meta: bool = F
     return result
 
 
-def memory_worker(args) -> None:
-    """`--_worker memory`: the reference's memory (with the process's peak RSS), the cost model, and
+def memory_worker(o) -> dict | None:
+    """One process of a memory launch: the reference's memory (with the process's peak RSS), the cost model, and
     the largest shape in the budget, built and measured."""
     import torch.distributed as dist
 
-    rank, world = _setup(args)
+    rank, world = _setup(o)
     import hf_lm  # noqa: F401  (everything the model needs imported: the RSS before it is built)
     import training.optim  # noqa: F401
     import training.sharding  # noqa: F401
 
     before = rss_bytes()
-    ref_config = family_config(args.size, args.vocab, args.block)
-    mine = measure_memory(args.engine, ref_config, args, rank)
+    ref_config = family_config(o.size, o.vocab, o.block)
+    mine = measure_memory(o.engine, ref_config, o, rank)
     mine["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     mine["rss_before_model_bytes"] = before
     per_rank = _gather(mine)
     reference = worst_process(per_rank)
 
     ref_shape = shape_numels(ref_config)
-    shapes = {k: shape_numels(family_config(k, args.vocab, args.block)) for k in range(1, args.max_size + 1)}
+    shapes = {k: shape_numels(family_config(k, o.vocab, o.block)) for k in range(1, o.max_size + 1)}
     predictions = {k: predict_peaks(reference["peak_parts"], ref_shape, s) for k, s in shapes.items()}
-    budget = args.budget_mib * MIB
+    budget = o.budget_mib * MIB
     chosen = largest_in_budget(shapes, lambda k: sum(predictions[k].values()), budget)
 
     tried = []
     k = chosen
-    while k is not None and k >= 1 and len(tried) < args.verify_tries:
+    while k is not None and k >= 1 and len(tried) < o.verify_tries:
         trim_heap()
         reset_ok = reset_peak_rss()
-        got = measure_memory(args.engine, family_config(k, args.vocab, args.block), args, rank, meta=True)
+        got = measure_memory(o.engine, family_config(k, o.vocab, o.block), o, rank, meta=True)
         got["peak_rss_since_reset_bytes"] = peak_rss_bytes(reset_ok)
         got["rss_peak_method"] = "VmHWM after clear_refs" if reset_ok else "ru_maxrss (process lifetime)"
         everyone = _gather(got)
@@ -684,12 +642,13 @@ def memory_worker(args) -> None:
         if row["fits"]:
             break
         k -= 1
+    report = None
     if rank == 0:
         nxt = None if chosen is None or chosen + 1 not in shapes else chosen + 1
         report = {
-            "engine": args.engine,
+            "engine": o.engine,
             "processes": world,
-            "reference": {"k": args.size, "config": ref_config, "numels": ref_shape, "worst": reference},
+            "reference": {"k": o.size, "config": ref_config, "numels": ref_shape, "worst": reference},
             "per_rank": per_rank,
             "budget_bytes": budget,
             "predicted_sum_of_peaks_bytes": {k: sum(p.values()) for k, p in predictions.items()},
@@ -698,27 +657,27 @@ def memory_worker(args) -> None:
             "next_k": nxt,
             "verification": tried,
         }
-        Path(args.out).write_text(json.dumps(report, indent=2))
     dist.barrier()
     dist.destroy_process_group()
+    return report
 
 
-def timing_worker(args) -> None:
-    """`--_worker timing`: DDP and FSDP2 side by side in the same processes, steps alternating."""
+def timing_worker(o) -> dict | None:
+    """One process of a timing launch: DDP and FSDP2 side by side in the same processes, steps alternating."""
     import torch
     import torch.distributed as dist
 
-    rank, world = _setup(args)
-    config = family_config(args.size, args.vocab, args.block)
-    sides = {engine: build_engine(engine, config, args.seed) for engine in ENGINES}
-    batch = make_batch(args.vocab, args.batch, args.block, args.seed, rank)
+    rank, world = _setup(o)
+    config = family_config(o.size, o.vocab, o.block)
+    sides = {engine: build_engine(engine, config, o.seed) for engine in ENGINES}
+    batch = make_batch(o.vocab, o.batch, o.block, o.seed, rank)
     losses = {engine: [] for engine in ENGINES}
-    for _ in range(args.warmup):
+    for _ in range(o.warmup):
         for engine, (model, opt) in sides.items():
             losses[engine].append(train_step(model, opt, batch))
     times = {engine: [] for engine in ENGINES}
     with Contention() as busy:  # the timed rounds alone
-        for r in range(args.rounds):
+        for r in range(o.rounds):
             for engine in ENGINES if r % 2 == 0 else ENGINES[::-1]:
                 model, opt = sides[engine]
                 gc.collect()
@@ -730,6 +689,7 @@ def timing_worker(args) -> None:
                 times[engine].append(float(slowest))
     gap = torch.tensor([max(abs(a - b) for a, b in zip(losses["ddp"], losses["fsdp"]))], dtype=torch.float64)
     dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+    report = None
     if rank == 0:
         report = {
             "processes": world,
@@ -739,50 +699,12 @@ def timing_worker(args) -> None:
             "max_loss_gap": float(gap),
             "contention": busy.result,
         }
-        Path(args.out).write_text(json.dumps(report, indent=2))
     dist.barrier()
     dist.destroy_process_group()
+    return report
 
 
 # --------------------------------------------------------------------------------------------
-# The run: launches, tables, files
-# --------------------------------------------------------------------------------------------
-
-PASSED_ON = (
-    "size",
-    "vocab",
-    "block",
-    "batch",
-    "budget_mib",
-    "max_size",
-    "verify_tries",
-    "warmup",
-    "rounds",
-    "seed",
-)
-
-
-def launch(args, processes: int, worker: list[str], folder: Path) -> dict:
-    """Run `--_worker ...` on `processes` processes (torchrun, standalone) and read its JSON."""
-    out = folder / f"{'_'.join(worker)}_{processes}.json"
-    per_process = max(1, args.threads // processes)
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-        "-m", "benchmarks.bench_fsdp", "--_worker", *worker, "--out", str(out),
-        f"--threads-per-process={per_process}",
-        *(f"--{name.replace('_', '-')}={getattr(args, name)}" for name in PASSED_ON),
-    ]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(per_process))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(worker)} on {processes} processes failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(out.read_text())
-    result["launch_s"] = time.perf_counter() - t0
-    print(f"  {' '.join(worker)} x{processes}: {result['launch_s']:.0f}s", flush=True)
-    return result
 
 
 def mib(n: int | None) -> str:
@@ -795,19 +717,9 @@ def memory_table(memory: dict) -> str:
     for n, engines in memory.items():
         for engine, run in engines.items():
             worst = run["reference"]["worst"]
-            rows.append(
-                [
-                    ENGINE_NAMES[engine],
-                    str(n),
-                    *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
-                    f"**{mib(worst['sum_of_peaks_bytes'])}**",
-                    mib(worst["total_peak_bytes"]),
-                    mib(worst["allocator_peak_bytes"]),
-                    mib(worst["peak_rss_bytes"]),
-                    mib(worst["rss_before_model_bytes"]),
-                    mib(worst["rss_after_step_trimmed_bytes"]),
-                ]
-            )
+            peaks = (worst[k] for k in ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes", "rss_after_step_trimmed_bytes"))  # fmt: skip
+            rows.append([ENGINE_NAMES[engine], str(n), *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
+                         f"**{mib(worst['sum_of_peaks_bytes'])}**", *map(mib, peaks)])  # fmt: skip
     return markdown_table(header, rows, "ll" + "r" * (len(header) - 2))
 
 
@@ -833,17 +745,11 @@ def ratio_lines(memory: dict) -> list[str]:
 
 def timing_table(timing: dict) -> str:
     rows = [
-        [
-            str(n),
-            f"{run['median_s']['ddp']:.2f}",
-            f"{run['median_s']['fsdp']:.2f}",
-            f"**{run['median_s']['fsdp'] / run['median_s']['ddp']:.3f}**",
-            f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}",
-            f"{run['max_loss_gap']:.1e}",
-            pressure_cell(run),
-        ]
+        [str(n), f"{run['median_s']['ddp']:.2f}", f"{run['median_s']['fsdp']:.2f}",
+         f"**{run['median_s']['fsdp'] / run['median_s']['ddp']:.3f}**",
+         f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}", f"{run['max_loss_gap']:.1e}", pressure_cell(run)]
         for n, run in timing.items()
-    ]
+    ]  # fmt: skip
     header = ["N", "DDP step (s, median)", "FSDP2 step (s, median)", "FSDP2/DDP", "FSDP2/DDP (fastest steps)", "max |loss gap|", "CPU pressure"]  # fmt: skip
     return markdown_table(header, rows, "lrrrrrr")
 
@@ -871,19 +777,10 @@ def budget_table(memory: dict) -> str:
                 for row in run["verification"]
             )
             nxt = run["next_k"]
-            rows.append(
-                [
-                    ENGINE_NAMES[engine],
-                    str(n),
-                    "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
-                    "—" if final is None else mib(final["predicted_sum_of_peaks_bytes"]),
-                    "—" if final is None else mib(final["measured_sum_of_peaks_bytes"]),
-                    "—" if final is None else mib(final["measured_total_peak_bytes"]),
-                    "—" if final is None else mib(final["measured_allocator_peak_bytes"]),
-                    tried or "—",
-                    "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}",
-                ]
-            )
+            measured = ("predicted_sum_of_peaks_bytes", "measured_sum_of_peaks_bytes", "measured_total_peak_bytes", "measured_allocator_peak_bytes")  # fmt: skip
+            rows.append([ENGINE_NAMES[engine], str(n), "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
+                         *("—" if final is None else mib(final[k]) for k in measured), tried or "—",
+                         "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}"])  # fmt: skip
     header = ["engine", "N", "largest GPT in budget", "predicted", "measured sum of peaks", "measured sampled peak", "measured allocator peak", "built and trained (sum of peaks)", "next size (predicted)"]  # fmt: skip
     return markdown_table(header, rows, "llrrrrrll")
 
@@ -934,185 +831,112 @@ def cost_lines(memory: dict, tokens: int) -> list[str]:
     return lines
 
 
-def write_report(args, env: dict, memory: dict, timing: dict, seconds: float, argv) -> str:
-    out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    command = command_line("benchmarks.bench_fsdp", argv)
-    ref = next(iter(next(iter(memory.values())).values()))["reference"]
-    numels, tokens = ref["numels"], args.batch * args.block
-    report = {
-        "environment": env,
-        "command": command,
-        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "reference": {"k": args.size, "config": ref["config"], "numels": numels},
-        "memory": memory,
-        "timing": timing,
-        "seconds": seconds,
-    }
-    (out / "results.json").write_text(json.dumps(report, indent=2, default=str))
-    per_process = {n: max(1, args.threads // n) for n in args.processes}
-    lines = [
-        "# FSDP2 against DDP: memory per process, step time, largest GPT in a budget",
+# --------------------------------------------------------------------------------------------
+# The entry: launches, tables
+# --------------------------------------------------------------------------------------------
+
+
+def worker(o, kind: str, engine: str | None = None) -> dict | None:
+    """`--_worker fsdp memory ENGINE` or `--_worker fsdp timing`: one process of a launch; the
+    first process returns the launch's figures, the others None."""
+    if kind == "memory":
+        o.engine = engine
+        return memory_worker(o)
+    if kind == "timing":
+        return timing_worker(o)
+    raise ValueError(f"The fsdp worker takes memory ENGINE or timing, got {kind!r}.")
+
+
+def launch(o, processes: int, work: list[str], folder: Path) -> dict:
+    """Run the worker `work` on `processes` processes (torchrun, standalone) and read its JSON."""
+    out = folder / f"{'_'.join(work)}_{processes}.json"
+    per_process = max(1, o.threads // processes)
+    options = json.dumps({**vars(o), "threads_per_process": per_process})
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+        "-m", "benchmarks.speed", "--_worker", "fsdp", *work, "--_options", options, "--_out", str(out),
+    ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(per_process))
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(work)} on {processes} processes failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(out.read_text())
+    result["launch_s"] = time.perf_counter() - t0
+    print(f"  {' '.join(work)} x{processes}: {result['launch_s']:.0f}s", flush=True)
+    return result
+
+
+def run(o) -> dict:
+    """For each process count: the timing launch, then a memory launch per engine."""
+    import tempfile
+
+    for name in ("size", "vocab", "block", "batch", "budget_mib", "max_size", "rounds"):
+        if getattr(o, name) < 1:
+            raise ValueError(f"`{name}` must be at least 1, got {getattr(o, name)}.")
+    t0, memory, timing = time.perf_counter(), {}, {}
+    with tempfile.TemporaryDirectory(prefix="speed_fsdp_") as tmp:
+        for n in o.processes:
+            waited = wait_for_idle(o.wait_idle)
+            timing[n] = launch(o, n, ["timing"], Path(tmp))
+            timing[n]["contention"]["waited_s"] = waited
+            memory[n] = {engine: launch(o, n, ["memory", engine], Path(tmp)) for engine in ENGINES}
+    ref = next(iter(memory[o.processes[0]].values()))["reference"]
+    reference = {"k": o.size, "config": ref["config"], "numels": ref["numels"]}
+    return {"reference": reference, "memory": memory, "timing": timing, "seconds": time.perf_counter() - t0}
+
+
+def report(data: dict, result: dict) -> list[str]:
+    """The tables; what each column counts is in the results folder's notes."""
+    o, ref = data["options"], data["reference"]
+    numels, config = ref["numels"], ref["config"]
+    per_process = ", ".join(
+        f"{max(1, o['threads'] // n)} torch thread(s) per process at N={n}" for n in o["processes"]
+    )
+    return [
+        "## FSDP2 against DDP: memory per process, step time, largest GPT in a budget",
         "",
-        f"`{command}` ({seconds:.0f} s)",
+        f"{per_process}; gloo, fp32. GPT (hf_lm `HfLmGPTForCausalLM`): {config['num_hidden_layers']} layers, hidden "
+        f"{config['hidden_size']}, {config['num_attention_heads']} heads, MLP {config['intermediate_size']}, "
+        f"vocabulary {o['vocab']} (tied head), {o['block']} positions: {numels['total'] / 1e6:.2f}M parameters "
+        f"({numels['block'] / 1e6:.2f}M per block, {numels['root'] / 1e6:.2f}M in the root). Micro-batch "
+        f"{o['batch']} x {o['block']} tokens per process; {data['seconds']:.0f} s in all.",
         "",
-        f"{environment_line(env)}; {env['cores_available']} CPU cores (`os.sched_getaffinity`), "
-        + ", ".join(f"{per_process[n]} torch thread(s) per process at N={n}" for n in args.processes)
-        + "; gloo, fp32.",
+        "### Memory per process (MiB)",
         "",
-        f"GPT (hf_lm `HfLmGPTForCausalLM`): {ref['config']['num_hidden_layers']} layers, hidden "
-        f"{ref['config']['hidden_size']}, {ref['config']['num_attention_heads']} heads, MLP "
-        f"{ref['config']['intermediate_size']}, vocabulary {args.vocab} (tied head), {args.block} positions: "
-        f"{numels['total'] / 1e6:.2f}M parameters ({numels['block'] / 1e6:.2f}M per block, "
-        f"{numels['root'] / 1e6:.2f}M in the root). Micro-batch {args.batch} x {args.block} tokens per process.",
+        memory_table(data["memory"]),
         "",
-        "## Memory per process (MiB)",
+        *ratio_lines(data["memory"]),
         "",
-        "Each component's peak during a training step (the process that holds most); *sum of peaks* is "
-        "their sum, *sampled peak* the largest total at one moment. *Allocator peak*: everything torch "
-        "allocated during the step (the profiler's allocation events, on top of the components held at the "
-        "step's start), temporaries the accounting leaves out included. *Peak RSS* is the whole process's over "
-        "its life (`resource.getrusage`), a cross-check only: it holds the interpreter, torch and gloo (the "
-        "*RSS before model*) and the pages the C library keeps for reuse after tensors are freed (every step "
-        "frees and reallocates activations and gradients, FSDP2 also a block's gathered parameters and "
-        "gradients per block), so it tells the engines apart far less than the accounting does. *RSS after "
-        "step, trimmed*: the process's RSS after the measured step once the freed heap is handed back "
-        "(`malloc_trim`): what it holds between steps.",
+        "### Step time",
         "",
-        memory_table(memory),
+        f"{o['warmup']} warm-up steps per engine, then {o['rounds']} rounds.",
         "",
-        *ratio_lines(memory),
+        timing_table(data["timing"]),
         "",
-        "## Step time",
+        f"### Largest GPT in {o['budget_mib']} MiB per process",
         "",
-        f"Both engines in the same processes, steps alternating (order reversed every round), "
-        f"{args.warmup} warm-up steps each, then {args.rounds} rounds; a step's time is the slowest "
-        "process's. The loss gap compares the two sides' losses step by step (same weights, same batches). "
-        "Each process runs max(1, threads / N) torch threads; at N=4 the four processes share the "
-        f"{env['cores_available']} cores, so steps take longer for both engines alike. *CPU pressure*: share "
-        "of the timed rounds' wall time some task waited for a CPU (`/proc/pressure/cpu`): the other processes "
-        "on the machine, and at N=4 the run's own processes, more than there are cores. Where others cause it, "
-        "times are noisy and the ratio, from alternating steps, less so.",
-        "",
-        timing_table(timing),
-        "",
-        f"## Largest GPT in {args.budget_mib} MiB per process",
-        "",
-        "Family: shape k = k layers of width 64k, k heads of 64, MLP 4x, same vocabulary, positions and "
-        "micro-batch. Budget criterion: the sum of the component peaks (every component within the budget at "
-        "every moment). *Predicted*: each measured component of the reference scaled to shape k by what it "
-        "grows with (parameter count; a block's or the root's parameters for gathered parameters and "
-        "unsharded gradients; layers x width for activations in blocks, nothing for the vocabulary-wide "
-        "ones). The largest predicted k was then built (FSDP2: on the meta device, sharded, materialized "
-        "shard by shard) and trained for two steps on every process, measured as above; *built and "
-        "trained* lists the sizes tried. The next size is predicted only.",
-        "",
-        budget_table(memory),
+        budget_table(data["memory"]),
         "",
         "At the largest sizes (measured; sums of component peaks):",
         "",
-        *limit_lines(memory),
+        *limit_lines(data["memory"]),
         "",
         "Costs measured on the reference:",
         "",
-        *cost_lines(memory, tokens),
-        "",
-        "## What is counted",
-        "",
-        "- Parameters, gradients, AdamW state: bytes of the distinct storages of the local tensors each "
-        "process holds (a DTensor's `.to_local()` under FSDP2: its shards, padding included).",
-        "- DDP buckets: DDP's flat gradient buffers (from its communication hook). With "
-        "`gradient_as_bucket_view=False` (accelerate's and torch's default) they are copies of `.grad`, "
-        "allocated for the whole run, and counted apart; with bucket views they would alias `.grad` and "
-        "count as gradients only.",
-        "- Activations: tensors saved for the backward (`torch.autograd.graph.saved_tensors_hooks`), from "
-        "the op that saves them until the backward releases them, each storage once; parameters excluded.",
-        "- Gathered parameters (FSDP2): FSDP2's all-gather outputs, i.e. the unsharded parameters of the "
-        "unit being computed and of the root (which stays gathered from the forward to the end of the "
-        "backward). Unsharded gradients (FSDP2): their full gradients before the reduce-scatter (a block's at "
-        "a time).",
-        "- Not counted: temporaries neither saved nor held (op workspaces, AdamW's foreach intermediates); "
-        "FSDP2's flat collective buffers (at most one unit's size each, during a collective); under both "
-        f"engines, autograd's pending gradient of the tied embedding ({mib(4 * args.vocab * ref['config']['hidden_size'])} "
-        "MiB here: the head's contribution, held until the input embedding's arrives and both are "
-        "accumulated at once, at the end of the backward).",
-        "",
-        "## Not measured yet",
-        "",
-        GPU_NOTE,
+        *cost_lines(data["memory"], o["batch"] * o["block"]),
         "",
     ]
-    text = "\n".join(lines)
-    (out / "README.md").write_text(text)
-    print(f"wrote {out / 'results.json'} and {out / 'README.md'}")
-    return text
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--processes", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
-    p.add_argument("--size", type=int, default=8, help="the reference's shape k: k layers of width 64k")
-    p.add_argument("--vocab", type=int, default=8192)
-    p.add_argument("--block", type=int, default=256, help="tokens per sequence (and positions)")
-    p.add_argument("--batch", type=int, default=2, help="sequences per process per step")
-    p.add_argument("--budget-mib", type=int, default=1024, help="memory budget per process")
-    p.add_argument("--max-size", type=int, default=32, help="largest shape k the search considers")
-    p.add_argument(
-        "--verify-tries", type=int, default=2, help="sizes built at most when one exceeds the budget"
-    )
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per engine")
-    p.add_argument("--rounds", type=int, default=5, help="timed steps per engine")
-    add_machine_options(p)  # --threads (over all processes), --seed, --wait-idle (before each timing launch)
-    p.add_argument("--output-dir", default="benchmarks/results/fsdp")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, to check that it runs")
-    p.add_argument("--_worker", nargs="+", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--engine", choices=ENGINES, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--threads-per-process", type=int, default=1, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.size, args.vocab, args.block, args.batch = 2, 512, 64, 2
-        args.budget_mib, args.max_size, args.warmup, args.rounds = 16, 6, 1, 2
-        if args.output_dir == "benchmarks/results/fsdp":
-            args.output_dir = "out/bench_fsdp_quick"
-    for name in ("size", "vocab", "block", "batch", "budget_mib", "max_size", "rounds"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    if min(args.processes) < 1:
-        p.error(f"--processes must be positive counts, got {args.processes}.")
-    return args
-
-
-def main(argv=None) -> None:
-    args = parse_args(argv)
-    if args._worker:
-        kind = args._worker[0]
-        if kind == "memory":
-            args.engine = args._worker[1]
-            memory_worker(args)
-        elif kind == "timing":
-            timing_worker(args)
-        else:
-            raise ValueError(f"`--_worker` takes memory ENGINE or timing, got {args._worker}.")
-        return
-    import torch
-
-    torch.set_num_threads(args.threads)
-    env = environment(args.threads)
-    print(environment_line(env), flush=True)
-    t0 = time.perf_counter()
-    memory: dict = {}
-    timing: dict = {}
-    with tempfile.TemporaryDirectory(prefix="bench_fsdp_") as tmp:
-        folder = Path(tmp)
-        for n in args.processes:
-            waited = wait_for_idle(args.wait_idle)
-            timing[n] = launch(args, n, ["timing"], folder)
-            timing[n]["contention"]["waited_s"] = waited
-            memory[n] = {engine: launch(args, n, ["memory", engine], folder) for engine in ENGINES}
-    text = write_report(args, env, memory, timing, time.perf_counter() - t0, argv)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()
+ENTRY = Entry(
+    "FSDP2 against DDP on CPU processes: memory by component, step time, largest GPT in a budget",
+    run,
+    report,
+    {"processes": [2, 4], "size": 8, "vocab": 8192, "block": 256, "batch": 2, "budget_mib": 1024, "max_size": 32,
+     "verify_tries": 2, "warmup": 2, "rounds": 5},
+    {"size": 2, "vocab": 512, "block": 64, "budget_mib": 16, "max_size": 6, "warmup": 1, "rounds": 2},
+    worker,
+)  # fmt: skip
