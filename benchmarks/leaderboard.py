@@ -14,27 +14,19 @@ The boards, their entries and settings are data (`benchmarks/leaderboard_entries
 is an option (`--budget_seconds 60`) over the preset (`full`, `smoke` with `--smoke`, `gpu` for the
 translation board on a GPU). `--data` defaults to the board's folder under `../shared/data`.
 
-- `lm`: character-level Tiny Shakespeare with nanoGPT's split (first 90% of the characters train,
-  the rest validate) and one character tokenizer. Each entry is one `training.train` subprocess: the
-  n-gram fitted per order, the neural models under one wall-clock budget (the cosine schedule's step
-  count calibrated by a probe run, `--max_train_seconds` as the safety net), nanoGPT's small CPU
-  configuration for its 2,000 iterations with its recipe (random windows, the cosine ending at 1e-4,
-  the best evaluation kept). Every model is scored afterwards by `score_validation`: the whole
-  validation text in non-overlapping blocks, nats per character.
-- `translation`: Multi30k De->En, each family from scratch by `training.finetune_translation` (in
-  this process) with one joint byte-level BPE tokenizer, constant rate after warmup, until the budget
-  or the epoch cap; sacrebleu test BLEU greedy and beam; bentrevett's published rows for context.
+- `lm`: character-level Tiny Shakespeare (nanoGPT's 90/10 split, one character tokenizer): the
+  n-gram fitted per order, the neural families under one wall-clock budget (a probe run calibrates
+  the cosine schedule's step count), nanoGPT's small CPU configuration for its 2,000 iterations;
+  every model scored afterwards on the whole validation text, in nats per character.
+- `translation`: Multi30k De->En, each family from scratch (`training.finetune_translation`, one
+  joint BPE tokenizer) until the budget or the epoch cap; sacrebleu test BLEU, greedy and beam.
 - `sst2`: one seeded BERT-style encoder fine-tuned from scratch, after MLM pretraining or as an
-  ELECTRA discriminator (the same pretraining wall-clock time) on the training sentences, by
-  `training.finetune_classification` under one budget; dev and test accuracy.
-- `mask_predict`: the autoregressive Transformer and the conditional masked LM (Ghazvininejad et
-  al., 2019) trained for the same time; BLEU per number of iterations T, and one traced sentence.
-- `ablations`: a GPT-2-style baseline and variants one component away (`--entries` takes variants
-  or components; the baseline always runs), every seed; mean ± std of parameters, forward FLOPs per
-  token, median step time, early and final validation loss. A run whose folder holds its results
-  from the same command is reused (`--rerun true` forces it).
-- `length_extrapolation`: one GPT per position scheme trained at context L, validation perplexity
-  in windows of 1-8x L (learned positions refuse), and a sliding window of L for all.
+  ELECTRA discriminator (the same pretraining time), under one budget; dev and test accuracy.
+- `mask_predict`: the autoregressive Transformer against the conditional masked LM (Ghazvininejad
+  et al., 2019) trained for the same time; BLEU per number of iterations T, one traced sentence.
+- `ablations`: a GPT-2-style baseline and variants one component away (Narang et al., 2021;
+  `--entries` takes components too), every seed; a run already done with the same command is reused.
+- `length_extrapolation`: one GPT per position scheme trained at context L, perplexity at 1-8x L.
 
 Outputs under `--output_dir` (default `out/<board>`): `results.json`, `README.md` (its rendering,
 `markdown`), the plots, and the runs. The committed results live in `benchmarks/results/`.
@@ -117,7 +109,6 @@ def _parser(board: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.leaderboard",
         description=__doc__.split("\n\n")[0],
-        add_help=board is not None,
     )
     p.add_argument("board", choices=list(BOARDS))
     p.add_argument("--entries", default=None, help="Comma-separated entries (default: the board's).")
@@ -143,8 +134,8 @@ def _parser(board: str | None) -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The board, its settings (the preset's, then the options given), entries, data and output folder."""
-    known, _ = _parser(None).parse_known_args(argv)
-    parser = _parser(known.board)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser(next((arg for arg in argv if arg in BOARDS), None))
     args = parser.parse_args(argv)
     board = BOARDS[args.board]
     table = board["settings"]
@@ -1151,6 +1142,7 @@ def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) 
         from training.train import main as train_main
 
         metrics = train_main(argv)
+        run_dir.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(stamp, indent=2))
     keys = (
         "train_loss",
@@ -1679,12 +1671,6 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
         *[f"- {note}" for note in result.get("notes", [])],  # e.g. a row re-run later, and why
         "",
         markdown_table(header, table, align="lrrrrrr"),
-        "",
-        f"Validation loss: the whole validation text in non-overlapping blocks (the budgeted entries and the n-gram: "
-        f"{s['block_size']} characters; the nanoGPT rows: 64), every character of a block but its first scored given the "
-        "ones before it in the block; no special token is ever a target, so the loss is nats per character and the "
-        "perplexity its exponential. Train time: the training loop, its periodic validation-curve evaluations included "
-        "(for the n-gram: the counting time of the best order). The published nanoGPT row is quoted, not run.",
     ]
     for row in rows:
         if row.get("kind") == "ngram" and "orders" in row:
@@ -1752,10 +1738,8 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
         "",
         markdown_table(header, rows),
         "",
-        "Published rows: bentrevett/pytorch-seq2seq's test BLEU after 10 epochs with their own tokenization and BLEU "
-        "implementation (not sacrebleu's) and greedy decoding: indicative, not directly comparable. The `published` "
-        "column repeats the one each measured row is held against; the issue's target is the Transformer at test "
-        "BLEU ≥ 37 after at most 10 minutes of training on one GPU.",
+        "Published rows: bentrevett's 10-epoch test BLEU, with their own tokenization and BLEU: indicative only. "
+        "The target: the Transformer at test BLEU ≥ 37 within 10 minutes of training on one GPU.",
         "",
         *_images(folder, ("bleu.png", "test BLEU per model")),
         hardware_line(result),
@@ -1810,9 +1794,6 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
         f"({result['test_examples']:,} GLUE dev sentences).",
         "",
         markdown_table(header, rows),
-        "",
-        "Published rows (from the data README): approximate accuracies on the GLUE dev sentences, with far larger "
-        "models and pretraining corpora (BERT-base) or none (bag of words): context, not measured here.",
         "",
         *_images(folder, ("accuracy.png", "dev and test accuracy per model")),
         hardware_line(result),
@@ -1983,13 +1964,13 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     args = parse_args(argv)
     entries = BOARDS[args.board]["entries"]
-    if args.list:
-        sys.stdout.write(
-            "".join(
-                f"{name:24s} {getattr(e, 'component', '')} {getattr(e, 'description', e)}\n"
-                for name, e in entries.items()
+    if args.list:  # the board's entries: their kind or component, what they are
+        for name, e in entries.items():
+            what = getattr(e, "description", getattr(e, "label", e))
+            extra = e.fields if isinstance(e, Variant) else " ".join(getattr(e, "model_args", ()))
+            sys.stdout.write(
+                f"{name:22s} {getattr(e, 'component', getattr(e, 'kind', ''))}: {what} {extra}\n"
             )
-        )
         return {}
     s = args.settings
     if s.get("num_threads") and args.board in (
