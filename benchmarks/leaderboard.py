@@ -10,7 +10,7 @@
     python -m benchmarks.leaderboard ablations --list                   # a board's entries
     python -m benchmarks.leaderboard lm --smoke                          # tiny models, data and budget
 
-The boards, their entries and settings are data (`benchmarks/leaderboard_entries.py`); every setting
+The boards, their entries and settings are data (`benchmarks/leaderboard.yaml`); every setting
 is an option (`--budget_seconds 60`) over the preset (`full`, `smoke` with `--smoke`, `gpu` for the
 translation board on a GPU). `--data` defaults to the board's folder under `../shared/data`.
 
@@ -53,6 +53,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
 
 from benchmarks.bench_common import (
     REPO_ROOT,
@@ -64,17 +67,6 @@ from benchmarks.bench_common import (
     resolve_device,
     versions,
 )
-from benchmarks.leaderboard_entries import (
-    BASELINE,
-    BENTREVETT,
-    BOARDS,
-    MULTIPLIERS,
-    NANOGPT_REFERENCE,
-    SST2_REFERENCES,
-    TRANSLATION_REFERENCES,
-    VARIANTS,
-    Variant,
-)
 from benchmarks.render import bar_chart, fmt, markdown_table, millions, pyplot, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
@@ -85,6 +77,51 @@ CALIBRATION_MARGIN = 0.95  # share of the predicted budget the calibrated step c
 MAX_EVAL_SHARE = 0.25  # periodic evaluations may use at most this share of the budget
 NEVER = str(10**9)  # a step count no run reaches (`--save_every`, open-ended `--max_steps`)
 NGRAM_FIT_LOG = re.compile(r"Fitted the order-\d+ \S+ n-gram model in ([0-9.]+) s")
+MULTIPLIERS = (1, 2, 4, 8)  # length_extrapolation's evaluation lengths, in training contexts
+BENTREVETT = "https://github.com/bentrevett/pytorch-seq2seq"
+ENTRY_FILE = Path(__file__).with_name("leaderboard.yaml")  # the boards as data
+
+
+def load_boards(path: Path = ENTRY_FILE) -> dict:
+    """The boards of `leaderboard.yaml`: settings as `(full, smoke, help)` (lists as tuples), entries as
+    namespaces with the board's `entry_defaults`, an LM entry's model flags as `training.train` takes
+    them, length_extrapolation's schemes as the ablation variants they name."""
+    boards = yaml.safe_load(path.read_text())
+    variant_defaults = boards["ablations"]["entry_defaults"]
+    for board in boards.values():
+        rows = board["settings"].items()
+        board["settings"] = {
+            k: (*(tuple(v) if isinstance(v, list) else v for v in row[:2]), row[2]) for k, row in rows
+        }
+        defaults = board.pop("entry_defaults", {})
+        board["entries"] = {
+            name: SimpleNamespace(**{**defaults, **e}) for name, e in board["entries"].items()
+        }
+    for e in boards["lm"]["entries"].values():
+        e.model_args = _flags(e.model_args, getattr(e, "config_overrides", None))
+        e.smoke_model_args = _flags(e.smoke_model_args, getattr(e, "smoke_config_overrides", None))
+    variants = boards["ablations"]["entries"]
+    for name, e in boards["length_extrapolation"]["entries"].items():
+        known = variants.get(e.variant)
+        boards["length_extrapolation"]["entries"][name] = known or SimpleNamespace(
+            **{**variant_defaults, **vars(e)}
+        )
+    return boards
+
+
+def _flags(text: str, overrides: dict | None) -> tuple[str, ...]:
+    """`training.train` flags from a whitespace-separated string, plus `--config_overrides` as JSON."""
+    return tuple(text.split()) + (("--config_overrides", json.dumps(overrides)) if overrides else ())
+
+
+BOARDS = load_boards()
+# every GPT variant: the ablations' and length_extrapolation's xPos
+VARIANTS = {**BOARDS["ablations"]["entries"], "xpos": BOARDS["length_extrapolation"]["entries"]["xpos"]}
+BASELINE = BOARDS["ablations"]["baseline_fields"]
+NANOGPT_REFERENCE = {
+    **BOARDS["lm"]["references"][0],
+    "perplexity": math.exp(BOARDS["lm"]["references"][0]["val_loss"]),
+}
 
 # ----------------------------------------------------------------------------------------------
 # The command line: a board, its entries, its settings
@@ -889,7 +926,7 @@ def run_translation(b: Board) -> dict:
         {"greedy": [r["test_bleu_greedy"] for r in measured], f"beam {s['num_beams']}": [r["test_bleu_beam"] for r in measured]},
         title=f"Multi30k De→En test BLEU, {s['budget_seconds']:g} s training budget per model",
         ylabel="sacrebleu BLEU",
-        references=[(f"{short} (published)", bleu) for short, _, bleu in TRANSLATION_REFERENCES],
+        references=[(f"{r['short']} (published)", r["bleu"]) for r in BOARDS["translation"]["references"]],
         reference_name="bentrevett, 10 epochs (published)",
     )  # fmt: skip
     return {
@@ -899,8 +936,7 @@ def run_translation(b: Board) -> dict:
         "test_pairs": measured[0]["test_samples"] if measured else None,
         "tokenizer": {"path": str(b.out / "tokenizer"), "kind": "byte_bpe", "vocab_size": len(tokenizer), "reused": reused},
         "entries": rows,
-        "references": [{"model": model, "short": short, "bleu": bleu, "epochs": 10, "source": BENTREVETT, "published": True}
-                       for short, model, bleu in TRANSLATION_REFERENCES],
+        "references": [{**r, "epochs": 10, "source": BENTREVETT, "published": True} for r in BOARDS["translation"]["references"]],
     }  # fmt: skip
 
 
@@ -914,7 +950,7 @@ def run_mask_predict(b: Board) -> dict:
     s = b.settings
     translation_tokenizer(b.data, s, b.out / "tokenizer")
     rows = []
-    for name, label in BOARDS["mask_predict"]["entries"].items():
+    for name, entry in BOARDS["mask_predict"]["entries"].items():
         head, tail = _translation_argv(b.data, s, b.out / "tokenizer", b.seed, b.out / "runs" / name)
         argv = [
             *head, "--family", "transformer", "--objective", name, "--hidden_size", str(s["hidden_size"]),
@@ -925,7 +961,9 @@ def run_mask_predict(b: Board) -> dict:
         ]  # fmt: skip
         argv += ["--test_split", ""] if name == "mask_predict" else []  # decoded below, once per T
         rows.append(
-            finetune_row(name, "training.finetune_translation", argv + _sample_caps(s), {"label": label})
+            finetune_row(
+                name, "training.finetune_translation", argv + _sample_caps(s), {"label": entry.label}
+            )
         )
         if "error" in rows[-1]:
             raise SystemExit(f"{name} failed: {rows[-1]['error']}")
@@ -1193,7 +1231,7 @@ def run_sst2(b: Board) -> dict:
         b.out / "accuracy.png", [row["label"] for row in measured],
         {split: [None if r[f"{split}_accuracy"] is None else 100 * r[f"{split}_accuracy"] for r in measured] for split in ("dev", "test")},
         title=f"SST-2 accuracy, {s['budget_seconds']:g} s fine-tuning budget per model", ylabel="accuracy (%)",
-        references=[(f"{short} (published)", 100 * acc) for short, _, acc in SST2_REFERENCES],
+        references=[(f"{r['short']} (published)", 100 * r["accuracy"]) for r in BOARDS["sst2"]["references"]],
         reference_name="published (≈, GLUE dev)",
     )  # fmt: skip
     first = measured[0]["metrics"] if measured else {}
@@ -1205,8 +1243,7 @@ def run_sst2(b: Board) -> dict:
         "tokenizer": {"path": str(b.out / "tokenizer"), "kind": "wordpiece", "vocab_size": len(tokenizer), "reused": reused},
         "initialization": {"path": str(b.out / "init"), "num_parameters_masked_lm": num_parameters, "preset": "bert"},
         "pretraining": pretrainings.get("mlm"), "pretrainings": pretrainings, "entries": rows,
-        "references": [{"model": model, "short": short, "accuracy": acc, "approximate": True, "published": True}
-                       for short, model, acc in SST2_REFERENCES],
+        "references": [{**r, "approximate": True, "published": True} for r in BOARDS["sst2"]["references"]],
     }  # fmt: skip
 
 
@@ -1237,7 +1274,7 @@ def model_size(s: dict) -> ModelSize:
     )
 
 
-def variant_fields(variant: Variant, size: ModelSize, match_glu: bool = True) -> dict:
+def variant_fields(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> dict:
     """All config fields a variant's run sets beyond the sizes: the baseline's, then its own."""
     fields = dict(variant.fields)
     if variant.glu and match_glu:
@@ -1250,7 +1287,7 @@ def variant_fields(variant: Variant, size: ModelSize, match_glu: bool = True) ->
 
 
 def variant_config(
-    variant: Variant, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True
+    variant: SimpleNamespace, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True
 ):
     """The `HfLmGPTConfig` `training.train` builds for this variant (special tokens aside)."""
     from hf_lm import HfLmGPTConfig
@@ -1298,7 +1335,7 @@ _TRAIN_FLAGS = {
 }
 
 
-def variant_flags(variant: Variant, size: ModelSize, match_glu: bool = True) -> list[str]:
+def variant_flags(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> list[str]:
     """The `training.train` flags that select a variant's architecture."""
     flags, overrides = [], {}
     for name, value in variant_fields(variant, size, match_glu).items():
@@ -1313,7 +1350,7 @@ def variant_flags(variant: Variant, size: ModelSize, match_glu: bool = True) -> 
 
 def variant_argv(
     s: dict,
-    variant: Variant,
+    variant: SimpleNamespace,
     seed: int,
     data: dict,
     tokenizer_dir: Path,
@@ -1510,19 +1547,17 @@ def extrapolation_scores(folder: Path, stream, block_size: int) -> dict:
 
 
 def run_length_extrapolation(b: Board) -> dict:
-    import dataclasses
-
     import torch
     from transformers import AutoTokenizer
 
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
     torch.set_num_threads(s["num_threads"] or torch.get_num_threads())
     data, tokenizer_dir, vocab_size = _gpt_data(b)
-    variants = {name: VARIANTS[BOARDS["length_extrapolation"]["entries"][name]] for name in b.names}
+    variants = {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
     if "xpos" in variants:
         xpos = variants["xpos"]
-        variants["xpos"] = dataclasses.replace(
-            xpos, fields={**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}
+        variants["xpos"] = SimpleNamespace(
+            **{**vars(xpos), "fields": {**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}}
         )
     for variant in variants.values():  # every scheme must build before training starts
         variant_config(variant, size, vocab_size, s["block_size"])
@@ -1967,7 +2002,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.list:  # the board's entries: their kind or component, what they are
         for name, e in entries.items():
             what = getattr(e, "description", getattr(e, "label", e))
-            extra = e.fields if isinstance(e, Variant) else " ".join(getattr(e, "model_args", ()))
+            extra = e.fields if hasattr(e, "fields") else " ".join(getattr(e, "model_args", ()))
             sys.stdout.write(
                 f"{name:22s} {getattr(e, 'component', getattr(e, 'kind', ''))}: {what} {extra}\n"
             )

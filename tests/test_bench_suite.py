@@ -199,13 +199,12 @@ def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
 # --------------------------------------------------------------------------------------------
 
 SHARED_MODULES = {"benchmarks.bench_common", "benchmarks.pairs", "benchmarks.peak_flops"}
-# a runner and its data: the leaderboard runner reads its boards from leaderboard_entries and writes
-# its READMEs through the renderer
-BUILT_ON = {"leaderboard": {"benchmarks.leaderboard_entries", "benchmarks.render"}}
+# a runner that writes its READMEs through the renderer
+BUILT_ON = {"leaderboard": {"benchmarks.render"}}
 SCRIPTS = sorted(
     p.stem
     for p in (Path(REPO_ROOT) / "benchmarks").glob("*.py")
-    if p.stem not in ("__init__", "bench_common", "pairs", "leaderboard_entries")
+    if p.stem not in ("__init__", "bench_common", "pairs")
 )
 
 

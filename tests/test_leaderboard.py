@@ -13,7 +13,7 @@ import torch
 from conftest import SHARED_DATA, tiny_gpt_config
 
 from benchmarks import leaderboard as lb
-from benchmarks.leaderboard_entries import BOARDS, LM_ENTRIES, SST2_ENTRIES, TRANSLATION_ENTRIES, VARIANTS
+from benchmarks.leaderboard import BOARDS, VARIANTS
 from hf_lm import HfLmGPTForCausalLM
 from training.args import parse_args as parse_train_args
 from training.objectives import build_model
@@ -21,6 +21,8 @@ from training.objectives import build_model
 TINY_SHAKESPEARE = os.path.join(SHARED_DATA, "tinyshakespeare", "input.txt")
 MULTI30K, SST2 = os.path.join(SHARED_DATA, "multi30k"), os.path.join(SHARED_DATA, "sst2")
 PNG = b"\x89PNG\r\n\x1a\n"
+LM_ENTRIES, SST2_ENTRIES = BOARDS["lm"]["entries"], BOARDS["sst2"]["entries"]
+TRANSLATION_ENTRIES = BOARDS["translation"]["entries"]
 needs = {
     path: pytest.mark.skipif(not os.path.exists(path), reason=f"{path} not found")
     for path in (TINY_SHAKESPEARE, MULTI30K, SST2)
