@@ -532,14 +532,7 @@ def train_command(
     block, batch = (64, 12) if reference else (s["block_size"], s["batch_size"])
     model_args = entry.smoke_model_args if smoke and entry.smoke_model_args else entry.model_args
     if entry.kind == "ngram":
-        model_args = (
-            "--arch",
-            "ngram",
-            "--ngram_order",
-            str(run["ngram_order"]),
-            "--ngram_smoothing",
-            "modified_kn",
-        )
+        model_args = f"--arch ngram --ngram_order {run['ngram_order']} --ngram_smoothing modified_kn".split()
     eval_batches = max(1, math.ceil(s["curve_eval_blocks"] / batch))
     args = [
         "--dataset", data["train_file"], "--eval_dataset", data["val_file"], "--sample_by", "document",
@@ -1182,14 +1175,7 @@ def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) 
         metrics = train_main(argv)
         run_dir.mkdir(parents=True, exist_ok=True)
         record.write_text(json.dumps(stamp, indent=2))
-    keys = (
-        "train_loss",
-        "eval_loss",
-        "eval_mlm_accuracy",
-        "eval_disc_loss",
-        "eval_disc_accuracy",
-        "tokens_seen",
-    )
+    keys = "train_loss eval_loss eval_mlm_accuracy eval_disc_loss eval_disc_accuracy tokens_seen".split()
     return {"objective": objective, "command": shlex.join(["python", "-m", "training.train", *argv]), "reused": reused,
             "steps": metrics["step"], "seconds": metrics["seconds"], "budget_seconds": s["pretrain_seconds"],
             **{key: metrics.get(key) for key in keys}, "metrics": metrics}  # fmt: skip
@@ -1325,14 +1311,9 @@ def forward_flops_per_token(config, context: int) -> int:
 
 
 # config fields that `training.train` has a flag for; the others go through --config_overrides
-_TRAIN_FLAGS = {
-    "hidden_act",
-    "norm_type",
-    "norm_position",
-    "position_embedding_type",
-    "num_key_value_heads",
-    "intermediate_size",
-}
+_TRAIN_FLAGS = set(
+    "hidden_act norm_type norm_position position_embedding_type num_key_value_heads intermediate_size".split()
+)
 
 
 def variant_flags(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> list[str]:
@@ -1658,16 +1639,8 @@ def settings_line(result: dict) -> str:
 
 def _commands(result: dict, extra=()) -> list[str]:
     entries = result.get("entries", [])
-    return [
-        "## Commands",
-        "",
-        "```",
-        result["command"],
-        *extra,
-        *[f"{r['name']}: {r['command']}" for r in entries],
-        "```",
-        "",
-    ]
+    commands = [result["command"], *extra, *[f"{r['name']}: {r['command']}" for r in entries]]
+    return ["## Commands", "", "```", *commands, "```", ""]
 
 
 def lm_markdown(result: dict, folder: Path) -> list[str]:
@@ -1683,15 +1656,7 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
                       f"{row['val_loss']:.4f}", f"{row['perplexity']:.2f}"])  # fmt: skip
     table.append([ref["label"], f"~{ref['parameters'] / 1e6:.2f}M", f"{ref['steps']:,}", f"{ref['tokens_seen']:,}",
                   f"~{ref['train_seconds']:.0f}", f"{ref['val_loss']:.2f}", f"{ref['perplexity']:.2f}"])  # fmt: skip
-    header = [
-        "model",
-        "parameters",
-        "steps",
-        "tokens seen",
-        "train time (s)",
-        "val loss (nats/char)",
-        "perplexity",
-    ]
+    header = "model|parameters|steps|tokens seen|train time (s)|val loss (nats/char)|perplexity".split("|")
     lines = _title("Language-modeling leaderboard: Tiny Shakespeare, character level", result) + [
         f"Generated {result.get('created', result.get('started'))} by `{result['command']}`.",
         "",
@@ -1849,16 +1814,7 @@ def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
             cells(ar, f"beam {s['num_beams']}", m.get("test_bleu"), m.get("test_runtime"))]  # fmt: skip
     rows += [cells(mp, f"Mask-Predict T = {r['iterations']}, ℓ = {s['length_beam']}", r["test_bleu"], r["decode_seconds"])
              for r in decoded["by_iterations"]]  # fmt: skip
-    header = [
-        "decoding",
-        "test BLEU",
-        "decode time (s)",
-        "model",
-        "parameters",
-        "steps",
-        "train time (s)",
-        "train loss",
-    ]
+    header = "decoding|test BLEU|decode time (s)|model|parameters|steps|train time (s)|train loss".split("|")
     lines = _title("Mask-Predict vs autoregressive, Multi30k De→En", result) + [
         f"Both models trained from scratch for at most {s['budget_seconds']:.0f} s of wall-clock training each "
         f"({s['num_layers']}+{s['num_layers']} layers, width {s['hidden_size']}, batch {s['batch_size']}, same "
