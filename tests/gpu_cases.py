@@ -640,11 +640,12 @@ def run_demo(workdir: Path, precision: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# case name -> the arguments of `python -m benchmarks.leaderboard`
 LEADERBOARDS = {
-    "leaderboard_lm": ["--smoke", "--data_file", "{data}/tinyshakespeare/input.txt"],
-    "leaderboard_translation": ["--smoke", "--data_dir", "{data}/multi30k"],
-    "leaderboard_sst2": ["--smoke", "--data_dir", "{data}/sst2"],
-    "ablations": ["--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_lm": ["lm", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_translation": ["translation", "--smoke", "--data", "{data}/multi30k"],
+    "leaderboard_sst2": ["sst2", "--smoke", "--data", "{data}/sst2"],
+    "ablations": ["ablations", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
 }
 
 
@@ -656,7 +657,7 @@ def run_leaderboard(name: str, workdir: Path, data_dir: Path = SHARED_DATA) -> s
     command = [
         sys.executable,
         "-m",
-        f"benchmarks.{name}",  # run from the repository root (`_run`)
+        "benchmarks.leaderboard",  # run from the repository root (`_run`)
         *(a.format(data=data_dir) for a in LEADERBOARDS[name]),
         "--output_dir",
         str(output_dir),
