@@ -109,7 +109,7 @@ IMPL_NAMES = {
     "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
     "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
     "transformers": "transformers",
-    "nanogpt": "nanoGPT-shaped (this file)",
+    "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
 }
 
 
@@ -1169,7 +1169,7 @@ def _run_lines(run: dict) -> list[str]:
         [r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")]
         for r in run["entries"]
     ]
-    lines = [f"## Run of {run['date']}" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
+    lines = [f"## Run of {run['date']}: `{run['sections']}`" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
              f"{run['device']}; torch {run['torch']}, transformers {run['transformers']}; git {run['git']}; {budget}.", "",
              markdown_table(["entry", "status", "seconds", "result"], body, "llrl"), "", "Commands:", ""]  # fmt: skip
     return lines + [f"- `{r['command']}`" for r in run["entries"] if r["command"]] + [""]
@@ -1315,6 +1315,7 @@ def main(argv: list[str] | None = None) -> int:
     run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "smoke": args.smoke,
            "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU", "torch": torch.__version__,
            "transformers": transformers.__version__, "budget_s": args.budget_s,
+           "sections": args.entries or args.sections,
            "git": git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown")}  # fmt: skip
 
     def write(rows: list[dict]) -> None:
