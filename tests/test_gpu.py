@@ -29,6 +29,7 @@ def _rows(folder) -> tuple[dict, dict]:
     return m, {row["id"]: row for row in m["rows"]}
 
 
+@pytest.mark.slow
 def test_the_measurements_at_smoke_size(tmp_path):
     """GPT-2 training (eager and compiled), the head + loss, greedy and sampled decoding at B=1: every
     row measured, Dynamo really traced, the tokens identical; the README is the rendering of the JSON."""
@@ -338,6 +339,7 @@ def test_the_readers_read_what_the_tools_write(tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not gpu.SHAKESPEARE.is_file(), reason="../shared/data/tinyshakespeare is absent")
 def test_the_check_and_the_recipe_end_to_end_at_smoke_size(tmp_path):
     """One cuda test on the CPU, the recipe's config at tiny size; nanoGPT skipped without a checkout,
