@@ -7,43 +7,38 @@
     python -m benchmarks.gpu --measure gpt_train,head_loss --set gpt_batch=32   # one measurement, in process
     python -m benchmarks.gpu --smoke                                    # every entry at tiny size on the CPU
 
-The sections: `check` (`pytest -m cuda`, as `make gpu-check`: the loop, every family, the pipelines
-and the tools in fp32, bf16 and fp16), `train` (GPT-2 small training, eager then compiled),
-`recipe` (nanoGPT's `train_shakespeare_char` with `training/configs/shakespeare_char.yaml`, then
-nanoGPT's own `train.py` from `--nanogpt_dir` on the same GPU, then two variants of the config),
-`decode` (greedy and sampled decoding), `translation` and `rnn_translation` (the Multi30k
-leaderboard's GPU preset), `leaderboards` (their smoke runs on CUDA) and `encoders` (BERT-base and
-T5-small training). Each entry is a subprocess with its own time limit, cut to what is left of
-`--budget_s`: at the limit its process group is stopped, and the entries that no longer fit are
-`not run`. After each entry `results.json` and `README.md` are rewritten under `--output_dir`
-(`benchmarks.render`), next to each entry's log and folder; the exit status is 1 when one failed.
+The sections: `check` (`pytest -m cuda` as `make gpu-check` runs it), `train` (GPT-2 small training,
+eager then compiled), `recipe` (`training/configs/shakespeare_char.yaml`, nanoGPT's own `train.py`
+from `--nanogpt_dir` on the same GPU, two variants of the config), `decode`, `translation` and
+`rnn_translation` (the Multi30k leaderboard's GPU preset), `leaderboards` (their smoke runs on
+CUDA), `encoders` (BERT-base, T5-small). Each entry is a subprocess with its own time limit, cut to
+what is left of `--budget_s`: at the limit its process group is stopped, and the entries that no
+longer fit are `not run`. `results.json` and `README.md` (`benchmarks.render`) are rewritten under
+`--output_dir` after each entry, next to its log and folder; the exit status is 1 when one failed.
 
-`--measure` runs the measurements themselves in this process (the `train`, `decode` and `encoders`
-entries call it): every implementation side by side on the same weights (transformers' reference
-converted with `hf_lm.convert.from_transformers`; the nanoGPT-shaped model below gets GPT-2's weights),
-alternating round by round after warm-up (`bench_common.alternating_rounds`, which waits for the
-GPU before every clock read), medians over rounds:
+`--measure` runs the measurements in this process (the `train`, `decode` and `encoders` entries
+call it): the implementations side by side on the same weights (transformers' reference converted
+by `hf_lm.convert.from_transformers`; the nanoGPT-shaped model below gets GPT-2's weights),
+alternating round by round after warm-up (`alternating_rounds` waits for the GPU before every clock
+read), medians over rounds, written after each section:
 
-- `gpt_train`: GPT-2 small (vocabulary 50257 everywhere, to share weights) training steps: forward with
-  labels, backward, fused AdamW, under bf16 autocast: hf_lm, `GPT2LMHeadModel` (SDPA) and the
-  nanoGPT-shaped model, eager and `torch.compile`d, and hf_lm with its head product unpadded.
-  MFU (PaLM, Chowdhery et al. 2022, appendix B): 6 N + 12 L d T FLOPs per token over the step time
-  and the bf16 matmul peak measured in this run (`peak_flops.measure_peak_flops`).
-- `head_loss`: the lm head + cross-entropy alone, forward and backward, as a share of the same
-  model's step, and a torch.profiler table of one hf_lm step (`profile_gpt2_hf_lm_train.txt`).
-- `encoders`: BERT masked-LM (also `sparse_prediction=True`) and T5 training against
-  `BertForMaskedLM` and `T5ForConditionalGeneration` (FlopCounterMode's count); compiled with
-  `--compile_encoders`.
+- `gpt_train`: GPT-2 small training steps (vocabulary 50257 everywhere, to share weights; bf16
+  autocast, fused AdamW) of hf_lm, `GPT2LMHeadModel` and the nanoGPT-shaped model, eager and
+  `torch.compile`d, and hf_lm with its head product unpadded. MFU (PaLM, Chowdhery et al. 2022,
+  appendix B): 6 N + 12 L d T FLOPs per token against the bf16 matmul peak measured in the run.
+- `head_loss`: the lm head + cross-entropy alone as a share of the step, and a profiler table of
+  one hf_lm step (`profile_gpt2_hf_lm_train.txt`).
+- `encoders`: BERT masked-LM (also `sparse_prediction=True`) and T5 training against transformers'
+  (FlopCounterMode's count); compiled with `--compile_encoders`.
 - `decode`: greedy decoding with a dynamic cache, a static one eager and compiled by `generate()`,
   hf_lm's loop (`custom_generate=static_decode`), and sampling (top-k 50) with both loops, against
-  `GPT2LMHeadModel`; the static tokens must equal the dynamic ones, both loops' sampled tokens each
-  other's. One compiled call per row at B=1 is profiled (`profile_gpt2_decode_b1.txt`): the GPU's
-  busy time against the wall time, and the host's Python time by part of `generate()`'s loop.
+  `GPT2LMHeadModel`; static tokens must equal dynamic ones, both sampling loops' each other's. One
+  compiled call per row at B=1 is profiled (`profile_gpt2_decode_b1.txt`): the kernels' busy time
+  against the wall time, the host's Python time by part of `generate()`'s loop.
 
-Correctness checks (logits against the reference, tokens) fail the run. At smoke size on a CPU the
-compiled rows use `torch.compile(backend="eager")`: Dynamo traces (graphs and breaks are real), no
-code is generated. nanoGPT (karpathy/nanoGPT, MIT) is never committed: its data is written from
-`../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would, without the download.
+A failed check (logits, tokens) or row fails the run. At smoke size on a CPU the compiled rows use
+`torch.compile(backend="eager")`: real graphs and breaks, no generated code. nanoGPT (MIT) is never
+committed: its data is written from `../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would.
 """
 
 from __future__ import annotations
