@@ -43,10 +43,11 @@ suite: $(STAMP)
 gpu-check: $(STAMP)
 	$(VPY) -m pytest -m cuda -q tests
 
-# on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
-# BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops
+# on one GPU, section by section (benchmarks/gpu_entries.py): the cuda checks, GPT-2 small training (hf_lm vs
+# GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU), the Shakespeare recipe, decoding, Multi30k,
+# BERT/T5 (out/gpu/README.md); BUDGET_S=900 bounds the run; without CUDA it says so and stops
 bench-gpu: $(STAMP)
-	$(VPY) -m benchmarks.bench_gpu --output_dir out/bench_gpu
+	$(VPY) -m benchmarks.gpu --output_dir out/gpu $(if $(BUDGET_S),--budget_s $(BUDGET_S))
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

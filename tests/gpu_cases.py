@@ -245,7 +245,7 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
 def _static_decode_agrees(model, prompt: dict) -> str:
     """hf_lm's static-cache decoding loop gives `generate()`'s tokens on this device: greedy, and
     sampled from one seed (its draw is `torch.multinomial`'s without its validity checks). Uncompiled:
-    bench_gpu times the compiled loop."""
+    benchmarks.gpu times the compiled loop."""
     from hf_lm.generation_static import static_decode
 
     loop = dict(cache_implementation="static", custom_generate=static_decode, disable_compile=True)
