@@ -24,9 +24,9 @@ from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
 from training.data import DataFileError, load_text_dataset, source_fingerprint
 from training.objectives import objective_for
-from training.resume import check_resumable, data_changes
 from training.run_checks import check_arguments
 from training.run_data import TrainingBlocks, check_unknown_share, prepare_data
+from training.state.resume import check_resumable, data_changes
 from training.tokenizer import (
     BERT_SPECIAL_TOKENS,
     T5_SPECIAL_TOKENS,
@@ -277,7 +277,7 @@ def test_check_resumable_compares_the_data_fingerprint(tmp_path, caplog):
             _state(tmp_path, data_args, train_args, changed), data_args, train_args, batch, blocks
         )
     # a checkpoint from before fingerprints: resumed, with a warning
-    with caplog.at_level(logging.WARNING, logger="training.resume"):
+    with caplog.at_level(logging.WARNING, logger="training.state.resume"):
         check_resumable(_state(tmp_path, data_args, train_args), data_args, train_args, batch, blocks)
     assert "records no fingerprint of its data" in caplog.text
 

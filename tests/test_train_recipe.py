@@ -25,10 +25,10 @@ import training.evaluation
 import training.train as T
 from training.args import parse_args
 from training.batches import RandomWindows, window_document_columns
-from training.checkpoint import list_checkpoints
 from training.data import tokenize_and_pack
 from training.optim import build_optimizer, configure_tf32, optimizer_kwargs
 from training.run_data import tail_split
+from training.state.folders import list_checkpoints
 from training.tokenizer import train_tokenizer
 from training.train import train
 
@@ -61,8 +61,8 @@ class Crash(Exception):
 def _crash_after_checkpoint(monkeypatch, at_step: int) -> None:
     save = T.save_checkpoint
 
-    def save_then_crash(directory, **kwargs):
-        path = save(directory, **kwargs)
+    def save_then_crash(directory, *args, **kwargs):
+        path = save(directory, *args, **kwargs)
         if Path(directory).name == "checkpoints" and kwargs["step"] == at_step:
             raise Crash
         return path

@@ -21,7 +21,6 @@ from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, br
 
 from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments
-from .checkpoint import new_run_id
 from .export import export_run
 from .models import resolve_family
 from .objectives import Objective, objective_for
@@ -30,6 +29,7 @@ from .process_group import cpu_only
 from .run_data import prepare_data
 from .run_log import CsvLog
 from .sharding import check_shardable, describe, requested_plugin
+from .state.folders import new_run_id
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
 
 
 def shared_run_id(accelerator: Accelerator) -> str:
-    """A fresh run id (`training.checkpoint.new_run_id`), the main process's on every process."""
+    """A fresh run id (`training.state.folders.new_run_id`), the main process's on every process."""
     run_id = [new_run_id()]
     if accelerator.num_processes > 1:
         broadcast_object_list(run_id, from_process=0)
