@@ -117,6 +117,35 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
     assert scheduler.get_last_lr() == scheduler2.get_last_lr()
 
 
+class _Counter:
+    """A part with state of its own, as the training loop's parts (best model, divergence guard) are."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def state_dict(self) -> dict:
+        return {"count": self.count}
+
+    def load_state_dict(self, extra: dict) -> None:
+        self.count = extra["count"]
+
+
+def test_parts_save_and_restore_their_own_state(tmp_path):
+    """Each extra part writes its keys of state.json's "extra" and is given them back on load; a part
+    left None (here the RNG streams) is neither written nor restored."""
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    saved = CheckpointState(model, rng=None, extra={"counter": _Counter(7), "notes": Values(loss=1.5)})
+    path = save_checkpoint(tmp_path, saved, step=1)
+    assert json.loads((path / "state.json").read_text())["extra"] == {"count": 7, "loss": 1.5}
+    assert not any(name.startswith("rng") for name in os.listdir(path))
+    counter, data = _Counter(0), Values(stale=True)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    load_checkpoint(path, CheckpointState(model, rng=None, data=data, extra={"counter": counter}))
+    assert counter.count == 7 and data == {}  # saved without a data position: an empty one back
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def _draw():
     return (
         [random.random() for _ in range(3)] + [random.gauss(0, 1)],
