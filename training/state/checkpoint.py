@@ -309,7 +309,7 @@ def _load_shards(path: Path, model: torch.nn.Module, optimizer) -> None:
     if optimizer is None:
         state = {"model": get_model_state_dict(model)}
     else:
-        model_state, optimizer_state = get_state_dict(state.model, state.optimizer)
+        model_state, optimizer_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optimizer_state}
     _read_part(
         path,
