@@ -38,15 +38,15 @@ from transformers import AutoTokenizer
 
 import training.evaluation as evaluation
 import training.export as export
-import training.run as run_module
-import training.run_log as run_log
+import training.run.log as run_log
+import training.run.setup as run_module
 import training.state.atomic as atomic
 import training.state.checkpoint as ckpt
 import training.state.folders as folders
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
-from training.run_folder import LOCK_FILE, RunFolderBusyError
+from training.run.folder import LOCK_FILE, RunFolderBusyError
 from training.state.folders import (
     CorruptCheckpointError,
     checkpoint_record,
@@ -621,7 +621,7 @@ import os, signal, sys
 from accelerate import PartialState
 from accelerate.state import AcceleratorState, GradientState
 import training.train as T
-from training.process_group import RunInterrupted, end_process_group
+from training.run.processes import RunInterrupted, end_process_group
 
 def train(argv):
     try:

@@ -26,11 +26,11 @@ from conftest import TORCHRUN_2
 from safetensors.torch import load_file
 from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
 
-import training.run
+import training.run.setup
 import training.state.checkpoint as ckpt
 import training.train as T
 from training.args import as_flags, parse_args
-from training.process_group import end_process_group
+from training.run.processes import end_process_group
 from training.state.checkpoint import load_checkpoint, load_latest_checkpoint
 from training.state.folders import list_checkpoints, verify_checkpoint
 from training.state.stateful import CheckpointState
@@ -364,7 +364,7 @@ def test_an_engine_accelerate_reports_is_refused_too(tmp_path, monkeypatch):
     class DeepSpeedAccelerator(Accelerator):
         distributed_type = DistributedType.DEEPSPEED
 
-    monkeypatch.setattr(training.run, "Accelerator", DeepSpeedAccelerator)
+    monkeypatch.setattr(training.run.setup, "Accelerator", DeepSpeedAccelerator)
     with pytest.raises(ValueError, match="does not run accelerate's DEEPSPEED engine.*--fsdp full_shard"):
         _run(tmp_path / "run")
 

@@ -21,8 +21,8 @@ from safetensors.torch import load_file
 from hf_lm import HfLmGPTForCausalLM
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
 from training.batches import GlobalBatchSampler
-from training.run import seed_process_rngs
-from training.run_log import projected_steps
+from training.run.log import projected_steps
+from training.run.setup import seed_process_rngs
 from training.state.divergence import TrainingDivergedError
 from training.state.folders import latest_checkpoint, list_checkpoints
 from training.train import train
@@ -331,7 +331,7 @@ RUNS_IN_ONE_LAUNCH = """
 import sys
 from accelerate.state import AcceleratorState, GradientState
 import training.train as T
-from training.process_group import end_process_group
+from training.run.processes import end_process_group
 
 runs = [[]]
 for arg in sys.argv[1:]:

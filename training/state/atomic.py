@@ -5,7 +5,7 @@ a half-written folder. Every name written aside (`staging_path`: a staging folde
 folder moved aside, a pruned one on its way out) is `.tmp-hflm-<name>-<pid>-<8 hex digits>`,
 recognisably this project's (`is_staging_name`): the leftovers of killed runs are ignored by the
 readers, and the next run that holds the folder's lock deletes them and nothing else
-(`training.run_folder.remove_staging_leftovers`).
+(`training.run.folder.remove_staging_leftovers`).
 
 Checkpoints (`training.state.checkpoint`) are written this way, and so is every other output of a
 run: the tokenizer, `final/`, `metrics.csv`'s rewrites, `final_metrics.json` (`atomic_folder`,
