@@ -1,26 +1,10 @@
-"""What the benchmarks measure with, one version of each (the speed runner, the GPU runner, the leaderboards).
-
-- The machine and the software: `available_cores`, `cpu_model`, `load_average`, `versions`,
-  `git_revision`, `environment`, `environment_line`.
-- The device: `resolve_device` (auto/cuda/cpu), `device_synchronizer` (wait for queued GPU work
-  before reading a clock), `accelerator_info`, and `alternating_rounds`, the GPU's A/B timing loop.
-- A/B timing on a CPU: `time_alternating` (the sides alternate round by round; wall and CPU time,
-  page faults), `summarize`, `Contention` and `wait_for_idle` (other processes' load, from Linux
-  PSI), `make_train_step`, `ratio`, `error_text`.
-- Peak memory, measured in a fresh process: `rss_bytes`, `reset_peak_rss`, `peak_rss_bytes`,
-  `trim_heap`, `measure_peak_rss`, `tensor_bytes`, `run_json_worker`, `run_process`.
-- FLOPs, the two halves of MFU: `count_flops`, `count_train_step_flops`,
-  `analytic_decoder_train_flops`, `measure_peak_flops`.
-- Command lines: `comma_list`, `parse_entries`, `resolve`, `preset_table`, `add_preset_options`,
-  `command_line`.
-
-Only the standard library is imported at module level (torch inside the helpers that need it), so
-that light parent processes stay light.
+"""What the benchmarks measure with, one version of each (speed, GPU and leaderboard runners): the
+machine, A/B timing, peak memory in a fresh process, FLOPs (MFU), command lines. Only the standard
+library is imported at module level (torch inside the helpers), so that parent processes stay light.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import json
@@ -39,9 +23,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# --------------------------------------------------------------------------------------------
-# The machine and the software
-# --------------------------------------------------------------------------------------------
+# --- The machine and the software ---
 
 
 def available_cores() -> int:
@@ -103,9 +85,7 @@ def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str |
     return head + (dirty_mark if dirty else "")
 
 
-# --------------------------------------------------------------------------------------------
-# The device: GPU or CPU
-# --------------------------------------------------------------------------------------------
+# --- The device: GPU or CPU ---
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
@@ -177,9 +157,7 @@ def alternating_rounds(
     return {name: s["wall_s"] for name, s in time_alternating(fns, rounds, reps, warmup, synchronize).items()}
 
 
-# --------------------------------------------------------------------------------------------
-# A/B timing on a CPU: contention, CPU time, summaries
-# --------------------------------------------------------------------------------------------
+# --- A/B timing on a CPU: contention, CPU time, summaries ---
 
 
 def cpu_pressure() -> dict | None:
@@ -358,9 +336,7 @@ def error_text(err: BaseException) -> str:
     return " ".join(line.strip() for line in lines[:3])[:400]
 
 
-# --------------------------------------------------------------------------------------------
-# Peak memory, measured in a fresh process
-# --------------------------------------------------------------------------------------------
+# --- Peak memory, measured in a fresh process ---
 
 
 def rss_bytes() -> int:
@@ -499,9 +475,7 @@ def last_error_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-# --------------------------------------------------------------------------------------------
-# FLOPs: one training step's (counted), the machine's peak (measured); MFU is their quotient
-# --------------------------------------------------------------------------------------------
+# --- FLOPs: one training step's (counted), the machine's peak (measured); MFU is their quotient ---
 # Model FLOP/s utilization (PaLM, Chowdhery et al. 2022, appendix B) counts only the model's matrix
 # multiplications. FlopCounterMode has no formula for CPU's fused attention kernel
 # (`aten._scaled_dot_product_flash_attention_for_cpu`, which `F.scaled_dot_product_attention` runs on
@@ -643,9 +617,7 @@ def measure_peak_flops(
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Command lines
-# --------------------------------------------------------------------------------------------
+# --- Command lines ---
 
 
 def comma_list(text: str) -> list[str]:
@@ -662,41 +634,6 @@ def parse_entries(value: str | None, known: Mapping) -> list[str]:
     if unknown or not names:
         raise ValueError(f"`--entries`: unknown {unknown}; choose from {list(known)} (comma-separated).")
     return list(dict.fromkeys(names))
-
-
-def resolve(args, preset: dict) -> dict:
-    """The preset's settings with every command-line flag that was given (not None) on top."""
-    return {
-        key: getattr(args, key) if getattr(args, key, None) is not None else value
-        for key, value in preset.items()
-    }
-
-
-def preset_table(rows: Mapping[str, tuple]) -> tuple[dict[str, dict], dict[str, str]]:
-    """A leaderboard's presets and their help from one table, a row per setting:
-    `{name: (full value, smoke value, help)}` -> `({"full": {...}, "smoke": {...}}, {name: help})`."""
-    presets = {
-        "full": {name: full for name, (full, _, _) in rows.items()},
-        "smoke": {name: smoke for name, (_, smoke, _) in rows.items()},
-    }
-    return presets, {name: text for name, (_, _, text) in rows.items()}
-
-
-def add_preset_options(parser: argparse.ArgumentParser, presets: dict, helps: dict[str, str]) -> None:
-    """A `--key` option for every setting in `helps`, typed like the value in `presets["full"]`, in
-    a group of their own; absent from the parsed arguments unless given, so that `resolve` takes
-    the preset's value. The help names both presets' values (`"full"` and `"smoke"`)."""
-    full, smoke = presets["full"], presets["smoke"]
-    group = parser.add_argument_group(
-        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
-    )
-    for key, text in helps.items():
-        group.add_argument(
-            f"--{key}",
-            type=type(full[key]) if full[key] is not None else int,
-            default=argparse.SUPPRESS,
-            help=f"{text} (full: {full[key]}; smoke: {smoke[key]}).",
-        )
 
 
 def command_line(module: str, argv: list[str] | None = None) -> str:
