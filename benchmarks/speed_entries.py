@@ -1,28 +1,6 @@
-"""The speed runner's entries (`benchmarks.speed`), and the model pairs the A/B entries measure.
-
-A pair is a transformers reference built from a seed and hf_lm's model converted from it
-(`hf_lm.convert.from_transformers`), so both sides compute the same function with the same
-weights; the GPU runner builds the same pairs.
-
-- `gpt2`, `llama`: hf_lm's GPT against `GPT2LMHeadModel` (6 layers, hidden 384, 6 heads, context
-  256, vocab 8192, tanh-GELU `gelu_new`, tied) or `LlamaForCausalLM` (the same sizes; RoPE, RMSNorm,
-  SwiGLU of width 1024, grouped-query attention with half the heads, untied): training tokens/s
-  (forward with labels + backward + AdamW + zero_grad), cached greedy `generate()` at batch 1 and 8
-  (prefill included), memory of training and of a batch-8 generation.
-- `bert`: against `BertForMaskedLM` (4 layers, hidden 256, BERT's vocabulary, post-norm, tied, exact
-  GELU), hf_lm measured twice: `hf_lm` (the reference's computation) and `hf_lm_sparse`
-  (`sparse_prediction=True`: the head on the labelled positions only). Masked-LM batches as BERT's
-  collator makes them (half the rows right-padded, 15% labelled, 80/10/10). Training positions/s,
-  eval forward (full logits), memory. Sanity: logits and the first two losses within `tolerance`.
-- `t5`, `bart`: against `T5ForConditionalGeneration` (v1.0) and `BartForConditionalGeneration`
-  (d_model 256, 4 + 4 layers, vocab 32,000): training tokens/s (source + target), greedy and beam
-  generation at batch 1 and `gen_batch` (encoder included), memory (after `malloc_trim`, see
-  `measure.trim_heap`). BART's `forced_eos_token_id` is off on both sides: with
-  `min_new_tokens == max_new_tokens` it would fight the minimum-length processor.
-- `compile`: eager against `torch.compile` (inductor; the smoke run's aot_eager traces without
-  code generation) of hf_lm's GPT-2-shaped model: training step and forward, compile time, breaks.
-- `peak`: the machine's peak matmul FLOP/s (`measure.measure_peak_flops`), MFU's denominator.
-- `sparse`, `flex`, `ngram`, `serve`, `cleaning` (`speed_workloads`), `fsdp` (`speed_fsdp`).
+"""The speed runner's entries (`benchmarks.speed`) and the model pairs the A/B entries measure: a
+transformers reference built from a seed and hf_lm's model converted from it. What each entry
+measures: docs/benchmarks.md ("How the speed runner measures").
 """
 
 from __future__ import annotations
@@ -209,7 +187,8 @@ def build_seq2seq_reference(family: str, o):
     torch.manual_seed(o.seed)
     cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
     model = cls._from_config(seq2seq_reference_config(family, o), attn_implementation="sdpa")
-    model.generation_config.forced_eos_token_id = None  # see the module docstring
+    # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
+    model.generation_config.forced_eos_token_id = None
     return model.train()
 
 
