@@ -42,9 +42,7 @@ PAD_ID, CLS_ID, SEP_ID, MASK_ID, FIRST_WORD_ID = 0, 101, 102, 103, 1000
 SEQ2SEQ_FIRST_WORD_ID = 3
 
 
-# --------------------------------------------------------------------------------------------
-# The pairs and their inputs
-# --------------------------------------------------------------------------------------------
+# --- The pairs and their inputs ---
 
 
 def random_ids(batch: int, seq: int, vocab: int, seed: int, low: int = 0):
@@ -212,9 +210,7 @@ def seq2seq_train_batch(o, seed: int) -> dict:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Each family's sides, batches, workloads and sanity checks
-# --------------------------------------------------------------------------------------------
+# --- Each family's sides, batches, workloads and sanity checks ---
 
 
 def kind(family: str) -> str:
@@ -347,9 +343,7 @@ def sanity(family: str, o) -> dict:
     return result
 
 
-# --------------------------------------------------------------------------------------------
-# An A/B entry: sanity, FLOPs, the timed phases, memory in fresh processes
-# --------------------------------------------------------------------------------------------
+# --- An A/B entry: sanity, FLOPs, the timed phases, memory in fresh processes ---
 
 
 def timed_phase(fns: dict, o, reps: int, units: float, contention: dict, key: str) -> dict:
@@ -573,9 +567,7 @@ def op_diff_table(averages: dict, rows: int = 25) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------------------------
-# torch.compile and the peak
-# --------------------------------------------------------------------------------------------
+# --- torch.compile and the peak ---
 
 
 def run_compile(o) -> dict:
@@ -642,9 +634,7 @@ def peak_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# Reports
-# --------------------------------------------------------------------------------------------
+# --- Reports ---
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -795,9 +785,7 @@ def compile_report(data: dict, result: dict) -> list[str]:
     return lines + [""]
 
 
-# --------------------------------------------------------------------------------------------
-# The entries
-# --------------------------------------------------------------------------------------------
+# --- The entries ---
 
 TIMING = {"rounds": 7, "warmup": 2, "train_reps": 2, "memory_steps": 3}
 SMOKE_TIMING = {"rounds": 2, "warmup": 1, "train_reps": 1, "memory_steps": 2, "tolerance": 1e-3}

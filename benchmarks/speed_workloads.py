@@ -40,9 +40,7 @@ from .measure import (
 from .render import fmt, markdown_table
 from .speed import Entry
 
-# --------------------------------------------------------------------------------------------
-# sparse: dense against band decoding
-# --------------------------------------------------------------------------------------------
+# --- sparse: dense against band decoding ---
 
 ROPE_GPT = dict(position_embedding_type="rope", norm_type="rmsnorm", hidden_act="swiglu", attention_bias=False, mlp_bias=False)  # fmt: skip
 
@@ -173,9 +171,7 @@ def sparse_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# flex: sparse patterns on flex_attention against dense SDPA
-# --------------------------------------------------------------------------------------------
+# --- flex: sparse patterns on flex_attention against dense SDPA ---
 
 CPU_NO_BACKWARD = "skipped: torch's CPU flex_attention kernel has no backward (training needs a GPU)"
 
@@ -333,9 +329,7 @@ def flex_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# ngram: fit time, memory and perplexity by order
-# --------------------------------------------------------------------------------------------
+# --- ngram: fit time, memory and perplexity by order ---
 
 
 def prepare_corpora(o, folder: Path) -> dict:
@@ -459,9 +453,7 @@ def ngram_report(data: dict, result: dict) -> list[str]:
     return [title, "", markdown_table(header, body, align="l" + "r" * 9), ""]
 
 
-# --------------------------------------------------------------------------------------------
-# serve: hflm-serve on hf_lm's GPT against the same server on LlamaForCausalLM
-# --------------------------------------------------------------------------------------------
+# --- serve: hflm-serve on hf_lm's GPT against the same server on LlamaForCausalLM ---
 
 SERVE_SIDES = ("hf_lm", "llama")
 STARTUP_S = 120
@@ -710,9 +702,7 @@ def serve_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# cleaning: C4-style cleaning's speed, and the LSH S-curve
-# --------------------------------------------------------------------------------------------
+# --- cleaning: C4-style cleaning's speed, and the LSH S-curve ---
 
 BOILERPLATE = "Sign up for our letter today. It comes every week. You can stop it at any time."
 MENU = "Home | News | Sport | Contact"
