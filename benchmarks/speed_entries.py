@@ -449,11 +449,9 @@ MEMORY_WORKLOADS = {"gpt": "generate", "bert": "infer", "seq2seq": "generate"}
 
 def memory_worker(o, side: str, workload: str) -> dict:
     """In a fresh process: the parameter bytes, then the peak RSS above the pre-workload RSS of
-    `memory_steps` training steps (with the AdamW state's bytes) or of one call of the other
-    workload: a batch-8 greedy generation (GPT), an eval forward (BERT), a beam search at
-    `gen_batch` (T5, BART). The seq2seq hf_lm side is converted from a reference that is then
-    dropped: the heap is trimmed first, or the dead model's pages would be reused and its peak above
-    baseline read tens of MiB too low."""
+    `memory_steps` training steps (and the AdamW state's bytes) or of one batch-8 greedy generation
+    (GPT), eval forward (BERT) or beam search at `gen_batch` (T5, BART; heap trimmed first: the
+    reference it was converted from is dropped)."""
     import torch
 
     torch.set_num_threads(o.threads)
@@ -504,11 +502,9 @@ def measure_memory(o, metrics: dict) -> dict:
 
 
 def profile_pair(o) -> None:
-    """Where the time goes, written to the folder `o.profile`: per side, torch.profiler tables of one
-    training step and of the first other workload (with the share of self CPU time spent on tensors
-    with a vocabulary-sized dimension: the head, its loss and its AdamW update) and a cProfile of
-    the latter (Python overhead, per call); per workload, the operators whose self CPU time differs
-    most between hf_lm and the reference."""
+    """Where the time goes, in the folder `o.profile`: per side, profiler tables of a training step and
+    of the first other workload (with the self CPU time on vocabulary-sized tensors), a cProfile of the
+    latter, and per workload the operators whose self CPU time differs most between the sides."""
     import cProfile
     import io
     import pstats

@@ -79,18 +79,10 @@ class _Saved:
 
 
 class SavedTensorCounter:
-    """The bytes of the tensors autograd saves for the backward, live at each moment.
-
-    Installed by `hooks()` (`torch.autograd.graph.saved_tensors_hooks`): a storage counts from the
-    first op that saves a view of it until the last such view is released by the backward, once
-    however many ops save it; storages for which `excluded(key)` is true (parameters, counted
-    elsewhere) are not counted. Each storage is filed under `category(tensor)` at its first save.
-
-    Args:
-        excluded: `storage_key -> bool`.
-        category: `tensor -> str`.
-        on_change: called after every count that changes (to sample the other components then).
-    """
+    """The bytes of the tensors autograd saves for the backward, live at each moment (`hooks()`): a
+    storage counts once from its first save until the backward releases its last saved view, filed
+    under `category(tensor)`; storages with `excluded(key)` (parameters) are left out; `on_change` is
+    called after every change."""
 
     def __init__(
         self,
@@ -307,12 +299,8 @@ def init_local_(model) -> None:
 
 
 def build_engine(engine: str, config: Mapping, seed: int, meta: bool = False):
-    """The GPT of `config` wrapped by `engine` on this process, and the loop's AdamW.
-
-    Args:
-        meta: FSDP2 only: build on the meta device, shard, then materialize the shards (no process
-            ever holds the whole model), as a model too large for one process must be built.
-    """
+    """The GPT of `config` wrapped by `engine` on this process, and the loop's AdamW; `meta` (FSDP2):
+    built on the meta device, sharded, materialized shard by shard, as a model too large for one process."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
