@@ -218,14 +218,6 @@ def environment(threads: int) -> dict:
     }
 
 
-def environment_line(env: dict) -> str:
-    """The line an A/B benchmark prints first: versions, threads and CPU."""
-    return (
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})"
-    )
-
-
 def time_alternating(
     fns: Mapping[str, Callable[[], object]],
     rounds: int,

@@ -27,7 +27,6 @@ from .measure import (
     available_cores,
     comma_list,
     environment,
-    environment_line,
     git_revision,
     parse_entries,
     run_process,
@@ -210,7 +209,8 @@ def markdown(result: dict, folder: Path) -> list[str]:
     when = [result["date"]] if result.get("date") else []
     if env:
         when += [
-            f"{environment_line(env)}, {env['cores_available']} cores available",
+            f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
+            f"{env['cpu_model']} ({env['cpu_capability']}), {env['cores_available']} cores available",
             f"Python {env['python']}",
         ]
     if result.get("git"):

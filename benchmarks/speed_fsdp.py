@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from .measure import (
-    REPO_ROOT,
     Contention,
     peak_rss_bytes,
     reset_peak_rss,
     rss_bytes,
+    run_process,
     trim_heap,
     wait_for_idle,
 )
@@ -378,28 +376,21 @@ def fsdp_params(model) -> list[tuple[str, object]]:
     return found
 
 
-def _gathered(fsdp: list[tuple[str, object]]) -> dict[str, int]:
-    """The unsharded parameters FSDP2 holds now (storages freed after resharding hold 0 bytes)."""
+def _unsharded(fsdp: list[tuple[str, object]], tensors: Callable) -> dict[str, int]:
+    """Per unit, the bytes of `tensors(fsdp_param)` FSDP2 holds now (freed storages hold 0 bytes)."""
     return {
-        unit: storage_bytes(
-            t
-            for u, fp in fsdp
-            if u == unit
-            for t in [*fp.all_gather_outputs, getattr(fp, "_unsharded_param", None)]
-        )
+        unit: storage_bytes(t for u, fp in fsdp if u == unit for t in tensors(fp))
         for unit in ("root", "blocks")
     }
 
 
-def _unsharded_grads(fsdp: list[tuple[str, object]]) -> dict[str, int]:
-    def grads(fp):
-        param = getattr(fp, "_unsharded_param", None)
-        return [None if param is None else param.grad, fp.unsharded_accumulated_grad]
+def _gathered_tensors(fp) -> list:
+    return [*fp.all_gather_outputs, getattr(fp, "_unsharded_param", None)]
 
-    return {
-        unit: storage_bytes(t for u, fp in fsdp if u == unit for t in grads(fp))
-        for unit in ("root", "blocks")
-    }
+
+def _unsharded_grad_tensors(fp) -> list:
+    param = getattr(fp, "_unsharded_param", None)
+    return [None if param is None else param.grad, fp.unsharded_accumulated_grad]
 
 
 class StepAccounting:
@@ -432,8 +423,8 @@ class StepAccounting:
                     "all": storage_bytes(v for s in optimizer.state.values() for v in s.values())
                 },
                 "activations": lambda: dict(self.counter.by_category),
-                "gathered_parameters": lambda: _gathered(self.fsdp),
-                "unsharded_gradients": lambda: _unsharded_grads(self.fsdp),
+                "gathered_parameters": lambda: _unsharded(self.fsdp, _gathered_tensors),
+                "unsharded_gradients": lambda: _unsharded(self.fsdp, _unsharded_grad_tensors),
             }
         )
         self.counter = SavedTensorCounter(category=self._category, on_change=self.meter.sample)
@@ -778,15 +769,12 @@ def launch(o, processes: int, work: list[str], folder: Path) -> dict:
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
         "-m", "benchmarks.speed", "--_worker", "fsdp", *work, "--_options", options, "--_out", str(out),
     ]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(per_process))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(work)} on {processes} processes failed:\n{proc.stderr[-4000:]}")
+    done = run_process(cmd, out.with_suffix(".log"), LAUNCH_TIMEOUT_S, {"OMP_NUM_THREADS": str(per_process)})
+    if done["error"]:
+        log = Path(done["log"]).read_text()[-4000:]
+        raise RuntimeError(f"{' '.join(work)} on {processes} processes failed ({done['error']}):\n{log}")
     result = json.loads(out.read_text())
-    result["launch_s"] = time.perf_counter() - t0
+    result["launch_s"] = done["wall_s"]
     print(f"  {' '.join(work)} x{processes}: {result['launch_s']:.0f}s", flush=True)
     return result
 
