@@ -7,45 +7,15 @@
     python -m benchmarks.gpu --measure gpt_train,head_loss --set gpt_batch=32   # one measurement, in process
     python -m benchmarks.gpu --smoke                                    # every entry at tiny size on the CPU
 
-The sections: `check` (`pytest -m cuda` as `make gpu-check` runs it), `train` (GPT-2 small training,
-eager then compiled), `recipe` (`training/configs/shakespeare_char.yaml`, nanoGPT's own `train.py`
-from `--nanogpt_dir` on the same GPU, two variants of the config), `decode`, `translation` and
-`rnn_translation` (the Multi30k leaderboard's GPU preset), `leaderboards` (their smoke runs on
-CUDA), `encoders` (BERT-base, T5-small). Each entry is a subprocess with its own time limit, cut to
-what is left of `--budget_s`: at the limit its process group is stopped, and the entries that no
-longer fit are `not run`. `results.json` and `README.md` (`benchmarks.render`) are rewritten under
-`--output_dir` after each entry, next to its log and folder; the exit status is 1 when one failed.
-
-`--measure` runs the measurements in this process (the `train`, `decode` and `encoders` entries
-call it): the implementations side by side on the same weights (transformers' reference converted
-by `hf_lm.convert.from_transformers`; the nanoGPT-shaped model below gets GPT-2's weights),
-alternating round by round after warm-up (`alternating_rounds` waits for the GPU before every clock
-read), medians over rounds, written after each section:
-
-- `gpt_train`: GPT-2 small training steps (vocabulary 50257 everywhere, to share weights; bf16
-  autocast, fused AdamW) of hf_lm, `GPT2LMHeadModel` and the nanoGPT-shaped model, eager and
-  `torch.compile`d, and hf_lm with its head product unpadded. MFU (PaLM, Chowdhery et al. 2022,
-  appendix B): 6 N + 12 L d T FLOPs per token against the bf16 matmul peak measured in the run.
-- `head_loss`: the lm head + cross-entropy alone as a share of the step, and a profiler table of
-  one hf_lm step (`profile_gpt2_hf_lm_train.txt`).
-- `encoders`: BERT masked-LM (also `sparse_prediction=True`) and T5 training against transformers'
-  (FlopCounterMode's count); compiled with `--compile_encoders`.
-- `decode`: greedy decoding with a dynamic cache, a static one eager and compiled by `generate()`,
-  hf_lm's loop (`custom_generate=static_decode`), and sampling (top-k 50) with both loops, against
-  `GPT2LMHeadModel`; static tokens must equal dynamic ones, both sampling loops' each other's. One
-  compiled call per row at B=1 is profiled (`profile_gpt2_decode_b1.txt`): the kernels' busy time
-  against the wall time, the host's Python time by part of `generate()`'s loop.
-
-A failed check (logits, tokens) or row fails the run. At smoke size on a CPU the compiled rows use
-`torch.compile(backend="eager")`: real graphs and breaks, no generated code. nanoGPT (MIT) is never
-committed: its data is written from `../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would.
+Each entry is a subprocess stopped at min(its limit, what is left of `--budget_s`); `--measure` (what
+the train, decode and encoders entries run) times hf_lm against transformers and a nanoGPT-shaped
+model on the same weights. The sections, the rows and the figures: docs/benchmarks.md, "On a GPU".
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import logging
 import math
@@ -82,6 +52,7 @@ from benchmarks.measure import (
     error_text,
     git_revision,
     measure_peak_flops,
+    parse_entries,
     ratio,
     resolve_device,
 )
@@ -108,16 +79,42 @@ IMPL_NAMES = {
     "transformers": "transformers",
     "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
 }
-
-
-# --------------------------------------------------------------------------------------------
-# A minimal nanoGPT-shaped model: the side-by-side reference for "eager >= nanoGPT"
-# --------------------------------------------------------------------------------------------
+# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
+# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
+DECODE_ROWS = {
+    "hf_lm/dynamic": dict(static=False, compiled=False),
+    "hf_lm/static": dict(static=True, compiled=False),
+    "hf_lm/static_compiled": dict(static=True, compiled=True),
+    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
+    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
+    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
+    "transformers/dynamic": dict(static=False, compiled=False),
+    "transformers/static_compiled": dict(static=True, compiled=True),
+}
+SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
+TRAIN_KEYS = ["hf_lm/eager", "transformers/eager", "nanogpt/eager", "hf_lm_unpadded/eager"]
+PLAN = [  # (row id prefix, section, workload, unit, implementation/mode of each row)
+    ("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s",
+     TRAIN_KEYS + [f"{i}/compiled" for i in GPT_IMPLS]),
+    ("gpt2_head_loss", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", "s",
+     ["hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"]),
+    ("bert_train", "encoders", "BERT masked-LM training step", "pos/s",
+     ["hf_lm/eager", "hf_lm_sparse/eager", "transformers/eager", "hf_lm/compiled", "transformers/compiled"]),
+    ("t5_train", "encoders", "T5 training step", "tok/s",
+     ["hf_lm/eager", "transformers/eager", "hf_lm/compiled", "transformers/compiled"]),
+]  # fmt: skip
+# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
+HOST_PARTS = {
+    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
+    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
+    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
+    "logits processors": ("logits_process.py", ("__call__",)),
+    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
+}
 
 
 class NanoBlock(nn.Module):
-    """nanoGPT's pre-norm block: x + attn(ln(x)) with one fused q/k/v matmul and SDPA, then
-    x + mlp(ln(x)) with GPT-2's tanh GELU."""
+    """nanoGPT's pre-norm block: one fused q/k/v matmul and SDPA, then GPT-2's tanh-GELU MLP."""
 
     def __init__(self, hidden: int, heads: int, eps: float):
         super().__init__()
@@ -128,17 +125,16 @@ class NanoBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.c_attn(self.ln_1(x)).split(C, 2)
-        )
+        qkv = self.c_attn(self.ln_1(x)).split(C, 2)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in qkv)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
         x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class NanoGPT(nn.Module):
-    """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head); the loss shifts
-    `labels` as transformers does, so it computes exactly `GPT2LMHeadModel`'s function."""
+    """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head): the side-by-side
+    reference of "eager >= nanoGPT"; its loss shifts `labels` as `GPT2LMHeadModel`'s does."""
 
     RENAMES = {
         "attn.c_attn": "c_attn",
@@ -181,37 +177,16 @@ class NanoGPT(nn.Module):
         return model
 
 
-# --------------------------------------------------------------------------------------------
-# Rows and their timing
-# --------------------------------------------------------------------------------------------
-
-
 def plan_rows(s: dict) -> dict[str, dict]:
     """Every row a measurement can fill, by id (`workload/implementation/mode`), status "not run"."""
-    plan = [("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", f"{i}/{m}")
-            for m in ("eager", "compiled") for i in GPT_IMPLS]  # fmt: skip
-    plan.insert(3, ("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", "hf_lm_unpadded/eager"))
-    plan += [("gpt2_head_loss", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", "s", key)
-             for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager")]  # fmt: skip
-    bert = (
-        "hf_lm/eager",
-        "hf_lm_sparse/eager",
-        "transformers/eager",
-        "hf_lm/compiled",
-        "transformers/compiled",
-    )
-    plan += [("bert_train", "encoders", "BERT masked-LM training step", "pos/s", key) for key in bert]
-    t5 = ("hf_lm/eager", "transformers/eager", "hf_lm/compiled", "transformers/compiled")
-    plan += [("t5_train", "encoders", "T5 training step", "tok/s", key) for key in t5]
-    plan += [(f"gpt2_decode_b{b}", "decode", f"GPT-2 decoding B={b}", "new tok/s", key)
-             for b in s["decode_batches"] for key in DECODE_ROWS]  # fmt: skip
+    decode = [(f"gpt2_decode_b{b}", "decode", f"GPT-2 decoding B={b}", "new tok/s", DECODE_ROWS)
+              for b in s["decode_batches"]]  # fmt: skip
     rows = {}
-    for prefix, section, workload, unit, key in plan:
-        impl, mode = key.split("/")
-        rows[f"{prefix}/{key}"] = dict(
-            id=f"{prefix}/{key}", section=section, workload=workload, implementation=impl, mode=mode, unit=unit,
-            status="not run",
-        )  # fmt: skip
+    for prefix, section, workload, unit, keys in PLAN + decode:
+        for key in keys:
+            impl, mode = key.split("/")
+            rows[f"{prefix}/{key}"] = dict(id=f"{prefix}/{key}", section=section, workload=workload,
+                                           implementation=impl, mode=mode, unit=unit, status="not run")  # fmt: skip
     return rows
 
 
@@ -222,7 +197,6 @@ def fail(rows: dict, row_id: str, err: BaseException | str) -> None:
 
 
 def dynamo_counts() -> dict:
-    """A copy of Dynamo's global counters (graphs built, graph breaks and their reasons)."""
     from torch._dynamo.utils import counters
 
     return {key: dict(value) for key, value in counters.items()}
@@ -238,9 +212,8 @@ def dynamo_delta(before: dict, after: dict) -> dict:
 
 
 def first_call(rows: dict, row_id: str, fn, device: torch.device) -> bool:
-    """The first call (where `torch.compile` compiles), timed, with Dynamo's counters around it; then
-    on a GPU one more call for the peak memory above what was allocated. A failure (out of memory, a
-    compiler error) marks the row and returns False."""
+    """The first call (where `torch.compile` compiles), timed, with Dynamo's counters; on a GPU one
+    more call for the peak memory. A failure (out of memory, compiler error) marks the row: False."""
     sync, row, before = device_synchronizer(device), rows[row_id], dynamo_counts()
     try:
         sync()
@@ -267,11 +240,7 @@ def first_call(rows: dict, row_id: str, fn, device: torch.device) -> bool:
 
 
 def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps: int, rounds: int) -> dict:
-    """First calls, then the alternating rounds of the rows whose first call worked.
-
-    Returns:
-        `{row id: [seconds per call, ...]}` for the rows that were timed.
-    """
+    """First calls, then alternating rounds of the rows whose first call worked: `{row id: [s, ...]}`."""
     ok = {row_id: fn for row_id, fn in fns.items() if first_call(rows, row_id, fn, device)}
     if not ok:
         return {}
@@ -284,17 +253,15 @@ def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps
         return {}
     recompiled = dynamo_delta(before, dynamo_counts())["graphs"]
     for row_id, s in samples.items():
-        rows[row_id].update(
-            status="ok", median_s=statistics.median(s), min_s=min(s), max_s=max(s), samples_s=s, reps=reps,
-            graphs_compiled_while_timed=recompiled,
-        )  # fmt: skip
+        rows[row_id].update(status="ok", median_s=statistics.median(s), min_s=min(s), max_s=max(s), samples_s=s,
+                            reps=reps, graphs_compiled_while_timed=recompiled)  # fmt: skip
         logger.info("  %s: median %.2f ms per call", row_id, 1e3 * statistics.median(s))
     return samples
 
 
 def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, compiled=None):
-    """One training step under bf16 autocast: forward (`compiled` if given, sharing `model`'s
-    parameters) with labels, backward, AdamW (fused, else foreach), `zero_grad`."""
+    """One bf16-autocast training step: forward (`compiled`, if given, shares `model`'s parameters),
+    backward, AdamW (fused, else foreach), `zero_grad`."""
     model.train()
     params = list(model.parameters())
     try:
@@ -319,8 +286,7 @@ def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: flo
 
 
 def unpadded_head(fn):
-    """`fn` with hf_lm's vocabulary projection on the unpadded (V, C) weight, as before
-    `VocabProjection.aligned_linear`: the same model, to measure what the padding buys."""
+    """`fn` with hf_lm's head product on the unpadded (V, C) weight: what the padding buys."""
 
     def run():
         saved, VocabProjection.ALIGN = VocabProjection.ALIGN, 1
@@ -334,9 +300,8 @@ def unpadded_head(fn):
 
 
 def kernel_time_us(events) -> float:
-    """The device's busy time in a profile (microseconds): its kernels' own events. An operator's
-    `self_device_time_total` is the time of the kernels it launched: summing every event's counts
-    each kernel twice."""
+    """The device's busy time in a profile: its kernels' own events (an operator's self device time
+    repeats its kernels')."""
     from torch.autograd import DeviceType
 
     return sum(e.self_device_time_total for e in events if e.device_type != DeviceType.CPU)
@@ -349,32 +314,22 @@ def logit_check(models: dict, batch: dict, reference: str = "transformers") -> d
     diffs = {n: (lg - logits[reference]).abs().max().item() for n, lg in logits.items() if n != reference}
     for m in models.values():
         m.train()
-    scale = logits[reference].abs().max().item()
-    return {
-        "max_abs_diff": diffs,
-        "max_abs_logit": scale,
-        "ok": all(d < LOGIT_TOLERANCE for d in diffs.values()),
-    }
+    ok = all(d < LOGIT_TOLERANCE for d in diffs.values())
+    return {"max_abs_diff": diffs, "max_abs_logit": logits[reference].abs().max().item(), "ok": ok}
 
 
 def counted_flops(model: nn.Module, batch: dict) -> int:
-    """FlopCounterMode's count of one forward + backward on `batch`, from its first row times the
-    batch size (every matmul and attention FLOP count is linear in the batch)."""
+    """FlopCounterMode's count of one forward + backward, from the batch's first row (linear in B)."""
     B = next(iter(batch.values())).shape[0]
     return B * count_train_step_flops(model, {k: v[:1] for k, v in batch.items()})["total"]
 
 
 def gpt_model_flops(model: GPT2LMHeadModel, batch: int, seq: int) -> int:
-    """PaLM's model FLOPs of one GPT-2 training step: 6 N + 12 L d T per token, N the weights inside
-    matmuls (every 2-D weight but the position table; the tied token table counts once)."""
+    """PaLM's model FLOPs of one GPT-2 training step: 6 N + 12 L d T per token (N: 2-D weights but
+    the position table; the tied token table once)."""
     cfg = model.config
     n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "wpe" not in name)
     return analytic_decoder_train_flops(n, cfg.n_layer, cfg.n_embd, batch, seq, fused_attention=False)
-
-
-# --------------------------------------------------------------------------------------------
-# The measured sections
-# --------------------------------------------------------------------------------------------
 
 
 def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, nanogpt: bool = True) -> dict:
@@ -396,8 +351,8 @@ def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device
 
 
 def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
-    """The lm head + cross-entropy forward and backward alone, on the final hidden states the trunk
-    hands over (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
+    """The lm head + cross-entropy forward and backward alone, on the trunk's final hidden states
+    (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
     device, V = ctx["device"], ctx["settings"]["gpt_vocab"]
     hf, ref = models["hf_lm"], models["transformers"]
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
@@ -438,7 +393,12 @@ def run_gpt(rows: dict, ctx: dict) -> None:
     """GPT-2 training steps of the three implementations, eager and compiled; with `head_loss` the
     head + loss alone too, in the same rounds, as a share of the same row's step."""
     s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
-    B, T, with_head_loss = s["gpt_batch"], s["gpt_seq"], "head_loss" in ctx["sections"]
+    B, T, with_head_loss, lr = (
+        s["gpt_batch"],
+        s["gpt_seq"],
+        "head_loss" in ctx["sections"],
+        s["learning_rate"],
+    )
     models = gpt_models(s, seed, device)
     check_ids = random_ids(2, min(64, T), s["gpt_vocab"], seed + 1, device)
     ctx["checks"]["gpt2_logits"] = logit_check(models, {"input_ids": check_ids})
@@ -453,22 +413,19 @@ def run_gpt(rows: dict, ctx: dict) -> None:
     ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
     fns = head_loss_fns(ctx, models, ids) if with_head_loss else {}
     for impl in GPT_IMPLS:
-        modes = {"eager": (models[impl], None)}
+        fns[f"gpt2_train/{impl}/eager"] = make_train_step(models[impl], batch, device, lr)
         if ctx["compile"]:  # a copy: the compiled and eager rows train their own parameters
             twin = copy.deepcopy(models[impl])
-            modes["compiled"] = (twin, torch.compile(twin, backend=ctx["compile_backend"]))
-        for mode, (base, compiled) in modes.items():
-            fns[f"gpt2_train/{impl}/{mode}"] = make_train_step(
-                base, batch, device, s["learning_rate"], compiled
-            )
+            compiled = torch.compile(twin, backend=ctx["compile_backend"])
+            fns[f"gpt2_train/{impl}/compiled"] = make_train_step(twin, batch, device, lr, compiled)
     # the same hf_lm model with the head's product unpadded, eager only (compiled graphs pad it themselves)
-    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
-    fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(step)
+    fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(
+        make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr)
+    )
     for row_id, fn in fns.items():
         if row_id.startswith("gpt2_train/"):
             rows[row_id]["optimizer"] = fn.optimizer_name
-    samples = time_group(rows, fns, s, device, s["reps"], s["rounds"])
-    for row_id in samples:
+    for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
         row = rows[row_id]
         if row_id.startswith("gpt2_train/"):
             row.update(value=B * T / row["median_s"], batch=B, seq=T, model_flops_per_step=model_flops,
@@ -479,14 +436,12 @@ def run_gpt(rows: dict, ctx: dict) -> None:
                    share_of_step=ratio(row["median_s"], step_s))  # fmt: skip
     del fns
     if with_head_loss:
-        step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
-        ctx["profile"] = profile_step(step, ctx)
+        ctx["profile"] = profile_step(make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr), ctx)
 
 
 def profile_step(step, ctx: dict) -> dict:
-    """torch.profiler of one hf_lm GPT-2 training step: the operator table (by device time on a GPU)
-    and the share of time in operators on tensors with a vocabulary-sized dimension (the head, the
-    loss, and the tied embedding's gradient and AdamW update)."""
+    """torch.profiler of one hf_lm GPT-2 training step: the operator table and the share of time in
+    operators on vocabulary-sized tensors (head, loss, tied embedding's gradient and AdamW update)."""
     from torch.profiler import ProfilerActivity, profile
 
     device, s = ctx["device"], ctx["settings"]
@@ -535,16 +490,15 @@ def run_encoders(rows: dict, ctx: dict) -> None:
     }
     bert_batch = {k: v.to(device) for k, v in pairs.mlm_batch(bns, seed).items()}
     t5_batch = {k: v.to(device) for k, v in pairs.seq2seq_train_batch(tns, seed).items()}
+    units = {
+        "bert": s["bert_batch"] * s["bert_seq"],
+        "t5": s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"]),
+    }
     for family, models, batch in (("bert", bert, bert_batch), ("t5", t5, t5_batch)):
         models = {k: m.to(device) for k, m in models.items()}
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")} if family == "bert" else batch
         ctx["checks"][f"{family}_logits"] = logit_check(
             {k: models[k] for k in ("hf_lm", "transformers")}, inputs
-        )
-        units = (
-            s["bert_batch"] * s["bert_seq"]
-            if family == "bert"
-            else s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])
         )
         flops = counted_flops(models["transformers"], batch)
         fns = {}
@@ -558,26 +512,11 @@ def run_encoders(rows: dict, ctx: dict) -> None:
                 )
         for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
             row = rows[row_id]
-            row.update(value=units / row["median_s"], model_flops_per_step=flops,
+            row.update(value=units[family] / row["median_s"], model_flops_per_step=flops,
                        mfu=flops / row["median_s"] / peak if peak else None)  # fmt: skip
         del fns, models
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
-# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
-DECODE_ROWS = {
-    "hf_lm/dynamic": dict(static=False, compiled=False),
-    "hf_lm/static": dict(static=True, compiled=False),
-    "hf_lm/static_compiled": dict(static=True, compiled=True),
-    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
-    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
-    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
-    "transformers/dynamic": dict(static=False, compiled=False),
-    "transformers/static_compiled": dict(static=True, compiled=True),
-}
-SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
 
 
 def decode_fn(
@@ -655,9 +594,8 @@ def run_decode(rows: dict, ctx: dict) -> None:
             row.update(value=b * s["new_tokens"] / row["median_s"], batch=b, prompt_len=s["prompt_len"],
                        new_tokens=s["new_tokens"])  # fmt: skip
             if "static" in mode:
-                row["tokens_identical_to_dynamic"] = check.get(
-                    SAMPLED if mode.endswith("_sample") else f"{impl} {mode} == dynamic"
-                )
+                same = SAMPLED if mode.endswith("_sample") else f"{impl} {mode} == dynamic"
+                row["tokens_identical_to_dynamic"] = check.get(same)
             if "compiled" in mode:
                 graphs[impl] += row["dynamo_first_call"]["graphs"]  # a later batch size may reuse them
                 row["compiled"] = (
@@ -671,20 +609,10 @@ def run_decode(rows: dict, ctx: dict) -> None:
         ctx["write_partial"]()
 
 
-# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
-HOST_PARTS = {
-    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
-    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
-    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
-    "logits processors": ("logits_process.py", ("__call__",)),
-    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
-}
-
-
 def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
     """One call of each compiled decoding row (B=1): the kernels' busy time (torch.profiler) against
-    the median wall time, and the host's Python time by part of `generate()`'s loop (cProfile, which
-    slows Python down: shares, not times). The tables go to `profile_gpt2_decode_b1.txt`."""
+    the median wall time, and the host's Python time by part of `generate()`'s loop (cProfile slows
+    Python down: shares, not times); the tables go to `profile_gpt2_decode_b1.txt`."""
     import cProfile
     import io
     import pstats
@@ -725,11 +653,6 @@ def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
     return {"path": str(path), "rows": found}
 
 
-# --------------------------------------------------------------------------------------------
-# One measurement (`--measure`), its targets
-# --------------------------------------------------------------------------------------------
-
-
 def value(rows: dict, row_id: str, key: str = "value"):
     row = rows.get(row_id)
     return row.get(key) if row and row["status"] == "ok" else None
@@ -743,15 +666,14 @@ def targets(rows: dict, s: dict) -> list[dict]:
     )
     decode = {key: rows.get(f"gpt2_decode_b1/hf_lm/{mode}", {})
               for key, mode in (("static_decode_b1", "static_compiled"), ("static_decode_b1_loop", "static_compiled_loop"))}  # fmt: skip
+    transformers_eager = value(rows, "gpt2_train/transformers/eager")
     measured = {
         "eager_vs_nanogpt": ratio(hf_eager, value(rows, "gpt2_train/nanogpt/eager")),
-        "eager_vs_transformers": ratio(hf_eager, value(rows, "gpt2_train/transformers/eager")),
+        "eager_vs_transformers": ratio(hf_eager, transformers_eager),
         "compiled_mfu": value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
         **{key: ratio(row.get("value"), dynamic) for key, row in decode.items()},
     }
-    unpadded = ratio(
-        value(rows, "gpt2_train/hf_lm_unpadded/eager"), value(rows, "gpt2_train/transformers/eager")
-    )
+    unpadded = ratio(value(rows, "gpt2_train/hf_lm_unpadded/eager"), transformers_eager)
     notes = {
         "eager_vs_transformers": "" if unpadded is None else f"{unpadded:.2f}x with the head's product unpadded",
         "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, B={s['gpt_batch']}, "
@@ -765,20 +687,10 @@ def targets(rows: dict, s: dict) -> list[dict]:
         got = measured[t["key"]]
         met = None if got is None else got >= t["threshold"]
         if t["key"] in decode and met:  # the same tokens, really compiled
-            met = bool(decode[t["key"]].get("tokens_identical_to_dynamic")) and bool(
-                decode[t["key"]].get("compiled")
-            )
+            row = decode[t["key"]]
+            met = bool(row.get("tokens_identical_to_dynamic")) and bool(row.get("compiled"))
         out.append({**t, "measured": got, "met": met, "note": notes.get(t["key"], "")})
     return out
-
-
-def probe_peak(s: dict, seed: int, device: torch.device) -> dict:
-    """The bf16 matmul peak the MFU is measured against; `{"error": ...}` where the probe fails."""
-    try:
-        return measure_peak_flops(tuple(s["peak_sizes"]), s["peak_repeats"], s["peak_min_time"],
-                                  dtype=torch.bfloat16, seed=seed, device=device)  # fmt: skip
-    except Exception as err:  # noqa: BLE001
-        return {"error": error_text(err)}
 
 
 def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
@@ -787,8 +699,7 @@ def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
     keep = ("settings", "sections", "seed", "compile_backend", "compile_note", "peak", "gpt_flops", "profile",
             "decode_profile", "decode_compile_config", "can_compile_fullgraph")  # fmt: skip
     return {
-        "finished": finished, "smoke": ctx["smoke"],
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "finished": finished, "smoke": ctx["smoke"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "git": git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
         "command": ctx["command"], "environment": ctx["environment"], "accelerator": ctx["accelerator"],
         **{key: ctx.get(key) for key in keep},
@@ -812,10 +723,14 @@ def measure(ctx: dict) -> dict:
         return m
 
     ctx["write_partial"] = lambda: write(False)
-    ctx["peak"] = probe_peak(s, ctx["seed"], device)
+    try:  # the bf16 matmul peak the MFU is measured against
+        ctx["peak"] = measure_peak_flops(tuple(s["peak_sizes"]), s["peak_repeats"], s["peak_min_time"],
+                                         dtype=torch.bfloat16, seed=ctx["seed"], device=device)  # fmt: skip
+    except Exception as err:  # noqa: BLE001
+        ctx["peak"] = {"error": error_text(err)}
     ctx["peak_flops"] = ctx["peak"].get("peak_flops")
     for section, runner in (("gpt_train", run_gpt), ("encoders", run_encoders), ("decode", run_decode)):
-        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
+        if section not in sections:  # (`head_loss` brings `gpt_train` along)
             continue
         # Dynamo's caches emptied: code objects compiled before count towards its recompile limit, past
         # which it silently runs eagerly and a "compiled" row would build no graph
@@ -842,11 +757,6 @@ def measure(ctx: dict) -> dict:
     return write(True)
 
 
-# --------------------------------------------------------------------------------------------
-# The entries under one budget
-# --------------------------------------------------------------------------------------------
-
-
 def _json(path: Path):
     try:
         return json.loads(path.read_text())
@@ -871,7 +781,7 @@ def read_measured(ctx: dict, name: str) -> str:
         return "no results.json"
     m = {**result["measurements"][0], "entry": name}
     ctx["measurements"].append(m)
-    parts = [f"{t['key']} " + (f"{100 * t['measured']:.1f}%" if t["unit"] == "%" else f"{t['measured']:.2f}x")
+    parts = [f"{t['key']} " + (_pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f}x")
              + f" ({'met' if t['met'] else 'NOT met'})" for t in m["targets"] if t["measured"] is not None]  # fmt: skip
     failed = [r["id"] for r in m["rows"] if r["status"] == "error"]
     ok = sum(r["status"] == "ok" for r in m["rows"])
@@ -892,11 +802,10 @@ NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 
 def read_nanogpt(ctx: dict, name: str) -> str:
     try:
-        evals = [
-            (float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall((ctx["out"] / f"{name}.log").read_text())
-        ]
+        log = (ctx["out"] / f"{name}.log").read_text()
     except OSError:
         return "no log"
+    evals = [(float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall(log)]
     if not evals:
         return "no evaluation in the log"
     best, step = min(evals)
@@ -1004,7 +913,7 @@ def run_entry(name: str, ctx: dict, time_left: float) -> dict:
 
 
 def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda rows: None) -> list[dict]:
-    """Run the entries in order within `budget` seconds (None: each to its own limit); those that no
+    """The entries in order within `budget` seconds (None: each to its own limit); those that no
     longer fit are `not run`."""
     deadline = time.perf_counter() + (math.inf if budget is None else budget)
     rows = []
@@ -1020,7 +929,7 @@ def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda
 
 
 # --------------------------------------------------------------------------------------------
-# Markdown (benchmarks.render)
+# Markdown (benchmarks.render): tables driven by the column lists of TABLES
 # --------------------------------------------------------------------------------------------
 
 
@@ -1046,16 +955,22 @@ def _status(r: dict) -> str:
 
 
 def _dynamo(r: dict) -> str:
-    d = r.get("dynamo_first_call")
+    d, n = r.get("dynamo_first_call"), r.get("graphs_compiled_while_timed")
     if "compiled" not in r["mode"] or not d:
         return ""
-    text = f"{d['graphs']} graphs, {d['graph_breaks']} breaks"
-    n = r.get("graphs_compiled_while_timed")
-    return text + (f"; {n} recompiled while timed" if n else "")
+    return f"{d['graphs']} graphs, {d['graph_breaks']} breaks" + (
+        f"; {n} recompiled while timed" if n else ""
+    )
 
 
 def _ms(key: str):
     return lambda r: _num(r[key] * 1e3 if r.get(key) else None, 1)
+
+
+def _target_cells(t: dict) -> list[str]:
+    got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
+    goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
+    return [t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]]
 
 
 COLUMNS = {  # header: (alignment, cell)
@@ -1087,22 +1002,8 @@ TABLES = [  # (title, row id prefixes, columns)
 ]  # fmt: skip
 
 
-def _targets_lines(m: dict) -> list[str]:
-    body = []
-    for t in m["targets"]:
-        if t["measured"] is None:
-            continue
-        got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
-        goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
-        body.append([t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]])
-    if not body:
-        return []
-    return [
-        "The issue's targets:",
-        "",
-        markdown_table(["target", "goal", "measured", "", "conditions"], body, "lrrll"),
-        "",
-    ]
+def _table(title: str, columns: list[str], cells: list[list[str]], align: str | None = None) -> list[str]:
+    return [title, "", markdown_table(columns, cells, align), ""] if cells else []
 
 
 def _measurement_lines(m: dict) -> list[str]:
@@ -1125,19 +1026,13 @@ def _measurement_lines(m: dict) -> list[str]:
         f"GPT-2 B={s['gpt_batch']} T={s['gpt_seq']}; BERT B={s['bert_batch']} T={s['bert_seq']}; T5 B={s['t5_batch']} "
         f"S={s['t5_source_len']} T={s['t5_target_len']}; decoding: prompt {s['prompt_len']}, {s['new_tokens']} new "
         f"tokens, {s['decode_dtype']} weights.", "",
-        *_targets_lines(m),
+        *_table("The issue's targets:", ["target", "goal", "measured", "", "conditions"],
+                [_target_cells(t) for t in m["targets"] if t["measured"] is not None], "lrrll"),
     ]  # fmt: skip
     rows = [r for r in m["rows"] if "not selected" not in str(r.get("reason"))]
     for heading, prefixes, columns in TABLES:
-        picked = [r for r in rows if r["id"].startswith(prefixes)]
-        if picked:
-            cells = [[COLUMNS[c][1](r) for c in columns] for r in picked]
-            lines += [
-                f"{heading}:",
-                "",
-                markdown_table(columns, cells, "".join(COLUMNS[c][0] for c in columns)),
-                "",
-            ]
+        cells = [[COLUMNS[c][1](r) for c in columns] for r in rows if r["id"].startswith(prefixes)]
+        lines += _table(f"{heading}:", columns, cells, "".join(COLUMNS[c][0] for c in columns))
     if m.get("profile"):
         p = m["profile"]
         lines += [f"Profiler (one hf_lm eager step): operators on vocabulary-sized tensors take "
@@ -1241,13 +1136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def selected_entries(sections: str, names: str | None) -> list[str]:
-    """`--entries` as given (in the table's order), else every entry of the sections but the on-demand ones."""
+    """`--entries` (in the table's order), else every entry of the sections but the on-demand ones."""
     if names:
-        wanted = set(comma_list(names))
-        if not wanted or wanted - set(ENTRIES):
-            raise ValueError(
-                f"`--entries`: {sorted(wanted - set(ENTRIES)) or names!r}; the entries: {', '.join(ENTRIES)}"
-            )
+        wanted = parse_entries(names, ENTRIES)
         return [n for n in ENTRIES if n in wanted]
     picked = SECTIONS if sections == "all" else comma_list(sections)
     if not picked or set(picked) - set(SECTIONS):
