@@ -75,12 +75,7 @@ class NanoGPT(nn.Module):
     """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head): the side-by-side
     reference of "eager >= nanoGPT"; its loss shifts `labels` as `GPT2LMHeadModel`'s does."""
 
-    RENAMES = {
-        "attn.c_attn": "c_attn",
-        "attn.c_proj": "attn_proj",
-        "mlp.c_fc": "c_fc",
-        "mlp.c_proj": "mlp_proj",
-    }
+    RENAMES = dict(zip(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), ("c_attn", "attn_proj", "c_fc", "mlp_proj")))  # fmt: skip
 
     def __init__(self, vocab: int, context: int, hidden: int, layers: int, heads: int, eps: float = 1e-5):
         super().__init__()
@@ -185,9 +180,8 @@ def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps
         return {}
     before = dynamo_counts()
     try:
-        samples = measure.alternating_rounds(
-            ok, rounds, reps, settings["warmup"], measure.device_synchronizer(device)
-        )
+        sync = measure.device_synchronizer(device)
+        samples = measure.alternating_rounds(ok, rounds, reps, settings["warmup"], sync)
     except Exception as err:  # noqa: BLE001
         for row_id in ok:
             fail(rows, row_id, f"during the timed rounds: {measure.error_text(err)}")
@@ -269,10 +263,7 @@ def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, na
     ns = argparse.Namespace(family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
                             layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed)  # fmt: skip
     reference = pairs.build_gpt_reference(ns)
-    models = {
-        "hf_lm": pairs.build_gpt_hflm(ns),
-        "transformers": reference,
-    }  # the same seeded reference, converted
+    models = {"hf_lm": pairs.build_gpt_hflm(ns), "transformers": reference}  # the reference, converted
     if nanogpt:
         models["nanogpt"] = NanoGPT.from_gpt2(reference)
     return {name: m.to(device=device, dtype=dtype) for name, m in models.items()}
@@ -510,9 +501,7 @@ def run_decode(rows: dict, ctx: dict) -> None:
                 graphs[impl] += row["dynamo_first_call"]["graphs"]  # a later batch size may reuse them
                 row["compiled"] = hasattr(models[impl], "_compiled_call") and graphs[impl] > 0
                 if not row["compiled"]:
-                    row["note"] = (
-                        "generate did NOT compile the forward (no `_compiled_call` or no graph built)"
-                    )
+                    row["note"] = "generate did NOT compile the forward (no `_compiled_call` or no graph built)"  # fmt: skip
         logger.info("  B=%d: tokens %s", b, check)
         ctx["write_partial"]()
 
@@ -756,9 +745,7 @@ def entry_command(name: str, ctx: dict) -> list[str] | str:
         return "not run at smoke size (its flags change nothing there)"
     if e.get("nanogpt") and not ctx["nanogpt_dir"]:
         return "no --nanogpt_dir given"
-    argv = [a.format(multi30k=MULTI30K) for a in e["argv"]] + (
-        e["smoke"] if ctx["smoke"] else e.get("full", [])
-    )
+    argv = [a.format(multi30k=MULTI30K) for a in e["argv"]] + (e["smoke"] if ctx["smoke"] else e.get("full", []))  # fmt: skip
     if e.get("nanogpt"):  # nanoGPT reads its data and config from its working folder
         cwd = prepare_nanogpt(ctx["nanogpt_dir"])
         return ["env", "-C", str(cwd), sys.executable, *argv, f"--out_dir={cwd / 'out'}"]
@@ -767,27 +754,25 @@ def entry_command(name: str, ctx: dict) -> list[str] | str:
     return [sys.executable, *module, *argv, *where]
 
 
+def entry_row(name: str, status: str, summary: str, seconds: float = 0.0, command: str = "") -> dict:
+    section = spec.ENTRIES[name]["section"]
+    return dict(name=name, section=section, status=status, seconds=seconds, command=command, summary=summary)
+
+
 def run_entry(name: str, ctx: dict, time_left: float) -> dict:
     """Run one entry with min(its limit, the time left), its process group killed at the limit; its
     reader's line is its summary."""
-    row = {
-        "name": name,
-        "section": spec.ENTRIES[name]["section"],
-        "status": "skipped",
-        "seconds": 0.0,
-        "command": "",
-    }
     try:
         cmd = entry_command(name, ctx)
     except Exception as err:  # noqa: BLE001 - an entry that cannot even start is that entry's failure
-        return {**row, "status": "failed", "summary": f"could not start: {err!r}"}
+        return entry_row(name, "failed", f"could not start: {err!r}")
     if isinstance(cmd, str):
-        return {**row, "summary": cmd}
+        return entry_row(name, "skipped", cmd)
     limit = min(spec.ENTRIES[name]["limit"], time_left)
     done = measure.run_process(cmd, ctx["out"] / f"{name}.log", limit)
     timeout = str(done["error"]).startswith("timed out")
     status = "ok" if done["error"] is None else "timeout" if timeout else "failed"
-    row.update(status=status, seconds=done["wall_s"], command=" ".join(cmd))
+    row = entry_row(name, status, "", done["wall_s"], " ".join(cmd))
     try:
         row["summary"] = READERS[spec.ENTRIES[name]["reads"]](ctx, name)
     except Exception as err:  # noqa: BLE001 - a summary must not lose the other entries' results
@@ -805,8 +790,7 @@ def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda
     for name in names:
         time_left = deadline - time.perf_counter()
         if time_left < MIN_ENTRY_S:
-            rows.append({"name": name, "section": spec.ENTRIES[name]["section"], "status": "not run", "seconds": 0.0,
-                         "command": "", "summary": "the budget was spent"})  # fmt: skip
+            rows.append(entry_row(name, "not run", "the budget was spent"))
         else:
             rows.append(run_entry(name, ctx, time_left))
         on_row(rows)
@@ -826,11 +810,7 @@ def _pct(v) -> str:
 
 
 def _status(r: dict) -> str:
-    texts = {
-        "error": f"failed: {r.get('error')}",
-        "skipped": f"skipped: {r.get('reason')}",
-        "not run": "not run (yet)",
-    }
+    texts = {"error": f"failed: {r.get('error')}", "skipped": f"skipped: {r.get('reason')}", "not run": "not run (yet)"}  # fmt: skip
     return texts.get(r["status"], r.get("note", ""))
 
 
@@ -838,9 +818,7 @@ def _dynamo(r: dict) -> str:
     d, n = r.get("dynamo_first_call"), r.get("graphs_compiled_while_timed")
     if "compiled" not in r["mode"] or not d:
         return ""
-    return f"{d['graphs']} graphs, {d['graph_breaks']} breaks" + (
-        f"; {n} recompiled while timed" if n else ""
-    )
+    return f"{d['graphs']} graphs, {d['graph_breaks']} breaks" + (f"; {n} recompiled while timed" if n else "")  # fmt: skip
 
 
 def _ms(key: str):
@@ -853,6 +831,7 @@ def _target_cells(t: dict) -> list[str]:
     return [t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]]
 
 
+SAME_TOKENS = {True: "yes", False: "**NO**"}
 COLUMNS = {  # header: (alignment, cell)
     "workload": ("l", lambda r: r["workload"]),
     "implementation": ("l", lambda r: spec.IMPL_NAMES.get(r["implementation"], r["implementation"])),
@@ -865,10 +844,7 @@ COLUMNS = {  # header: (alignment, cell)
     "torch.compile": ("l", _dynamo),
     "whole step ms": ("r", _ms("step_median_s")),
     "share of step": ("r", lambda r: _pct(r.get("share_of_step"))),
-    "same tokens": (
-        "l",
-        lambda r: {True: "yes", False: "**NO**"}.get(r.get("tokens_identical_to_dynamic"), ""),
-    ),
+    "same tokens": ("l", lambda r: SAME_TOKENS.get(r.get("tokens_identical_to_dynamic"), "")),
     "status": ("l", _status),
 }
 
@@ -880,9 +856,7 @@ def _table(title: str, columns: list[str], cells: list[list[str]], align: str | 
 def _measurement_lines(m: dict) -> list[str]:
     """One measurement: the machine, the peak, the targets, its rows' tables, profiles, checks, command."""
     env, acc, peak, s = m["environment"], m["accelerator"], m.get("peak") or {}, m["settings"]
-    title = f"## Measured: {', '.join(m['sections'])}" + (
-        f" (entry `{m['entry']}`)" if m.get("entry") else ""
-    )
+    title = f"## Measured: {', '.join(m['sections'])}" + (f" (entry `{m['entry']}`)" if m.get("entry") else "")  # fmt: skip
     lines = [
         title + ("" if m["finished"] else " (UNFINISHED: written after a section, the run went on)"), "",
         f"{m['date']}; {acc.get('gpu_name') or 'CPU (' + env['cpu_model'] + ')'}"
@@ -913,10 +887,7 @@ def _measurement_lines(m: dict) -> list[str]:
                   "compiles inside `generate` whenever the cache is a static one on a GPU "
                   f"(`_valid_auto_compile_criteria`); the CompileConfig used: `{m['decode_compile_config']}`.", ""]  # fmt: skip
     if m.get("decode_profile"):
-        lines += [
-            f"Profile of one compiled static-cache call at B=1 (`{Path(m['decode_profile']['path']).name}`):",
-            "",
-        ]
+        lines += [f"Profile of one compiled static-cache call at B=1 (`{Path(m['decode_profile']['path']).name}`):", ""]  # fmt: skip
         for row_id, p in m["decode_profile"]["rows"].items():
             shares = ", ".join(f"{k} {_pct(v)}" for k, v in p["host_share"].items())
             lines.append(f"- {row_id}: kernels busy {p['gpu_busy_ms']:.1f} ms of {p['wall_ms']:.1f} ms; "
@@ -928,10 +899,7 @@ def _measurement_lines(m: dict) -> list[str]:
 
 def _run_lines(run: dict) -> list[str]:
     budget = "no budget" if run.get("budget_s") is None else f"budget {run['budget_s']:.0f} s"
-    body = [
-        [r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")]
-        for r in run["entries"]
-    ]
+    body = [[r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")] for r in run["entries"]]  # fmt: skip
     lines = [f"## Run of {run['date']}: `{run['sections']}`" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
              f"{run['device']}; torch {run['torch']}, transformers {run['transformers']}; git {run['git']}; {budget}.", "",
              markdown_table(["entry", "status", "seconds", "result"], body, "llrl"), "", "Commands:", ""]  # fmt: skip
@@ -956,36 +924,26 @@ def markdown(result: dict, folder: Path) -> list[str]:
 
 
 def setting(text: str) -> tuple[str, object]:
-    """`--set key=value`: a measurement size, typed like its value in `gpu_entries.SIZES["full"]` (lists: commas)."""
+    """`--set key=value`: a size, typed like its value in `gpu_entries.SIZES["full"]` (lists: commas)."""
     key, _, raw = text.partition("=")
     if key not in spec.SIZES["full"] or not raw:
-        raise argparse.ArgumentTypeError(
-            f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}")  # fmt: skip
     like = spec.SIZES["full"][key]
     return key, [int(v) for v in measure.comma_list(raw)] if isinstance(like, list) else type(like)(raw)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--sections", default="all", help=f"comma-separated sections of {spec.SECTIONS}, or all")
     p.add_argument("--entries", default=None, help="only these entries, comma-separated (on-demand ones too)")
     p.add_argument("--budget_s", type=float, default=None,
                    help="wall-clock budget of the whole run: the entry running at its end is stopped, the later "
                    "ones are not run (default: none, each entry runs to its own limit)")  # fmt: skip
     p.add_argument("--output_dir", default="out/gpu")
-    p.add_argument(
-        "--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)"
-    )
-    p.add_argument(
-        "--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)"
-    )
+    p.add_argument("--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)")  # fmt: skip
     p.add_argument("--device", choices=measure.DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
-    group = p.add_argument_group(
-        "one measurement in this process (what the train, decode and encoders entries run)"
-    )
+    group = p.add_argument_group("one measurement in this process (what the train, decode and encoders entries run)")  # fmt: skip
     group.add_argument("--measure", default=None, help=f"comma-separated subset of {MEASURED}")
     group.add_argument("--set", action="append", type=setting, default=[], metavar="KEY=VALUE",
                        help="a size of gpu_entries.SIZES (repeatable), e.g. gpt_batch=32 or decode_batches=1,8")  # fmt: skip
@@ -1014,9 +972,7 @@ def main_measure(args, parser, device: torch.device) -> int:
         sections.insert(0, "gpt_train")  # its shares are of the training rows' step times
     s = {**spec.SIZES["smoke" if args.smoke else "full"], **dict(args.set)}
     if s["gpt_seq"] > s["gpt_context"] or s["prompt_len"] + s["new_tokens"] > s["gpt_context"]:
-        parser.error(
-            "`gpt_seq` and `prompt_len` + `new_tokens` must fit in `gpt_context` (learned positions)."
-        )
+        parser.error("`gpt_seq` and `prompt_len` + `new_tokens` must fit in `gpt_context` (learned positions).")  # fmt: skip
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -1066,9 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
            "git": measure.git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown")}  # fmt: skip
 
     def write(rows: list[dict]) -> None:
-        write_results(
-            out, {"kind": "gpu", "runs": [{**run, "entries": rows}], "measurements": ctx["measurements"]}
-        )
+        write_results(out, {"kind": "gpu", "runs": [{**run, "entries": rows}], "measurements": ctx["measurements"]})  # fmt: skip
 
     rows = run_entries(names, ctx, args.budget_s, on_row=write)
     return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
