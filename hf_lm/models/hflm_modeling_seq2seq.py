@@ -29,9 +29,9 @@ from .hflm_common import attention_kwargs, cache_argument, output_cache, returne
 from .hflm_configuration_seq2seq import HfLmBartConfig, HfLmEncoderDecoderConfig, HfLmT5Config
 from .hflm_inputs import logits_positions
 from .hflm_losses import (
-    check_seq2seq_labels,
     classify_last_token,
-    lm_loss,
+    seq2seq_decoder_inputs,
+    seq2seq_lm_loss,
     shift_tokens_right,
     wants_router_logits,
 )
@@ -131,11 +131,10 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
         past_key_values = cache_argument(past_key_values, kwargs)
         n_items = kwargs.get("num_items_in_batch")
         want_router_logits = wants_router_logits(self.config, output_router_logits)
-        if labels is not None:
-            check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
-        elif decoder_input_ids is None and decoder_inputs_embeds is None:
+        decoder_input_ids = seq2seq_decoder_inputs(
+            self, labels, input_ids, encoder_outputs, decoder_input_ids, decoder_inputs_embeds, n_items
+        )
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
             # the bare model would decode the source itself (feature extraction): here that is a
             # forgotten `labels`, not a request for logits over the source
             raise ValueError(
@@ -161,14 +160,8 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
         hidden_states = outputs.last_hidden_state  # (B, T, C)
         hidden_states = hidden_states[:, logits_positions(logits_to_keep, hidden_states.shape[1])]
         logits = self.token_logits(hidden_states)  # (B, T, V)
-        loss = None
-        if labels is not None:
-            if labels.shape != logits.shape[:2]:
-                raise ValueError(
-                    f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder's logits (the decoder "
-                    f"inputs, all positions: `logits_to_keep` 0), got {tuple(labels.shape)}."
-                )
-            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
+        shaped_like = "the decoder's logits (the decoder inputs, all positions: `logits_to_keep` 0)"
+        loss = seq2seq_lm_loss(logits, labels, n_items, shaped_like)
         loss, aux_loss, (encoder_aux_loss, decoder_aux_loss) = self._add_router_losses(
             loss, outputs, attention_mask, decoder_attention_mask, want_router_logits
         )

@@ -89,6 +89,18 @@ def _read_shared_embedding(stack: nn.Module, state_dict: dict, prefix: str, *arg
         state_dict.setdefault(f"{prefix}token_embedding.{name}", tensor)
 
 
+def _given_encoder_outputs(encoder_outputs) -> BaseModelOutput:
+    """The encoder output a caller passes (`generate()` reuses it), as a `BaseModelOutput`."""
+    if isinstance(encoder_outputs, (tuple, list)):
+        return BaseModelOutput(*encoder_outputs)
+    if not isinstance(encoder_outputs, BaseModelOutput):
+        raise ValueError(
+            "`encoder_outputs` must be the encoder's output (a `BaseModelOutput` or its tuple), "
+            f"got {type(encoder_outputs).__name__}."
+        )
+    return encoder_outputs
+
+
 class HfLmSeq2SeqStack(nn.Module, TransformerStack):
     """An encoder stack (bidirectional) or a decoder stack (causal + cross-attention): a `TransformerStack`.
 
@@ -246,6 +258,18 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                 tied[f"{stack}.token_embedding.weight"] = "embed_tokens.weight"
         return tied
 
+    def _decoder_reads_source(self, input_ids, attention_mask, decoder_attention_mask):
+        """Feature extraction from the text alone, as transformers' BartModel does it: the decoder
+        reads the same text shifted right (`_source_as_decoder_input`). Returns the decoder's
+        (B, T) ids and mask (the given `decoder_attention_mask`, if any)."""
+        if input_ids is None:
+            raise ValueError(
+                "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds "
+                "them, or `input_ids`, which the decoder then reads shifted right)."
+            )
+        decoder_input_ids, source_mask = self._source_as_decoder_input(input_ids, attention_mask)
+        return decoder_input_ids, source_mask if decoder_attention_mask is None else decoder_attention_mask
+
     def get_encoder(self):
         return self.encoder
 
@@ -294,24 +318,12 @@ class _Seq2SeqModel(HfLmSeq2SeqPreTrainedModel):
                 return_dict=True,
                 **attention_kwargs(kwargs),
             )
-        elif isinstance(encoder_outputs, (tuple, list)):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            raise ValueError(
-                "`encoder_outputs` must be the encoder's output (a `BaseModelOutput` or its tuple), "
-                f"got {type(encoder_outputs).__name__}."
-            )
+        else:
+            encoder_outputs = _given_encoder_outputs(encoder_outputs)
         if decoder_input_ids is None and decoder_inputs_embeds is None:
-            if input_ids is None:
-                raise ValueError(
-                    "Pass `decoder_input_ids` (or `labels`, from which the conditional-generation model builds "
-                    "them, or `input_ids`, which the decoder then reads shifted right)."
-                )
-            # feature extraction from the text alone, as transformers' BartModel does it: the decoder
-            # reads the same text shifted right
-            decoder_input_ids, source_mask = self._source_as_decoder_input(input_ids, attention_mask)
-            if decoder_attention_mask is None:
-                decoder_attention_mask = source_mask
+            decoder_input_ids, decoder_attention_mask = self._decoder_reads_source(
+                input_ids, attention_mask, decoder_attention_mask
+            )
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
