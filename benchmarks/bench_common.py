@@ -882,7 +882,7 @@ def translation_tokenizer(args, settings: dict, folder: Path) -> tuple[object, b
     on both sides of `args.data_dir`'s German-English training pairs: the translation benchmarks'
     shared tokenizer. `settings`: `vocab_size`, `max_train_samples`, `max_length`. Returns
     `(tokenizer, reused)`."""
-    from training.finetune_translation import (
+    from training.translation_data import (
         TranslationDataArguments,
         ensure_eos,
         load_translation_dataset,
