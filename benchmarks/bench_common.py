@@ -882,13 +882,13 @@ def translation_tokenizer(args, settings: dict, folder: Path) -> tuple[object, b
     on both sides of `args.data_dir`'s German-English training pairs: the translation benchmarks'
     shared tokenizer. `settings`: `vocab_size`, `max_train_samples`, `max_length`. Returns
     `(tokenizer, reused)`."""
+    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
     from training.translation_data import (
         TranslationDataArguments,
         ensure_eos,
         load_translation_dataset,
         sides,
     )
-    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
 
     data_args = TranslationDataArguments(
         data_dir=str(args.data_dir),
