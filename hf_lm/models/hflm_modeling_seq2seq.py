@@ -42,6 +42,7 @@ from .hflm_seq2seq_model import (
     Seq2SeqMoEOutput,
     _Seq2SeqModel,
     _Seq2SeqWithLMHead,
+    passed_through,
 )
 
 
@@ -174,7 +175,7 @@ class _Seq2SeqForConditionalGeneration(_Seq2SeqWithLMHead):
             decoder_router_logits=outputs.decoder_router_logits if want_router_logits else None,
             logits=logits,
             **returned_cache(output_cache(outputs)),
-            **self.passed_through(outputs),
+            **passed_through(outputs),
         )
 
 
@@ -237,12 +238,7 @@ class _Seq2SeqForSequenceClassification(HfLmSeq2SeqPreTrainedModel):
         return Seq2SeqSequenceClassifierOutput(
             loss=loss,
             logits=logits,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
+            **passed_through(outputs),
         )
 
 

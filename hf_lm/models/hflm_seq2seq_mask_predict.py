@@ -24,7 +24,7 @@ from .hflm_common import _positive_int, attention_kwargs
 from .hflm_configuration_seq2seq import HfLmEncoderDecoderConfig
 from .hflm_inputs import check_input_ids
 from .hflm_losses import check_seq2seq_labels, lm_loss
-from .hflm_seq2seq_model import _Seq2SeqWithLMHead
+from .hflm_seq2seq_model import _Seq2SeqWithLMHead, passed_through
 
 
 @dataclass
@@ -213,7 +213,7 @@ class _Seq2SeqForMaskPredict(_Seq2SeqWithLMHead):
             loss=loss,
             logits=logits,
             length_logits=length_logits,
-            **self.passed_through(outputs),
+            **passed_through(outputs),
         )
 
     def cmlm_loss(self, logits, labels, length_logits, length_labels, num_items_in_batch=None):

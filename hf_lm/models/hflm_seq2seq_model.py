@@ -89,6 +89,13 @@ def _read_shared_embedding(stack: nn.Module, state_dict: dict, prefix: str, *arg
         state_dict.setdefault(f"{prefix}token_embedding.{name}", tensor)
 
 
+def passed_through(outputs: Seq2SeqModelOutput) -> dict:
+    """The bare model's outputs a head returns as they are: both stacks' states and attentions."""
+    names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions")
+    names += ("encoder_last_hidden_state", "encoder_hidden_states", "encoder_attentions")
+    return {name: getattr(outputs, name) for name in names}
+
+
 def _given_encoder_outputs(encoder_outputs) -> BaseModelOutput:
     """The encoder output a caller passes (`generate()` reuses it), as a `BaseModelOutput`."""
     if isinstance(encoder_outputs, (tuple, list)):
@@ -397,13 +404,6 @@ class _Seq2SeqWithLMHead(HfLmSeq2SeqPreTrainedModel):
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
-
-    @staticmethod
-    def passed_through(outputs: Seq2SeqModelOutput) -> dict:
-        """The bare model's outputs a head returns as they are: both stacks' states and attentions."""
-        names = ("decoder_hidden_states", "decoder_attentions", "cross_attentions")
-        names += ("encoder_last_hidden_state", "encoder_hidden_states", "encoder_attentions")
-        return {name: getattr(outputs, name) for name in names}
 
     def token_logits(self, decoder_states: torch.Tensor) -> torch.Tensor:
         """(B, T, C) decoder output -> (B, T, V) token logits."""
