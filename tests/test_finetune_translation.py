@@ -13,17 +13,19 @@ from finetune_checks import QUICK_RUN, assert_accumulation_equals_large_batch
 
 from training import finetune_translation
 from training.finetune_translation import (
-    TranslationDataArguments,
     TranslationMetrics,
     TranslationModelArguments,
     bleu_metric,
-    ensure_eos,
     finetune,
+    parse_args,
+    source_prefix,
+)
+from training.translation_data import (
+    TranslationDataArguments,
+    ensure_eos,
     load_parallel_files,
     load_translation_dataset,
-    parse_args,
     read_lines,
-    source_prefix,
 )
 
 MULTI30K = os.path.join(SHARED_DATA, "multi30k")

@@ -249,7 +249,7 @@ def test_generate_is_mask_predict_step_by_step(T, beam):
 
 
 def test_lowest_confidence_breaks_ties_leftmost_and_skips_padding():
-    from hf_lm.models.hflm_modeling_seq2seq import lowest_confidence
+    from hf_lm.models.hflm_seq2seq_mask_predict import lowest_confidence
 
     log_probs = torch.tensor([[-1.0, -3.0, -1.0, -3.0, -9.0], [-0.5, -0.5, -0.5, -0.1, -0.2]])
     real = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]).bool()

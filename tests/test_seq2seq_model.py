@@ -305,6 +305,8 @@ SHIPPED = {
     "hflm_configuration_base.py",
     "hflm_configuration_seq2seq.py",
     "hflm_modeling_seq2seq.py",
+    "hflm_seq2seq_model.py",
+    "hflm_seq2seq_mask_predict.py",
     "hflm_pipelines_seq2seq.py",  # the generation head carries hf_lm's seq2seq pipelines
 }
 

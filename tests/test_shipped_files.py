@@ -26,6 +26,13 @@ TRANSFORMER = COMMON | {
     "hflm_positions.py",
     "hflm_stack.py",
 }
+# the T5 and BART families: the family classes, the encoder-decoder body and Mask-Predict
+SEQ2SEQ = {
+    "hflm_configuration_seq2seq.py",
+    "hflm_modeling_seq2seq.py",
+    "hflm_seq2seq_model.py",
+    "hflm_seq2seq_mask_predict.py",
+}
 SHIPPED = {
     "gpt": TRANSFORMER | {"hflm_configuration_gpt.py", "hflm_modeling_gpt.py"},
     "bert": TRANSFORMER | {"hflm_configuration_bert.py", "hflm_modeling_bert.py"},
@@ -37,8 +44,8 @@ SHIPPED = {
         "hflm_configuration_electra.py",
         "hflm_modeling_electra.py",
     },
-    "t5": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
-    "bart": TRANSFORMER | {"hflm_configuration_seq2seq.py", "hflm_modeling_seq2seq.py"},
+    "t5": TRANSFORMER | SEQ2SEQ,
+    "bart": TRANSFORMER | SEQ2SEQ,
     "rnn": COMMON | {"hflm_rnn_blocks.py", "hflm_configuration_rnn.py", "hflm_modeling_rnn.py"},
     "rnn-seq2seq": COMMON
     | {"hflm_rnn_blocks.py", "hflm_configuration_rnn_seq2seq.py", "hflm_modeling_rnn_seq2seq.py"},

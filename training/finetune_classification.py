@@ -358,6 +358,34 @@ def _kind(values) -> str:
     return " and ".join(sorted(kinds))
 
 
+def _where(split: str, sources: dict[str, str]) -> str:
+    """A split, named by its file when it has one, for messages."""
+    return f"{sources[split]} ({split} split)" if split in sources else f"the {split} split"
+
+
+def _split_labels(ds: datasets.Dataset, label_column: str, split: str, sources: dict[str, str]) -> set:
+    """The label values of one labelled split, refused when they are not class labels (floats,
+    missing, negative, or strings mixed with integers)."""
+    column = ds[label_column]
+    values = set(column)
+    if any(isinstance(v, float) for v in values) or None in values:
+        raise ValueError(
+            f"{_where(split, sources)}: column {label_column!r} must hold class labels (integers or strings), "
+            f"got e.g. {sorted(map(str, values))[:5]}."
+        )
+    negative = [i for i, v in enumerate(column) if isinstance(v, int) and v < 0]
+    if negative:
+        row = f"{_row(sources[split], negative[0])}" if split in sources else f"row {negative[0] + 1}"
+        raise ValueError(
+            f"{_where(split, sources)}: {len(negative)} label(s) below 0, the first at {row} ({column[negative[0]]}). "
+            f"Class labels are integers from 0 or strings; -1 and -100 mark unlabelled examples, which only a "
+            f"test split may hold (all of its labels then)."
+        )
+    if len({type(v) is str for v in values}) > 1:
+        raise ValueError(f"{_where(split, sources)}: column {label_column!r} mixes strings and integers.")
+    return values
+
+
 def label_mapping(
     raw: datasets.DatasetDict,
     label_column: str,
@@ -390,33 +418,11 @@ def label_mapping(
             number of classes; each naming the split (file) and the labels or rows.
     """
     sources = sources or {}
-
-    def where(split: str) -> str:
-        return f"{sources[split]} ({split} split)" if split in sources else f"the {split} split"
-
-    values_of = {}
-    for split, ds in raw.items():
-        if split == "test" and is_unlabelled(ds, label_column):
-            continue
-        column = ds[label_column]
-        values = set(column)
-        if any(isinstance(v, float) for v in values) or None in values:
-            raise ValueError(
-                f"{where(split)}: column {label_column!r} must hold class labels (integers or strings), got e.g. "
-                f"{sorted(map(str, values))[:5]}."
-            )
-        negative = [i for i, v in enumerate(column) if isinstance(v, int) and v < 0]
-        if negative:
-            row = f"{_row(sources[split], negative[0])}" if split in sources else f"row {negative[0] + 1}"
-            raise ValueError(
-                f"{where(split)}: {len(negative)} label(s) below 0, the first at {row} ({column[negative[0]]}). "
-                f"Class labels are integers from 0 or strings; -1 and -100 mark unlabelled examples, which only a "
-                f"test split may hold (all of its labels then)."
-            )
-        if len({type(v) is str for v in values}) > 1:
-            raise ValueError(f"{where(split)}: column {label_column!r} mixes strings and integers.")
-        values_of[split] = values
-
+    values_of = {
+        split: _split_labels(ds, label_column, split, sources)
+        for split, ds in raw.items()
+        if not (split == "test" and is_unlabelled(ds, label_column))
+    }
     ordered = sorted(values_of["train"])
     if len(ordered) < 2:
         raise ValueError(f"Classification needs at least two classes; column {label_column!r} has {ordered}.")
@@ -424,7 +430,7 @@ def label_mapping(
         unseen = values - set(ordered)
         if unseen:
             raise ValueError(
-                f"{where(split)}: label(s) {sorted(unseen, key=str)} ({_kind(unseen)}) never occur in the training "
+                f"{_where(split, sources)}: label(s) {sorted(unseen, key=str)} ({_kind(unseen)}) never occur in the training "
                 f"labels {ordered} ({_kind(ordered)}): no example would train their class. Use the same label set "
                 "in every split (the training labels define the classes)."
             )

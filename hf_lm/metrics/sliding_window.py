@@ -155,6 +155,75 @@ def bits_per_unit(nll_sum: float, count: int | None) -> float | None:
     return nll_sum / LN2 / count
 
 
+def _as_pieces(input_ids: torch.Tensor | Iterable) -> Iterable:
+    """The stream as consecutive pieces: a (N,) or (1, N) tensor is one piece, an iterable is its pieces."""
+    if not torch.is_tensor(input_ids):
+        return input_ids
+    if input_ids.dim() == 2 and input_ids.shape[0] == 1:
+        input_ids = input_ids[0]
+    if input_ids.dim() != 1:
+        raise ValueError(f"`input_ids` must be a 1-D token stream (N,), got shape {tuple(input_ids.shape)}.")
+    return [input_ids]
+
+
+def _check_memory(
+    model, chunk: list[Window], vocab: int, memory_limit: int, batch_size: int, max_length: int
+):
+    """Refuse a batch whose logits and fp32 log-probs, (B, L, V) each, need more than `memory_limit` bytes."""
+    length = chunk[0].end - chunk[0].begin
+    itemsize = getattr(model, "dtype", torch.float32).itemsize
+    need = len(chunk) * length * vocab * (itemsize + 4)  # logits, fp32 log-probs
+    if need > memory_limit:
+        raise ValueError(
+            f"A batch of {len(chunk)} window(s) of {length} tokens needs {need / 2**30:.2f} GiB of logits "
+            f"({vocab} per token), more than the {memory_limit / 2**30:.2f} GiB available: lower "
+            f"`batch_size` or `max_length` (got {batch_size} and {max_length})."
+        )
+
+
+def _log_likelihood(model, ids: torch.Tensor, chunk: list[Window]) -> torch.Tensor:
+    """The summed fp64 log-likelihood of the targets of `chunk`'s windows, whose tokens are `ids` (B, L)."""
+    length = ids.shape[1]
+    logits = model(input_ids=ids).logits  # (B, L, V)
+    # position j predicts token j+1: (B, L-1, V) log-probs of targets (B, L-1)
+    log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)
+    token_lp = log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, L-1)
+    # target index (within the window) of each of the L-1 predictions is 1..L-1
+    target_pos = torch.arange(1, length, device=token_lp.device)  # (L-1,)
+    offsets = torch.tensor([w.first_target - w.begin for w in chunk], device=token_lp.device)
+    scored = target_pos.unsqueeze(0) >= offsets.unsqueeze(1)  # (B, L-1)
+    return token_lp[scored].double().sum()
+
+
+def _score_windows(
+    stream: _TokenBuffer, max_length: int, stride: int, batch_size: int, score: Callable[[list[Window]], None]
+) -> tuple[int, int]:
+    """Read the stream window by window and `score` them in batches; returns (tokens scored, windows).
+
+    Every window but the last is max_length long: those batch together, in order, and the last one,
+    when shorter, goes alone at the end (the order of the sums, so the result, does not depend on
+    how the stream was cut into pieces)."""
+    n_tokens = n_windows = 0
+    full: list[Window] = []
+    last: Window | None = None
+    for window in _windows(stream.read_to, max_length, stride):
+        n_tokens += window.end - window.first_target
+        n_windows += 1
+        if window.end - window.begin < max_length:
+            last = window
+            continue
+        full.append(window)
+        if len(full) == batch_size:
+            score(full)
+            stream.drop_before(full[-1].begin + stride)  # no later window starts before it
+            full = []
+    if full:
+        score(full)
+    if last is not None:
+        score([last])
+    return n_tokens, n_windows
+
+
 @torch.inference_mode()
 def sliding_window_perplexity(
     model: torch.nn.Module,
@@ -200,85 +269,46 @@ def sliding_window_perplexity(
         ValueError: for a bad shape, `max_length`, `stride` or `batch_size`, or a batch beyond
             `memory_limit`.
     """
-    if torch.is_tensor(input_ids):
-        if input_ids.dim() == 2 and input_ids.shape[0] == 1:
-            input_ids = input_ids[0]
-        if input_ids.dim() != 1:
-            raise ValueError(
-                f"`input_ids` must be a 1-D token stream (N,), got shape {tuple(input_ids.shape)}."
-            )
-        input_ids = [input_ids]
+    pieces = _as_pieces(input_ids)
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
     _check_window(max_length, stride)
     if device is None:
         param = next(model.parameters(), None)
         device = param.device if param is not None else torch.device("cpu")
-    stream = _TokenBuffer(input_ids)
+    stream = _TokenBuffer(pieces)
 
     was_training = model.training
     model.eval()
     # window k scores its tokens [first_target, end): counted on the host, summed on the device
-    n_tokens = n_windows = 0
     nll = torch.zeros((), dtype=torch.float64, device=device)  # no host sync until the end
-
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
 
     def score(chunk: list[Window]) -> None:
         nonlocal nll
-        length = chunk[0].end - chunk[0].begin
         if memory_limit is not None and isinstance(vocab, int):
-            itemsize = getattr(model, "dtype", torch.float32).itemsize
-            need = len(chunk) * length * vocab * (itemsize + 4)  # logits, fp32 log-probs
-            if need > memory_limit:
-                raise ValueError(
-                    f"A batch of {len(chunk)} window(s) of {length} tokens needs {need / 2**30:.2f} GiB of logits "
-                    f"({vocab} per token), more than the {memory_limit / 2**30:.2f} GiB available: lower "
-                    f"`batch_size` or `max_length` (got {batch_size} and {max_length})."
-                )
+            _check_memory(model, chunk, vocab, memory_limit, batch_size, max_length)
         ids = torch.stack([stream.window(w.begin, w.end) for w in chunk]).to(device)  # (B, L)
-        logits = model(input_ids=ids).logits  # (B, L, V)
-        # position j predicts token j+1: (B, L-1, V) log-probs of targets (B, L-1)
-        log_probs = F.log_softmax(logits[:, :-1].float(), dim=-1)
-        token_lp = log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, L-1)
-        # target index (within the window) of each of the L-1 predictions is 1..L-1
-        target_pos = torch.arange(1, length, device=token_lp.device)  # (L-1,)
-        offsets = torch.tensor([w.first_target - w.begin for w in chunk], device=token_lp.device)
-        scored = target_pos.unsqueeze(0) >= offsets.unsqueeze(1)  # (B, L-1)
-        nll -= token_lp[scored].double().sum()
+        nll -= _log_likelihood(model, ids, chunk)
 
     try:
-        # every window but the last is max_length long: those batch together, in order, and the
-        # last one, when shorter, goes alone at the end (the order of the sums, so the result,
-        # does not depend on how the stream was cut into pieces)
-        full: list[Window] = []
-        last: Window | None = None
-        for window in _windows(stream.read_to, max_length, stride):
-            n_tokens += window.end - window.first_target
-            n_windows += 1
-            if window.end - window.begin < max_length:
-                last = window
-                continue
-            full.append(window)
-            if len(full) == batch_size:
-                score(full)
-                stream.drop_before(full[-1].begin + stride)  # no later window starts before it
-                full = []
-        if full:
-            score(full)
-        if last is not None:
-            score([last])
+        n_tokens, n_windows = _score_windows(stream, max_length, stride, batch_size, score)
     finally:
         model.train(was_training)
-    nll_sum = nll.item()
+    return _summary(nll.item(), n_tokens, n_windows, stream.read, num_characters, num_words)
 
+
+def _summary(
+    nll_sum: float, n_tokens: int, n_windows: int, num_input_tokens: int, num_characters, num_words
+) -> dict:
+    """`sliding_window_perplexity`'s result from the summed negative log-likelihood and the counts."""
     loss = nll_sum / n_tokens if n_tokens else float("nan")
     logger.debug("scored %d tokens in %d windows: loss %.4f", n_tokens, n_windows, loss)
     return {
         "nll_sum": nll_sum,
         "n_tokens": n_tokens,
         "n_windows": n_windows,
-        "num_input_tokens": stream.read,
+        "num_input_tokens": num_input_tokens,
         "loss": loss,
         "perplexity": math.exp(loss) if n_tokens else float("nan"),
         "bits_per_token": bits_per_unit(nll_sum, n_tokens) if n_tokens else float("nan"),

@@ -138,6 +138,40 @@ def check_seq2seq_labels(
     check_labels(labels, None, vocab_size, num_items_in_batch=num_items_in_batch)
 
 
+def seq2seq_decoder_inputs(
+    model,
+    labels: torch.Tensor | None,
+    input_ids: torch.Tensor | None,
+    encoder_outputs,
+    decoder_input_ids: torch.Tensor | None,
+    decoder_inputs_embeds: torch.Tensor | None,
+    num_items_in_batch=None,
+) -> torch.Tensor | None:
+    """An encoder-decoder LM head's decoder inputs: the given ones, else (transformers' convention)
+    `model.prepare_decoder_input_ids_from_labels(labels)`, after checking `labels`
+    (`check_seq2seq_labels`). None when there are neither."""
+    if labels is not None:
+        check_seq2seq_labels(labels, input_ids, encoder_outputs, model.config.vocab_size, num_items_in_batch)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+    return decoder_input_ids
+
+
+def seq2seq_lm_loss(
+    logits: torch.Tensor, labels: torch.Tensor | None, num_items_in_batch, shaped_like: str
+) -> torch.Tensor | None:
+    """An encoder-decoder's LM loss on unshifted `labels` (B, T): position t is scored against
+    `labels[:, t]` (-100 ignored). None without labels; `shaped_like` says in the error what the
+    labels must match."""
+    if labels is None:
+        return None
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"`labels` must have shape {tuple(logits.shape[:2])} like {shaped_like}, got {tuple(labels.shape)}."
+        )
+    return lm_loss(logits, labels, shift=False, num_items_in_batch=num_items_in_batch)
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Decoder inputs from targets (every encoder-decoder family): the start token, then the targets
     moved one step right.

@@ -43,8 +43,8 @@ from .hflm_inputs import (
     embed_inputs,
 )
 from .hflm_losses import (
-    check_seq2seq_labels,
-    lm_loss,
+    seq2seq_decoder_inputs,
+    seq2seq_lm_loss,
     shift_tokens_right,
 )
 from .hflm_pretrained import (
@@ -357,6 +357,36 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         coin = torch.rand(x_t.shape[0], device=x_t.device) < p  # (B,)
         return torch.where(coin[:, None], self.dropout(self.embed_tokens(sampled)), x_t)
 
+    def read_inputs(self, input_ids, inputs_embeds, encoder_outputs, encoder_attention_mask):
+        """The checked inputs of `forward`: the target's embeddings (B, T, E), the encoder outputs
+        the attention reads (B, S, H) and the source's real tokens (B, S) (None: nothing padded)."""
+        if encoder_outputs is None:
+            raise ValueError("The decoder needs `encoder_outputs` (run the encoder first).")
+        embeds = embed_inputs(
+            input_ids,
+            inputs_embeds,
+            self.embed_tokens,
+            self.config.vocab_size,
+            "embedding_size",
+            names=("decoder_input_ids", "decoder_inputs_embeds"),
+        )
+        values = encoder_outputs.last_hidden_state  # (B, S, H)
+        check_encoder_states(values, embeds.shape[0], self.config.hidden_size)
+        return embeds, values, _real_token_mask(encoder_attention_mask, embeds.shape[0], values.shape[1])
+
+    def step(self, x_t, state, feed, keys, values, src_mask, real):
+        """One target step: input x_t (B, E), the state before it, the input-feeding vector (B, H|0)
+        and the attention memory -> (output vector (B, H), state after it, attention weights (B, S)
+        or None). Rows where `real` (B, 1) is False keep their state and feed (None: all real)."""
+        context, weights = self.attention.before_step(state[0][-1], keys, values, src_mask)
+        rnn_out, new_state = self.rnn.step(torch.cat([x_t, context, feed], dim=-1), state)  # (B, H)
+        out, weights = self.attention.after_step(rnn_out, context, weights, keys, values, src_mask)
+        if real is not None:
+            new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
+            if self.feed_size:
+                out = torch.where(real, out, feed)
+        return out, new_state, weights
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -390,21 +420,10 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
             (B, T, S) attention weights with `output_attentions` (None for "none"); `hidden_states`
             the embeddings (B, T, E), each layer's states (B, T, H) and the output vectors.
         """
-        cfg = self.config
-        if encoder_outputs is None:
-            raise ValueError("The decoder needs `encoder_outputs` (run the encoder first).")
-        embeds = embed_inputs(
-            input_ids,
-            inputs_embeds,
-            self.embed_tokens,
-            cfg.vocab_size,
-            "embedding_size",
-            names=("decoder_input_ids", "decoder_inputs_embeds"),
+        embeds, values, src_mask = self.read_inputs(
+            input_ids, inputs_embeds, encoder_outputs, encoder_attention_mask
         )
         B, T = embeds.shape[:2]
-        values = encoder_outputs.last_hidden_state  # (B, S, H)
-        check_encoder_states(values, B, cfg.hidden_size)
-        src_mask = _real_token_mask(encoder_attention_mask, B, values.shape[1])  # (B, S) or None
 
         cache = past_key_values
         state, feed, keys = self.resume(cache, encoder_outputs, B)
@@ -418,16 +437,9 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
             x_t = x[:, t]  # (B, E)
             if sampling and t > 0:
                 x_t = self.sampled_input(x_t, outputs[-1], scheduled_sampling_probability, next_token_logits)
-            context, weights = self.attention.before_step(state[0][-1], keys, values, src_mask)
-            rnn_out, new_state = self.rnn.step(torch.cat([x_t, context, feed], dim=-1), state)  # (B, H)
-            out, weights = self.attention.after_step(rnn_out, context, weights, keys, values, src_mask)
-            if step_mask is not None:
-                # a padded target step changes nothing (a left-padded decoder prompt starts later)
-                real = step_mask[:, t].bool()[:, None]  # (B, 1)
-                new_state = tuple(torch.where(real, new, old) for new, old in zip(new_state, state))
-                if self.feed_size:
-                    out = torch.where(real, out, feed)
-            state = new_state
+            # a padded target step changes nothing (a left-padded decoder prompt starts later)
+            real = None if step_mask is None else step_mask[:, t].bool()[:, None]  # (B, 1)
+            out, state, weights = self.step(x_t, state, feed, keys, values, src_mask, real)
             if self.feed_size:
                 feed = out  # Luong's input feeding: the next step sees this attentional vector
             outputs.append(out)
@@ -438,11 +450,9 @@ class HfLmRNNSeq2SeqDecoder(nn.Module):
         hidden = torch.stack(outputs, dim=1)  # (B, T, H)
 
         if use_cache:
-            if cache is None:
-                cache = RecurrentCache()
+            cache = RecurrentCache() if cache is None else cache
             cache.update(state, T)
-            cache.extras["input_feed"] = feed
-            cache.extras["memory_keys"] = keys
+            cache.extras.update(input_feed=feed, memory_keys=keys)
         hidden_states = None
         if output_hidden_states:
             per_layer = torch.stack(layer_states, dim=2)  # (L, B, T, H)
@@ -744,10 +754,9 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         past_key_values = cache_argument(past_key_values, kwargs)
         p = _check_sampling_probability(scheduled_sampling_probability)
         n_items = kwargs.get("num_items_in_batch")
-        if labels is not None:
-            check_seq2seq_labels(labels, input_ids, encoder_outputs, self.config.vocab_size, n_items)
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        decoder_input_ids = seq2seq_decoder_inputs(
+            self, labels, input_ids, encoder_outputs, decoder_input_ids, decoder_inputs_embeds, n_items
+        )
         sampling = p > 0.0 and self.training and labels is not None
         outputs = self.model(
             return_dict=True,
@@ -767,13 +776,7 @@ class HfLmRNNSeq2SeqForConditionalGeneration(HfLmRNNSeq2SeqPreTrainedModel, Gene
         )
         hidden = self.output_dropout(outputs.last_hidden_state)  # (B, T, H)
         logits = self.lm_head(self.output_projection(hidden))  # (B, T, V)
-        loss = None
-        if labels is not None:
-            if labels.shape != logits.shape[:2]:
-                raise ValueError(
-                    f"`labels` must have shape {tuple(logits.shape[:2])} like the decoder inputs, got {tuple(labels.shape)}."
-                )
-            loss = lm_loss(logits, labels, shift=False, num_items_in_batch=n_items)
+        loss = seq2seq_lm_loss(logits, labels, n_items, "the decoder inputs")
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -78,6 +78,25 @@ class LayerInputs:
 
 
 @dataclass
+class KeyLayout:
+    """Where a forward's T new tokens sit among the keys self-attention sees, and what else shapes its
+    mask (`TransformerStack.stack_inputs`)."""
+
+    B: int
+    T: int
+    past_len: int | torch.Tensor  # tokens already cached: an int, or a static cache's count tensor
+    kv_len: int  # offset + the keys self-attention sees
+    offset: int  # how many of the oldest keys a sliding-window cache has dropped
+    padding: (
+        torch.Tensor | None
+    )  # (B, kv_len) the real keys; None when nothing is padded or the mask is given
+    given_mask: bool  # a 4D mask (or continuous batching's) is the whole self-attention mask
+    is_causal: bool = False
+    prefix_lengths: torch.Tensor | None = None  # (B,) prefix-LM: keys every query sees
+    document_ids: torch.Tensor | None = None  # (B, kv_len) packed documents
+
+
+@dataclass
 class StackOutput(BaseModelOutputWithPastAndCrossAttentions):
     """`TransformerStack`'s output: transformers' fields plus `router_logits`, one (B*T, E) tensor
     per sparse layer (None without a mixture of experts)."""
@@ -198,16 +217,7 @@ class TransformerStack:
         )
         use_cache = self.stack_use_cache(use_cache)
         paged = is_paged_cache(past_key_values)
-        if use_cache and past_key_values is None:
-            # with a local attention pattern the config's `sliding_window` makes sliding layers,
-            # which keep only the keys a decoding step can see (as generate()'s cache does)
-            past_key_values = (
-                DynamicCache(config=cfg) if getattr(cfg, "sliding_window", None) else DynamicCache()
-            )
-            if self.cross_attention:
-                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
-        if not self.is_causal:
-            past_key_values = None  # an encoder's keys are all of its input
+        past_key_values = self._stack_cache(past_key_values, use_cache)
         inputs = self.stack_inputs(
             inputs_embeds,
             attention_mask=attention_mask,
@@ -224,8 +234,48 @@ class TransformerStack:
             too_long_advice=too_long_advice,
             kwargs=kwargs,
         )
-        hidden_states = inputs.hidden_states
+        hidden_states, all_hidden, all_self, all_cross, router_logits = self._run_layers(
+            inputs, past_key_values, encoder_hidden_states, output_attentions, output_hidden_states
+        )
+        return StackOutput(
+            last_hidden_state=hidden_states,
+            **returned_cache(past_key_values if use_cache and not paged else None),
+            hidden_states=all_hidden,
+            attentions=all_self,
+            cross_attentions=all_cross,
+            router_logits=router_logits or None,
+        )
 
+    def _stack_cache(self, past_key_values, use_cache: bool):
+        """The cache the layers write: the given one, a new one when `use_cache` and none is given;
+        None for an encoder, whose keys are all of its input."""
+        if use_cache and past_key_values is None:
+            # with a local attention pattern the config's `sliding_window` makes sliding layers,
+            # which keep only the keys a decoding step can see (as generate()'s cache does)
+            cfg = self.config
+            past_key_values = (
+                DynamicCache(config=cfg) if getattr(cfg, "sliding_window", None) else DynamicCache()
+            )
+            if self.cross_attention:
+                past_key_values = EncoderDecoderCache(past_key_values, DynamicCache())
+        return past_key_values if self.is_causal else None
+
+    def _run_layers(
+        self,
+        inputs: LayerInputs,
+        past_key_values,
+        encoder_hidden_states,
+        output_attentions,
+        output_hidden_states,
+    ) -> tuple:
+        """The blocks, then the final norm (and T5's final dropout), on what `stack_inputs` built.
+
+        Returns:
+            The last hidden state (B, T, C), and with `output_hidden_states` / `output_attentions`
+            every layer's input and the output, the self- and cross-attention weights (else None),
+            and the sparse layers' router logits (an empty tuple without a mixture of experts).
+        """
+        hidden_states = inputs.hidden_states
         all_hidden = () if output_hidden_states else None
         all_self = () if output_attentions else None
         all_cross = () if output_attentions and self.cross_attention else None
@@ -260,14 +310,7 @@ class TransformerStack:
             hidden_states = self.dropout(hidden_states)
         if output_hidden_states:
             all_hidden += (hidden_states,)
-        return StackOutput(
-            last_hidden_state=hidden_states,
-            **returned_cache(past_key_values if use_cache and not paged else None),
-            hidden_states=all_hidden,
-            attentions=all_self,
-            cross_attentions=all_cross,
-            router_logits=router_logits or None,
-        )
+        return hidden_states, all_hidden, all_self, all_cross, router_logits
 
     def stack_inputs(
         self,
@@ -296,6 +339,60 @@ class TransformerStack:
         kind = "dense" if output_attentions else mask_kind(self.config._attn_implementation)
         kwargs = dict(kwargs)
         is_causal = self._causality(kwargs.pop("is_causal", None), paged)
+        keys = self._key_layout(
+            attention_mask, past_key_values, paged, kind, B, T, prefix_lengths, document_ids, names_prefix
+        )
+        keys.is_causal = is_causal
+        past_len, kv_len = keys.past_len, keys.kv_len
+        # padding-free packing: with positions restarting and neither a mask nor a cache (training),
+        # attention stays inside each sequence, as in transformers' decoders (`find_packed_sequence_indices`)
+        packed = position_ids is not None and attention_mask is None and past_key_values is None
+        document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
+        check_prefix_lengths(prefix_lengths, B)
+        if position_ids is None:
+            position_ids = real_token_positions(keys.padding, past_len, T, device)  # (1|B, T)
+            check_positions_in_range(self.positions, position_ids, too_long_advice, past_len)
+        else:
+            check_position_ids(
+                position_ids, B, T, self.positions.max_positions, f"{names_prefix}position_ids"
+            )
+            if packed and document_ids is None and self.is_causal:
+                document_ids = packed_documents(position_ids, B)  # (B, T): no cache, so T keys
+        keys.prefix_lengths, keys.document_ids = prefix_lengths, document_ids
+        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B, T, kind)
+
+        hidden_states = self._embed_positions(inputs_embeds, position_ids, token_type_ids)  # (B, T, C)
+        position_embeddings = self.positions.position_embeddings(position_ids, dtype)
+        key_position_ids = (
+            key_positions(position_ids, keys.padding, past_len, kv_len, device)
+            if self.positions.uses_key_positions
+            else None
+        )
+        # flex_attention reads a score bias per score it computes (`score_bias`); the rest a dense one
+        flex_scores = kind == "flex" and not keys.given_mask
+        bias = (
+            None
+            if flex_scores
+            else self.positions.attention_bias(
+                T, kv_len, past_len, device, dtype, position_ids, key_position_ids
+            )
+        )  # (1|B, nh, T, kv_len) or None
+        inputs = LayerInputs(hidden_states, None, False, position_embeddings, None, cross_mask, kwargs)
+        if kind == "flash":
+            return self._flash_inputs(inputs, keys, attention_mask, position_ids, packed)
+        if flex_scores:
+            inputs.attention_mask = self._flex_block_mask(keys, device)
+            # ALiBi's and T5's biases computed per score, where flex reads them (indexed as a tensor)
+            inputs.position_bias = self.positions.score_bias(
+                B, past_len, position_ids, key_position_ids, keys.offset
+            )
+            return inputs
+        return self._masked_inputs(inputs, keys, attention_mask, kind, bias, device, dtype)
+
+    def _key_layout(
+        self, attention_mask, past_key_values, paged, kind, B, T, prefix_lengths, document_ids, names_prefix
+    ) -> KeyLayout:
+        """Where the T new tokens sit among the keys, and which keys are padding (see `KeyLayout`)."""
         given_mask = paged or (torch.is_tensor(attention_mask) and attention_mask.dim() == 4)
         if given_mask:
             self._check_given_mask(attention_mask, kind, paged, prefix_lengths, document_ids)
@@ -306,138 +403,113 @@ class TransformerStack:
                 past_len, kv_len, offset = cache_lengths(past_key_values, T)
                 kv_len = offset + kv_len
                 check_4d_mask(attention_mask, B, T, kv_len, f"{names_prefix}attention_mask")
-            padding = None
-        else:
-            # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees;
-            # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset`
-            # keys: masks are built over all offset + kv_len tokens and cut to the keys the cache returns
-            past_len, kv_len, offset = cache_lengths(past_key_values, T)
-            kv_len = offset + kv_len
-            # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
-            padding = keys_padding_mask(
-                attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask"
-            )
-        # padding-free packing: with positions restarting and neither a mask nor a cache (training),
-        # attention stays inside each sequence, as in transformers' decoders (`find_packed_sequence_indices`)
-        packed = position_ids is not None and attention_mask is None and past_key_values is None
-        document_ids = widen_to_keys(document_ids, "document_ids", B, past_len, T, kv_len, fill=-1)
-        check_prefix_lengths(prefix_lengths, B)
-        if position_ids is None:
-            position_ids = real_token_positions(padding, past_len, T, device)  # (1|B, T)
-            check_positions_in_range(self.positions, position_ids, too_long_advice, past_len)
-        else:
-            check_position_ids(
-                position_ids, B, T, self.positions.max_positions, f"{names_prefix}position_ids"
-            )
-            if packed and document_ids is None and self.is_causal:
-                document_ids = packed_documents(position_ids, B)  # (B, T): no cache, so T keys
-        cross_mask = self._cross_attention_mask(encoder_hidden_states, encoder_attention_mask, B, T, kind)
+            return KeyLayout(B, T, past_len, kv_len, offset, None, given_mask=True)
+        # past_len: an int, or a static cache's count tensor; kv_len: the keys self-attention sees;
+        # a sliding-window cache (a local `attention_pattern`) has dropped the oldest `offset`
+        # keys: masks are built over all offset + kv_len tokens and cut to the keys the cache returns
+        past_len, kv_len, offset = cache_lengths(past_key_values, T)
+        kv_len = offset + kv_len
+        # (B, kv_len), a static cache's empty slots padding; the mask None when nothing is padded
+        padding = keys_padding_mask(attention_mask, B, past_len, T, kv_len, f"{names_prefix}attention_mask")
+        return KeyLayout(B, T, past_len, kv_len, offset, padding, given_mask=False)
 
+    def _embed_positions(self, inputs_embeds, position_ids, token_type_ids) -> torch.Tensor:
+        """(B, T, E) token embeddings -> (B, T, C) the first block's input: plus absolute positions
+        and segments, normalized (BERT, BART), dropped out, projected (ALBERT)."""
+        B, T = inputs_embeds.shape[:2]
         hidden_states = inputs_embeds
-        pos_embeds = self.positions.embed(position_ids, dtype)
+        pos_embeds = self.positions.embed(position_ids, inputs_embeds.dtype)
         if pos_embeds is not None:
             hidden_states = hidden_states + pos_embeds  # (B, T, E)
         if self.token_type_embeddings is not None:
-            hidden_states = hidden_states + self.segment_embeddings(token_type_ids, B, T, device)
-        hidden_states = self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
-        position_embeddings = self.positions.position_embeddings(position_ids, dtype)
-        key_position_ids = (
-            key_positions(position_ids, padding, past_len, kv_len, device)
-            if self.positions.uses_key_positions
-            else None
+            hidden_states = hidden_states + self.segment_embeddings(
+                token_type_ids, B, T, inputs_embeds.device
+            )
+        return self.embed_proj(self.dropout(self.embed_norm(hidden_states)))  # (B, T, C)
+
+    def _flash_inputs(self, inputs: LayerInputs, keys: KeyLayout, attention_mask, position_ids, packed):
+        """flash-attention's inputs: a (B, S) padding mask and causality as a flag; packed rows are
+        found by the kernel's wrapper from the restarting `position_ids`, a band is its `sliding_window`."""
+        if keys.document_ids is not None and not packed:
+            raise ValueError(
+                "`document_ids` need a mask flash-attention cannot take: pass restarting `position_ids` "
+                "without an attention_mask (padding-free packing), or load the model with "
+                "attn_implementation='sdpa' or 'flex_attention'."
+            )
+        if keys.prefix_lengths is not None:
+            raise ValueError(
+                "`prefix_lengths` (a prefix-LM mask) cannot run on flash-attention: load the model with "
+                "attn_implementation='sdpa' or 'flex_attention'."
+            )
+        inputs.attention_mask = attention_mask if keys.given_mask else keys.padding
+        if keys.padding is not None and keys.offset:
+            inputs.attention_mask = keys.padding[:, keys.offset :]
+        inputs.is_causal = keys.is_causal
+        inputs.attention_kwargs.setdefault("position_ids", position_ids)
+        window = flash_window(self.config) if self.attention_pattern.parts else None
+        if window is not None:
+            inputs.attention_kwargs.setdefault("sliding_window", window)
+        return inputs
+
+    def _flex_block_mask(self, keys: KeyLayout, device):
+        """flex_attention's BlockMask from a predicate on per-row tensors, evaluated only in the
+        blocks the pattern reaches (`FlexMask`); None where every query sees every key."""
+        plain = (
+            keys.padding is None
+            and keys.prefix_lengths is None
+            and keys.document_ids is None
+            and not self.attention_pattern.names
+            and not torch.is_tensor(keys.past_len)
+            and keys.past_len + keys.T == keys.kv_len
         )
-        # flex_attention reads a score bias per score it computes (`score_bias`); the rest a dense one
-        flex_scores = kind == "flex" and not given_mask
-        bias = (
-            None
-            if flex_scores
-            else self.positions.attention_bias(
-                T, kv_len, past_len, device, dtype, position_ids, key_position_ids
-            )
-        )  # (1|B, nh, T, kv_len) or None
-        inputs = LayerInputs(hidden_states, None, False, position_embeddings, None, cross_mask, kwargs)
+        if plain and (not keys.is_causal or keys.T == 1):
+            return None
+        return FlexMask(
+            self.attention_pattern,
+            keys.B,
+            keys.padding,
+            keys.T,
+            keys.kv_len,
+            keys.past_len,
+            keys.offset,
+            keys.is_causal,
+            keys.prefix_lengths,
+            keys.document_ids,
+            device,
+        ).block_mask()
 
-        if kind == "flash":
-            # a (B, S) padding mask and causality as a flag; packed rows are found by the kernel's
-            # wrapper from the restarting `position_ids`, a band is its `sliding_window`
-            if document_ids is not None and not packed:
-                raise ValueError(
-                    "`document_ids` need a mask flash-attention cannot take: pass restarting `position_ids` "
-                    "without an attention_mask (padding-free packing), or load the model with "
-                    "attn_implementation='sdpa' or 'flex_attention'."
-                )
-            if prefix_lengths is not None:
-                raise ValueError(
-                    "`prefix_lengths` (a prefix-LM mask) cannot run on flash-attention: load the model with "
-                    "attn_implementation='sdpa' or 'flex_attention'."
-                )
-            inputs.attention_mask = attention_mask if given_mask else padding
-            if padding is not None and offset:
-                inputs.attention_mask = padding[:, offset:]
-            inputs.is_causal = is_causal
-            inputs.attention_kwargs.setdefault("position_ids", position_ids)
-            window = flash_window(self.config) if self.attention_pattern.parts else None
-            if window is not None:
-                inputs.attention_kwargs.setdefault("sliding_window", window)
-            return inputs
-
-        if kind == "flex" and not given_mask:
-            # a BlockMask from a predicate on per-row tensors, evaluated only in the blocks the
-            # pattern reaches (`FlexMask`); the score bias apart, as `position_bias`
-            S = kv_len - offset
-            plain = (
-                padding is None
-                and prefix_lengths is None
-                and document_ids is None
-                and not self.attention_pattern.names
-                and not torch.is_tensor(past_len)
-                and past_len + T == kv_len
-            )
-            if not (plain and (not is_causal or T == 1)):  # else every query sees every key: no mask
-                inputs.attention_mask = FlexMask(
-                    self.attention_pattern,
-                    B,
-                    padding,
-                    T,
-                    kv_len,
-                    past_len,
-                    offset,
-                    is_causal,
-                    prefix_lengths,
-                    document_ids,
-                    device,
-                ).block_mask()
-            # ALiBi's and T5's biases computed per score, where flex reads them (indexed as a tensor)
-            inputs.position_bias = self.positions.score_bias(
-                B, past_len, position_ids, key_position_ids, offset
-            )
-            return inputs
-        if given_mask:
-            allowed, inputs.is_causal = attention_mask, is_causal and attention_mask is None
+    def _masked_inputs(self, inputs: LayerInputs, keys: KeyLayout, attention_mask, kind, bias, device, dtype):
+        """The other backends' inputs: a dense mask (bool, or additive with the position bias folded
+        in), or flex's BlockMask built from it, with the score bias apart."""
+        T, kv_len, offset = keys.T, keys.kv_len, keys.offset
+        if keys.given_mask:
+            allowed, inputs.is_causal = attention_mask, keys.is_causal and attention_mask is None
         else:
             allowed, inputs.is_causal = build_attention_mask(
-                padding,
+                keys.padding,
                 q_len=T,
                 kv_len=kv_len,
                 device=device,
                 dtype=dtype,
-                causal=is_causal,
-                prefix_lengths=prefix_lengths,
+                causal=keys.is_causal,
+                prefix_lengths=keys.prefix_lengths,
                 bias=bias if kind in ("dense", "additive") else None,
-                past_len=past_len,
-                document_ids=document_ids,
-                pattern=self.attention_pattern(padding, past_len, T, kv_len, is_causal, device),
+                past_len=keys.past_len,
+                document_ids=keys.document_ids,
+                pattern=self.attention_pattern(
+                    keys.padding, keys.past_len, T, kv_len, keys.is_causal, device
+                ),
             )
         if offset and allowed is not None:
             allowed = allowed[..., offset:]  # (B, 1|nh, T, kv_len - offset): the keys the cache kept
         if bias is not None and offset:
             bias = bias[..., offset:]
+        S = kv_len - offset
         if kind in ("dense", "additive"):
-            if given_mask and bias is not None:
+            if keys.given_mask and bias is not None:
                 allowed = fold_bias(allowed, bias)
             inputs.attention_mask = allowed
             if kind == "additive":
-                S = kv_len - offset
                 inputs.attention_mask = additive_mask(allowed, inputs.is_causal, T, S, dtype, device)
                 inputs.is_causal = False
             return inputs
@@ -447,12 +519,11 @@ class TransformerStack:
             keep = allowed > torch.finfo(allowed.dtype).min / 2
             bias = allowed.masked_fill(~keep, 0) if bias is None else bias + allowed.masked_fill(~keep, 0)
             allowed = keep
-        S = kv_len - offset
         inputs.attention_mask = block_mask_from_dense(allowed, inputs.is_causal, T, S, device)
         if bias is not None:
             # flex indexes it by (batch, head, q, k); contiguous: torch 2.13's CPU flex kernel fails to
             # compile a decoding step's broadcast (stride 0) bias
-            inputs.position_bias = bias.expand(B, -1, T, S).contiguous()
+            inputs.position_bias = bias.expand(keys.B, -1, T, S).contiguous()
         return inputs
 
     def _causality(self, requested: bool | None, paged: bool) -> bool:
