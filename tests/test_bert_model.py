@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import parameters_after_one_trainer_step
 from remote_code import shipped_files
+from test_shipped_files import SHIPPED
 
 from hf_lm import (
     HfLmBertConfig,
@@ -332,20 +333,6 @@ HEADS = [
     HfLmBertForQuestionAnswering,
     HfLmBertForMultipleChoice,
 ]
-SHIPPED_BERT_FILES = {
-    "hflm_attention.py",
-    "hflm_layers.py",
-    "hflm_masks.py",
-    "hflm_positions.py",
-    "hflm_stack.py",
-    "hflm_common.py",
-    "hflm_inputs.py",
-    "hflm_losses.py",
-    "hflm_pretrained.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_bert.py",
-    "hflm_modeling_bert.py",
-}
 
 
 @pytest.mark.parametrize("cls", HEADS, ids=lambda c: c.__name__)
@@ -361,7 +348,7 @@ def test_save_load_round_trip_every_head(tmp_path, cls):
             torch.testing.assert_close(b[key], value, rtol=0, atol=1e-6)
     # the question-answering head also carries hf_lm's QA pipeline (tests/test_pipelines_remote.py)
     qa_pipeline = {"hflm_pipelines.py"} if cls is HfLmBertForQuestionAnswering else set()
-    assert shipped_files(tmp_path) == SHIPPED_BERT_FILES | qa_pipeline
+    assert shipped_files(tmp_path) == SHIPPED["bert"] | qa_pipeline
 
 
 def test_auto_map_lists_every_head(tmp_path):

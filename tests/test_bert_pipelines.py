@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 from remote_code import run_fresh_interpreter
+from test_shipped_files import SHIPPED
 from transformers import AutoTokenizer, pipeline
 
 from hf_lm import (
@@ -26,21 +27,6 @@ from hf_lm import (
 )
 from hf_lm.pipelines import QA_TASK, QA_TASK_ALIAS, HfLmQuestionAnsweringPipeline
 from training.data.tokenizer import train_tokenizer
-
-SHIPPED_BERT_FILES = {
-    "hflm_attention.py",
-    "hflm_layers.py",
-    "hflm_masks.py",
-    "hflm_positions.py",
-    "hflm_stack.py",
-    "hflm_common.py",
-    "hflm_inputs.py",
-    "hflm_losses.py",
-    "hflm_pretrained.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_bert.py",
-    "hflm_modeling_bert.py",
-}
 
 BERT_SPECIAL_TOKENS = {
     "unk_token": "[UNK]",
@@ -191,7 +177,7 @@ def tagger(tok, tmp_path_factory):
 
 def test_saved_bert_folders_ship_only_the_bert_code(mlm, classifier, tagger):
     for folder in (mlm[0], classifier[0], tagger[0]):
-        assert {name for name in os.listdir(folder) if name.endswith(".py")} == SHIPPED_BERT_FILES
+        assert {name for name in os.listdir(folder) if name.endswith(".py")} == SHIPPED["bert"]
 
 
 def test_fill_mask_agrees_with_the_model(mlm, tok):

@@ -8,25 +8,11 @@ import torch
 from conftest import VARIANTS, tiny_gpt_config
 from remote_code import shipped_files
 from safetensors import safe_open
+from test_shipped_files import SHIPPED
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as hf_logging
 
 from hf_lm import HfLmGPTForCausalLM
-
-SHIPPED_GPT_FILES = {
-    "hflm_attention.py",
-    "hflm_layers.py",
-    "hflm_masks.py",
-    "hflm_positions.py",
-    "hflm_stack.py",
-    "hflm_common.py",
-    "hflm_inputs.py",
-    "hflm_losses.py",
-    "hflm_pretrained.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_gpt.py",
-    "hflm_modeling_gpt.py",
-}
 
 
 @pytest.mark.parametrize("variant", ["gpt2", "llama"])
@@ -58,7 +44,7 @@ def test_dtype_survives_save_and_load(tmp_path):
 def test_shipped_files_and_auto_map(tmp_path):
     HfLmGPTForCausalLM(tiny_gpt_config()).save_pretrained(tmp_path)
     # the code it ships (imports and loading as remote code: tests/test_model_properties.py)
-    assert shipped_files(tmp_path) == SHIPPED_GPT_FILES
+    assert shipped_files(tmp_path) == SHIPPED["gpt"]
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
     assert auto_map == {
         "AutoConfig": "hflm_configuration_gpt.HfLmGPTConfig",

@@ -14,6 +14,7 @@ from accelerate.state import AcceleratorState, GradientState
 from huggingface_hub import ModelCard
 from remote_code import run_fresh_interpreter
 from safetensors.torch import save_file
+from test_shipped_files import SHIPPED as FAMILY_FILES
 from test_train import TINY as TRAIN_TINY  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -26,23 +27,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The tiny run of test_train.py, 10 steps.
 TINY = {**TRAIN_TINY, "max_steps": 10, "report_to": "csv"}
 
-SHIPPED = {
+# a finished run's folder: the GPT family's model files, the weights, tokenizer, card and loss plot
+SHIPPED = FAMILY_FILES["gpt"] | {
     "README.md",
     "chat_template.jinja",  # the GPT-family tokenizer's chat template (training.data.tokenizer.CHAT_TEMPLATE)
     "config.json",
     "generation_config.json",
-    "hflm_attention.py",
-    "hflm_layers.py",
-    "hflm_masks.py",
-    "hflm_positions.py",
-    "hflm_stack.py",
-    "hflm_common.py",
-    "hflm_inputs.py",
-    "hflm_losses.py",
-    "hflm_pretrained.py",
-    "hflm_configuration_base.py",
-    "hflm_configuration_gpt.py",
-    "hflm_modeling_gpt.py",
     "loss.png",
     "model.safetensors",
     "tokenizer.json",
