@@ -1603,6 +1603,37 @@ def plot_length_extrapolation(rows: list[dict], block_size: int, path: Path, tit
 # ----------------------------------------------------------------------------------------------
 
 
+def _pct(value) -> str:
+    return "—" if value is None else f"{100 * value:.1f}"
+
+
+def _pm(stat: dict, digits: int) -> str:
+    if stat["mean"] is None:
+        return "n/a"
+    std = "" if stat["std"] is None else f" ± {stat['std']:.{digits}f}"
+    return f"{stat['mean']:.{digits}f}{std}"
+
+
+# a column's format in leaderboard.yaml's `tables` -> its cell (a string value is written as it is)
+CELL = {"f0": lambda v: fmt(v, 0), "f1": lambda v: fmt(v, 1), "f2": fmt, "f3": lambda v: fmt(v, 3),
+        "f4": lambda v: fmt(v, 4), "pct": _pct, "M": millions}  # fmt: skip
+
+
+def board_table(board: str, table: str, rows: list[dict], drop=(), **context) -> str:
+    """leaderboard.yaml's `<board>.tables.<table>`: one `[header, key, format]` per column (the header
+    formatted with `context`, `drop` leaves keys out); a failed entry shows its error after its label."""
+    spec = BOARDS[board]["tables"][table]
+    columns = [(h.format(**context), key, form) for h, key, form in spec["columns"] if key not in drop]
+    body = [
+        [row["label"], f"failed: {row['error']}", *[""] * (len(columns) - 2)] if "error" in row
+        else [v if isinstance(v := row.get(key), str) else CELL[form](v) for _, key, form in columns]
+        for row in rows
+    ]  # fmt: skip
+    left = spec.get("left")
+    align = None if left is None else "l" * left + "r" * (len(columns) - left)
+    return markdown_table([c[0] for c in columns], body, align=align)
+
+
 def _title(text: str, result: dict) -> list[str]:
     return [f"# {text}{' (smoke run)' if result.get('smoke') else ''}", ""]
 
@@ -1616,22 +1647,21 @@ def _images(folder: Path, *images: tuple[str, str]) -> list[str]:
 
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
-    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
-    cores = hw.get("cores_available", hw.get("usable_cores"))
-    return (
-        f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads"
-        + (f", GPU {hw['gpu']}" if hw.get("gpu") else "")
-        + f"; torch {hw['torch']}, transformers {hw['transformers']}. Seed {result.get('seed', 0)}."
-        + (
-            f" Started {result['started']}, {result['total_seconds']:.0f} s in all."
-            if "started" in result
-            else ""
-        )
+    threads, cores = (
+        hw.get("torch_threads_per_run", hw.get("torch_threads")),
+        hw.get("cores_available", hw.get("usable_cores")),
     )
+    gpu = f", GPU {hw['gpu']}" if hw.get("gpu") else ""
+    started = (
+        f" Started {result['started']}, {result['total_seconds']:.0f} s in all."
+        if "started" in result
+        else ""
+    )
+    return (f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads{gpu}; torch {hw['torch']}, "
+            f"transformers {hw['transformers']}. Seed {result.get('seed', 0)}.{started}")  # fmt: skip
 
 
 def settings_line(result: dict) -> str:
-    """Every setting of the run, as `name` value (the figures behind the prose of the notes)."""
     items = ", ".join(f"`{key}` {value}" for key, value in result["settings"].items())
     preset = f" (preset `{result['preset']}`)" if "preset" in result else ""
     return f"Settings{preset}: {items}."
@@ -1644,19 +1674,14 @@ def _commands(result: dict, extra=()) -> list[str]:
 
 
 def lm_markdown(result: dict, folder: Path) -> list[str]:
-    s, data, rows, ref = result["settings"], result["data"], result["entries"], NANOGPT_REFERENCE
-    table = []
-    for row in rows:
-        if "error" in row:
-            table.append([row["label"], f"failed: {row['error']}", "", "", "", "", ""])
-            continue
-        size = f"{row['ngrams']:,} n-grams" if row.get("ngrams") is not None else fmt(row.get("parameters"))
-        time_s = fmt(row.get("train_seconds"), 1) + (" (fit)" if row["kind"] == "ngram" else "")
-        table.append([row["label"], size, fmt(row.get("steps")).replace("—", "-"), fmt(row.get("tokens_seen")), time_s,
-                      f"{row['val_loss']:.4f}", f"{row['perplexity']:.2f}"])  # fmt: skip
-    table.append([ref["label"], f"~{ref['parameters'] / 1e6:.2f}M", f"{ref['steps']:,}", f"{ref['tokens_seen']:,}",
-                  f"~{ref['train_seconds']:.0f}", f"{ref['val_loss']:.2f}", f"{ref['perplexity']:.2f}"])  # fmt: skip
-    header = "model|parameters|steps|tokens seen|train time (s)|val loss (nats/char)|perplexity".split("|")
+    s, data, ref = result["settings"], result["data"], NANOGPT_REFERENCE
+    rows = [r if "error" in r else {
+        **r, "steps": fmt(r.get("steps")).replace("—", "-"),
+        "size": f"{r['ngrams']:,} n-grams" if r.get("ngrams") is not None else fmt(r.get("parameters")),
+        "time": fmt(r.get("train_seconds"), 1) + (" (fit)" if r["kind"] == "ngram" else "")}
+        for r in result["entries"]]  # fmt: skip
+    rows.append({**ref, "size": f"~{ref['parameters'] / 1e6:.2f}M", "time": f"~{ref['train_seconds']:.0f}",
+                 "val_loss": f"{ref['val_loss']:.2f}"})  # fmt: skip
     lines = _title("Language-modeling leaderboard: Tiny Shakespeare, character level", result) + [
         f"Generated {result.get('created', result.get('started'))} by `{result['command']}`.",
         "",
@@ -1670,19 +1695,15 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
         f"- {hardware_line(result)}",
         *[f"- {note}" for note in result.get("notes", [])],  # e.g. a row re-run later, and why
         "",
-        markdown_table(header, table, align="lrrrrrr"),
+        board_table("lm", "main", rows),
     ]
-    for row in rows:
-        if row.get("kind") == "ngram" and "orders" in row:
-            orders = [[str(o["order"]), fmt(o["ngrams"]), fmt(o["fit_seconds"], 1), f"{o['val_loss']:.4f}",
-                       f"{o['perplexity']:.2f}"] for o in row["orders"]]  # fmt: skip
-            header = ["order", "n-grams", "fit time (s)", "val loss (nats/char)", "perplexity"]
-            lines += [
-                "",
-                f"## n-gram by order (best: {row['best_order']})",
-                "",
-                markdown_table(header, orders, align="rrrrr"),
-            ]
+    for row in (r for r in result["entries"] if r.get("kind") == "ngram" and "orders" in r):
+        lines += [
+            "",
+            f"## n-gram by order (best: {row['best_order']})",
+            "",
+            board_table("lm", "orders", row["orders"]),
+        ]
     return (
         lines
         + [""]
@@ -1692,40 +1713,15 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
 
 def translation_markdown(result: dict, folder: Path) -> list[str]:
     s, cell, beams = result["settings"], result["cell_type"], result["settings"]["num_beams"]
-    header = [
-        "model", "source", "parameters", "steps", "epochs", "train time (s)", "train loss", "test BLEU greedy",
-        f"test BLEU beam {beams}", "greedy BLEU lowercased", "published (bentrevett)", "issue target (greedy / beam)",
-    ]  # fmt: skip
     rows = []
     for row in result["entries"]:
-        target = row.get("target_bleu")
         met = [
             "—" if m is None else fmt(m) for m in (row.get("target_met_greedy"), row.get("target_met_beam"))
         ]
-        goal = "—" if target is None else f"≥ {target:g}: {met[0]} / {met[1]}"
-        label = translation_label(row, cell)
-        if "error" in row:
-            rows.append(
-                [
-                    label,
-                    "measured",
-                    *["—"] * 5,
-                    f"failed: {row['error']}",
-                    "—",
-                    "—",
-                    fmt(row.get("published_bleu")),
-                    goal,
-                ]
-            )
-            continue
-        rows.append([
-            label, "measured", millions(row["num_parameters"]), fmt(row["train_steps"]), fmt(row["train_epochs"]),
-            fmt(row["train_seconds"], 0), fmt(row["train_loss"], 3), fmt(row["test_bleu_greedy"]),
-            fmt(row["test_bleu_beam"]), fmt(row["test_bleu_greedy_lowercase"]), fmt(row.get("published_bleu")), goal,
-        ])  # fmt: skip
-    for ref in result["references"]:
-        rows.append([f"{ref['model']} (bentrevett)", "published, not measured here", "—", "—", "10", "—", "—",
-                     fmt(ref["bleu"]), "—", "—", "—", "—"])  # fmt: skip
+        goal = "—" if row.get("target_bleu") is None else f"≥ {row['target_bleu']:g}: {met[0]} / {met[1]}"
+        rows.append({**row, "label": translation_label(row, cell), "source": "measured", "goal": goal})
+    rows += [{"label": f"{ref['model']} (bentrevett)", "source": "published, not measured here", "train_epochs": "10",
+              "test_bleu_greedy": ref["bleu"]} for ref in result["references"]]  # fmt: skip
     device = f" Device: {result['device']} (preset `{result['preset']}`)." if "device" in result else ""
     return _title("Multi30k De→En translation leaderboard", result) + [
         f"Every model trained from scratch on {result['train_pairs']:,} training pairs for at most "
@@ -1736,7 +1732,7 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
         "",
         settings_line(result),
         "",
-        markdown_table(header, rows),
+        board_table("translation", "main", rows, beams=beams),
         "",
         "Published rows: bentrevett's 10-epoch test BLEU, with their own tokenization and BLEU: indicative only. "
         "The target: the Transformer at test BLEU ≥ 37 within 10 minutes of training on one GPU.",
@@ -1748,33 +1744,16 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
     ]
 
 
-def _pct(value) -> str:
-    return "—" if value is None else f"{100 * value:.1f}"
-
-
 def sst2_markdown(result: dict, folder: Path) -> list[str]:
     s, pre = result["settings"], result.get("pretraining")
     pretrainings = result.get("pretrainings") or ({"mlm": pre} if pre is not None else {})
-    header = [
-        "model", "source", "parameters", "pretraining", "fine-tuning steps", "epochs", "fine-tuning time (s)",
-        "dev accuracy (%)", "test accuracy (%)", "test F1 (%)",
-    ]  # fmt: skip
     rows = []
     for row in result["entries"]:
-        if "error" in row:
-            rows.append([row["label"], "measured", *["—"] * 5, f"failed: {row['error']}", "—", "—"])
-            continue
         run = pretrainings.get(BOARDS["sst2"]["entries"][row["name"]].pretraining)
-        rows.append([
-            row["label"], "measured", millions(row["num_parameters"]),
-            f"{run['steps']:,} steps, {run['seconds']:.0f} s" if run else "none", fmt(row["train_steps"]),
-            fmt(row["train_epochs"]), fmt(row["train_seconds"], 0), _pct(row["dev_accuracy"]),
-            _pct(row["test_accuracy"]), _pct(row["test_f1"]),
-        ])  # fmt: skip
-    for ref in result["references"]:
-        rows.append(
-            [ref["model"], "published, not measured here", *["—"] * 6, f"≈{_pct(ref['accuracy'])}", "—"]
-        )
+        pretrained = f"{run['steps']:,} steps, {run['seconds']:.0f} s" if run else "none"
+        rows.append({**row, "source": "measured", "pretraining": pretrained})
+    rows += [{"label": ref["model"], "source": "published, not measured here", "test_accuracy": f"≈{_pct(ref['accuracy'])}"}
+             for ref in result["references"]]  # fmt: skip
     electra = pretrainings.get("electra")
     plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
     return _title("SST-2 leaderboard", result) + [
@@ -1793,7 +1772,7 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
         + f". Accuracy on the validation split ({result['dev_examples']:,} phrases) and the test split "
         f"({result['test_examples']:,} GLUE dev sentences).",
         "",
-        markdown_table(header, rows),
+        board_table("sst2", "main", rows),
         "",
         *_images(folder, ("accuracy.png", "dev and test accuracy per model")),
         hardware_line(result),
@@ -1804,17 +1783,23 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
 
 def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
     s, (ar, mp), decoded = result["settings"], result["entries"], result["mask_predict"]
-
-    def cells(row: dict, decoding: str, bleu, seconds) -> list[str]:
-        return [decoding, fmt(bleu), fmt(seconds, 1), row["label"], millions(row.get("num_parameters")),
-                fmt(row.get("train_steps")), fmt(row.get("train_seconds"), 0), fmt(row.get("train_loss"), 3)]  # fmt: skip
-
     m = ar["metrics"]
-    rows = [cells(ar, "greedy", m.get("test_greedy_bleu"), m.get("test_greedy_runtime")),
-            cells(ar, f"beam {s['num_beams']}", m.get("test_bleu"), m.get("test_runtime"))]  # fmt: skip
-    rows += [cells(mp, f"Mask-Predict T = {r['iterations']}, ℓ = {s['length_beam']}", r["test_bleu"], r["decode_seconds"])
-             for r in decoded["by_iterations"]]  # fmt: skip
-    header = "decoding|test BLEU|decode time (s)|model|parameters|steps|train time (s)|train loss".split("|")
+    rows = [
+        {
+            **ar,
+            "decoding": "greedy",
+            "bleu": m.get("test_greedy_bleu"),
+            "seconds": m.get("test_greedy_runtime"),
+        },
+        {
+            **ar,
+            "decoding": f"beam {s['num_beams']}",
+            "bleu": m.get("test_bleu"),
+            "seconds": m.get("test_runtime"),
+        },
+    ]
+    rows += [{**mp, "decoding": f"Mask-Predict T = {r['iterations']}, ℓ = {s['length_beam']}", "bleu": r["test_bleu"],
+              "seconds": r["decode_seconds"]} for r in decoded["by_iterations"]]  # fmt: skip
     lines = _title("Mask-Predict vs autoregressive, Multi30k De→En", result) + [
         f"Both models trained from scratch for at most {s['budget_seconds']:.0f} s of wall-clock training each "
         f"({s['num_layers']}+{s['num_layers']} layers, width {s['hidden_size']}, batch {s['batch_size']}, same "
@@ -1822,33 +1807,20 @@ def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
         f"and the comparison at equal training time. Test: {decoded['test_samples']} test_2016_flickr pairs, "
         "sacrebleu corpus BLEU (13a, cased).",
         "",
-        markdown_table(header, rows),
+        board_table("mask_predict", "main", rows),
         "",
         *_images(folder, ("bleu_vs_iterations.png", "BLEU against iterations")),
-    ]
+    ]  # fmt: skip
     if decoded.get("trace"):
-        trace = [
-            [str(r["iteration"]), str(r["masked"]), r["tokens"], r["text"], f"{r['mean_log_prob']:.2f}"]
-            for r in decoded["trace"]
-        ]
         lines += [
             "## Mask-Predict trace: one test sentence", "", f"Source: {decoded['trace_source']}", "",
             f"Reference: {decoded['trace_reference']}", "",
             f"Predicted length: {decoded['trace_length']} tokens; T = {decoded['trace_iterations']}. Tokens in brackets "
             "were masked at the input of that iteration and re-predicted (iteration 0: all of them; then the "
             "n = L·(T−t)/T least confident).",
-            "", markdown_table(["t", "masked", "tokens", "text", "mean log p"], trace), "",
-            *_images(folder, ("trace.png", "trace")),
+            "", board_table("mask_predict", "trace", decoded["trace"]), "", *_images(folder, ("trace.png", "trace")),
         ]  # fmt: skip
     return lines + [hardware_line(result), "", *_commands(result)]
-
-
-def _pm(stat: dict, digits: int) -> str:
-    if stat["mean"] is None:
-        return "n/a"
-    if stat["std"] is None:
-        return f"{stat['mean']:.{digits}f}"
-    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
 def ablations_title(result: dict) -> str:
@@ -1858,31 +1830,27 @@ def ablations_title(result: dict) -> str:
 
 
 def ablations_markdown(result: dict, folder: Path) -> list[str]:
-    """The Narang-style table: one row per variant, mean ± std across seeds; `steps` is what the runs
-    did (`max_steps`, or fewer under a wall-clock cap). FLOPs/token where the result has them."""
-    rows, hw = result["variants"], result["hardware"]
-    flops = any(r.get("flops_per_token") for r in rows)
-    base = next((r["final_loss"]["mean"] for r in rows if r["name"] == "baseline"), None)
-    header = ["variant", "component", "parameters", *(["FLOPs/token"] if flops else []), "step time (ms)",
-              f"val loss @ step {result['budget']['early_loss_step']}", "final val loss", "Δ vs baseline", "steps", "seeds"]  # fmt: skip
-    body = []
-    for r in rows:
+    """The Narang-style table: one row per variant, mean ± std across seeds (docs/benchmarks.md)."""
+    hw, rows = result["hardware"], []
+    base = next((r["final_loss"]["mean"] for r in result["variants"] if r["name"] == "baseline"), None)
+    for r in result["variants"]:
         loss, params = r["final_loss"]["mean"], r["parameters"]["mean"]
         delta = "" if loss is None or base is None or r["name"] == "baseline" else f"{loss - base:+.3f}"
-        delta = r.get("delta_vs_baseline", delta)  # as measured, where only rounded means were kept
-        body.append([
-            r["name"], r["component"], "n/a" if params is None else f"{params:,.0f}",
-            *([f"{r['flops_per_token']:,}" if r.get("flops_per_token") else "n/a"] if flops else []),
-            _pm(r["step_time_ms"], 1), _pm(r["early_loss"], 3), _pm(r["final_loss"], 3), delta, _pm(r["steps"], 0),
-            f"{r['final_loss']['n']}/{len(r['runs'])}",
-        ])  # fmt: skip
+        rows.append({
+            **r, "parameters": "n/a" if params is None else f"{params:,.0f}",
+            "flops_per_token": f"{r['flops_per_token']:,}" if r.get("flops_per_token") else "n/a",
+            **{key: _pm(r[key], digits) for key, digits in (("step_time_ms", 1), ("early_loss", 3), ("final_loss", 3), ("steps", 0))},
+            "delta": r.get("delta_vs_baseline", delta),  # as measured, where only rounded means were kept
+            "seeds": f"{r['final_loss']['n']}/{len(r['runs'])}",
+        })  # fmt: skip
+    drop = () if any(r.get("flops_per_token") for r in result["variants"]) else ("flops_per_token",)
     threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
     return _title("GPT-style ablations on Tiny Shakespeare (character level)", result) + [
         f"{ablations_title(result)}; mean ± std across seeds. Validation loss in nats per character; step time is the "
         f"median training step on {hw['cpu_model']} with {threads} thread(s) per run, {hw['concurrent_runs']} run(s) "
         "at a time.",
         "",
-        markdown_table(header, body, align="ll" + "r" * (len(header) - 2)),
+        board_table("ablations", "main", rows, drop=drop, early=result["budget"]["early_loss_step"]),
         "",
         *_images(folder, ("ablations.png", "final validation loss per variant")),
     ]
@@ -1895,25 +1863,18 @@ def extrapolation_title(result: dict) -> str:
 
 
 def length_extrapolation_markdown(result: dict, folder: Path) -> list[str]:
-    L = result["block_size"]
-    header = [
-        "scheme",
-        *(f"{m}× L = {m * L}" for m in MULTIPLIERS),
-        f"sliding window {L}, stride {L // 2}",
-        "steps",
-    ]
-
-    def cell(entry: dict) -> str:
-        return "refuses" if "refuses" in entry else fmt(entry["perplexity"], 2)
-
-    body = [
-        [r["scheme"], *(cell(r["lengths"][str(m)]) for m in MULTIPLIERS), fmt(r["sliding"]["perplexity"], 2), str(r["steps"])]
-        if "lengths" in r
-        else [r["scheme"], *("failed" for _ in MULTIPLIERS), "failed", "-"]
-        for r in result["schemes"]
-    ]  # fmt: skip
+    L, rows = result["block_size"], []
+    for r in result["schemes"]:
+        scores = {str(m): {"perplexity": "failed"} for m in MULTIPLIERS} | r.get("lengths", {})
+        cells = {
+            f"x{m}": "refuses" if "refuses" in scores[str(m)] else scores[str(m)]["perplexity"]
+            for m in MULTIPLIERS
+        }
+        rows.append({**cells, "label": r["scheme"], "sliding": r["sliding"]["perplexity"] if "lengths" in r else "failed",
+                     "steps": str(r["steps"]) if "lengths" in r else "-"})  # fmt: skip
+    lengths = {f"L{m}": m * L for m in MULTIPLIERS}
     return _title("Length extrapolation", result) + [
-        f"{extrapolation_title(result)}.", "", markdown_table(header, body), "",
+        f"{extrapolation_title(result)}.", "", board_table("length_extrapolation", "main", rows, L=L, half=L // 2, **lengths), "",
         *_images(folder, ("length_extrapolation.png", "perplexity against evaluation length")),
     ]  # fmt: skip
 
