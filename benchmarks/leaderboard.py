@@ -1,35 +1,14 @@
 """The budgeted leaderboards: train each entry of a board under a budget, score it, write its results.
 
-    python -m benchmarks.leaderboard lm                                  # every entry, 180 s each
     python -m benchmarks.leaderboard lm --entries lstm,gpt_rope --budget_seconds 60
-    python -m benchmarks.leaderboard translation --preset gpu --device cuda
-    python -m benchmarks.leaderboard sst2 --entries scratch,mlm,electra
-    python -m benchmarks.leaderboard mask_predict
     python -m benchmarks.leaderboard ablations --entries swiglu,positions --seeds 0,1
-    python -m benchmarks.leaderboard length_extrapolation --entries alibi,xpos
-    python -m benchmarks.leaderboard ablations --list                   # a board's entries
-    python -m benchmarks.leaderboard lm --smoke                          # tiny models, data and budget
+    python -m benchmarks.leaderboard translation --list          # a board's entries
+    python -m benchmarks.leaderboard sst2 --smoke                # tiny models, data and budget
 
-The boards, their entries and settings are data (`benchmarks/leaderboard.yaml`); every setting
-is an option (`--budget_seconds 60`) over the preset (`full`, `smoke` with `--smoke`, `gpu` for the
-translation board on a GPU). `--data` defaults to the board's folder under `../shared/data`.
-
-- `lm`: character-level Tiny Shakespeare (nanoGPT's 90/10 split, one character tokenizer): the
-  n-gram fitted per order, the neural families under one wall-clock budget (a probe run calibrates
-  the cosine schedule's step count), nanoGPT's small CPU configuration for its 2,000 iterations;
-  every model scored afterwards on the whole validation text, in nats per character.
-- `translation`: Multi30k De->En, each family from scratch (`training.finetune_translation`, one
-  joint BPE tokenizer) until the budget or the epoch cap; sacrebleu test BLEU, greedy and beam.
-- `sst2`: one seeded BERT-style encoder fine-tuned from scratch, after MLM pretraining or as an
-  ELECTRA discriminator (the same pretraining time), under one budget; dev and test accuracy.
-- `mask_predict`: the autoregressive Transformer against the conditional masked LM (Ghazvininejad
-  et al., 2019) trained for the same time; BLEU per number of iterations T, one traced sentence.
-- `ablations`: a GPT-2-style baseline and variants one component away (Narang et al., 2021;
-  `--entries` takes components too), every seed; a run already done with the same command is reused.
-- `length_extrapolation`: one GPT per position scheme trained at context L, perplexity at 1-8x L.
-
-Outputs under `--output_dir` (default `out/<board>`): `results.json`, `README.md` (its rendering,
-`markdown`), the plots, and the runs. The committed results live in `benchmarks/results/`.
+The boards (lm, translation, sst2, mask_predict, ablations, length_extrapolation), their entries,
+settings, presets and README tables are data (`benchmarks/leaderboard.yaml`); what each measures
+and how: docs/benchmarks.md. Outputs under `--output_dir` (default `out/<board>`): `results.json`,
+its rendering `README.md`, the plots and the runs; the committed results are in `benchmarks/results/`.
 """
 
 from __future__ import annotations
@@ -83,9 +62,8 @@ ENTRY_FILE = Path(__file__).with_name("leaderboard.yaml")  # the boards as data
 
 
 def load_boards(path: Path = ENTRY_FILE) -> dict:
-    """The boards of `leaderboard.yaml`: settings as `(full, smoke, help)` (lists as tuples), entries as
-    namespaces with the board's `entry_defaults`, an LM entry's model flags as `training.train` takes
-    them, length_extrapolation's schemes as the ablation variants they name."""
+    """`leaderboard.yaml`: settings as `(full, smoke, help)` tuples, entries as namespaces over the board's
+    `entry_defaults`, LM model flags as `training.train` takes them, length schemes as their variants."""
     boards = yaml.safe_load(path.read_text())
     variant_defaults = boards["ablations"]["entry_defaults"]
     for board in boards.values():
@@ -100,17 +78,13 @@ def load_boards(path: Path = ENTRY_FILE) -> dict:
     for e in boards["lm"]["entries"].values():
         e.model_args = _flags(e.model_args, getattr(e, "config_overrides", None))
         e.smoke_model_args = _flags(e.smoke_model_args, getattr(e, "smoke_config_overrides", None))
-    variants = boards["ablations"]["entries"]
-    for name, e in boards["length_extrapolation"]["entries"].items():
-        known = variants.get(e.variant)
-        boards["length_extrapolation"]["entries"][name] = known or SimpleNamespace(
-            **{**variant_defaults, **vars(e)}
-        )
+    variants, schemes = boards["ablations"]["entries"], boards["length_extrapolation"]["entries"]
+    for name, e in schemes.items():
+        schemes[name] = variants.get(e.variant) or SimpleNamespace(**{**variant_defaults, **vars(e)})
     return boards
 
 
 def _flags(text: str, overrides: dict | None) -> tuple[str, ...]:
-    """`training.train` flags from a whitespace-separated string, plus `--config_overrides` as JSON."""
     return tuple(text.split()) + (("--config_overrides", json.dumps(overrides)) if overrides else ())
 
 
@@ -143,10 +117,7 @@ def setting_value(text: str, full, smoke):
 
 
 def _parser(board: str | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m benchmarks.leaderboard",
-        description=__doc__.split("\n\n")[0],
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks.leaderboard", description=__doc__.split("\n\n")[0])
     p.add_argument("board", choices=list(BOARDS))
     p.add_argument("--entries", default=None, help="Comma-separated entries (default: the board's).")
     p.add_argument("--smoke", action="store_true", help="Tiny models, data and budget (CI): --preset smoke.")
@@ -155,17 +126,12 @@ def _parser(board: str | None) -> argparse.ArgumentParser:
     p.add_argument("--output_dir", type=Path, default=None, help="Default out/<board>[_smoke].")
     p.add_argument("--seed", type=int, default=0, help="Seed of every run (ablations: --seeds).")
     p.add_argument("--list", action="store_true", help="Print the board's entries and exit.")
-    if board in BOARDS:
-        group = p.add_argument_group(f"{board} settings (default: the preset's)")
-        for key, (full, smoke, text) in BOARDS[board]["settings"].items():
-            group.add_argument(
-                f"--{key}",
-                type=lambda value, full=full, smoke=smoke: setting_value(value, full, smoke),
-                default=argparse.SUPPRESS,
-                nargs="?" if isinstance(full, bool) else None,
-                const="true" if isinstance(full, bool) else None,
-                help=f"{text} (full: {full}; smoke: {smoke}).",
-            )
+    group = p.add_argument_group(f"{board} settings (default: the preset's)")
+    for key, (full, smoke, text) in BOARDS[board]["settings"].items() if board in BOARDS else ():
+        flag = isinstance(full, bool)  # `--rerun` alone is true
+        group.add_argument(f"--{key}", type=functools.partial(setting_value, full=full, smoke=smoke),
+                       default=argparse.SUPPRESS, nargs="?" if flag else None, const="true" if flag else None,
+                       help=f"{text} (full: {full}; smoke: {smoke}).")  # fmt: skip
     return p
 
 
@@ -211,14 +177,8 @@ def _device(parser, name: str) -> str:
 
 
 def select_entries(board: str, spec: str | None) -> list[str]:
-    """The entries named in `spec` (comma-separated; None: the board's default), in the order given.
-
-    `ablations` also takes component names and always runs the baseline, in the grid's order;
-    `mask_predict` compares its two models, so it runs both.
-
-    Raises:
-        ValueError: an unknown name, or a subset of mask_predict.
-    """
+    """The entries named in `spec` (comma-separated; None: the board's default), in the order given;
+    `ablations` takes components too and always runs the baseline, `mask_predict` runs both models."""
     entries = BOARDS[board]["entries"]
     if not spec:
         return list(BOARDS[board].get("default_entries", entries))
@@ -239,23 +199,13 @@ def select_entries(board: str, spec: str | None) -> list[str]:
 
 
 def check_settings(board: str, s: dict) -> None:
-    """Refuse settings the runs cannot use, before any training starts."""
+    """Refuse settings the runs cannot use (`choices` in leaderboard.yaml), before any training starts."""
     for key in ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs"):
         if key in s and not s[key] > 0:
             raise ValueError(f"--{key} must be > 0, got {s[key]!r}.")
-    if board == "lm" and not all(1 <= n <= 5 for n in s["ngram_orders"]):
-        raise ValueError(f"--ngram_orders must be within 1..5, got {s['ngram_orders']}.")
-    if board == "lm" and s["schedule"] not in ("cosine", "constant"):
-        raise ValueError(f"--schedule must be cosine or constant, got {s['schedule']!r}.")
-    if board == "translation":
-        from training.trainer_common import BUDGET_SCHEDULES
-
-        if s["cell_type"] not in ("gru", "lstm", "rnn_tanh", "rnn_relu"):
-            raise ValueError(f"--cell_type must be gru, lstm, rnn_tanh or rnn_relu, got {s['cell_type']!r}.")
-        if s["budget_schedule"] not in BUDGET_SCHEDULES:
-            raise ValueError(f"--budget_schedule must be one of {BUDGET_SCHEDULES}.")
-        if s["mixed_precision"] not in ("no", "bf16", "fp16"):
-            raise ValueError(f"--mixed_precision must be no, bf16 or fp16, got {s['mixed_precision']!r}.")
+    for key, allowed in BOARDS[board].get("choices", {}).items():
+        if not set(s[key] if isinstance(s[key], tuple) else [s[key]]) <= set(allowed):
+            raise ValueError(f"--{key} must be within {allowed}, got {s[key]!r}.")
     if board == "ablations" and (not s["seeds"] or not 0 < s["early_fraction"] <= 1):
         raise ValueError("--seeds must name a seed and --early_fraction be in (0, 1].")
     if board == "length_extrapolation" and s["block_size"] % 2:
