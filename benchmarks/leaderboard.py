@@ -431,24 +431,32 @@ def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple
     return reuse_or_train_tokenizer(folder, stamp, train)
 
 
+def command_line(template: str, values: dict, **lists) -> list[str]:
+    """A command line from a leaderboard.yaml `argv` template: each (shell-quoted) word formatted with
+    `values`, a word `*name` replaced by the list `lists[name]`."""
+    words = []
+    for word in shlex.split(template):
+        words += list(lists[word[1:]]) if word.startswith("*") else [word.format(**values)]
+    return words
+
+
 def _translation_argv(
-    data: Path, s: dict, tokenizer_dir: Path, seed: int, run_dir: Path
-) -> tuple[list, list]:
-    """The `training.finetune_translation` arguments every translation run shares (no validation):
-    the data and sizes part, and the budget and decoding part."""
-    argv = [
-        "--data_dir", str(data), "--source_lang", "de", "--target_lang", "en", "--validation_split", "",
-        "--source_prefix", "", "--from_scratch", "--tokenizer_name_or_path", str(tokenizer_dir),
-        "--max_source_length", str(s["max_length"]), "--max_target_length", str(s["max_length"]),
-        "--hidden_dropout", str(s["dropout"]),
-    ]  # fmt: skip
-    tail = [
-        "--num_train_epochs", str(s["max_epochs"]), "--max_train_seconds", str(s["budget_seconds"]),
-        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(s.get("logging_steps", 50)),
-        "--generation_num_beams", str(s["num_beams"]), "--generation_max_length", str(s["generation_max_length"]),
-        "--report_to", "none", "--disable_tqdm", "true", "--seed", str(seed), "--output_dir", str(run_dir),
-    ]  # fmt: skip
-    return argv, tail
+    template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values
+):
+    """A `training.finetune_translation` command line: the board's template between the shared head and
+    tail (no validation), then the sample caps."""
+    argv = BOARDS["translation"]["argv"]
+    values = {
+        "logging_steps": 50,
+        **s,
+        "data": data,
+        "tokenizer_dir": tokenizer_dir,
+        "run_dir": run_dir,
+        "seed": seed,
+        **values,
+    }
+    head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
+    return command_line(template, values, head=head, tail=tail, **values.pop("lists", {}))
 
 
 def _sample_caps(s: dict, keys=("max_train_samples", "max_eval_samples", "max_test_samples")) -> list[str]:
@@ -476,27 +484,17 @@ class Board:
 def train_command(
     entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, seed: int, smoke: bool, **run
 ) -> list[str]:
-    """The `training.train` arguments of one LM run; `run`: max_steps, eval_every, warmup_steps,
-    and optionally lr_scheduler ("cosine"), max_train_seconds and ngram_order."""
+    """One LM run's `training.train` arguments; `run`: max_steps, eval_every, warmup_steps, and optionally
+    lr_scheduler ("cosine"), max_train_seconds and ngram_order."""
     reference = entry.kind == "reference"
     block, batch = (64, 12) if reference else (s["block_size"], s["batch_size"])
     model_args = entry.smoke_model_args if smoke and entry.smoke_model_args else entry.model_args
     if entry.kind == "ngram":
         model_args = f"--arch ngram --ngram_order {run['ngram_order']} --ngram_smoothing modified_kn".split()
-    eval_batches = max(1, math.ceil(s["curve_eval_blocks"] / batch))
-    args = [
-        "--dataset", data["train_file"], "--eval_dataset", data["val_file"], "--sample_by", "document",
-        "--tokenizer_kind", "char", "--tokenizer_name_or_path", str(tokenizer_dir),
-        "--block_size", str(block), "--per_device_batch_size", str(batch),
-        *model_args,
-        "--hidden_dropout", "0", "--attention_dropout", "0",
-        "--learning_rate", str(entry.learning_rate), "--adam_beta2", "0.99", "--weight_decay", "0.1",
-        "--max_grad_norm", "1.0", "--lr_scheduler", run.get("lr_scheduler", "cosine"),
-        "--warmup_steps", str(run["warmup_steps"]), "--max_steps", str(run["max_steps"]),
-        "--eval_every", str(run["eval_every"]), "--eval_batches", str(eval_batches),
-        "--log_every", "1", "--save_every", NEVER, "--keep_last", "1",
-        "--seed", str(seed), "--output_dir", str(out), "--report_to", "csv",
-    ]  # fmt: skip
+    values = {**data, "tokenizer_dir": tokenizer_dir, "block": block, "batch": batch, "never": NEVER,
+              "learning_rate": entry.learning_rate, "lr_scheduler": "cosine", **run, "seed": seed, "out": out,
+              "eval_batches": max(1, math.ceil(s["curve_eval_blocks"] / batch))}  # fmt: skip
+    args = command_line(BOARDS["lm"]["argv"], values, model_args=model_args)
     if run.get("max_train_seconds") is not None:
         args += ["--max_train_seconds", str(run["max_train_seconds"])]
     if (
@@ -815,26 +813,26 @@ def translation_argv(
     name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int
 ) -> list[str]:
     """The `training.finetune_translation` arguments of one translation entry."""
-    entry = BOARDS["translation"]["entries"][name]
-    head, tail = _translation_argv(data, s, tokenizer_dir, seed, run_dir)
-    if entry.family == "rnn_seq2seq":
-        model = [
-            "--rnn_attention", entry.attention, "--cell_type", s["cell_type"], "--hidden_size", str(s["rnn_hidden_size"]),
-            "--embedding_size", str(s["rnn_embedding_size"]), "--num_hidden_layers", str(s["rnn_layers"]),
-            "--learning_rate", str(s["rnn_learning_rate"]),
-        ]  # fmt: skip
-    else:
-        model = [
-            "--hidden_size", str(s["hidden_size"]), "--num_hidden_layers", str(s["num_layers"]),
-            "--num_attention_heads", str(s["num_heads"]), "--intermediate_size", str(s["intermediate_size"]),
-            "--attention_dropout", str(s["dropout"]), "--learning_rate", str(s["transformer_learning_rate"]),
-        ]  # fmt: skip
-    argv = [*head, "--family", entry.family, *model, "--per_device_train_batch_size", str(s["batch_size"]),
-            "--lr_scheduler_type", s["lr_scheduler"], "--budget_schedule", s["budget_schedule"],
-            "--warmup_steps", str(s["warmup_steps"]), "--label_smoothing_factor", str(s["label_smoothing"]), *tail]  # fmt: skip
+    entry, argv = BOARDS["translation"]["entries"][name], BOARDS["translation"]["argv"]
+    values = {**s, "attention": entry.attention, "family": entry.family}
+    model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
+    argv = _translation_argv(
+        argv["entry"], values, data, tokenizer_dir, run_dir, seed, lists={"model": model}
+    )
     # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
     argv += ["--use_cpu", "true"] if s["device"] == "cpu" else []
     argv += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
+    return argv + _sample_caps(s)
+
+
+def mask_predict_argv(
+    name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int
+) -> list[str]:
+    """The `training.finetune_translation` arguments of one mask_predict model."""
+    argv = _translation_argv(BOARDS["mask_predict"]["argv"], s, data, tokenizer_dir, run_dir, seed, name=name)
+    argv += (
+        ["--test_split", ""] if name == "mask_predict" else []
+    )  # decoded by mask_predict_decoding, once per T
     return argv + _sample_caps(s)
 
 
@@ -894,20 +892,8 @@ def run_mask_predict(b: Board) -> dict:
     translation_tokenizer(b.data, s, b.out / "tokenizer")
     rows = []
     for name, entry in BOARDS["mask_predict"]["entries"].items():
-        head, tail = _translation_argv(b.data, s, b.out / "tokenizer", b.seed, b.out / "runs" / name)
-        argv = [
-            *head, "--family", "transformer", "--objective", name, "--hidden_size", str(s["hidden_size"]),
-            "--num_hidden_layers", str(s["num_layers"]), "--num_attention_heads", str(s["num_heads"]),
-            "--intermediate_size", str(s["intermediate_size"]), "--attention_dropout", str(s["dropout"]),
-            "--learning_rate", str(s["learning_rate"]), "--per_device_train_batch_size", str(s["batch_size"]),
-            "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s["warmup_steps"]), *tail,
-        ]  # fmt: skip
-        argv += ["--test_split", ""] if name == "mask_predict" else []  # decoded below, once per T
-        rows.append(
-            finetune_row(
-                name, "training.finetune_translation", argv + _sample_caps(s), {"label": entry.label}
-            )
-        )
+        argv = mask_predict_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        rows.append(finetune_row(name, "training.finetune_translation", argv, {"label": entry.label}))
         if "error" in rows[-1]:
             raise SystemExit(f"{name} failed: {rows[-1]['error']}")
     result = {"entries": rows, "mask_predict": mask_predict_decoding(b)}
@@ -1066,17 +1052,11 @@ def pretrain_argv(
     s: dict, text_file: Path, init_dir: Path, tokenizer_dir: Path, run_dir: Path, objective: str, seed: int
 ) -> list[str]:
     """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
-    return [
-        "--objective", objective, "--arch", "transformer", "--init_from", str(init_dir),
-        "--tokenizer_name_or_path", str(tokenizer_dir), "--dataset", str(text_file), "--sample_by", "line",
-        "--block_size", str(s["max_seq_length"]), "--eval_fraction", "0.05", "--eval_batches", "20",
-        "--pseudo_perplexity_blocks", "0", "--per_device_batch_size", str(s["pretrain_batch_size"]),
-        "--learning_rate", str(s["pretrain_learning_rate"]), "--lr_scheduler", "constant",
-        "--warmup_steps", str(s["pretrain_warmup_steps"]), "--max_steps", "100000000",
-        "--max_train_seconds", str(s["pretrain_seconds"]), "--eval_every", str(s["pretrain_eval_every"]),
-        "--save_every", "100000000", "--keep_last", "1", "--log_every", str(s["logging_steps"]),
-        "--seed", str(seed), "--output_dir", str(run_dir),
-    ]  # fmt: skip
+    values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir}
+    return command_line(
+        BOARDS["sst2"]["argv"]["pretrain"],
+        {**values, "text_file": text_file, "run_dir": run_dir, "seed": seed},
+    )
 
 
 def sst2_finetune_argv(
@@ -1086,15 +1066,10 @@ def sst2_finetune_argv(
     entry = BOARDS["sst2"]["entries"][name]
     budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
     lr = s["pretrained_learning_rate"] if entry.pretraining else s["scratch_learning_rate"]
-    return [
-        "--data_dir", str(data), "--model_name_or_path", str(start_dir), "--tokenizer_name_or_path", str(tokenizer_dir),
-        "--max_seq_length", str(s["max_seq_length"]), "--per_device_train_batch_size", str(s["batch_size"]),
-        "--learning_rate", str(lr), "--lr_scheduler_type", "constant_with_warmup", "--warmup_steps", str(s["warmup_steps"]),
-        "--num_train_epochs", str(s["max_epochs"]), "--max_train_seconds", str(budget),
-        "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", str(s["logging_steps"]),
-        "--per_device_eval_batch_size", "128", "--report_to", "none", "--disable_tqdm", "true",
-        "--seed", str(seed), "--output_dir", str(run_dir), *_sample_caps(s),
-    ]  # fmt: skip
+    values = {**s, "data": data, "start_dir": start_dir, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir}
+    return command_line(
+        BOARDS["sst2"]["argv"]["finetune"], {**values, "lr": lr, "budget": budget, "seed": seed}
+    ) + _sample_caps(s)
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
@@ -1289,23 +1264,19 @@ def variant_argv(
     early_step: int,
     log_every: int,
 ) -> list[str]:
-    """The `training.train` arguments of one (variant, seed) run."""
-    size = model_size(s)
-    argv = [
-        "--dataset", data["train_file"], "--eval_dataset", data["val_file"], "--sample_by", "document",
-        "--tokenizer_kind", "char", "--tokenizer_name_or_path", str(tokenizer_dir), "--block_size", str(s["block_size"]),
-        "--hidden_size", str(size.hidden_size), "--num_hidden_layers", str(size.num_hidden_layers),
-        "--num_attention_heads", str(size.num_attention_heads), "--hidden_dropout", "0.0", "--attention_dropout", "0.0",
-        "--max_steps", str(s["max_steps"]), "--per_device_batch_size", str(s["batch_size"]),
-        "--learning_rate", str(s["learning_rate"]), "--warmup_steps", str(s["warmup_steps"]), "--lr_scheduler", "cosine",
-        "--weight_decay", "0.1", "--adam_beta2", "0.99", "--seed", str(seed),
-        "--eval_every", str(early_step),  # so the early loss is an evaluation
-        "--log_every", str(log_every), "--save_every", str(s["max_steps"]), "--keep_last", "1",
-        "--report_to", "csv", "--output_dir", str(out),
-    ]  # fmt: skip
+    """The `training.train` arguments of one (variant, seed) run; it evaluates at `early_step` for the early loss."""
+    values = {
+        **s,
+        **data,
+        "tokenizer_dir": tokenizer_dir,
+        "seed": seed,
+        "early_step": early_step,
+        "log_every": log_every,
+    }
+    argv = command_line(BOARDS["ablations"]["argv"], {**values, "out": out})
     for key in ("eval_batches", "max_train_seconds"):
         argv += [f"--{key}", str(s[key])] if s[key] is not None else []
-    return argv + variant_flags(variant, size, s.get("match_glu_params", True))
+    return argv + variant_flags(variant, model_size(s), s.get("match_glu_params", True))
 
 
 def read_run(out: Path, early_step: int) -> dict:
