@@ -221,24 +221,13 @@ def hardware(num_threads: int | None) -> dict:
     """The machine and software a board ran on; `torch_threads`: what each run uses."""
     import torch
 
-    return {
-        "cpu_model": cpu_model(),
-        "cores_available": available_cores(),
-        "torch_threads": num_threads or torch.get_num_threads(),
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "loadavg_start": load_average(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        **versions("torch", "transformers"),
-    }
+    return {"cpu_model": cpu_model(), "cores_available": available_cores(), "torch_threads": num_threads or torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "loadavg_start": load_average(),
+            "platform": platform.platform(), "python": platform.python_version(), **versions("torch", "transformers")}  # fmt: skip
 
 
 def split_text(text: str, train_fraction: float = TRAIN_FRACTION) -> tuple[str, str]:
-    """nanoGPT's split by characters: the first `int(len(text) * train_fraction)` train, the rest validate.
-
-    Raises:
-        ValueError: a fraction outside (0, 1), or a split leaving one side empty.
-    """
+    """nanoGPT's split: the first `int(len(text) * train_fraction)` characters train, the rest validate."""
     if not 0 < train_fraction < 1:
         raise ValueError(f"`train_fraction` must be in (0, 1), got {train_fraction!r}.")
     n = int(len(text) * train_fraction)
@@ -248,8 +237,8 @@ def split_text(text: str, train_fraction: float = TRAIN_FRACTION) -> tuple[str, 
 
 
 def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None, eval_chars=None) -> dict:
-    """Split `data_file` (its first `max_chars` characters) and write the halves (their first
-    `train_chars` / `eval_chars`), read and written with `newline=""` so the files hold exactly the split."""
+    """Split `data_file`'s first `max_chars` characters, write the halves' first `train_chars` / `eval_chars`
+    (`newline=""`: the files hold exactly the split)."""
     with open(data_file, encoding="utf-8", newline="") as f:
         text = f.read()[:max_chars]
     train, val = split_text(text)
@@ -259,22 +248,13 @@ def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None,
     for key, part in (("train_file", train), ("val_file", val)):
         with open(files[key], "w", encoding="utf-8", newline="") as f:
             f.write(part)
-    return {
-        "source": str(data_file),
-        **{key: str(path) for key, path in files.items()},
-        "characters": len(text),
-        "train_characters": len(train),
-        "val_characters": len(val),
-    }
+    return {"source": str(data_file), **{key: str(path) for key, path in files.items()}, "characters": len(text),
+            "train_characters": len(train), "val_characters": len(val)}  # fmt: skip
 
 
 def char_tokenizer(text: str, folder: Path, block_size: int, vocab_size: int, check: str | None = None):
-    """Train and save the shared character tokenizer on `text`; `check`: a text every character of
-    which must be one in-vocabulary token (the validation text, so the loss is per character).
-
-    Raises:
-        ValueError: a character of `check` that would not be exactly one known token.
-    """
+    """Train and save the character tokenizer on `text`; every character of `check` (the validation
+    text) must be one known token, so the loss is per character (ValueError otherwise)."""
     from training.data.tokenizer import train_tokenizer
 
     # min_frequency=1: a character seen once (Shakespeare has one "$") is kept
@@ -285,17 +265,14 @@ def char_tokenizer(text: str, folder: Path, block_size: int, vocab_size: int, ch
         unknown = sorted(set(check) - set(tokenizer.get_vocab()))
         ids = tokenizer(check, add_special_tokens=False)["input_ids"]
         if unknown or len(ids) != len(check) or tokenizer.unk_token_id in ids:
-            raise ValueError(
-                f"The character tokenizer does not give one known token per validation character "
-                f"(missing {unknown!r}): the loss would not be per character."
-            )
+            raise ValueError(f"The character tokenizer does not give one known token per validation character "
+                             f"(missing {unknown!r}): the loss would not be per character.")  # fmt: skip
     tokenizer.save_pretrained(folder)
     return tokenizer
 
 
 def reuse_or_train_tokenizer(folder: Path, stamp: dict, train) -> tuple[object, bool]:
-    """The tokenizer saved in `folder` if it was trained with the settings `stamp`, else `train()`
-    saved there; returns `(tokenizer, reused)`."""
+    """`(tokenizer, reused)`: the one in `folder` if trained with the settings `stamp`, else `train()`'s."""
     from transformers import AutoTokenizer
 
     record = folder / "leaderboard_settings.json"
@@ -322,14 +299,8 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False) -> dict:
-    """`python -m training.train argv` in a fresh process (its output in `run_dir/train.log`).
-
-    With `reuse`, a folder that holds the final metrics of the same command is not run again.
-
-    Returns:
-        `{"status": ok/reused/failed, "returncode", "wall_seconds", "command", "final_metrics",
-        "rows" (metrics.csv), "loadavg_before", "loadavg_after"}`, and "error_tail" when it failed.
-    """
+    """`python -m training.train argv` in a fresh process, logged to `run_dir/train.log` (with `reuse`, a
+    folder holding the same command's final metrics is kept): status ok/reused/failed, metrics, rows."""
     record, final = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json"
     result = {
         "command": shlex.join(["python", "-m", "training.train", *argv]),
@@ -363,21 +334,9 @@ def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bo
     return result
 
 
-def training_fields(metrics: dict) -> dict:
-    """The training part of a fine-tuning row: size, steps, epochs, seconds, budget reached, loss."""
-    return {
-        "num_parameters": metrics["num_parameters"],
-        "train_steps": metrics["train_steps"],
-        "train_epochs": metrics["train_epochs"],
-        "train_seconds": metrics["train_runtime"],
-        "train_budget_reached": metrics["train_budget_reached"],
-        "train_loss": metrics.get("train_loss"),
-    }
-
-
 def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
-    """Run `module`'s `finetune` in this process; the row (`fields`, the training fields, the metrics
-    and the command). A failing entry must not lose the others' results: its row holds the error."""
+    """Run `module`'s `finetune` in this process: the row (`fields`, the training fields, the metrics, the
+    command); a failing entry's row holds the error, so the others' results are kept."""
     import importlib
 
     command = shlex.join(["python", "-m", module, *argv])
@@ -386,8 +345,10 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
     try:
         script = importlib.import_module(module)
         start = time.perf_counter()
-        metrics = script.finetune(*script.parse_args(argv))
-        row.update(training_fields(metrics), total_seconds=time.perf_counter() - start, metrics=metrics)
+        m = script.finetune(*script.parse_args(argv))
+        row.update(num_parameters=m["num_parameters"], train_steps=m["train_steps"], train_epochs=m["train_epochs"],
+                   train_seconds=m["train_runtime"], train_budget_reached=m["train_budget_reached"],
+                   train_loss=m.get("train_loss"), total_seconds=time.perf_counter() - start, metrics=m)  # fmt: skip
     except Exception as err:  # recorded in the row; the board exits 1 after the others
         logger.exception("Entry %s failed.", name)
         row["error"] = repr(err)
@@ -396,8 +357,8 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
 
 
 def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple[object, bool]:
-    """Train (or reuse) the joint byte-level BPE tokenizer (BART's special tokens, `<mask>` included)
-    on both sides of the German-English training pairs; returns `(tokenizer, reused)`."""
+    """Train (or reuse) the joint byte-level BPE tokenizer (BART's specials, `<mask>` included) on both
+    sides of the training pairs; returns `(tokenizer, reused)`."""
     from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
     from training.finetune_translation import (
         TranslationDataArguments,
@@ -410,21 +371,12 @@ def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple
     stamp = {"data_dir": str(Path(data_dir).resolve()), "kind": "byte_bpe", **{k: settings[k] for k in keys}}
 
     def train():
-        data_args = TranslationDataArguments(
-            data_dir=str(data_dir),
-            validation_split="",
-            test_split="",
-            max_train_samples=settings["max_train_samples"],
-        )
+        data_args = TranslationDataArguments(data_dir=str(data_dir), validation_split="", test_split="",
+                                             max_train_samples=settings["max_train_samples"])  # fmt: skip
         pairs = load_translation_dataset(data_args)["train"]
-        tokenizer = train_tokenizer(
-            sides(pairs, "de") + sides(pairs, "en"),
-            kind="byte_bpe",
-            vocab_size=settings["vocab_size"],
-            special_tokens=BART_SPECIAL_TOKENS,
-            model_max_length=settings["max_length"],
-            padding_side="right",
-        )
+        tokenizer = train_tokenizer(sides(pairs, "de") + sides(pairs, "en"), kind="byte_bpe", vocab_size=settings["vocab_size"],
+                                    special_tokens=BART_SPECIAL_TOKENS, model_max_length=settings["max_length"],
+                                    padding_side="right")  # fmt: skip
         ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
         return tokenizer
 
@@ -443,8 +395,7 @@ def command_line(template: str, values: dict, **lists) -> list[str]:
 def _translation_argv(
     template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values
 ):
-    """A `training.finetune_translation` command line: the board's template between the shared head and
-    tail (no validation), then the sample caps."""
+    """A `training.finetune_translation` command line: `template` with the shared head and tail (no validation)."""
     argv = BOARDS["translation"]["argv"]
     values = {
         "logging_steps": 50,
