@@ -467,15 +467,8 @@ def step_rows(rows: list[dict]) -> list[dict]:
 
 
 def probe_timings(rows: list[dict], final_seconds: float, skip: int = 2) -> dict:
-    """Step and evaluation time of a probe run logged every step and evaluated once, at its end.
-
-    The step time is the mean over the steps after the first `skip` (which pay one-off costs); the
-    evaluation time is the time from the last step's row to the end of the run (that evaluation and
-    a checkpoint: a slight overestimate, on the safe side).
-
-    Raises:
-        ValueError: fewer than `skip + 2` logged steps.
-    """
+    """Step time (mean after the first `skip` steps, which pay one-off costs) and evaluation time (last
+    step's row to the run's end: slightly over, on the safe side) of a probe logged every step."""
     logged = step_rows(rows)
     if len(logged) < skip + 2:
         raise ValueError(f"The probe logged {len(logged)} steps; calibration needs at least {skip + 2}.")
@@ -487,26 +480,15 @@ def probe_timings(rows: list[dict], final_seconds: float, skip: int = 2) -> dict
 def calibrate(
     budget_s: float, step_s: float, eval_s: float, evals: int, margin: float = CALIBRATION_MARGIN
 ) -> dict:
-    """The step count that fills `budget_s` with training steps and `evals` evaluations, the
-    evaluations thinned to at most `MAX_EVAL_SHARE` of the budget.
-
-    Returns:
-        `{"max_steps", "eval_every", "warmup_steps", "evals"}`.
-
-    Raises:
-        ValueError: a non-positive budget or step time.
-    """
+    """The `max_steps`, `eval_every`, `warmup_steps` and `evals` that fill `budget_s` with steps and
+    evaluations, the evaluations thinned to at most `MAX_EVAL_SHARE` of the budget."""
     if not budget_s > 0 or not step_s > 0:
         raise ValueError(f"Need a positive budget and step time, got {budget_s!r} s and {step_s!r} s.")
     if eval_s > 0:
         evals = min(evals, max(1, int(MAX_EVAL_SHARE * budget_s / eval_s)))
     max_steps = max(1, int(margin * max(0.0, budget_s - evals * eval_s) / step_s))
-    return {
-        "max_steps": max_steps,
-        "eval_every": max(1, math.ceil(max_steps / evals)),
-        "warmup_steps": min(100, max_steps // 10),
-        "evals": evals,
-    }
+    return {"max_steps": max_steps, "eval_every": max(1, math.ceil(max_steps / evals)),
+            "warmup_steps": min(100, max_steps // 10), "evals": evals}  # fmt: skip
 
 
 def train_seconds(rows: list[dict]) -> float | None:
@@ -530,17 +512,13 @@ def curve(rows: list[dict]) -> dict:
         if row.get("eval_loss") is not None:
             points[int(row["step"])] = (row["seconds"], row["eval_loss"])
     steps = sorted(points)
-    return {
-        "steps": steps,
-        "seconds": [None if points[s][0] is None else round(points[s][0] - origin, 2) for s in steps],
-        "eval_loss": [points[s][1] for s in steps],
-    }
+    return {"steps": steps, "seconds": [None if points[s][0] is None else round(points[s][0] - origin, 2) for s in steps],
+            "eval_loss": [points[s][1] for s in steps]}  # fmt: skip
 
 
 def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
-    """Mean next-token loss over `ids` cut into non-overlapping blocks of `block_size`: the tail that
-    does not fill a block is dropped, tokens 2..T of a block scored given the ones before them (as
-    `training.evaluation.evaluate` does). Returns `{"loss", "scored_tokens", "blocks"}`."""
+    """Mean next-token loss over `ids` in non-overlapping blocks (the tail that fills none dropped), as
+    `training.evaluation.evaluate` scores: `{"loss", "scored_tokens", "blocks"}`."""
     import torch
     import torch.nn.functional as F
 
@@ -563,23 +541,18 @@ def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
 
 
 def score_validation(model_dir: Path, val_ids, block_size: int) -> dict:
-    """Score a run's saved model on the whole validation text (`score_ids`), with its perplexity,
-    bits per character, parameters (None for an n-gram model, which stores counts) and n-grams."""
+    """`score_ids` of a saved model with perplexity, bits per character, parameters (None for an n-gram
+    model, which stores counts) and n-grams."""
     import torch
     from transformers import AutoModelForCausalLM
 
     import hf_lm  # noqa: F401  (registers the Auto classes)
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    result = score_ids(model, val_ids, block_size)
-    num_ngrams = getattr(model.config, "num_ngrams", None)
-    return {
-        **result,
-        "perplexity": math.exp(result["loss"]),
-        "bits_per_character": result["loss"] / math.log(2),
-        "parameters": None if num_ngrams is not None else sum(p.numel() for p in model.parameters()),
-        "ngrams": sum(num_ngrams) if num_ngrams is not None else None,
-    }
+    result, num_ngrams = score_ids(model, val_ids, block_size), getattr(model.config, "num_ngrams", None)
+    return {**result, "perplexity": math.exp(result["loss"]), "bits_per_character": result["loss"] / math.log(2),
+            "parameters": None if num_ngrams is not None else sum(p.numel() for p in model.parameters()),
+            "ngrams": sum(num_ngrams) if num_ngrams is not None else None}  # fmt: skip
 
 
 def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_ids) -> dict:
@@ -598,6 +571,12 @@ def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_
     }  # fmt: skip
 
 
+def _checked(run: dict, run_dir: Path, what: str) -> dict:
+    if run["status"] == "failed":
+        raise RuntimeError(f"{what} exited with {run['returncode']}; see {run_dir / 'train.log'}")
+    return run
+
+
 def lm_ngram(b: Board, name: str, ctx: dict) -> dict:
     """Fit every order and score each; the row is the best order."""
     entry, s, orders = BOARDS["lm"]["entries"][name], b.settings, []
@@ -605,11 +584,7 @@ def lm_ngram(b: Board, name: str, ctx: dict) -> dict:
         run_dir = b.out / "runs" / f"ngram_order{order}"
         argv = train_command(entry, s, ctx["data"], ctx["tokenizer"], run_dir, b.seed, b.smoke,
                              max_steps=1, eval_every=1, warmup_steps=0, ngram_order=order)  # fmt: skip
-        run = train_run(argv, run_dir, s["num_threads"])
-        if run["status"] == "failed":
-            raise RuntimeError(
-                f"the order-{order} fit exited with {run['returncode']}; see {run_dir / 'train.log'}"
-            )
+        run = _checked(train_run(argv, run_dir, s["num_threads"]), run_dir, f"the order-{order} fit")
         fit = NGRAM_FIT_LOG.search((run_dir / "train.log").read_text(errors="replace"))
         scored = score_validation(run_dir / "final", ctx["val_ids"], s["block_size"])
         orders.append({
@@ -630,8 +605,8 @@ def lm_ngram(b: Board, name: str, ctx: dict) -> dict:
 
 
 def lm_trained(b: Board, name: str, ctx: dict) -> dict:
-    """A budgeted entry (probe and calibrate a cosine schedule, or a constant rate stopped by the
-    budget) or nanoGPT's configuration (its fixed iterations); the final model scored."""
+    """A budgeted entry (a probe calibrates a cosine schedule, or a constant rate stopped by the budget) or
+    nanoGPT's configuration (its fixed iterations); the final model scored."""
     entry, s = BOARDS["lm"]["entries"][name], b.settings
     command = functools.partial(
         train_command, entry, s, ctx["data"], ctx["tokenizer"], seed=b.seed, smoke=b.smoke
@@ -650,13 +625,13 @@ def lm_trained(b: Board, name: str, ctx: dict) -> dict:
             "eval_every": plan["eval_every"],
         }
     else:
-        probe_dir = b.out / "runs" / f"{name}_probe"
+        probe_dir, n = b.out / "runs" / f"{name}_probe", s["probe_steps"]
         # the rate only ramps up (a gentle start: the probe measures time, not learning)
-        probe = train_run(command(probe_dir, max_steps=s["probe_steps"], eval_every=s["probe_steps"],
-                                  warmup_steps=s["probe_steps"], lr_scheduler="constant"), probe_dir, s["num_threads"])  # fmt: skip
-        if probe["status"] == "failed":
-            raise RuntimeError(f"the probe exited with {probe['returncode']}; see {probe_dir / 'train.log'}")
-        timings = probe_timings(probe["rows"], probe["final_metrics"]["seconds"])
+        probe = train_run(command(probe_dir, max_steps=n, eval_every=n, warmup_steps=n, lr_scheduler="constant"),
+                          probe_dir, s["num_threads"])  # fmt: skip
+        timings = probe_timings(
+            _checked(probe, probe_dir, "the probe")["rows"], probe["final_metrics"]["seconds"]
+        )
         plan = calibrate(budget, timings["step_seconds"], timings["eval_seconds"], s["evals"])
         logger.info(
             "%s: %.3f s/step, %.2f s/evaluation -> %s",
@@ -670,9 +645,9 @@ def lm_trained(b: Board, name: str, ctx: dict) -> dict:
         plan = {k: plan[k] for k in ("max_steps", "eval_every", "warmup_steps")} | {
             "max_train_seconds": budget
         }
-    run = train_run(command(run_dir, **plan), run_dir, s["num_threads"])
-    if run["status"] == "failed":
-        raise RuntimeError(f"the training run exited with {run['returncode']}; see {run_dir / 'train.log'}")
+    run = _checked(
+        train_run(command(run_dir, **plan), run_dir, s["num_threads"]), run_dir, "the training run"
+    )
     row = _lm_row(b, name, run, run_dir, 64 if entry.kind == "reference" else s["block_size"], ctx["val_ids"])
     if calibration is not None:
         seconds = row["train_seconds"]
