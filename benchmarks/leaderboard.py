@@ -762,8 +762,16 @@ def mask_predict_argv(
     return argv + _sample_caps(s)
 
 
+def metric_fields(board: str, metrics: dict) -> dict:
+    """A row's fields from the fine-tuning metrics (leaderboard.yaml `metrics`: the first key present)."""
+    return {
+        field: next((metrics[k] for k in keys if k in metrics), None)
+        for field, keys in BOARDS[board]["metrics"].items()
+    }
+
+
 def run_translation(b: Board) -> dict:
-    s = b.settings
+    s, references = b.settings, BOARDS["translation"]["references"]
     tokenizer, reused = translation_tokenizer(b.data, s, b.out / "tokenizer")
     rows = []
     for name in b.names:
@@ -771,15 +779,11 @@ def run_translation(b: Board) -> dict:
         argv = translation_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
         row = finetune_row(name, "training.finetune_translation", argv,
                            {"label": entry.label, "family": entry.family, "attention": entry.attention})  # fmt: skip
-        m = row.get("metrics", {})
         row.update(
-            test_bleu_greedy=m.get("test_greedy_bleu", m.get("test_bleu")), test_bleu_beam=m.get("test_bleu"),
-            test_bleu_greedy_lowercase=m.get("test_greedy_bleu_lowercase", m.get("test_bleu_lowercase")),
-            test_bleu_beam_lowercase=m.get("test_bleu_lowercase"), test_loss=m.get("test_loss"),
-            decode_seconds_greedy=m.get("test_greedy_runtime"), decode_seconds_beam=m.get("test_runtime"),
-            test_samples=m.get("test_samples"), bleu_signature=m.get("bleu_signature"),
-            published_bleu=entry.published, target_bleu=entry.target,
-        )  # fmt: skip
+            metric_fields("translation", row.get("metrics", {})),
+            published_bleu=entry.published,
+            target_bleu=entry.target,
+        )
         for decoding in ("greedy", "beam"):  # whether the measured BLEU reaches the target
             value = row[f"test_bleu_{decoding}"]
             row[f"target_met_{decoding}"] = (
@@ -788,13 +792,10 @@ def run_translation(b: Board) -> dict:
         rows.append(row)
     measured = [row for row in rows if "error" not in row]
     bar_chart(
-        b.out / "bleu.png",
-        [translation_label(row, s["cell_type"]) for row in measured],
+        b.out / "bleu.png", [translation_label(row, s["cell_type"]) for row in measured],
         {"greedy": [r["test_bleu_greedy"] for r in measured], f"beam {s['num_beams']}": [r["test_bleu_beam"] for r in measured]},
-        title=f"Multi30k De→En test BLEU, {s['budget_seconds']:g} s training budget per model",
-        ylabel="sacrebleu BLEU",
-        references=[(f"{r['short']} (published)", r["bleu"]) for r in BOARDS["translation"]["references"]],
-        reference_name="bentrevett, 10 epochs (published)",
+        title=f"Multi30k De→En test BLEU, {s['budget_seconds']:g} s training budget per model", ylabel="sacrebleu BLEU",
+        references=[(f"{r['short']} (published)", r["bleu"]) for r in references], reference_name="bentrevett, 10 epochs (published)",
     )  # fmt: skip
     return {
         "task": "Multi30k De->En (test_2016_flickr)", "device": s["device"], "budget_seconds": s["budget_seconds"],
@@ -802,8 +803,7 @@ def run_translation(b: Board) -> dict:
         "train_pairs": measured[0]["metrics"]["train_samples"] if measured else None,
         "test_pairs": measured[0]["test_samples"] if measured else None,
         "tokenizer": {"path": str(b.out / "tokenizer"), "kind": "byte_bpe", "vocab_size": len(tokenizer), "reused": reused},
-        "entries": rows,
-        "references": [{**r, "epochs": 10, "source": BENTREVETT, "published": True} for r in BOARDS["translation"]["references"]],
+        "entries": rows, "references": [{**r, "epochs": 10, "source": BENTREVETT, "published": True} for r in references],
     }  # fmt: skip
 
 
@@ -844,11 +844,10 @@ def mask_predict_decoding(b: Board) -> dict:
         AutoModelForMaskedLM.from_pretrained(final).eval(),
         AutoTokenizer.from_pretrained(final),
     )
-    test = load_translation_dataset(
-        TranslationDataArguments(
-            data_dir=str(b.data), validation_split="", max_test_samples=s["max_test_samples"]
-        )
-    )["test"]
+    data_args = TranslationDataArguments(
+        data_dir=str(b.data), validation_split="", max_test_samples=s["max_test_samples"]
+    )
+    test = load_translation_dataset(data_args)["test"]
     sources, references = sides(test, "de"), sides(test, "en")
     metric, rows = bleu_metric(), []
     for T in s["iterations"]:
@@ -935,9 +934,8 @@ def _encoder_config(config_class, tokenizer, s: dict, **extra):
 
 
 def save_initialization(folder: Path, tokenizer, s: dict, seed: int, objective: str = "mlm") -> int:
-    """Save the seed's fresh model and the tokenizer to `folder`: the masked LM (`scratch` fine-tunes
-    it, MLM pretraining starts from it) or, for "electra", the discriminator (the same encoder with
-    embeddings as wide as the model) and its 1/4-wide generator; returns the parameters."""
+    """Save the seed's fresh masked LM (or ELECTRA's discriminator and 1/4-wide generator) and the
+    tokenizer to `folder`; returns the parameters."""
     import torch
 
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmElectraConfig
@@ -999,8 +997,8 @@ def sst2_finetune_argv(
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
-    """Pretrain with `objective` for `pretrain_seconds` (ELECTRA from its own seeded initialization)
-    into `runs/<objective>_pretrain/`, or reuse a finished one with the same settings; its record."""
+    """Pretrain with `objective` for `pretrain_seconds` into `runs/<objective>_pretrain/` (or reuse one
+    with the same settings); its record."""
     s, tokenizer_dir, init_dir = b.settings, b.out / "tokenizer", b.out / "init"
     if objective == "electra":
         init_dir = b.out / "init_electra"
@@ -1059,9 +1057,7 @@ def run_sst2(b: Board) -> dict:
             argv,
             {"label": entries[name].label, "pretrained": bool(objective)},
         )
-        m = row.get("metrics", {})
-        row.update(dev_accuracy=m.get("eval_accuracy"), test_accuracy=m.get("test_accuracy"), test_f1=m.get("test_f1"),
-                   dev_samples=m.get("eval_samples"), test_samples=m.get("test_samples"))  # fmt: skip
+        row.update(metric_fields("sst2", row.get("metrics", {})))
         rows.append(row)
     measured = [row for row in rows if "error" not in row]
     bar_chart(
@@ -1137,13 +1133,8 @@ def variant_config(
 
 
 def forward_flops_per_token(config, context: int) -> int:
-    """Forward FLOPs per token of a GPT config, Narang et al.'s "Ops" column in per-token form.
-
-    2 FLOPs per multiply-add of every weight matrix a token goes through (attention projections,
-    feed-forward, router, LM head; embeddings are lookups): with a mixture of experts only the k
-    experts it is routed to count. Plus attention itself, 2 * 2 * heads * head_dim FLOPs per key for
-    scores and values, over the (context + 1) / 2 keys a causal token sees on average.
-    """
+    """Forward FLOPs per token (Narang et al.'s "Ops"): 2 per multiply-add of each weight matrix a token
+    meets (only its k routed experts), plus attention's 4 * width per key over (context + 1) / 2 keys."""
     import torch
     from torch import nn
 
@@ -1206,12 +1197,9 @@ def variant_argv(
 
 
 def read_run(out: Path, early_step: int) -> dict:
-    """One finished run's numbers: final and early validation loss, median step time, steps and
-    parameters (counted in the saved weights: tied and shared tensors once).
-
-    The step time is the median over logging intervals that hold no evaluation (the loop records
-    `seconds` before it evaluates, so an interval starting at an evaluation step holds it).
-    """
+    """A finished run's final and early validation loss, steps, parameters (in the saved weights: tied
+    tensors once) and median step time over the logging intervals holding no evaluation (the loop
+    records `seconds` before it evaluates, so an interval starting at an evaluation step holds it)."""
     from safetensors import safe_open
 
     final = json.loads((out / "final_metrics.json").read_text())
