@@ -1469,6 +1469,11 @@ def board_table(board: str, table: str, rows: list[dict], drop=(), **context) ->
     return markdown_table([c[0] for c in columns], body, align=align)
 
 
+def prose(board: str, name: str, **values) -> str:
+    """A paragraph of leaderboard.yaml's `<board>.prose`, formatted with `values`."""
+    return BOARDS[board]["prose"][name].format(**values)
+
+
 def _title(text: str, result: dict) -> list[str]:
     return [f"# {text}{' (smoke run)' if result.get('smoke') else ''}", ""]
 
@@ -1520,13 +1525,14 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
     lines = _title("Language-modeling leaderboard: Tiny Shakespeare, character level", result) + [
         f"Generated {result.get('created', result.get('started'))} by `{result['command']}`.",
         "",
-        f"- Data: `{data['source']}` ({data['characters']:,} characters), nanoGPT's split: first "
-        f"{data['train_characters']:,} train, last {data['val_characters']:,} validate; one character vocabulary of "
-        f"{data['vocab_size']} tokens (the characters plus `<|endoftext|>` and `<|pad|>`).",
-        f"- Budget: {s['budget_seconds']:g} s of training per neural entry (the nanoGPT row runs its "
-        f"{s['nanogpt_iters']:,} iterations; the n-gram is fitted); schedule: {result['schedule']}"
-        + (" (step count calibrated by a probe run)" if result["schedule"] == "cosine" else "")
-        + f"; seed {result['seed']}.",
+        prose("lm", "data", data=data),
+        prose(
+            "lm",
+            "budget",
+            s=s,
+            r=result,
+            probe=" (step count calibrated by a probe run)" * (result["schedule"] == "cosine"),
+        ),
         f"- {hardware_line(result)}",
         *[f"- {note}" for note in result.get("notes", [])],  # e.g. a row re-run later, and why
         "",
@@ -1559,24 +1565,26 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
               "test_bleu_greedy": ref["bleu"]} for ref in result["references"]]  # fmt: skip
     device = f" Device: {result['device']} (preset `{result['preset']}`)." if "device" in result else ""
     return _title("Multi30k De→En translation leaderboard", result) + [
-        f"Every model trained from scratch on {result['train_pairs']:,} training pairs for at most "
-        f"**{s['budget_seconds']:g} s** of wall-clock training or {s['max_epochs']:g} epochs, whichever came first; "
-        f"test BLEU (sacrebleu corpus BLEU, 13a, cased) on {result['test_pairs']:,} test_2016_flickr pairs, greedy "
-        f"and beam {beams}. One joint byte-level BPE tokenizer ({result['tokenizer']['vocab_size']:,} tokens) for all. "
-        f"RNN entries: {cell.upper()} cells.{device}",
+        prose("translation", "intro", s=s, r=result, cell=cell.upper(), device=device),
         "",
         settings_line(result),
         "",
         board_table("translation", "main", rows, beams=beams),
         "",
-        "Published rows: bentrevett's 10-epoch test BLEU, with their own tokenization and BLEU: indicative only. "
-        "The target: the Transformer at test BLEU ≥ 37 within 10 minutes of training on one GPU.",
+        prose("translation", "published"),
         "",
         *_images(folder, ("bleu.png", "test BLEU per model")),
         hardware_line(result),
         "",
         *_commands(result),
     ]
+
+
+def _pretraining_note(name: str, run: dict | None, s: dict) -> str:
+    if not run:
+        return ""
+    accuracy = {key: _pct(run.get(f"eval_{key}")) for key in ("mlm_accuracy", "disc_accuracy")}
+    return prose("sst2", name, s=s, run=run, space=" ", **accuracy)
 
 
 def sst2_markdown(result: dict, folder: Path) -> list[str]:
@@ -1589,23 +1597,10 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
         rows.append({**row, "source": "measured", "pretraining": pretrained})
     rows += [{"label": ref["model"], "source": "published, not measured here", "test_accuracy": f"≈{_pct(ref['accuracy'])}"}
              for ref in result["references"]]  # fmt: skip
-    electra = pretrainings.get("electra")
     plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
     return _title("SST-2 leaderboard", result) + [
-        f"A BERT-style encoder ({plural(s['num_layers'], 'layer')}, width {s['hidden_size']}, "
-        f"{plural(s['num_heads'], 'head')}, feed-forward {s['intermediate_size']}; "
-        f"{result['tokenizer']['vocab_size']:,}-token WordPiece) fine-tuned on {result['train_examples']:,} SST-2 "
-        f"training phrases for at most **{s['budget_seconds']:g} s** of wall-clock training or {s['max_epochs']:g} "
-        f"epochs, from scratch or after masked-LM pretraining on the {result['pretraining_sentences']:,} distinct "
-        "training phrases"
-        + (f" ({pre['steps']:,} steps in {pre['seconds']:.0f} s, budget {s['pretrain_seconds']:g} s; held-out "
-           f"masked-token accuracy {_pct(pre.get('eval_mlm_accuracy'))}%)" if pre else "")
-        + (f"; the ELECTRA entry was pretrained for the same wall-clock budget by replaced-token detection "
-           f"({electra['steps']:,} steps in {electra['seconds']:.0f} s; held-out discriminator accuracy "
-           f"{_pct(electra.get('eval_disc_accuracy'))}%, generator masked-token accuracy "
-           f"{_pct(electra.get('eval_mlm_accuracy'))}%)" if electra else "")
-        + f". Accuracy on the validation split ({result['dev_examples']:,} phrases) and the test split "
-        f"({result['test_examples']:,} GLUE dev sentences).",
+        prose("sst2", "intro", s=s, r=result, layers=plural(s["num_layers"], "layer"), heads=plural(s["num_heads"], "head"),
+              mlm=_pretraining_note("mlm", pre, s), electra=_pretraining_note("electra", pretrainings.get("electra"), s)),
         "",
         board_table("sst2", "main", rows),
         "",
@@ -1619,28 +1614,12 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
 def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
     s, (ar, mp), decoded = result["settings"], result["entries"], result["mask_predict"]
     m = ar["metrics"]
-    rows = [
-        {
-            **ar,
-            "decoding": "greedy",
-            "bleu": m.get("test_greedy_bleu"),
-            "seconds": m.get("test_greedy_runtime"),
-        },
-        {
-            **ar,
-            "decoding": f"beam {s['num_beams']}",
-            "bleu": m.get("test_bleu"),
-            "seconds": m.get("test_runtime"),
-        },
-    ]
+    rows = [{**ar, "decoding": "greedy", "bleu": m.get("test_greedy_bleu"), "seconds": m.get("test_greedy_runtime")},
+            {**ar, "decoding": f"beam {s['num_beams']}", "bleu": m.get("test_bleu"), "seconds": m.get("test_runtime")}]  # fmt: skip
     rows += [{**mp, "decoding": f"Mask-Predict T = {r['iterations']}, ℓ = {s['length_beam']}", "bleu": r["test_bleu"],
               "seconds": r["decode_seconds"]} for r in decoded["by_iterations"]]  # fmt: skip
     lines = _title("Mask-Predict vs autoregressive, Multi30k De→En", result) + [
-        f"Both models trained from scratch for at most {s['budget_seconds']:.0f} s of wall-clock training each "
-        f"({s['num_layers']}+{s['num_layers']} layers, width {s['hidden_size']}, batch {s['batch_size']}, same "
-        f"tokenizer of {s['vocab_size']} tokens), no distillation. Absolute BLEU is low; the point is the curve over T "
-        f"and the comparison at equal training time. Test: {decoded['test_samples']} test_2016_flickr pairs, "
-        "sacrebleu corpus BLEU (13a, cased).",
+        prose("mask_predict", "intro", s=s, d=decoded),
         "",
         board_table("mask_predict", "main", rows),
         "",
@@ -1650,9 +1629,7 @@ def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
         lines += [
             "## Mask-Predict trace: one test sentence", "", f"Source: {decoded['trace_source']}", "",
             f"Reference: {decoded['trace_reference']}", "",
-            f"Predicted length: {decoded['trace_length']} tokens; T = {decoded['trace_iterations']}. Tokens in brackets "
-            "were masked at the input of that iteration and re-predicted (iteration 0: all of them; then the "
-            "n = L·(T−t)/T least confident).",
+            prose("mask_predict", "trace", d=decoded),
             "", board_table("mask_predict", "trace", decoded["trace"]), "", *_images(folder, ("trace.png", "trace")),
         ]  # fmt: skip
     return lines + [hardware_line(result), "", *_commands(result)]
