@@ -1034,29 +1034,20 @@ def run_sst2(b: Board) -> dict:
     from training.finetune_classification import ClassificationDataArguments, load_classification_dataset
 
     s, entries = b.settings, BOARDS["sst2"]["entries"]
-    raw = load_classification_dataset(
-        ClassificationDataArguments(data_dir=str(b.data), max_train_samples=s["max_train_samples"])
-    )
-    sentences = list(
-        dict.fromkeys(t for t in (text.strip() for text in raw["train"]["sentence"]) if t)
-    )  # labels unused
+    data_args = ClassificationDataArguments(data_dir=str(b.data), max_train_samples=s["max_train_samples"])
+    raw = load_classification_dataset(data_args)["train"]["sentence"]  # labels unused
+    sentences = list(dict.fromkeys(t for t in (text.strip() for text in raw) if t))
     tokenizer, reused = sst2_tokenizer(sentences, s, b.data, b.out / "tokenizer")
     num_parameters = save_initialization(b.out / "init", tokenizer, s, b.seed)
     objectives = dict.fromkeys(entries[name].pretraining for name in b.names if entries[name].pretraining)
-    pretrainings = {
-        objective: sst2_pretraining(b, objective, sentences, tokenizer) for objective in objectives
-    }
+    pretrainings = {obj: sst2_pretraining(b, obj, sentences, tokenizer) for obj in objectives}
     rows = []
     for name in b.names:
         objective = entries[name].pretraining
         start = b.out / "runs" / f"{objective}_pretrain" / "final" if objective else b.out / "init"
         argv = sst2_finetune_argv(name, s, b.data, start, b.out / "tokenizer", b.out / "runs" / name, b.seed)
-        row = finetune_row(
-            name,
-            "training.finetune_classification",
-            argv,
-            {"label": entries[name].label, "pretrained": bool(objective)},
-        )
+        fields = {"label": entries[name].label, "pretrained": bool(objective)}
+        row = finetune_row(name, "training.finetune_classification", argv, fields)
         row.update(metric_fields("sst2", row.get("metrics", {})))
         rows.append(row)
     measured = [row for row in rows if "error" not in row]
@@ -1101,10 +1092,8 @@ class ModelSize:
 
 
 def model_size(s: dict) -> ModelSize:
-    hidden = s["hidden_size"]
-    return ModelSize(
-        hidden, s["num_hidden_layers"], s["num_attention_heads"], s.get("intermediate_size") or 4 * hidden
-    )
+    hidden, intermediate = s["hidden_size"], s.get("intermediate_size") or 4 * s["hidden_size"]
+    return ModelSize(hidden, s["num_hidden_layers"], s["num_attention_heads"], intermediate)
 
 
 def variant_fields(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> dict:
@@ -1119,9 +1108,7 @@ def variant_fields(variant: SimpleNamespace, size: ModelSize, match_glu: bool = 
     return {**BASELINE, "intermediate_size": size.intermediate_size, **fields}
 
 
-def variant_config(
-    variant: SimpleNamespace, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True
-):
+def variant_config(variant, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True):
     """The `HfLmGPTConfig` `training.train` builds for this variant (special tokens aside)."""
     from hf_lm import HfLmGPTConfig
 
@@ -1172,25 +1159,11 @@ def variant_flags(variant: SimpleNamespace, size: ModelSize, match_glu: bool = T
 
 
 def variant_argv(
-    s: dict,
-    variant: SimpleNamespace,
-    seed: int,
-    data: dict,
-    tokenizer_dir: Path,
-    out: Path,
-    early_step: int,
-    log_every: int,
+    s: dict, variant, seed: int, data: dict, tokenizer_dir: Path, out: Path, early_step: int, log_every: int
 ) -> list[str]:
     """The `training.train` arguments of one (variant, seed) run; it evaluates at `early_step` for the early loss."""
-    values = {
-        **s,
-        **data,
-        "tokenizer_dir": tokenizer_dir,
-        "seed": seed,
-        "early_step": early_step,
-        "log_every": log_every,
-    }
-    argv = command_line(BOARDS["ablations"]["argv"], {**values, "out": out})
+    values = {**s, **data, "tokenizer_dir": tokenizer_dir, "seed": seed, "early_step": early_step}
+    argv = command_line(BOARDS["ablations"]["argv"], {**values, "log_every": log_every, "out": out})
     for key in ("eval_batches", "max_train_seconds"):
         argv += [f"--{key}", str(s[key])] if s[key] is not None else []
     return argv + variant_flags(variant, model_size(s), s.get("match_glu_params", True))
@@ -1207,11 +1180,8 @@ def read_run(out: Path, early_step: int) -> dict:
     evals = [r for r in rows if r.get("eval_loss") is not None]
     eval_steps = [int(r["step"]) for r in evals]
     early = next((r for r in evals if r["step"] >= early_step), None)  # a capped run may stop before it
-    logged = [
-        (int(r["step"]), r["seconds"])
-        for r in rows
-        if r.get("loss") is not None and r.get("seconds") is not None
-    ]
+    timed = [r for r in rows if r.get("loss") is not None and r.get("seconds") is not None]
+    logged = [(int(r["step"]), r["seconds"]) for r in timed]
     per_step = [
         (t1 - t0) / (s1 - s0)
         for (s0, t0), (s1, t1) in zip(logged, logged[1:])
@@ -1234,11 +1204,8 @@ def mean_std(values: list) -> dict:
     present = [v for v in values if v is not None and math.isfinite(v)]
     if not present:
         return {"mean": None, "std": None, "n": 0}
-    return {
-        "mean": statistics.fmean(present),
-        "std": statistics.stdev(present) if len(present) > 1 else None,
-        "n": len(present),
-    }
+    std = statistics.stdev(present) if len(present) > 1 else None
+    return {"mean": statistics.fmean(present), "std": std, "n": len(present)}
 
 
 def run_grid(jobs: list[tuple], s: dict) -> list[dict]:
@@ -1279,12 +1246,8 @@ def run_ablations(b: Board) -> dict:
     early_step = max(1, round(s["max_steps"] * s["early_fraction"]))
     # at most every 10 steps, and at least 5 logs before the early evaluation, so steps can be timed
     log_every = s["log_every"] or max(1, min(10, early_step // 5))
-    jobs = [
-        (name, seed, out, variant_argv(s, variant, seed, data, tokenizer_dir, out, early_step, log_every))
-        for name, variant in variants.items()
-        for seed in s["seeds"]
-        for out in [b.out / "runs" / name / f"seed{seed}"]
-    ]
+    jobs = [(name, seed, out, variant_argv(s, variant, seed, data, tokenizer_dir, out, early_step, log_every))
+            for name, variant in variants.items() for seed in s["seeds"] for out in [b.out / "runs" / name / f"seed{seed}"]]  # fmt: skip
     runs = run_grid(jobs, s)
     rows = []
     for name, variant in variants.items():
