@@ -1301,9 +1301,8 @@ def plot_ablations(rows: list[dict], path: Path, title: str) -> None:
 
 
 def extrapolation_scores(folder: Path, stream, block_size: int) -> dict:
-    """Perplexity of the model saved in `folder` on the token `stream`: non-overlapping windows of
-    each multiple of `block_size` ("refuses" and the error when the model will not take them),
-    and a sliding window of `block_size` tokens, stride `block_size / 2`."""
+    """Perplexity on `stream` in windows of each multiple of `block_size` ("refuses" where the model will
+    not take them) and in a sliding window of `block_size`, stride `block_size / 2`."""
     from hf_lm import HfLmGPTForCausalLM
     from hf_lm.metrics.sliding_window import sliding_window_perplexity
 
@@ -1313,11 +1312,7 @@ def extrapolation_scores(folder: Path, stream, block_size: int) -> dict:
         length = m * block_size
         try:
             scored = sliding_window_perplexity(model, stream, length, stride=length, batch_size=8)
-            result["lengths"][str(m)] = {
-                "length": length,
-                "perplexity": scored["perplexity"],
-                "n_tokens": scored["n_tokens"],
-            }
+            result["lengths"][str(m)] = {"length": length, "perplexity": scored["perplexity"], "n_tokens": scored["n_tokens"]}  # fmt: skip
         except ValueError as e:  # learned positions beyond their table
             result["lengths"][str(m)] = {"length": length, "refuses": str(e)}
     sliding = sliding_window_perplexity(model, stream, block_size, stride=block_size // 2, batch_size=8)
@@ -1335,9 +1330,7 @@ def run_length_extrapolation(b: Board) -> dict:
     variants = {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
     if "xpos" in variants:
         xpos = variants["xpos"]
-        variants["xpos"] = SimpleNamespace(
-            **{**vars(xpos), "fields": {**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}}
-        )
+        variants["xpos"] = SimpleNamespace(**{**vars(xpos), "fields": {**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}})  # fmt: skip
     for variant in variants.values():  # every scheme must build before training starts
         variant_config(variant, size, vocab_size, s["block_size"])
     early_step, log_every = max(1, round(s["max_steps"] * 0.5)), max(1, min(10, s["max_steps"] // 10))
@@ -1388,10 +1381,7 @@ def plot_length_extrapolation(rows: list[dict], block_size: int, path: Path, tit
     ax.set_yscale("log")
     ax.set_xticks([m * block_size for m in MULTIPLIERS], [str(m * block_size) for m in MULTIPLIERS])
     ax.axvline(block_size, color="grey", linewidth=0.8, linestyle=":")
-    ax.set(
-        xlabel=f"evaluation length (tokens; trained at L = {block_size})",
-        ylabel="validation perplexity (per character)",
-    )
+    ax.set(xlabel=f"evaluation length (tokens; trained at L = {block_size})", ylabel="validation perplexity (per character)")  # fmt: skip
     ax.set_title(title, fontsize=10)
     _save(plt, fig, ax, path, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
