@@ -414,17 +414,8 @@ def _sample_caps(s: dict, keys=("max_train_samples", "max_eval_samples", "max_te
     return [arg for key in keys if s.get(key) is not None for arg in (f"--{key}", str(s[key]))]
 
 
-@dataclass
-class Board:
-    """One run of a board: its parsed command line and the folder it writes."""
-
-    name: str
-    names: list[str]
-    settings: dict
-    data: Path
-    out: Path
-    seed: int
-    smoke: bool
+# one run of a board: its parsed command line (`parse_args`), the board as `name`, its folder as `out`
+Board = argparse.Namespace
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1679,50 +1670,41 @@ def failures(result: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> dict:
     """Run one board; returns what its results.json holds (exit 1 after writing it if an entry failed)."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    args = parse_args(argv)
-    entries = BOARDS[args.board]["entries"]
-    if args.list:  # the board's entries: their kind or component, what they are
-        for name, e in entries.items():
+    b = parse_args(argv)
+    if b.list:  # the board's entries: their kind or component, what they are
+        for name, e in BOARDS[b.board]["entries"].items():
             what = getattr(e, "description", getattr(e, "label", e))
             extra = e.fields if hasattr(e, "fields") else " ".join(getattr(e, "model_args", ()))
             sys.stdout.write(
                 f"{name:22s} {getattr(e, 'component', getattr(e, 'kind', ''))}: {what} {extra}\n"
             )
         return {}
-    s = args.settings
-    if s.get("num_threads") and args.board in (
-        "translation",
-        "sst2",
-        "mask_predict",
-    ):  # they train in this process
+    s, b.name, b.out = b.settings, b.board, b.output_dir
+    if s.get("num_threads") and b.board in ("translation", "sst2", "mask_predict"):  # trained in this process
         import torch
 
         torch.set_num_threads(s["num_threads"])
-    board = Board(args.board, args.names, s, args.data, args.output_dir, args.seed, args.smoke)
-    board.out.mkdir(parents=True, exist_ok=True)
+    b.out.mkdir(parents=True, exist_ok=True)
     start, started = (
         time.perf_counter(),
         datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     )
-    logger.info("%s: entries %s, preset %s, under %s", args.board, args.names, args.preset, board.out)
-    result = {
-        "kind": "leaderboard", "board": args.board, "preset": args.preset, "smoke": args.smoke, "seed": args.seed,
-        "settings": s, "started": started, "command": shlex.join(["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)]),
-        "hardware": hardware(s.get("num_threads")), "git_revision": git_revision(),
-    }  # fmt: skip
-    if (
-        s.get("device") == "cpu" and result["hardware"]["gpu"]
-    ):  # a GPU this run did not use is not its hardware
-        result["hardware"]["gpu_present_unused"], result["hardware"]["gpu"] = result["hardware"]["gpu"], None
+    logger.info("%s: entries %s, preset %s, under %s", b.board, b.names, b.preset, b.out)
+    command = shlex.join(
+        ["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)]
+    )
+    result = {"kind": "leaderboard", "board": b.board, "preset": b.preset, "smoke": b.smoke, "seed": b.seed, "settings": s,
+              "started": started, "command": command, "hardware": hardware(s.get("num_threads")), "git_revision": git_revision()}  # fmt: skip
+    hw = result["hardware"]
+    if s.get("device") == "cpu" and hw["gpu"]:  # a GPU this run did not use is not its hardware
+        hw["gpu_present_unused"], hw["gpu"] = hw["gpu"], None
     if "jobs" in s:
-        result["hardware"]["concurrent_runs"] = s["jobs"]
-    result.update(RUNNERS[args.board][0](board))
-    result["hardware"]["loadavg_end"] = load_average()
-    result["total_seconds"] = time.perf_counter() - start
-    readme = write_results(board.out, result)
-    logger.info("Wrote %s", readme)
+        hw["concurrent_runs"] = s["jobs"]
+    result.update(RUNNERS[b.board][0](b))
+    hw["loadavg_end"], result["total_seconds"] = load_average(), time.perf_counter() - start
+    logger.info("Wrote %s", write_results(b.out, result))
     if failures(result):
-        raise SystemExit(f"Failed: {failures(result)}; see the log and {board.out / 'results.json'}.")
+        raise SystemExit(f"Failed: {failures(result)}; see the log and {b.out / 'results.json'}.")
     return result
 
 
