@@ -1422,25 +1422,20 @@ def _title(text: str, result: dict) -> list[str]:
     return [f"# {text}{' (smoke run)' if result.get('smoke') else ''}", ""]
 
 
-def _images(folder: Path, *images: tuple[str, str]) -> list[str]:
-    """Links to the plots that are in the folder (a re-run of a subset may have written none)."""
-    return [
-        line for name, alt in images if (Path(folder) / name).exists() for line in (f"![{alt}]({name})", "")
-    ]
+def _images(folder: Path, image: tuple[str, str]) -> list[str]:
+    """The link to a plot if it is in the folder (a re-run of a subset may have written none)."""
+    name, alt = image
+    return [f"![{alt}]({name})", ""] if (Path(folder) / name).exists() else []
 
 
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
-    threads, cores = (
-        hw.get("torch_threads_per_run", hw.get("torch_threads")),
+    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
+    cores, gpu = (
         hw.get("cores_available", hw.get("usable_cores")),
+        f", GPU {hw['gpu']}" if hw.get("gpu") else "",
     )
-    gpu = f", GPU {hw['gpu']}" if hw.get("gpu") else ""
-    started = (
-        f" Started {result['started']}, {result['total_seconds']:.0f} s in all."
-        if "started" in result
-        else ""
-    )
+    started = f" Started {result['started']}, {result['total_seconds']:.0f} s in all." if "started" in result else ""  # fmt: skip
     return (f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads{gpu}; torch {hw['torch']}, "
             f"transformers {hw['transformers']}. Seed {result.get('seed', 0)}.{started}")  # fmt: skip
 
@@ -1457,6 +1452,15 @@ def _commands(result: dict, extra=()) -> list[str]:
     return ["## Commands", "", "```", *commands, "```", ""]
 
 
+def page(title: str, result: dict, folder: Path, *items, tail: bool = True, extra=()) -> list[str]:
+    """A README: the title, then each item (a paragraph or table, a blank line after it; a
+    `(png, alt)` tuple: the image if it is in the folder), then the hardware and the commands."""
+    lines = _title(title, result)
+    for item in items:
+        lines += _images(folder, item) if isinstance(item, tuple) else [item, ""]
+    return lines + ([hardware_line(result), "", *_commands(result, extra)] if tail else [])
+
+
 def lm_markdown(result: dict, folder: Path) -> list[str]:
     s, data, ref = result["settings"], result["data"], NANOGPT_REFERENCE
     rows = [r if "error" in r else {
@@ -1466,39 +1470,22 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
         for r in result["entries"]]  # fmt: skip
     rows.append({**ref, "size": f"~{ref['parameters'] / 1e6:.2f}M", "time": f"~{ref['train_seconds']:.0f}",
                  "val_loss": f"{ref['val_loss']:.2f}"})  # fmt: skip
-    lines = _title("Language-modeling leaderboard: Tiny Shakespeare, character level", result) + [
+    probe = " (step count calibrated by a probe run)" * (result["schedule"] == "cosine")
+    notes = [f"- {note}" for note in result.get("notes", [])]  # e.g. a row re-run later, and why
+    orders = [text for r in result["entries"] if r.get("kind") == "ngram" and "orders" in r
+              for text in (f"## n-gram by order (best: {r['best_order']})", board_table("lm", "orders", r["orders"]))]  # fmt: skip
+    return page(
+        "Language-modeling leaderboard: Tiny Shakespeare, character level", result, folder,
         f"Generated {result.get('created', result.get('started'))} by `{result['command']}`.",
-        "",
-        prose("lm", "data", data=data),
-        prose(
-            "lm",
-            "budget",
-            s=s,
-            r=result,
-            probe=" (step count calibrated by a probe run)" * (result["schedule"] == "cosine"),
-        ),
-        f"- {hardware_line(result)}",
-        *[f"- {note}" for note in result.get("notes", [])],  # e.g. a row re-run later, and why
-        "",
-        board_table("lm", "main", rows),
-    ]
-    for row in (r for r in result["entries"] if r.get("kind") == "ngram" and "orders" in r):
-        lines += [
-            "",
-            f"## n-gram by order (best: {row['best_order']})",
-            "",
-            board_table("lm", "orders", row["orders"]),
-        ]
-    return (
-        lines
-        + [""]
-        + _images(folder, ("val_loss.png", "validation loss"), ("loss_curves.png", "validation curves"))
-    )
+        "\n".join([prose("lm", "data", data=data), prose("lm", "budget", s=s, r=result, probe=probe),
+                   f"- {hardware_line(result)}", *notes]),
+        board_table("lm", "main", rows), *orders,
+        ("val_loss.png", "validation loss"), ("loss_curves.png", "validation curves"), tail=False,
+    )  # fmt: skip
 
 
 def translation_markdown(result: dict, folder: Path) -> list[str]:
-    s, cell, beams = result["settings"], result["cell_type"], result["settings"]["num_beams"]
-    rows = []
+    s, cell, rows = result["settings"], result["cell_type"], []
     for row in result["entries"]:
         met = [
             "—" if m is None else fmt(m) for m in (row.get("target_met_greedy"), row.get("target_met_beam"))
@@ -1508,20 +1495,12 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
     rows += [{"label": f"{ref['model']} (bentrevett)", "source": "published, not measured here", "train_epochs": "10",
               "test_bleu_greedy": ref["bleu"]} for ref in result["references"]]  # fmt: skip
     device = f" Device: {result['device']} (preset `{result['preset']}`)." if "device" in result else ""
-    return _title("Multi30k De→En translation leaderboard", result) + [
-        prose("translation", "intro", s=s, r=result, cell=cell.upper(), device=device),
-        "",
-        settings_line(result),
-        "",
-        board_table("translation", "main", rows, beams=beams),
-        "",
-        prose("translation", "published"),
-        "",
-        *_images(folder, ("bleu.png", "test BLEU per model")),
-        hardware_line(result),
-        "",
-        *_commands(result),
-    ]
+    return page(
+        "Multi30k De→En translation leaderboard", result, folder,
+        prose("translation", "intro", s=s, r=result, cell=cell.upper(), device=device), settings_line(result),
+        board_table("translation", "main", rows, beams=s["num_beams"]), prose("translation", "published"),
+        ("bleu.png", "test BLEU per model"),
+    )  # fmt: skip
 
 
 def _pretraining_note(name: str, run: dict | None, s: dict) -> str:
@@ -1542,17 +1521,13 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
     rows += [{"label": ref["model"], "source": "published, not measured here", "test_accuracy": f"≈{_pct(ref['accuracy'])}"}
              for ref in result["references"]]  # fmt: skip
     plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
-    return _title("SST-2 leaderboard", result) + [
+    return page(
+        "SST-2 leaderboard", result, folder,
         prose("sst2", "intro", s=s, r=result, layers=plural(s["num_layers"], "layer"), heads=plural(s["num_heads"], "head"),
               mlm=_pretraining_note("mlm", pre, s), electra=_pretraining_note("electra", pretrainings.get("electra"), s)),
-        "",
-        board_table("sst2", "main", rows),
-        "",
-        *_images(folder, ("accuracy.png", "dev and test accuracy per model")),
-        hardware_line(result),
-        "",
-        *_commands(result, [f"{name} pretraining: {run['command']}" for name, run in pretrainings.items()]),
-    ]  # fmt: skip
+        board_table("sst2", "main", rows), ("accuracy.png", "dev and test accuracy per model"),
+        extra=[f"{name} pretraining: {run['command']}" for name, run in pretrainings.items()],
+    )  # fmt: skip
 
 
 def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
@@ -1562,21 +1537,15 @@ def mask_predict_markdown(result: dict, folder: Path) -> list[str]:
             {**ar, "decoding": f"beam {s['num_beams']}", "bleu": m.get("test_bleu"), "seconds": m.get("test_runtime")}]  # fmt: skip
     rows += [{**mp, "decoding": f"Mask-Predict T = {r['iterations']}, ℓ = {s['length_beam']}", "bleu": r["test_bleu"],
               "seconds": r["decode_seconds"]} for r in decoded["by_iterations"]]  # fmt: skip
-    lines = _title("Mask-Predict vs autoregressive, Multi30k De→En", result) + [
-        prose("mask_predict", "intro", s=s, d=decoded),
-        "",
-        board_table("mask_predict", "main", rows),
-        "",
-        *_images(folder, ("bleu_vs_iterations.png", "BLEU against iterations")),
-    ]  # fmt: skip
-    if decoded.get("trace"):
-        lines += [
-            "## Mask-Predict trace: one test sentence", "", f"Source: {decoded['trace_source']}", "",
-            f"Reference: {decoded['trace_reference']}", "",
-            prose("mask_predict", "trace", d=decoded),
-            "", board_table("mask_predict", "trace", decoded["trace"]), "", *_images(folder, ("trace.png", "trace")),
-        ]  # fmt: skip
-    return lines + [hardware_line(result), "", *_commands(result)]
+    trace = [
+        "## Mask-Predict trace: one test sentence", f"Source: {decoded['trace_source']}",
+        f"Reference: {decoded['trace_reference']}", prose("mask_predict", "trace", d=decoded),
+        board_table("mask_predict", "trace", decoded["trace"]), ("trace.png", "trace"),
+    ] if decoded.get("trace") else []  # fmt: skip
+    return page(
+        "Mask-Predict vs autoregressive, Multi30k De→En", result, folder, prose("mask_predict", "intro", s=s, d=decoded),
+        board_table("mask_predict", "main", rows), ("bleu_vs_iterations.png", "BLEU against iterations"), *trace,
+    )  # fmt: skip
 
 
 def ablations_title(result: dict) -> str:
@@ -1601,15 +1570,14 @@ def ablations_markdown(result: dict, folder: Path) -> list[str]:
         })  # fmt: skip
     drop = () if any(r.get("flops_per_token") for r in result["variants"]) else ("flops_per_token",)
     threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
-    return _title("GPT-style ablations on Tiny Shakespeare (character level)", result) + [
+    return page(
+        "GPT-style ablations on Tiny Shakespeare (character level)", result, folder,
         f"{ablations_title(result)}; mean ± std across seeds. Validation loss in nats per character; step time is the "
         f"median training step on {hw['cpu_model']} with {threads} thread(s) per run, {hw['concurrent_runs']} run(s) "
         "at a time.",
-        "",
         board_table("ablations", "main", rows, drop=drop, early=result["budget"]["early_loss_step"]),
-        "",
-        *_images(folder, ("ablations.png", "final validation loss per variant")),
-    ]
+        ("ablations.png", "final validation loss per variant"), tail=False,
+    )  # fmt: skip
 
 
 def extrapolation_title(result: dict) -> str:
@@ -1622,17 +1590,15 @@ def length_extrapolation_markdown(result: dict, folder: Path) -> list[str]:
     L, rows = result["block_size"], []
     for r in result["schemes"]:
         scores = {str(m): {"perplexity": "failed"} for m in MULTIPLIERS} | r.get("lengths", {})
-        cells = {
-            f"x{m}": "refuses" if "refuses" in scores[str(m)] else scores[str(m)]["perplexity"]
-            for m in MULTIPLIERS
-        }
+        cells = {f"x{m}": "refuses" if "refuses" in scores[str(m)] else scores[str(m)]["perplexity"] for m in MULTIPLIERS}  # fmt: skip
         rows.append({**cells, "label": r["scheme"], "sliding": r["sliding"]["perplexity"] if "lengths" in r else "failed",
                      "steps": str(r["steps"]) if "lengths" in r else "-"})  # fmt: skip
     lengths = {f"L{m}": m * L for m in MULTIPLIERS}
-    return _title("Length extrapolation", result) + [
-        f"{extrapolation_title(result)}.", "", board_table("length_extrapolation", "main", rows, L=L, half=L // 2, **lengths), "",
-        *_images(folder, ("length_extrapolation.png", "perplexity against evaluation length")),
-    ]  # fmt: skip
+    return page(
+        "Length extrapolation", result, folder, f"{extrapolation_title(result)}.",
+        board_table("length_extrapolation", "main", rows, L=L, half=L // 2, **lengths),
+        ("length_extrapolation.png", "perplexity against evaluation length"), tail=False,
+    )  # fmt: skip
 
 
 RUNNERS = {
