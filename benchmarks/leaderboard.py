@@ -68,13 +68,9 @@ def load_boards(path: Path = ENTRY_FILE) -> dict:
     variant_defaults = boards["ablations"]["entry_defaults"]
     for board in boards.values():
         rows = board["settings"].items()
-        board["settings"] = {
-            k: (*(tuple(v) if isinstance(v, list) else v for v in row[:2]), row[2]) for k, row in rows
-        }
+        board["settings"] = {k: (*(tuple(v) if isinstance(v, list) else v for v in row[:2]), row[2]) for k, row in rows}  # fmt: skip
         defaults = board.pop("entry_defaults", {})
-        board["entries"] = {
-            name: SimpleNamespace(**{**defaults, **e}) for name, e in board["entries"].items()
-        }
+        board["entries"] = {name: SimpleNamespace(**{**defaults, **e}) for name, e in board["entries"].items()}  # fmt: skip
     for e in boards["lm"]["entries"].values():
         e.model_args = _flags(e.model_args, getattr(e, "config_overrides", None))
         e.smoke_model_args = _flags(e.smoke_model_args, getattr(e, "smoke_config_overrides", None))
@@ -92,10 +88,7 @@ BOARDS = load_boards()
 # every GPT variant: the ablations' and length_extrapolation's xPos
 VARIANTS = {**BOARDS["ablations"]["entries"], "xpos": BOARDS["length_extrapolation"]["entries"]["xpos"]}
 BASELINE = BOARDS["ablations"]["baseline_fields"]
-NANOGPT_REFERENCE = {
-    **BOARDS["lm"]["references"][0],
-    "perplexity": math.exp(BOARDS["lm"]["references"][0]["val_loss"]),
-}
+NANOGPT_REFERENCE = {**BOARDS["lm"]["references"][0], "perplexity": math.exp(BOARDS["lm"]["references"][0]["val_loss"])}  # fmt: skip
 
 # ----------------------------------------------------------------------------------------------
 # The command line: a board, its entries, its settings
@@ -187,9 +180,7 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     unknown = [name for name in names if name not in entries and name not in components]
     if unknown or not names:
         groups = f"; components: {sorted(components - {'baseline'})}" if components else ""
-        raise ValueError(
-            f"--entries: unknown {unknown}; choose from {list(entries)}{groups} (comma-separated)."
-        )
+        raise ValueError(f"--entries: unknown {unknown}; choose from {list(entries)}{groups} (comma-separated).")  # fmt: skip
     if board == "ablations":
         chosen = {"baseline", *names}
         return [n for n, v in entries.items() if n in chosen or v.component in chosen]
@@ -258,9 +249,7 @@ def char_tokenizer(text: str, folder: Path, block_size: int, vocab_size: int, ch
     from training.data.tokenizer import train_tokenizer
 
     # min_frequency=1: a character seen once (Shakespeare has one "$") is kept
-    tokenizer = train_tokenizer(
-        [text], kind="char", vocab_size=vocab_size, model_max_length=block_size, min_frequency=1
-    )
+    tokenizer = train_tokenizer([text], kind="char", vocab_size=vocab_size, model_max_length=block_size, min_frequency=1)  # fmt: skip
     if check is not None:
         unknown = sorted(set(check) - set(tokenizer.get_vocab()))
         ids = tokenizer(check, add_special_tokens=False)["input_ids"]
@@ -292,10 +281,7 @@ def read_metrics(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     with open(path, newline="") as f:
-        return [
-            {k: float(v) if v not in ("", None) else None for k, v in row.items()}
-            for row in csv.DictReader(f)
-        ]
+        return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]  # fmt: skip
 
 
 def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False) -> dict:
@@ -317,9 +303,7 @@ def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bo
         start = time.perf_counter()
         with open(run_dir / "train.log", "w") as log:
             command = [sys.executable, "-m", "training.train", *argv]
-            returncode = subprocess.run(
-                command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-            ).returncode
+            returncode = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode  # fmt: skip
         ok = returncode == 0 and final.is_file()
         result.update(status="ok" if ok else "failed", returncode=returncode)
         result["wall_seconds"] = round(time.perf_counter() - start, 2)
@@ -392,20 +376,10 @@ def command_line(template: str, values: dict, **lists) -> list[str]:
     return words
 
 
-def _translation_argv(
-    template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values
-):
+def _translation_argv(template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values):  # fmt: skip
     """A `training.finetune_translation` command line: `template` with the shared head and tail (no validation)."""
     argv = BOARDS["translation"]["argv"]
-    values = {
-        "logging_steps": 50,
-        **s,
-        "data": data,
-        "tokenizer_dir": tokenizer_dir,
-        "run_dir": run_dir,
-        "seed": seed,
-        **values,
-    }
+    values = {"logging_steps": 50, **s, "data": data, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir, "seed": seed, **values}  # fmt: skip
     head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
     return command_line(template, values, head=head, tail=tail, **values.pop("lists", {}))
 
@@ -423,9 +397,7 @@ Board = argparse.Namespace
 # ----------------------------------------------------------------------------------------------
 
 
-def train_command(
-    entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, seed: int, smoke: bool, **run
-) -> list[str]:
+def train_command(entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, seed: int, smoke: bool, **run):
     """One LM run's `training.train` arguments; `run`: max_steps, eval_every, warmup_steps, and optionally
     lr_scheduler ("cosine"), max_train_seconds and ngram_order."""
     reference = entry.kind == "reference"
@@ -439,9 +411,7 @@ def train_command(
     args = command_line(BOARDS["lm"]["argv"], values, model_args=model_args)
     if run.get("max_train_seconds") is not None:
         args += ["--max_train_seconds", str(run["max_train_seconds"])]
-    if (
-        reference
-    ):  # nanoGPT's recipe: its get_batch windows, its cosine ending at a tenth, its best model kept
+    if reference:  # nanoGPT's recipe: its get_batch windows, its cosine ending at a tenth, its best model
         args += ["--sampling", "random_windows", "--min_lr_rate", "0.1"]
         args += ["--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss"]
     return args
@@ -468,9 +438,7 @@ def probe_timings(rows: list[dict], final_seconds: float, skip: int = 2) -> dict
     return {"step_seconds": step_s, "eval_seconds": max(0.0, final_seconds - last["seconds"])}
 
 
-def calibrate(
-    budget_s: float, step_s: float, eval_s: float, evals: int, margin: float = CALIBRATION_MARGIN
-) -> dict:
+def calibrate(budget_s: float, step_s: float, eval_s: float, evals: int, margin=CALIBRATION_MARGIN) -> dict:
     """The `max_steps`, `eval_every`, `warmup_steps` and `evals` that fill `budget_s` with steps and
     evaluations, the evaluations thinned to at most `MAX_EVAL_SHARE` of the budget."""
     if not budget_s > 0 or not step_s > 0:
@@ -524,9 +492,7 @@ def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
             batch = blocks[start : start + batch_size]  # (b, T)
             logits = model(input_ids=batch).logits[:, :-1].float()  # (b, T - 1, V)
             targets = batch[:, 1:]  # (b, T - 1)
-            total += F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
-            ).item()
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum").item()  # fmt: skip
             count += targets.numel()
     return {"loss": total / count, "scored_tokens": count, "blocks": n_blocks}
 
@@ -599,9 +565,7 @@ def lm_trained(b: Board, name: str, ctx: dict) -> dict:
     """A budgeted entry (a probe calibrates a cosine schedule, or a constant rate stopped by the budget) or
     nanoGPT's configuration (its fixed iterations); the final model scored."""
     entry, s = BOARDS["lm"]["entries"][name], b.settings
-    command = functools.partial(
-        train_command, entry, s, ctx["data"], ctx["tokenizer"], seed=b.seed, smoke=b.smoke
-    )
+    command = functools.partial(train_command, entry, s, ctx["data"], ctx["tokenizer"], seed=b.seed, smoke=b.smoke)  # fmt: skip
     run_dir, budget = b.out / "runs" / name, s["budget_seconds"]
     if entry.kind == "reference":
         plan = {"max_steps": s["nanogpt_iters"], "eval_every": s["nanogpt_eval_every"],
@@ -610,35 +574,22 @@ def lm_trained(b: Board, name: str, ctx: dict) -> dict:
     elif s["schedule"] == "constant":
         plan = {"max_steps": NEVER, "eval_every": s["constant_eval_every"], "warmup_steps": s["constant_warmup_steps"],
                 "lr_scheduler": "constant", "max_train_seconds": budget}  # fmt: skip
-        calibration = {
-            "schedule": "constant",
-            "warmup_steps": plan["warmup_steps"],
-            "eval_every": plan["eval_every"],
-        }
+        calibration = {"schedule": "constant", "warmup_steps": plan["warmup_steps"], "eval_every": plan["eval_every"]}  # fmt: skip
     else:
         probe_dir, n = b.out / "runs" / f"{name}_probe", s["probe_steps"]
         # the rate only ramps up (a gentle start: the probe measures time, not learning)
         probe = train_run(command(probe_dir, max_steps=n, eval_every=n, warmup_steps=n, lr_scheduler="constant"),
                           probe_dir, s["num_threads"])  # fmt: skip
-        timings = probe_timings(
-            _checked(probe, probe_dir, "the probe")["rows"], probe["final_metrics"]["seconds"]
-        )
-        plan = calibrate(budget, timings["step_seconds"], timings["eval_seconds"], s["evals"])
-        logger.info(
-            "%s: %.3f s/step, %.2f s/evaluation -> %s",
-            name,
-            timings["step_seconds"],
-            timings["eval_seconds"],
-            plan,
-        )
+        timings = probe_timings(_checked(probe, probe_dir, "the probe")["rows"], probe["final_metrics"]["seconds"])  # fmt: skip
+        step_s, eval_s = timings["step_seconds"], timings["eval_seconds"]
+        plan = calibrate(budget, step_s, eval_s, s["evals"])
+        logger.info("%s: %.3f s/step, %.2f s/evaluation -> %s", name, step_s, eval_s, plan)
         calibration = {**{k: round(v, 4) for k, v in timings.items()}, **plan, "schedule": "cosine",
                        "probe_command": probe["command"], "probe_wall_seconds": probe["wall_seconds"]}  # fmt: skip
         plan = {k: plan[k] for k in ("max_steps", "eval_every", "warmup_steps")} | {
             "max_train_seconds": budget
         }
-    run = _checked(
-        train_run(command(run_dir, **plan), run_dir, s["num_threads"]), run_dir, "the training run"
-    )
+    run = _checked(train_run(command(run_dir, **plan), run_dir, s["num_threads"]), run_dir, "the training run")  # fmt: skip
     row = _lm_row(b, name, run, run_dir, 64 if entry.kind == "reference" else s["block_size"], ctx["val_ids"])
     if calibration is not None:
         seconds = row["train_seconds"]
@@ -726,9 +677,7 @@ def _save(plt, fig, ax, path: Path, fontsize: int = 8, **legend) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def translation_argv(
-    name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int
-) -> list[str]:
+def translation_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
     """The `training.finetune_translation` arguments of one translation entry."""
     entry, argv = BOARDS["translation"]["entries"][name], BOARDS["translation"]["argv"]
     values = {**s, "attention": entry.attention, "family": entry.family}
@@ -742,22 +691,18 @@ def translation_argv(
     return argv + _sample_caps(s)
 
 
-def mask_predict_argv(
-    name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int
-) -> list[str]:
+def mask_predict_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
     """The `training.finetune_translation` arguments of one mask_predict model."""
     argv = _translation_argv(BOARDS["mask_predict"]["argv"], s, data, tokenizer_dir, run_dir, seed, name=name)
-    argv += (
-        ["--test_split", ""] if name == "mask_predict" else []
-    )  # decoded by mask_predict_decoding, once per T
+    argv += ["--test_split", ""] if name == "mask_predict" else []  # mask_predict_decoding: once per T
     return argv + _sample_caps(s)
 
 
 def metric_fields(board: str, metrics: dict) -> dict:
     """A row's fields from the fine-tuning metrics (leaderboard.yaml `metrics`: the first key present)."""
     return {
-        field: next((metrics[k] for k in keys if k in metrics), None)
-        for field, keys in BOARDS[board]["metrics"].items()
+        f: next((metrics[k] for k in keys if k in metrics), None)
+        for f, keys in BOARDS[board]["metrics"].items()
     }
 
 
@@ -770,16 +715,11 @@ def run_translation(b: Board) -> dict:
         argv = translation_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
         row = finetune_row(name, "training.finetune_translation", argv,
                            {"label": entry.label, "family": entry.family, "attention": entry.attention})  # fmt: skip
-        row.update(
-            metric_fields("translation", row.get("metrics", {})),
-            published_bleu=entry.published,
-            target_bleu=entry.target,
-        )
+        row.update(metric_fields("translation", row.get("metrics", {})), published_bleu=entry.published)
+        row["target_bleu"] = entry.target
         for decoding in ("greedy", "beam"):  # whether the measured BLEU reaches the target
             value = row[f"test_bleu_{decoding}"]
-            row[f"target_met_{decoding}"] = (
-                None if entry.target is None or value is None else value >= entry.target
-            )
+            row[f"target_met_{decoding}"] = None if entry.target is None or value is None else value >= entry.target  # fmt: skip
         rows.append(row)
     measured = [row for row in rows if "error" not in row]
     bar_chart(
@@ -799,9 +739,8 @@ def run_translation(b: Board) -> dict:
 
 
 def translation_label(row: dict, cell_type: str) -> str:
-    return (
-        row["label"].replace("RNN", cell_type.upper()) if row.get("family") == "rnn_seq2seq" else row["label"]
-    )
+    rnn = row.get("family") == "rnn_seq2seq"
+    return row["label"].replace("RNN", cell_type.upper()) if rnn else row["label"]
 
 
 def run_mask_predict(b: Board) -> dict:
@@ -823,47 +762,25 @@ def mask_predict_decoding(b: Board) -> dict:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from hf_lm.plots import plot_mask_predict
-    from training.finetune_translation import (
-        TranslationDataArguments,
-        bleu_metric,
-        load_translation_dataset,
-        sides,
-    )
+    from training.finetune_translation import TranslationDataArguments as DataArgs
+    from training.finetune_translation import bleu_metric, load_translation_dataset, sides
 
     s, final = b.settings, b.out / "runs" / "mask_predict" / "final"
-    model, tokenizer = (
-        AutoModelForMaskedLM.from_pretrained(final).eval(),
-        AutoTokenizer.from_pretrained(final),
-    )
-    data_args = TranslationDataArguments(
-        data_dir=str(b.data), validation_split="", max_test_samples=s["max_test_samples"]
-    )
+    model, tokenizer = AutoModelForMaskedLM.from_pretrained(final).eval(), AutoTokenizer.from_pretrained(final)  # fmt: skip
+    data_args = DataArgs(data_dir=str(b.data), validation_split="", max_test_samples=s["max_test_samples"])
     test = load_translation_dataset(data_args)["test"]
     sources, references = sides(test, "de"), sides(test, "en")
     metric, rows = bleu_metric(), []
     for T in s["iterations"]:
         texts, start = [], time.perf_counter()
         for i in range(0, len(sources), 64):
-            enc = tokenizer(
-                sources[i : i + 64],
-                return_tensors="pt",
-                padding=True,
-                truncation=True,
-                max_length=s["max_length"],
-            )
+            enc = tokenizer(sources[i : i + 64], return_tensors="pt", padding=True, truncation=True, max_length=s["max_length"])  # fmt: skip
             ids = model.generate(enc["input_ids"], enc["attention_mask"], num_iterations=T,
                                  length_beam=s["length_beam"], max_new_tokens=s["generation_max_length"] - 2)  # fmt: skip
             texts += [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
         seconds = time.perf_counter() - start
         bleu = metric.compute(predictions=texts, references=references)
-        rows.append(
-            {
-                "iterations": T,
-                "test_bleu": bleu["score"],
-                "decode_seconds": seconds,
-                "signature": bleu["signature"],
-            }
-        )
+        rows.append({"iterations": T, "test_bleu": bleu["score"], "decode_seconds": seconds, "signature": bleu["signature"]})  # fmt: skip
         logger.info("Mask-Predict T=%d: BLEU %.2f in %.1f s", T, bleu["score"], seconds)
         (b.out / f"test_predictions_T{T}.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     # one sentence's refinement: each iteration's tokens, the re-predicted (masked) ones in brackets
@@ -891,10 +808,7 @@ def plot_mask_predict_bleu(result: dict, path: Path, budget_seconds: float) -> N
     fig, ax = plt.subplots(figsize=(6, 4))
     rows, ar = result["mask_predict"]["by_iterations"], result["entries"][0]["metrics"]
     ax.plot([r["iterations"] for r in rows], [r["test_bleu"] for r in rows], marker="o", label="Mask-Predict")
-    for key, style, label in (
-        ("test_greedy_bleu", "--", "autoregressive, greedy"),
-        ("test_bleu", ":", "autoregressive, beam"),
-    ):
+    for key, style, label in (("test_greedy_bleu", "--", "autoregressive, greedy"), ("test_bleu", ":", "autoregressive, beam")):  # fmt: skip
         if key in ar:
             ax.axhline(ar[key], linestyle=style, color="gray", label=label)
     ax.set_xscale("log")
@@ -964,27 +878,25 @@ def sst2_tokenizer(sentences: list[str], s: dict, data: Path, folder: Path):
 
 
 def pretrain_argv(
-    s: dict, text_file: Path, init_dir: Path, tokenizer_dir: Path, run_dir: Path, objective: str, seed: int
-) -> list[str]:
+    s: dict, text_file, init_dir, tokenizer_dir, run_dir: Path, objective: str, seed: int
+) -> list:
     """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
-    values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir}
+    values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir, "seed": seed}
     return command_line(
-        BOARDS["sst2"]["argv"]["pretrain"],
-        {**values, "text_file": text_file, "run_dir": run_dir, "seed": seed},
+        BOARDS["sst2"]["argv"]["pretrain"], {**values, "text_file": text_file, "run_dir": run_dir}
     )
 
 
 def sst2_finetune_argv(
-    name: str, s: dict, data: Path, start_dir: Path, tokenizer_dir: Path, run_dir: Path, seed: int
-) -> list[str]:
+    name: str, s: dict, data: Path, start_dir, tokenizer_dir, run_dir: Path, seed: int
+) -> list:
     """The `training.finetune_classification` arguments of one entry."""
     entry = BOARDS["sst2"]["entries"][name]
     budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
     lr = s["pretrained_learning_rate"] if entry.pretraining else s["scratch_learning_rate"]
     values = {**s, "data": data, "start_dir": start_dir, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir}
-    return command_line(
-        BOARDS["sst2"]["argv"]["finetune"], {**values, "lr": lr, "budget": budget, "seed": seed}
-    ) + _sample_caps(s)
+    values.update(lr=lr, budget=budget, seed=seed)
+    return command_line(BOARDS["sst2"]["argv"]["finetune"], values) + _sample_caps(s)
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
@@ -1000,12 +912,8 @@ def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) 
     argv = pretrain_argv(s, text_file, init_dir, tokenizer_dir, run_dir, objective, b.seed)
     stamp = {"argv": argv, "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text())}
     record, final = run_dir / "leaderboard_settings.json", run_dir / "final_metrics.json"
-    reused = (
-        s["reuse_pretraining"]
-        and record.is_file()
-        and final.is_file()
-        and json.loads(record.read_text()) == stamp
-    )
+    done = record.is_file() and final.is_file() and json.loads(record.read_text()) == stamp
+    reused = s["reuse_pretraining"] and done
     if reused:
         logger.info("Reusing the pretraining in %s (same settings).", run_dir)
         metrics = json.loads(final.read_text())
@@ -1173,11 +1081,8 @@ def read_run(out: Path, early_step: int) -> dict:
     early = next((r for r in evals if r["step"] >= early_step), None)  # a capped run may stop before it
     timed = [r for r in rows if r.get("loss") is not None and r.get("seconds") is not None]
     logged = [(int(r["step"]), r["seconds"]) for r in timed]
-    per_step = [
-        (t1 - t0) / (s1 - s0)
-        for (s0, t0), (s1, t1) in zip(logged, logged[1:])
-        if s1 > s0 and not any(s0 <= e < s1 for e in eval_steps)
-    ]
+    per_step = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(logged, logged[1:])
+                if s1 > s0 and not any(s0 <= e < s1 for e in eval_steps)]  # fmt: skip
     parameters = 0
     for file in sorted((out / "final").glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
