@@ -90,9 +90,7 @@ VARIANTS = {**BOARDS["ablations"]["entries"], "xpos": BOARDS["length_extrapolati
 BASELINE = BOARDS["ablations"]["baseline_fields"]
 NANOGPT_REFERENCE = {**BOARDS["lm"]["references"][0], "perplexity": math.exp(BOARDS["lm"]["references"][0]["val_loss"])}  # fmt: skip
 
-# ----------------------------------------------------------------------------------------------
-# The command line: a board, its entries, its settings
-# ----------------------------------------------------------------------------------------------
+# ---- The command line: a board, its entries, its settings
 
 
 def setting_value(text: str, full, smoke):
@@ -203,9 +201,7 @@ def check_settings(board: str, s: dict) -> None:
         raise ValueError(f"--block_size must be even, got {s['block_size']}.")
 
 
-# ----------------------------------------------------------------------------------------------
-# What the boards share: hardware, data, tokenizers, runs
-# ----------------------------------------------------------------------------------------------
+# ---- What the boards share: hardware, data, tokenizers, runs
 
 
 def hardware(num_threads: int | None) -> dict:
@@ -392,9 +388,7 @@ def _sample_caps(s: dict, keys=("max_train_samples", "max_eval_samples", "max_te
 Board = argparse.Namespace
 
 
-# ----------------------------------------------------------------------------------------------
-# lm: the language-modeling leaderboard
-# ----------------------------------------------------------------------------------------------
+# ---- lm: the language-modeling leaderboard
 
 
 def train_command(entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, seed: int, smoke: bool, **run):
@@ -672,9 +666,7 @@ def _save(plt, fig, ax, path: Path, fontsize: int = 8, **legend) -> None:
     plt.close(fig)
 
 
-# ----------------------------------------------------------------------------------------------
-# translation and mask_predict: Multi30k De->En
-# ----------------------------------------------------------------------------------------------
+# ---- translation and mask_predict: Multi30k De->En
 
 
 def translation_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
@@ -819,9 +811,7 @@ def plot_mask_predict_bleu(result: dict, path: Path, budget_seconds: float) -> N
     _save(plt, fig, ax, path, fontsize=10)
 
 
-# ----------------------------------------------------------------------------------------------
-# sst2: from scratch against pretrained, the same fine-tuning budget
-# ----------------------------------------------------------------------------------------------
+# ---- sst2: from scratch against pretrained, the same fine-tuning budget
 
 
 def _encoder_config(config_class, tokenizer, s: dict, **extra):
@@ -970,9 +960,7 @@ def run_sst2(b: Board) -> dict:
     }  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------
-# ablations and length_extrapolation: GPT variants on Tiny Shakespeare
-# ----------------------------------------------------------------------------------------------
+# ---- ablations and length_extrapolation: GPT variants on Tiny Shakespeare
 
 
 @dataclass(frozen=True)
@@ -1124,21 +1112,14 @@ def _gpt_data(b: Board) -> tuple[dict, Path, int]:
     data = write_split(b.data, b.out / "data", None, s["train_chars"], s["eval_chars"])
     whole = Path(b.data).read_text(encoding="utf-8")
     vocab_size = len(char_tokenizer(whole, b.out / "tokenizer", s["block_size"], 512))
-    return (
-        {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size},
-        b.out / "tokenizer",
-        vocab_size,
-    )
+    return {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size}, b.out / "tokenizer", vocab_size  # fmt: skip
 
 
 def run_ablations(b: Board) -> dict:
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
     data, tokenizer_dir, vocab_size = _gpt_data(b)
     variants = {name: VARIANTS[name] for name in b.names}
-    configs = {
-        n: variant_config(v, size, vocab_size, s["block_size"], s["match_glu_params"])
-        for n, v in variants.items()
-    }
+    configs = {n: variant_config(v, size, vocab_size, s["block_size"], s["match_glu_params"]) for n, v in variants.items()}  # fmt: skip
     early_step = max(1, round(s["max_steps"] * s["early_fraction"]))
     # at most every 10 steps, and at least 5 logs before the early evaluation, so steps can be timed
     log_every = s["log_every"] or max(1, min(10, early_step // 5))
@@ -1234,19 +1215,14 @@ def run_length_extrapolation(b: Board) -> dict:
             for name, variant in variants.items()]  # fmt: skip
     runs = run_grid(jobs, s)
     text = Path(data["val_file"]).read_text(encoding="utf-8")
-    stream = torch.tensor(
-        AutoTokenizer.from_pretrained(tokenizer_dir)(text, add_special_tokens=False)["input_ids"]
-    )
+    stream = torch.tensor(AutoTokenizer.from_pretrained(tokenizer_dir)(text, add_special_tokens=False)["input_ids"])  # fmt: skip
     rows = []
     for (name, _, out, _), run in zip(jobs, runs):
         row = {"scheme": name, "status": run["status"], "output_dir": str(out), "command": run["command"]}
-        if run["status"] != "failed":
-            row.update(
-                extrapolation_scores(out / "final", stream, s["block_size"]),
-                steps=run["final_metrics"]["step"],
-            )
-        else:
+        if run["status"] == "failed":
             row["error_tail"] = run["error_tail"]
+        else:
+            row.update(extrapolation_scores(out / "final", stream, s["block_size"]), steps=run["final_metrics"]["step"])  # fmt: skip
         rows.append(row)
     result = {
         "task": "length extrapolation: train at context L, score validation perplexity at 1x-8x L",
@@ -1254,9 +1230,7 @@ def run_length_extrapolation(b: Board) -> dict:
         "model": {"hidden_size": size.hidden_size, "num_hidden_layers": size.num_hidden_layers, "max_steps": s["max_steps"]},
         "data": data, "wall_seconds": round(time.perf_counter() - start, 1), "schemes": rows,
     }  # fmt: skip
-    plot_length_extrapolation(
-        rows, s["block_size"], b.out / "length_extrapolation.png", extrapolation_title(result)
-    )
+    plot_length_extrapolation(rows, s["block_size"], b.out / "length_extrapolation.png", extrapolation_title(result))  # fmt: skip
     return result
 
 
@@ -1282,9 +1256,7 @@ def plot_length_extrapolation(rows: list[dict], block_size: int, path: Path, tit
     _save(plt, fig, ax, path, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-# ----------------------------------------------------------------------------------------------
-# The README of a results folder: `markdown(result, folder)` (benchmarks/render.py calls it)
-# ----------------------------------------------------------------------------------------------
+# ---- The README of a results folder: `markdown(result, folder)` (benchmarks/render.py calls it)
 
 
 def _pct(value) -> str:
@@ -1521,9 +1493,7 @@ def markdown(result: dict, folder: Path) -> list[str]:
     return RUNNERS[result["board"]][1](result, folder)
 
 
-# ----------------------------------------------------------------------------------------------
-# Main
-# ----------------------------------------------------------------------------------------------
+# ---- Main
 
 
 def failures(result: dict) -> list[str]:
