@@ -1295,16 +1295,6 @@ def prose(board: str, name: str, **values) -> str:
     return BOARDS[board]["prose"][name].format(**values)
 
 
-def _title(text: str, result: dict) -> list[str]:
-    return [f"# {text}{' (smoke run)' if result.get('smoke') else ''}", ""]
-
-
-def _images(folder: Path, image: tuple[str, str]) -> list[str]:
-    """The link to a plot if it is in the folder (a re-run of a subset may have written none)."""
-    name, alt = image
-    return [f"![{alt}]({name})", ""] if (Path(folder) / name).exists() else []
-
-
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
     threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
@@ -1323,19 +1313,21 @@ def settings_line(result: dict) -> str:
     return f"Settings{preset}: {items}."
 
 
-def _commands(result: dict, extra=()) -> list[str]:
-    entries = result.get("entries", [])
-    commands = [result["command"], *extra, *[f"{r['name']}: {r['command']}" for r in entries]]
-    return ["## Commands", "", "```", *commands, "```", ""]
-
-
 def page(title: str, result: dict, folder: Path, *items, tail: bool = True, extra=()) -> list[str]:
     """A README: the title, then each item (a paragraph or table, a blank line after it; a
     `(png, alt)` tuple: the image if it is in the folder), then the hardware and the commands."""
-    lines = _title(title, result)
-    for item in items:
-        lines += _images(folder, item) if isinstance(item, tuple) else [item, ""]
-    return lines + ([hardware_line(result), "", *_commands(result, extra)] if tail else [])
+    lines = [f"# {title}{' (smoke run)' if result.get('smoke') else ''}", ""]
+    for item in items:  # an image only if it is in the folder (a re-run of a subset may have written none)
+        name, alt = item if isinstance(item, tuple) else (None, None)
+        lines += [item, ""] if name is None else [f"![{alt}]({name})", ""] * (Path(folder) / name).exists()
+    commands = [
+        result["command"],
+        *extra,
+        *[f"{r['name']}: {r['command']}" for r in result.get("entries", [])],
+    ]
+    return lines + (
+        [hardware_line(result), "", "## Commands", "", "```", *commands, "```", ""] if tail else []
+    )
 
 
 def lm_markdown(result: dict, folder: Path) -> list[str]:
@@ -1364,9 +1356,7 @@ def lm_markdown(result: dict, folder: Path) -> list[str]:
 def translation_markdown(result: dict, folder: Path) -> list[str]:
     s, cell, rows = result["settings"], result["cell_type"], []
     for row in result["entries"]:
-        met = [
-            "—" if m is None else fmt(m) for m in (row.get("target_met_greedy"), row.get("target_met_beam"))
-        ]
+        met = ["—" if m is None else fmt(m) for m in (row.get("target_met_greedy"), row.get("target_met_beam"))]  # fmt: skip
         goal = "—" if row.get("target_bleu") is None else f"≥ {row['target_bleu']:g}: {met[0]} / {met[1]}"
         rows.append({**row, "label": translation_label(row, cell), "source": "measured", "goal": goal})
     rows += [{"label": f"{ref['model']} (bentrevett)", "source": "published, not measured here", "train_epochs": "10",
@@ -1478,14 +1468,8 @@ def length_extrapolation_markdown(result: dict, folder: Path) -> list[str]:
     )  # fmt: skip
 
 
-RUNNERS = {
-    "lm": (run_lm, lm_markdown),
-    "translation": (run_translation, translation_markdown),
-    "sst2": (run_sst2, sst2_markdown),
-    "mask_predict": (run_mask_predict, mask_predict_markdown),
-    "ablations": (run_ablations, ablations_markdown),
-    "length_extrapolation": (run_length_extrapolation, length_extrapolation_markdown),
-}
+# each board's runner `run_<board>(b)` and README `<board>_markdown(result, folder)`
+RUNNERS = {board: (globals()[f"run_{board}"], globals()[f"{board}_markdown"]) for board in BOARDS}
 
 
 def markdown(result: dict, folder: Path) -> list[str]:
@@ -1499,12 +1483,8 @@ def markdown(result: dict, folder: Path) -> list[str]:
 def failures(result: dict) -> list[str]:
     """The entries (or runs) of a result that failed."""
     failed = [r["name"] for r in result.get("entries", []) if "error" in r]
-    failed += [
-        f"{r['name']} seed {run['seed']}"
-        for r in result.get("variants", [])
-        for run in r["runs"]
-        if run["status"] == "failed"
-    ]
+    runs = [(r["name"], run) for r in result.get("variants", []) for run in r["runs"]]
+    failed += [f"{name} seed {run['seed']}" for name, run in runs if run["status"] == "failed"]
     return failed + [r["scheme"] for r in result.get("schemes", []) if r["status"] == "failed"]
 
 
@@ -1516,9 +1496,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name, e in BOARDS[b.board]["entries"].items():
             what = getattr(e, "description", getattr(e, "label", e))
             extra = e.fields if hasattr(e, "fields") else " ".join(getattr(e, "model_args", ()))
-            sys.stdout.write(
-                f"{name:22s} {getattr(e, 'component', getattr(e, 'kind', ''))}: {what} {extra}\n"
-            )
+            sys.stdout.write(f"{name:22s} {getattr(e, 'component', getattr(e, 'kind', ''))}: {what} {extra}\n")  # fmt: skip
         return {}
     s, b.name, b.out = b.settings, b.board, b.output_dir
     if s.get("num_threads") and b.board in ("translation", "sst2", "mask_predict"):  # trained in this process
@@ -1526,14 +1504,9 @@ def main(argv: list[str] | None = None) -> dict:
 
         torch.set_num_threads(s["num_threads"])
     b.out.mkdir(parents=True, exist_ok=True)
-    start, started = (
-        time.perf_counter(),
-        datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    )
+    start, started = time.perf_counter(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # fmt: skip
     logger.info("%s: entries %s, preset %s, under %s", b.board, b.names, b.preset, b.out)
-    command = shlex.join(
-        ["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)]
-    )
+    command = shlex.join(["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
     result = {"kind": "leaderboard", "board": b.board, "preset": b.preset, "smoke": b.smoke, "seed": b.seed, "settings": s,
               "started": started, "command": command, "hardware": hardware(s.get("num_threads")), "git_revision": git_revision()}  # fmt: skip
     hw = result["hardware"]
