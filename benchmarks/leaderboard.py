@@ -340,19 +340,14 @@ def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple
     """Train (or reuse) the joint byte-level BPE tokenizer (BART's specials, `<mask>` included) on both
     sides of the training pairs; returns `(tokenizer, reused)`."""
     from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
-    from training.finetune_translation import (
-        TranslationDataArguments,
-        ensure_eos,
-        load_translation_dataset,
-        sides,
-    )
+    from training.finetune_translation import TranslationDataArguments as DataArgs
+    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
 
     keys = ("vocab_size", "max_train_samples", "max_length")
     stamp = {"data_dir": str(Path(data_dir).resolve()), "kind": "byte_bpe", **{k: settings[k] for k in keys}}
 
     def train():
-        data_args = TranslationDataArguments(data_dir=str(data_dir), validation_split="", test_split="",
-                                             max_train_samples=settings["max_train_samples"])  # fmt: skip
+        data_args = DataArgs(data_dir=str(data_dir), validation_split="", test_split="", max_train_samples=settings["max_train_samples"])  # fmt: skip
         pairs = load_translation_dataset(data_args)["train"]
         tokenizer = train_tokenizer(sides(pairs, "de") + sides(pairs, "en"), kind="byte_bpe", vocab_size=settings["vocab_size"],
                                     special_tokens=BART_SPECIAL_TOKENS, model_max_length=settings["max_length"],
@@ -674,9 +669,7 @@ def translation_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_di
     entry, argv = BOARDS["translation"]["entries"][name], BOARDS["translation"]["argv"]
     values = {**s, "attention": entry.attention, "family": entry.family}
     model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
-    argv = _translation_argv(
-        argv["entry"], values, data, tokenizer_dir, run_dir, seed, lists={"model": model}
-    )
+    argv = _translation_argv(argv["entry"], values, data, tokenizer_dir, run_dir, seed, lists={"model": model})  # fmt: skip
     # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
     argv += ["--use_cpu", "true"] if s["device"] == "cpu" else []
     argv += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
@@ -867,19 +860,14 @@ def sst2_tokenizer(sentences: list[str], s: dict, data: Path, folder: Path):
     return reuse_or_train_tokenizer(folder, stamp, train)
 
 
-def pretrain_argv(
-    s: dict, text_file, init_dir, tokenizer_dir, run_dir: Path, objective: str, seed: int
-) -> list:
+def pretrain_argv(s: dict, text_file, init_dir, tokenizer_dir, run_dir, objective: str, seed: int) -> list:
     """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
     values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir, "seed": seed}
-    return command_line(
-        BOARDS["sst2"]["argv"]["pretrain"], {**values, "text_file": text_file, "run_dir": run_dir}
-    )
+    values.update(text_file=text_file, run_dir=run_dir)
+    return command_line(BOARDS["sst2"]["argv"]["pretrain"], values)
 
 
-def sst2_finetune_argv(
-    name: str, s: dict, data: Path, start_dir, tokenizer_dir, run_dir: Path, seed: int
-) -> list:
+def sst2_finetune_argv(name: str, s: dict, data, start_dir, tokenizer_dir, run_dir, seed: int) -> list:
     """The `training.finetune_classification` arguments of one entry."""
     entry = BOARDS["sst2"]["entries"][name]
     budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
@@ -1298,10 +1286,7 @@ def prose(board: str, name: str, **values) -> str:
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
     threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
-    cores, gpu = (
-        hw.get("cores_available", hw.get("usable_cores")),
-        f", GPU {hw['gpu']}" if hw.get("gpu") else "",
-    )
+    cores, gpu = hw.get("cores_available", hw.get("usable_cores")), f", GPU {hw['gpu']}" if hw.get("gpu") else ""  # fmt: skip
     started = f" Started {result['started']}, {result['total_seconds']:.0f} s in all." if "started" in result else ""  # fmt: skip
     return (f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads{gpu}; torch {hw['torch']}, "
             f"transformers {hw['transformers']}. Seed {result.get('seed', 0)}.{started}")  # fmt: skip
@@ -1320,14 +1305,8 @@ def page(title: str, result: dict, folder: Path, *items, tail: bool = True, extr
     for item in items:  # an image only if it is in the folder (a re-run of a subset may have written none)
         name, alt = item if isinstance(item, tuple) else (None, None)
         lines += [item, ""] if name is None else [f"![{alt}]({name})", ""] * (Path(folder) / name).exists()
-    commands = [
-        result["command"],
-        *extra,
-        *[f"{r['name']}: {r['command']}" for r in result.get("entries", [])],
-    ]
-    return lines + (
-        [hardware_line(result), "", "## Commands", "", "```", *commands, "```", ""] if tail else []
-    )
+    commands = [result["command"], *extra, *[f"{r['name']}: {r['command']}" for r in result.get("entries", [])]]  # fmt: skip
+    return lines + ([hardware_line(result), "", "## Commands", "", "```", *commands, "```", ""] if tail else [])  # fmt: skip
 
 
 def lm_markdown(result: dict, folder: Path) -> list[str]:
