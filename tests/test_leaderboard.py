@@ -86,6 +86,18 @@ def test_entries_settings_and_presets(tmp_path):
     assert "--budget_seconds" in lb._parser("lm").format_help()  # renders: no unescaped % in a help string
 
 
+def test_setting_choices_and_command_line_templates():
+    from training.trainer_common import BUDGET_SCHEDULES
+
+    assert tuple(BOARDS["translation"]["choices"]["budget_schedule"]) == BUDGET_SCHEDULES
+    with pytest.raises(ValueError, match="--cell_type"):
+        lb.check_settings("translation", settings("translation", cell_type="x"))
+    lb.check_settings("translation", settings("translation"))  # the presets pass
+    # a template's words are formatted one by one (a value with spaces stays one word), '' is an empty word
+    words = lb.command_line("--a {x} --b '' *rest --c {y}", {"x": 1.5, "y": "p q"}, rest=["--d", "e"])
+    assert words == ["--a", "1.5", "--b", "", "--d", "e", "--c", "p q"]
+
+
 def test_select_entries():
     assert lb.select_entries("translation", "t5, rnn,t5") == ["t5", "rnn"]  # order kept, duplicates dropped
     # components expand, the baseline always runs, in the grid's order
