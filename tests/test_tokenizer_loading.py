@@ -75,11 +75,9 @@ def load_tokenizers(folders: list[Path], tmp_path: Path, flag: bool = True) -> s
 def assert_loaded_at_once(result: subprocess.CompletedProcess, folders: list[Path]) -> None:
     output = result.stdout + result.stderr
     assert PROMPT not in output and BARE_CONFIG_WARNING not in output, output[-3000:]
-    lines = result.stdout.splitlines()
-    assert len(lines) == len(folders), result.stdout
-    for line in lines:
-        # below the 15 s a prompt waits on a terminal (the first load also imports the config code)
-        assert float(line.split()[-1].removesuffix("s")) < 12.0, line
+    # a prompt would print PROMPT (checked above) before it waits; no clock is read here, so a busy
+    # machine cannot fail the test
+    assert len(result.stdout.splitlines()) == len(folders), result.stdout
 
 
 def save_family_folders(root: Path, cases=CASES) -> list[Path]:
