@@ -1256,10 +1256,10 @@ def _pm(stat: dict, digits: int) -> str:
 
 def board_table(board: str, name: str, rows: list[dict], drop=(), **context) -> str:
     """leaderboard.yaml's `<board>.tables.<name>`: its column list (`render.table`), each header
-    formatted with `context`; `drop` leaves keys out."""
+    formatted with `context`; `drop` leaves keys out; a failed entry shows its error after its label."""
     spec = BOARDS[board]["tables"][name]
     columns = [(h.format(**context), key, form) for h, key, form in spec["columns"] if key not in drop]
-    return table(columns, rows, spec.get("left"))
+    return table(columns, rows, spec.get("left"), failed=True)
 
 
 def prose(board: str, name: str, **values) -> str:

@@ -102,27 +102,31 @@ def percent(value) -> str:
     return "—" if value is None else f"{100 * value:.1f}"
 
 
-def table(columns: Sequence[Sequence], rows: Iterable, align: str | int | None = None) -> str:
+def table(
+    columns: Sequence[Sequence], rows: Iterable, align: str | int | None = None, failed: bool = False
+) -> str:
     """A Markdown table from a column list: one `[header, key, format]` per column.
 
     Args:
         columns: `key` names a value of the row (a dict), or is a function of the row; `format` is a
-            name in `FORMATS`, a format string applied to the value ("{:.2f} x"), or None (the value
-            as it is). A string value is written as it is, whatever the format.
-        rows: dicts; a row with an "error" shows its "label" (else its first cell), then
-            `failed: <error>`.
+            name in `FORMATS`, a format string applied to the value ("{:.2f} x"; None: "—"), a
+            function of the value, or None (the value as it is). A string value is written as it is.
+        rows: dicts.
         align: one l/r letter per column (`markdown_table`), or the number of leading left-aligned
             columns (the rest right-aligned); None: every column left-aligned.
+        failed: a row with an "error" shows its "label" (else its first cell), then `failed: <error>`.
     """
 
     def cell(row, key, form) -> str:
         value = key(row) if callable(key) else row.get(key)
         if isinstance(value, str) or form is None:
             return str(value)
-        return FORMATS[form](value) if form in FORMATS else form.format(value)
+        if callable(form) or form in FORMATS:
+            return (FORMATS.get(form) or form)(value)
+        return "—" if value is None else form.format(value)
 
     def line(row) -> list[str]:
-        if "error" in row:
+        if failed and "error" in row:
             first = row["label"] if "label" in row else cell(row, *columns[0][1:])
             return [first, f"failed: {row['error']}", *[""] * (len(columns) - 2)]
         return [cell(row, key, form) for _, key, form in columns]
