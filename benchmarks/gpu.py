@@ -37,7 +37,7 @@ from transformers.modeling_outputs import CausalLMOutput
 from benchmarks import gpu_entries as spec
 from benchmarks import measure
 from benchmarks import speed_entries as pairs
-from benchmarks.render import markdown_table, write_results
+from benchmarks.render import table, write_results
 from hf_lm.generation_static import static_decode
 from hf_lm.models.hflm_layers import VocabProjection
 from hf_lm.models.hflm_losses import lm_loss
@@ -825,12 +825,6 @@ def _ms(key: str):
     return lambda r: _num(r[key] * 1e3 if r.get(key) else None, 1)
 
 
-def _target_cells(t: dict) -> list[str]:
-    got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
-    goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
-    return [t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]]
-
-
 SAME_TOKENS = {True: "yes", False: "**NO**"}
 COLUMNS = {  # header: (alignment, cell)
     "workload": ("l", lambda r: r["workload"]),
@@ -846,11 +840,20 @@ COLUMNS = {  # header: (alignment, cell)
     "share of step": ("r", lambda r: _pct(r.get("share_of_step"))),
     "same tokens": ("l", lambda r: SAME_TOKENS.get(r.get("tokens_identical_to_dynamic"), "")),
     "status": ("l", _status),
+    "target": ("l", lambda t: t["text"]),  # the issue's targets
+    "goal": ("r", lambda t: f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"),
+    "measured": ("r", lambda t: _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"),
+    "": ("l", lambda t: "**met**" if t["met"] else "not met"),
+    "conditions": ("l", lambda t: t["note"]),
 }
+RUN_COLUMNS = [["entry", "name", None], ["status", "status", None], ["seconds", "seconds", "{:.0f}"],
+               ["result", lambda r: r["summary"].replace("|", "/"), None]]  # fmt: skip
 
 
-def _table(title: str, columns: list[str], cells: list[list[str]], align: str | None = None) -> list[str]:
-    return [title, "", markdown_table(columns, cells, align), ""] if cells else []
+def _table(title: str, names: list[str], rows: list[dict]) -> list[str]:
+    """The rows under `title` in the `COLUMNS` named (nothing if there are no rows)."""
+    align = "".join(COLUMNS[c][0] for c in names)
+    return [title, "", table([(c, COLUMNS[c][1], None) for c in names], rows, align), ""] if rows else []
 
 
 def _measurement_lines(m: dict) -> list[str]:
@@ -872,12 +875,11 @@ def _measurement_lines(m: dict) -> list[str]:
         f"S={s['t5_source_len']} T={s['t5_target_len']}; decoding: prompt {s['prompt_len']}, {s['new_tokens']} new "
         f"tokens, {s['decode_dtype']} weights.", "",
         *_table("The issue's targets:", ["target", "goal", "measured", "", "conditions"],
-                [_target_cells(t) for t in m["targets"] if t["measured"] is not None], "lrrll"),
+                [t for t in m["targets"] if t["measured"] is not None]),
     ]  # fmt: skip
     rows = [r for r in m["rows"] if "not selected" not in str(r.get("reason"))]
     for heading, prefixes, columns in spec.TABLES:
-        cells = [[COLUMNS[c][1](r) for c in columns] for r in rows if r["id"].startswith(prefixes)]
-        lines += _table(f"{heading}:", columns, cells, "".join(COLUMNS[c][0] for c in columns))
+        lines += _table(f"{heading}:", columns, [r for r in rows if r["id"].startswith(prefixes)])
     if m.get("profile"):
         p = m["profile"]
         lines += [f"Profiler (one hf_lm eager step): operators on vocabulary-sized tensors take "
@@ -899,10 +901,9 @@ def _measurement_lines(m: dict) -> list[str]:
 
 def _run_lines(run: dict) -> list[str]:
     budget = "no budget" if run.get("budget_s") is None else f"budget {run['budget_s']:.0f} s"
-    body = [[r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")] for r in run["entries"]]  # fmt: skip
     lines = [f"## Run of {run['date']}: `{run['sections']}`" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
              f"{run['device']}; torch {run['torch']}, transformers {run['transformers']}; git {run['git']}; {budget}.", "",
-             markdown_table(["entry", "status", "seconds", "result"], body, "llrl"), "", "Commands:", ""]  # fmt: skip
+             table(RUN_COLUMNS, run["entries"], "llrl"), "", "Commands:", ""]  # fmt: skip
     return lines + [f"- `{r['command']}`" for r in run["entries"] if r["command"]] + [""]
 
 

@@ -46,7 +46,7 @@ from benchmarks.measure import (
     resolve_device,
     versions,
 )
-from benchmarks.render import bar_chart, fmt, markdown_table, millions, pyplot, write_results
+from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
 
@@ -1247,10 +1247,6 @@ def plot_length_extrapolation(rows: list[dict], block_size: int, path: Path, tit
 # ---- The README of a results folder: `markdown(result, folder)` (benchmarks/render.py calls it)
 
 
-def _pct(value) -> str:
-    return "—" if value is None else f"{100 * value:.1f}"
-
-
 def _pm(stat: dict, digits: int) -> str:
     if stat["mean"] is None:
         return "n/a"
@@ -1258,24 +1254,12 @@ def _pm(stat: dict, digits: int) -> str:
     return f"{stat['mean']:.{digits}f}{std}"
 
 
-# a column's format in leaderboard.yaml's `tables` -> its cell (a string value is written as it is)
-CELL = {"f0": lambda v: fmt(v, 0), "f1": lambda v: fmt(v, 1), "f2": fmt, "f3": lambda v: fmt(v, 3),
-        "f4": lambda v: fmt(v, 4), "pct": _pct, "M": millions}  # fmt: skip
-
-
-def board_table(board: str, table: str, rows: list[dict], drop=(), **context) -> str:
-    """leaderboard.yaml's `<board>.tables.<table>`: one `[header, key, format]` per column (the header
-    formatted with `context`, `drop` leaves keys out); a failed entry shows its error after its label."""
-    spec = BOARDS[board]["tables"][table]
+def board_table(board: str, name: str, rows: list[dict], drop=(), **context) -> str:
+    """leaderboard.yaml's `<board>.tables.<name>`: its column list (`render.table`), each header
+    formatted with `context`; `drop` leaves keys out; a failed entry shows its error after its label."""
+    spec = BOARDS[board]["tables"][name]
     columns = [(h.format(**context), key, form) for h, key, form in spec["columns"] if key not in drop]
-    body = [
-        [row["label"], f"failed: {row['error']}", *[""] * (len(columns) - 2)] if "error" in row
-        else [v if isinstance(v := row.get(key), str) else CELL[form](v) for _, key, form in columns]
-        for row in rows
-    ]  # fmt: skip
-    left = spec.get("left")
-    align = None if left is None else "l" * left + "r" * (len(columns) - left)
-    return markdown_table([c[0] for c in columns], body, align=align)
+    return table(columns, rows, spec.get("left"), failed=True)
 
 
 def prose(board: str, name: str, **values) -> str:
@@ -1352,7 +1336,7 @@ def translation_markdown(result: dict, folder: Path) -> list[str]:
 def _pretraining_note(name: str, run: dict | None, s: dict) -> str:
     if not run:
         return ""
-    accuracy = {key: _pct(run.get(f"eval_{key}")) for key in ("mlm_accuracy", "disc_accuracy")}
+    accuracy = {key: percent(run.get(f"eval_{key}")) for key in ("mlm_accuracy", "disc_accuracy")}
     return prose("sst2", name, s=s, run=run, space=" ", **accuracy)
 
 
@@ -1364,7 +1348,7 @@ def sst2_markdown(result: dict, folder: Path) -> list[str]:
         run = pretrainings.get(BOARDS["sst2"]["entries"][row["name"]].pretraining)
         pretrained = f"{run['steps']:,} steps, {run['seconds']:.0f} s" if run else "none"
         rows.append({**row, "source": "measured", "pretraining": pretrained})
-    rows += [{"label": ref["model"], "source": "published, not measured here", "test_accuracy": f"≈{_pct(ref['accuracy'])}"}
+    rows += [{"label": ref["model"], "source": "published, not measured here", "test_accuracy": f"≈{percent(ref['accuracy'])}"}
              for ref in result["references"]]  # fmt: skip
     plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
     return page(

@@ -97,6 +97,45 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]], align: 
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
+def percent(value) -> str:
+    """A fraction as a percentage with one decimal ("12.5"), None as an em dash."""
+    return "—" if value is None else f"{100 * value:.1f}"
+
+
+def table(
+    columns: Sequence[Sequence], rows: Iterable, align: str | int | None = None, failed: bool = False
+) -> str:
+    """A Markdown table from a column list: one `[header, key, format]` per column.
+
+    Args:
+        columns: `key` names a value of the row (a dict), or is a function of the row; `format` is a
+            name in `FORMATS`, a format string applied to the value ("{:.2f} x"; None: "—"), a
+            function of the value, or None (the value as it is). A string value is written as it is.
+        rows: dicts.
+        align: one l/r letter per column (`markdown_table`), or the number of leading left-aligned
+            columns (the rest right-aligned); None: every column left-aligned.
+        failed: a row with an "error" shows its "label" (else its first cell), then `failed: <error>`.
+    """
+
+    def cell(row, key, form) -> str:
+        value = key(row) if callable(key) else row.get(key)
+        if isinstance(value, str) or form is None:
+            return str(value)
+        if callable(form) or form in FORMATS:
+            return (FORMATS.get(form) or form)(value)
+        return "—" if value is None else form.format(value)
+
+    def line(row) -> list[str]:
+        if failed and "error" in row:
+            first = row["label"] if "label" in row else cell(row, *columns[0][1:])
+            return [first, f"failed: {row['error']}", *[""] * (len(columns) - 2)]
+        return [cell(row, key, form) for _, key, form in columns]
+
+    if isinstance(align, int):
+        align = "l" * align + "r" * (len(columns) - align)
+    return markdown_table([c[0] for c in columns], [line(row) for row in rows], align)
+
+
 def fmt(value, digits: int = 2) -> str:
     """A table cell: floats with `digits` decimals, ints with thousands separators, None as an em dash."""
     if value is None:
@@ -113,6 +152,14 @@ def fmt(value, digits: int = 2) -> str:
 def millions(n: int | None) -> str:
     """A parameter count in millions ("2.50M"), None as an em dash."""
     return "—" if n is None else f"{n / 1e6:.2f}M"
+
+
+# a format name of a column list (`table`) -> its cell
+FORMATS = {
+    **{f"f{digits}": (lambda v, digits=digits: fmt(v, digits)) for digits in range(5)},
+    "pct": percent,
+    "M": millions,
+}
 
 
 def pyplot():

@@ -24,7 +24,7 @@ from .measure import (
     trim_heap,
     wait_for_idle,
 )
-from .render import markdown_table
+from .render import table
 from .speed import Entry
 
 ENGINES = ("ddp", "fsdp")
@@ -643,8 +643,20 @@ def mib(n: int | None) -> str:
 
 
 STATE = ("parameters", "gradients", "ddp_buckets", "optimizer_state")  # what grows with the parameters
-WORST = ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes", "rss_after_step_trimmed_bytes")  # fmt: skip
-VERIFIED = ("predicted_sum_of_peaks_bytes", "measured_sum_of_peaks_bytes", "measured_total_peak_bytes", "measured_allocator_peak_bytes")  # fmt: skip
+# a process's worst figures and the verified size's: key -> header in the tables
+WORST = {
+    "total_peak_bytes": "sampled peak",
+    "allocator_peak_bytes": "allocator peak",
+    "peak_rss_bytes": "peak RSS",
+    "rss_before_model_bytes": "RSS before model",
+    "rss_after_step_trimmed_bytes": "RSS after step, trimmed",
+}
+VERIFIED = {
+    "predicted_sum_of_peaks_bytes": "predicted",
+    "measured_sum_of_peaks_bytes": "measured sum of peaks",
+    "measured_total_peak_bytes": "measured sampled peak",
+    "measured_allocator_peak_bytes": "measured allocator peak",
+}
 
 
 def runs(memory: dict):
@@ -653,13 +665,17 @@ def runs(memory: dict):
 
 
 def memory_table(memory: dict) -> str:
-    header = ["engine", "N", *COMPONENTS.values(), "sum of peaks", "sampled peak", "allocator peak", "peak RSS", "RSS before model", "RSS after step, trimmed"]  # fmt: skip
-    rows = []
-    for n, engine, run in runs(memory):
-        worst = run["reference"]["worst"]
-        rows.append([ENGINE_NAMES[engine], str(n), *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
-                     f"**{mib(worst['sum_of_peaks_bytes'])}**", *(mib(worst[k]) for k in WORST)])  # fmt: skip
-    return markdown_table(header, rows, "ll" + "r" * (len(header) - 2))
+    rows = [
+        {"engine": ENGINE_NAMES[e], "N": str(n), **run["reference"]["worst"]} for n, e, run in runs(memory)
+    ]
+    columns = [
+        ["engine", "engine", None],
+        ["N", "N", None],
+        *([header, lambda w, c=c: w["peak_bytes"][c] or "0", mib] for c, header in COMPONENTS.items()),
+        ["sum of peaks", "sum_of_peaks_bytes", lambda v: f"**{mib(v)}**"],
+        *([header, key, mib] for key, header in WORST.items()),
+    ]
+    return table(columns, rows, 2)
 
 
 def ratio_lines(memory: dict) -> list[str]:
@@ -677,16 +693,20 @@ def ratio_lines(memory: dict) -> list[str]:
     return lines
 
 
+TIMING_COLUMNS = [  # `render.table`'s [header, key, format] of a timing launch
+    ["N", "N", None],
+    ["DDP step (s, median)", lambda r: r["median_s"]["ddp"], "{:.2f}"],
+    ["FSDP2 step (s, median)", lambda r: r["median_s"]["fsdp"], "{:.2f}"],
+    ["FSDP2/DDP", lambda r: r["median_s"]["fsdp"] / r["median_s"]["ddp"], "**{:.3f}**"],
+    ["FSDP2/DDP (fastest steps)", lambda r: min(r["step_s"]["fsdp"]) / min(r["step_s"]["ddp"]), "{:.3f}"],
+    ["max |loss gap|", "max_loss_gap", "{:.1e}"],
+    ["CPU pressure", lambda r: r.get("contention", {}).get("cpu_pressure_share"), "{:.0%}"],
+]
+
+
 def timing_table(timing: dict) -> str:
     """Step times; CPU pressure: the share of the launch's wall time some task waited for a CPU."""
-    rows = []
-    for n, run in timing.items():
-        med, share = run["median_s"], run.get("contention", {}).get("cpu_pressure_share")
-        rows.append([str(n), f"{med['ddp']:.2f}", f"{med['fsdp']:.2f}", f"**{med['fsdp'] / med['ddp']:.3f}**",
-                     f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}", f"{run['max_loss_gap']:.1e}",
-                     "—" if share is None else f"{share:.0%}"])  # fmt: skip
-    header = ["N", "DDP step (s, median)", "FSDP2 step (s, median)", "FSDP2/DDP", "FSDP2/DDP (fastest steps)", "max |loss gap|", "CPU pressure"]  # fmt: skip
-    return markdown_table(header, rows, "lrrrrrr")
+    return table(TIMING_COLUMNS, [{"N": str(n), **run} for n, run in timing.items()], 1)
 
 
 def shape_name(k: int, numels: Mapping) -> str:
@@ -698,20 +718,36 @@ def fitted(run: dict) -> dict | None:
     return next((row for row in run["verification"] if row["fits"]), None)
 
 
+def budget_row(n, engine: str, run: dict) -> dict:
+    """A budget table's row: the largest size that fits (its verified figures) and the next one."""
+    shapes = {int(k): v for k, v in run["shapes"].items()}
+    final, nxt = fitted(run), run["next_k"]
+    tried = ", ".join(
+        f"k={row['k']} {mib(row['measured_sum_of_peaks_bytes'])}" + ("" if row["fits"] else " (over)")
+        for row in run["verification"]
+    )
+    return {
+        **(final or {}),
+        "engine": ENGINE_NAMES[engine],
+        "N": str(n),
+        "largest": "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
+        "tried": tried or "—",
+        "next": "—"
+        if nxt is None
+        else f"{shape_name(nxt, shapes[nxt])}: " + mib(run["predicted_sum_of_peaks_bytes"][str(nxt)]),
+    }
+
+
 def budget_table(memory: dict) -> str:
-    rows = []
-    for n, engine, run in runs(memory):
-        shapes = {int(k): v for k, v in run["shapes"].items()}
-        predicted, final, nxt = {int(k): v for k, v in run["predicted_sum_of_peaks_bytes"].items()}, fitted(run), run["next_k"]  # fmt: skip
-        tried = ", ".join(
-            f"k={row['k']} {mib(row['measured_sum_of_peaks_bytes'])}" + ("" if row["fits"] else " (over)")
-            for row in run["verification"]
-        )
-        rows.append([ENGINE_NAMES[engine], str(n), "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
-                     *("—" if final is None else mib(final[k]) for k in VERIFIED), tried or "—",
-                     "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}"])  # fmt: skip
-    header = ["engine", "N", "largest GPT in budget", "predicted", "measured sum of peaks", "measured sampled peak", "measured allocator peak", "built and trained (sum of peaks)", "next size (predicted)"]  # fmt: skip
-    return markdown_table(header, rows, "llrrrrrll")
+    columns = [
+        ["engine", "engine", None],
+        ["N", "N", None],
+        ["largest GPT in budget", "largest", None],
+        *([header, key, mib] for key, header in VERIFIED.items()),
+        ["built and trained (sum of peaks)", "tried", None],
+        ["next size (predicted)", "next", None],
+    ]
+    return table(columns, [budget_row(*run) for run in runs(memory)], "llrrrrrll")
 
 
 def limit_lines(memory: dict) -> list[str]:

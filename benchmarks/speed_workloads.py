@@ -37,7 +37,7 @@ from .measure import (
     tensor_bytes,
     time_alternating,
 )
-from .render import fmt, markdown_table
+from .render import fmt, markdown_table, table
 from .speed import Entry
 
 # --- sparse: dense against band decoding ---
@@ -438,19 +438,28 @@ def run_ngram(o) -> dict:
     return {"corpora": corpora, "rows": rows}
 
 
+NGRAM_COLUMNS = [  # `render.table`'s [header, key, format] of a fit (its corpus's label and floor added)
+    ["corpus", "label", None],
+    ["order", "order", "{}"],
+    ["train tokens", "train_tokens", "{:,}"],
+    [
+        "distinct n-grams (top order / all)",
+        lambda r: f"{r['num_ngrams'][-1]:,} / {sum(r['num_ngrams']):,}",
+        None,
+    ],
+    ["table MB", lambda r: r["table_bytes"] / 2**20, "{:.1f}"],
+    ["fit s", "fit_s", "{:.2f}"],
+    ["Mtokens/s", lambda r: r["train_tokens"] / r["fit_s"] / 1e6, "{:.2f}"],
+    ["peak RSS MB", lambda r: r["peak_rss_delta_bytes"] / 2**20, "{:.0f}"],
+    ["val ppl", "val_ppl", "{:.3f}"],
+    ["floor ppl", lambda r: r["floor_ppl"] or "-", "{:.2f}"],
+]
+
+
 def ngram_report(data: dict, result: dict) -> list[str]:
-    header = ["corpus", "order", "train tokens", "distinct n-grams (top order / all)", "table MB", "fit s",
-              "Mtokens/s", "peak RSS MB", "val ppl", "floor ppl"]  # fmt: skip
-    body = []
-    for r in data["rows"]:
-        meta = data["corpora"][r["corpus"]]
-        body.append([meta["label"], str(r["order"]), f"{r['train_tokens']:,}",
-                     f"{r['num_ngrams'][-1]:,} / {sum(r['num_ngrams']):,}", f"{r['table_bytes'] / 2**20:.1f}",
-                     f"{r['fit_s']:.2f}", f"{r['train_tokens'] / r['fit_s'] / 1e6:.2f}",
-                     f"{r['peak_rss_delta_bytes'] / 2**20:.0f}", f"{r['val_ppl']:.3f}",
-                     f"{meta['floor_ppl']:.2f}" if meta["floor_ppl"] else "-"])  # fmt: skip
+    rows = [{**data["corpora"][r["corpus"]], **r} for r in data["rows"]]
     title = f"## hf_lm n-gram LM ({data['options']['smoothing']}), {data['options']['threads']} thread(s)"
-    return [title, "", markdown_table(header, body, align="l" + "r" * 9), ""]
+    return [title, "", table(NGRAM_COLUMNS, rows, 1), ""]
 
 
 # --- serve: hflm-serve on hf_lm's GPT against the same server on LlamaForCausalLM ---
@@ -793,28 +802,35 @@ def run_cleaning(o) -> dict:
     }  # fmt: skip
 
 
-def rule_rows(report: dict) -> list[list[str]]:
+def rule_rows(report: dict) -> list[dict]:
     """What each rule removed (pages, lines, chars), between the input and the output."""
     counts = {"input": report["input"], **report["removed"], "output": report["output"]}
-    return [[rule, *(f"{c[k]:,}" for k in ("pages", "lines", "chars"))] for rule, c in counts.items()]
+    return [{"rule": rule, **c} for rule, c in counts.items()]
+
+
+RULE_COLUMNS = [["rule", "rule", None], *([name, name, "{:,}"] for name in ("pages", "lines", "chars"))]
+S_CURVE_COLUMNS = [
+    ["Jaccard", "jaccard", "{:.2f}"],
+    ["candidates", "candidate_share", "{:.2f}"],
+    ["theory", "theory", "{:.2f}"],
+    ["dropped", "dropped_share", "{:.2f}"],
+]
 
 
 def cleaning_report(data: dict, result: dict) -> list[str]:
-    rows = [[f"{r['jaccard']:.2f}", f"{r['candidate_share']:.2f}", f"{r['theory']:.2f}", f"{r['dropped_share']:.2f}"]
-            for r in data["s_curve"]]  # fmt: skip
     return [
         "## C4-style cleaning: speed, what each rule removed, the LSH S-curve",
         "",
         f"{data['pages']:,} pages: {data['pages_per_second_in_memory']:,.0f} pages/s in memory, "
         f"{data['pages_per_second_streamed']:,.0f} pages/s streamed (same pages).",
         "",
-        markdown_table(["rule", "pages", "lines", "chars"], rule_rows(data["report"]), "lrrr"),
+        table(RULE_COLUMNS, rule_rows(data["report"]), 1),
         "",
         f"Near duplicates ({data['s_curve_options']['num_perm']} hash functions, "
         f"{data['s_curve_options']['bands']} bands, single words as shingles), {data['options']['pairs']} page "
         "pairs per Jaccard similarity: the share found as LSH candidates, the theory 1 - (1 - s^r)^b, the share dropped.",
         "",
-        markdown_table(["Jaccard", "candidates", "theory", "dropped"], rows, "rrrr"),
+        table(S_CURVE_COLUMNS, data["s_curve"], 0),
         "",
     ]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.render import README_FILE, RESULTS_DIR, rendered, results_folders
+from benchmarks.render import README_FILE, RESULTS_DIR, rendered, results_folders, table
 
 
 @pytest.mark.parametrize("folder", results_folders(), ids=lambda p: str(p.relative_to(RESULTS_DIR)))
@@ -16,3 +16,27 @@ def test_every_results_folder_has_a_json():
     """A folder of results without results.json would have a README nobody can re-render."""
     with_readme = {p.parent for p in RESULTS_DIR.glob("*/README.md")}
     assert with_readme <= set(results_folders())
+
+
+def test_table_renders_a_column_list():
+    """render.table, the one table renderer: keys or functions of the row; format names, format
+    strings or functions; strings as they are; a failed row on request; leading left-aligned columns."""
+    columns = [
+        ["name", "label", None],
+        ["ratio", "ratio", "{:.2f} x"],
+        ["share", "share", "pct"],
+        ["twice", lambda r: 2 * (r.get("ratio") or 0), lambda v: f"<{v}>"],
+    ]
+    rows = [
+        {"label": "a", "ratio": 1.5, "share": 0.25},
+        {"label": "b", "ratio": None, "share": "n/a"},
+        {"label": "c", "error": "boom"},
+    ]
+    assert table(columns, rows, 1, failed=True).splitlines() == [
+        "| name | ratio | share | twice |",
+        "|---|---:|---:|---:|",
+        "| a | 1.50 x | 25.0 | <3.0> |",
+        "| b | — | n/a | <0> |",
+        "| c | failed: boom | | |",
+    ]
+    assert table(columns[:1], rows[2:]).splitlines()[-1] == "| c |"
