@@ -54,7 +54,7 @@ Evaluation. During a run, the validation curve is measured on the first `curve_e
 entry by this script in the same way (`score_validation`): the whole validation text cut into
 non-overlapping blocks of the run's block size (the tail that does not fill a block is dropped),
 each block's characters 2..T scored given the characters before them in the block: nanoGPT's and
-`training.evaluation.evaluate`'s protocol. The validation text is tokenized without special tokens, so no
+`training.objectives.evaluation.evaluate`'s protocol. The validation text is tokenized without special tokens, so no
 EOS/BOS is ever a target and one token is one character: the loss is exactly nats per character,
 perplexity its exponential (bits per character = loss / ln 2). The three special tokens stay in the
 softmax (they never occur in the text; a trained model gives them almost no mass).
@@ -529,7 +529,7 @@ def score_ids(model, ids: torch.Tensor, block_size: int, batch_size: int = 64) -
     """Mean next-token loss over `ids` cut into non-overlapping blocks of `block_size`.
 
     The tail that does not fill a block is dropped; in each block tokens 2..T are scored given the
-    tokens before them in the block (token 1 is context only), as `training.evaluation.evaluate` does.
+    tokens before them in the block (token 1 is context only), as `training.objectives.evaluation.evaluate` does.
 
     Returns:
         `{"loss": nats per scored token, "scored_tokens": N * (T - 1), "blocks": N}`.

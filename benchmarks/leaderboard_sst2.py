@@ -257,7 +257,7 @@ def save_electra_initialization(folder: Path, tokenizer, settings: dict, seed: i
     `save_initialization`'s with embeddings as wide as the hidden size, and its 1/4-wide generator
     in `generator/`) and the tokenizer to `folder`, where `--objective electra --init_from` reads it."""
     from hf_lm import HfLmElectraConfig
-    from training.electra import ElectraPretrainingModel
+    from training.objectives.electra import ElectraPretrainingModel
 
     config = _encoder_config(HfLmElectraConfig, tokenizer, settings, embedding_size=settings["hidden_size"])
     torch.manual_seed(seed)

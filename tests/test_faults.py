@@ -37,7 +37,7 @@ from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
 
 import training.checkpoint as ckpt
-import training.evaluation as evaluation
+import training.objectives.evaluation as evaluation
 import training.export as export
 import training.run as run_module
 import training.run_log as run_log

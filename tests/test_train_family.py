@@ -16,7 +16,7 @@ from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
-from training.electra import ElectraPretrainingModel
+from training.objectives.electra import ElectraPretrainingModel
 from training.models import resolve_family
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
 from training.tokenizer import train_tokenizer

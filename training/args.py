@@ -34,7 +34,7 @@ from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
 from .models import FAMILY_NAMES, check_preset
-from .scheduled_sampling import SCHEDULES, sampling_probability
+from .objectives.scheduled_sampling import SCHEDULES, sampling_probability
 from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
 

@@ -11,7 +11,7 @@ of a micro-batch, the evaluation, and the model card's results. The objectives:
 - `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
   `training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
 - `Electra` ("electra"): ELECTRA's replaced-token detection, a small masked-LM generator and the
-  discriminator trained jointly (`training.electra`).
+  discriminator trained jointly (`training.objectives.electra`).
 - `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
   encoder-decoder denoising objectives of `training.collators_seq2seq`.
 
@@ -40,14 +40,14 @@ from hf_lm.models.hflm_common import (
 )
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
-from . import evaluation
-from .collators_mlm import DataCollatorForMaskedLM
-from .collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
-from .electra import ElectraPretrainingModel, evaluate_electra
-from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
-from .tokenizer import (
+from ..collators_mlm import DataCollatorForMaskedLM
+from ..collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from ..models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
+from ..tokenizer import (
     add_sentinel_tokens,
 )
+from . import evaluation
+from .electra import ElectraPretrainingModel, evaluate_electra
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
@@ -388,7 +388,7 @@ class MaskedLM(Objective):
 
 
 class Electra(MaskedLM):
-    """ELECTRA's replaced-token detection (Clark et al., 2020; `training.electra`): BERT's dynamic
+    """ELECTRA's replaced-token detection (Clark et al., 2020; `training.objectives.electra`): BERT's dynamic
     masking feeds a small generator, whose samples fill the masked positions for the discriminator.
 
     The generator's samples are seeded like the masks (`mask_seed`, a second stream of the same
