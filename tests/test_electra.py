@@ -20,7 +20,12 @@ from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoToke
 from hf_lm import HfLmElectraConfig, HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 from hf_lm.convert import from_transformers
 from training import finetune_classification
-from training.objectives.electra import ElectraPretrainingModel, corrupt, generator_config, sample_replacements
+from training.objectives.electra import (
+    ElectraPretrainingModel,
+    corrupt,
+    generator_config,
+    sample_replacements,
+)
 
 VOCAB = 97
 

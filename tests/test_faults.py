@@ -37,8 +37,8 @@ from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
 
 import training.checkpoint as ckpt
-import training.objectives.evaluation as evaluation
 import training.export as export
+import training.objectives.evaluation as evaluation
 import training.run as run_module
 import training.run_log as run_log
 import training.train as T

@@ -1,6 +1,8 @@
 """`--family` names the model family; `--objective` chooses what it is trained on; the older
 `--arch` spelling keeps meaning what it meant. The loop asks its objective (`training.objectives`)."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from test_train import TINY, _fresh_accelerate_state, _run  # noqa: F401  (fixture)
@@ -12,13 +14,14 @@ from hf_lm import (
     HfLmT5ForConditionalGeneration,
 )
 from hf_lm.families import FAMILIES
+from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
 from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
-from training.objectives.electra import ElectraPretrainingModel
 from training.models import resolve_family
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
+from training.objectives.electra import ElectraPretrainingModel
 from training.tokenizer import train_tokenizer
 
 TEXTS = ["the cat sat on the mat.", "a dog ran in the park."] * 20
@@ -115,8 +118,36 @@ def test_tbptt_is_the_causal_objective_that_carries_lanes_of_state():
     )
     assert type(plain) is CausalLM and not plain.lanes and plain.state_tensors(0) is None
     assert isinstance(tbptt, TruncatedBPTT) and tbptt.lanes
-    assert tbptt.forward_inputs(1) == {"past_key_values": None, "use_cache": True}
     assert tbptt.state_tensors(0) == {}  # no lane has a state yet
+    batch = {"input_ids": torch.arange(8).view(2, 4)}
+    inputs, extra = tbptt.inputs(batch, SimpleNamespace(step=0, update=0), 1)
+    assert torch.equal(inputs["labels"], batch["input_ids"])
+    assert extra == {"past_key_values": None, "use_cache": True}
+
+
+def test_tbptt_forward_carries_each_lanes_state_to_its_next_block_until_the_epoch_ends():
+    """The loop's one call per micro-batch (`Objective.forward`): micro-batch m of an update gets the
+    state micro-batch m of the update before left, detached; an epoch's first update starts afresh."""
+    tbptt = objective_for(TrainArguments(tbptt=True, gradient_accumulation_steps=2))
+    model = HfLmRNNForCausalLM(HfLmRNNConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1))
+    seen = []
+
+    def forward_loss(model, inputs, extra):
+        cache = extra["past_key_values"]  # (the model then updates it in place)
+        seen.append(None if cache is None else (cache.seen_tokens, [t.requires_grad for t in cache.state]))
+        return model(**inputs, **extra)
+
+    batch = {"input_ids": torch.arange(8).view(2, 4)}
+    for update in (0, 1, 0):
+        for micro in (0, 1):
+            outputs = tbptt.forward(
+                forward_loss, model, batch, SimpleNamespace(step=update, update=update), micro
+            )
+            assert outputs.loss.requires_grad
+    assert seen[0] is None and seen[1] is None  # a fresh epoch: no state yet
+    # each lane's own previous block, detached: gradients stop at the block edge
+    assert seen[2] == seen[3] == (4, [False, False])
+    assert seen[4] is None and seen[5] is None  # the next epoch starts every lane afresh
 
 
 def test_family_spelling_of_a_run_matches_the_arch_spelling(tmp_path):

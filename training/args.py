@@ -34,7 +34,7 @@ from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
 from .models import FAMILY_NAMES, check_preset
-from .objectives.scheduled_sampling import SCHEDULES, sampling_probability
+from .objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
 from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
 
@@ -730,7 +730,7 @@ class TrainArguments:
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
-            self.sampling_probability(0)  # the schedule validates its constants
+            run_sampling_probability(self, 0)  # the schedule validates its constants
         _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
         _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
         _non_negative("electra_disc_weight", self.electra_disc_weight)
@@ -766,15 +766,6 @@ class TrainArguments:
                 raise ValueError(
                     "`spike_threshold` detects spikes to roll back: it needs --rollback_on_divergence."
                 )
-
-    def sampling_probability(self, step: int) -> float | None:
-        """Scheduled sampling's probability of feeding the model's own sample at `step` (None when off)."""
-        if self.scheduled_sampling == "none":
-            return None
-        params = {} if self.scheduled_sampling_k is None else {"k": self.scheduled_sampling_k}
-        if self.scheduled_sampling == "linear":
-            params.update(c=self.scheduled_sampling_c, eps_min=self.scheduled_sampling_min)
-        return sampling_probability(step, self.scheduled_sampling, **params)
 
     @property
     def trackers(self) -> list[str]:

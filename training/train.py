@@ -415,22 +415,15 @@ class TrainingLoop:
 
     def forward_backward(self) -> float:
         """The micro-batches of one update, forward and backward: their loss, averaged over processes."""
-        run, args, objective = self.run, self.run.train_args, self.run.objective
-        step, accelerator = self.position.step, run.accelerator
-        sampling_p = args.sampling_probability(step)  # None without scheduled sampling
-        extra_inputs = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
-        objective.start_update(self.position.update)
+        run, args, accelerator = self.run, self.run.train_args, self.run.accelerator
         micro_losses = []
         for micro in range(args.gradient_accumulation_steps):
-            batch = objective.inputs(next(self.data), step, micro, run.rank)
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
+            batch = next(self.data)
             with self._accumulate(micro):
-                outputs = forward_loss(
-                    self.forward_model, batch, extra_inputs | objective.forward_inputs(micro)
-                )
+                # the objective makes the inputs and labels (its noise), and runs the model on them
+                outputs = run.objective.forward(forward_loss, self.forward_model, batch, self.position, micro)
                 loss = outputs.loss  # token mean of this micro-batch
                 accelerator.backward(loss)  # divided by gradient_accumulation_steps
-            objective.after_forward(micro, outputs)
             micro_losses.append(loss.detach().float())
         # every process sees the same mean, so a divergence stops all of them together
         mean = torch.stack(micro_losses).mean()

@@ -48,6 +48,7 @@ from ..tokenizer import (
 )
 from . import evaluation
 from .electra import ElectraPretrainingModel, evaluate_electra
+from .scheduled_sampling import run_sampling_probability
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
@@ -91,9 +92,15 @@ class Objective:
     """What the training loop asks of an objective; subclasses fill in what differs.
 
     Built from the `TrainArguments` before the data (the tokenizer needs `special_tokens`), then
-    `bind` to the tokenizer and the eval blocks. The recurrent-state hooks (`start_update`,
-    `forward_inputs`, `after_forward`, `state_tensors`, `restore_state`, `reset_state`) do nothing
-    but for truncated BPTT.
+    `bind` to the tokenizer, the eval blocks and the process. What differs between objectives:
+
+    - the tokenizer and the model: `prepare_tokenizer`, `model_config`, `make_collator` (and
+      `build_model`, which only ELECTRA replaces), the blocks they can learn from
+      (`block_size_problem`, `min_block_size`);
+    - a micro-batch's inputs and labels (`inputs`); the loop's one call per micro-batch is `forward`;
+    - the evaluation (`evaluate`) and the model card (`card_metrics`, `describe`, `card_model`);
+    - a state carried across blocks (`state_tensors`, `restore_state`, `reset_state`): truncated
+      BPTT's recurrent state; every other objective carries none.
     """
 
     name = "clm"
@@ -109,7 +116,7 @@ class Objective:
     def __init__(self, train_args) -> None:
         self.args = train_args
         self.tokenizer = self.collator = None
-        self.num_eval_blocks = 0
+        self.num_eval_blocks, self.rank, self.device = 0, 0, torch.device("cpu")
 
     @property
     def special_tokens(self) -> dict | None:
@@ -161,20 +168,38 @@ class Objective:
     def make_collator(self, tokenizer):
         return None
 
-    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], world: int) -> None:
-        """Take the run's tokenizer and eval blocks: builds the collator (and what evaluation needs)."""
+    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], accelerator) -> None:
+        """Take the run's tokenizer, eval blocks and process (`accelerator`: its rank seeds the noise,
+        its device takes the inputs): builds the collator (and what evaluation needs)."""
         self.tokenizer, self.collator = tokenizer, self.make_collator(tokenizer)
+        self.rank, self.device = accelerator.process_index, accelerator.device
         self.num_eval_blocks = evaluation.eval_block_count(
-            len(eval_blocks["input_ids"]), self.args.per_device_batch_size, world, self.args.eval_batches
+            len(eval_blocks["input_ids"]),
+            self.args.per_device_batch_size,
+            accelerator.num_processes,
+            self.args.eval_batches,
         )
 
-    def inputs(
-        self, batch: dict[str, torch.Tensor], step: int, micro: int, rank: int
-    ) -> dict[str, torch.Tensor]:
-        """The model inputs with labels of micro-batch `micro` of update `step + 1` (blocks (b, T))."""
+    def inputs(self, batch: dict[str, torch.Tensor], position, micro: int) -> tuple[dict, dict]:
+        """The model inputs with labels of micro-batch `micro` of the update after `position` (blocks
+        (b, T)), and the further keyword arguments of the model's forward (none but a few objectives')."""
         raise NotImplementedError
 
-    def eval_noise(self, inputs):
+    def forward(self, forward_loss, model, batch: dict[str, torch.Tensor], position, micro: int):
+        """The loop's one call per micro-batch: the outputs of `model` on micro-batch `micro` of the
+        update after `position` (a `DataPosition`: `step`, `update` within the epoch), run by
+        `forward_loss(model, inputs, extra_inputs)` (the loop's model call), `loss` their token mean.
+
+        With scheduled sampling the model feeds its own samples with the schedule's probability of
+        the step (Bengio et al., 2015; `scheduled_sampling.run_sampling_probability`).
+        """
+        inputs, extra = self.inputs(batch, position, micro)
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}  # (b, T)
+        sampling_p = run_sampling_probability(self.args, position.step)  # None without scheduled sampling
+        sampling = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
+        return forward_loss(model, inputs, sampling | extra)
+
+    def _eval_noise(self, inputs):
         """The evaluation's noise: `inputs` with the same seeds at every evaluation of the run."""
         seed = self.args.seed
         return lambda ids, i, rank: inputs(
@@ -185,13 +210,9 @@ class Objective:
     def evaluate(self, model, eval_blocks: dict[str, torch.Tensor], accelerator) -> dict[str, float | None]:
         raise NotImplementedError
 
-    def card_rows(self, evaluation: dict) -> dict[str, object]:
-        """The objective's rows of the card's evaluation table."""
+    def card_metrics(self, evaluation: dict) -> tuple[dict[str, object], dict[str, float]]:
+        """The objective's rows of the card's evaluation table, and the card's `model-index` results."""
         raise NotImplementedError
-
-    def eval_results(self, evaluation: dict) -> dict[str, float]:
-        """The card's `model-index` results."""
-        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_token_accuracy"]}
 
     def describe(self) -> str:
         """The card's "objective" row."""
@@ -202,16 +223,6 @@ class Objective:
         return model
 
     # --- state carried across blocks (truncated BPTT) ---
-    def start_update(self, update: int) -> None:
-        """Called before each update, with its index within the epoch."""
-
-    def forward_inputs(self, micro: int) -> dict:
-        """Extra model inputs of micro-batch `micro`."""
-        return {}
-
-    def after_forward(self, micro: int, outputs) -> None:
-        """Called with the outputs of micro-batch `micro`."""
-
     def state_tensors(self, rank: int) -> dict[str, torch.Tensor] | None:
         """This process's carried state for a checkpoint (None: the objective carries none)."""
         return None
@@ -231,10 +242,10 @@ class CausalLM(Objective):
         # the characters and words the causal loss scores (bits per character and word)
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
-    def inputs(self, batch, step, micro, rank):
+    def inputs(self, batch, position, micro):
         if "targets" in batch:  # random windows carry their own targets (`forward_loss`)
-            return batch
-        return {**batch, "labels": batch["input_ids"]}
+            return batch, {}
+        return {**batch, "labels": batch["input_ids"]}, {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args  # the model is compiled with --torch_compile: (b, T) batches, a smaller last one
@@ -243,17 +254,15 @@ class CausalLM(Objective):
         )
         return {"eval_loss": loss, "eval_perplexity": ppl, **evaluation.bits_metrics(loss, self.eval_units)}
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out loss (nats/token)": evaluation["eval_loss"],
             "held-out perplexity": evaluation["eval_perplexity"],
             "held-out bits per token": evaluation["eval_bits_per_token"],
             "held-out bits per character": evaluation["eval_bits_per_character"],
             "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
         }
-
-    def eval_results(self, evaluation):
-        return {"perplexity": evaluation["eval_perplexity"], "loss": evaluation["eval_loss"]}
+        return rows, {"perplexity": evaluation["eval_perplexity"], "loss": evaluation["eval_loss"]}
 
     def describe(self) -> str:
         return "causal LM (next token)"
@@ -273,15 +282,16 @@ class TruncatedBPTT(CausalLM):
         super().__init__(train_args)
         self.reset_state()
 
-    def start_update(self, update):
-        if update == 0:
+    def inputs(self, batch, position, micro):
+        if position.update == 0 and micro == 0:  # an epoch starts every lane afresh
             self.reset_state()
+        inputs, extra = super().inputs(batch, position, micro)
+        return inputs, extra | {"past_key_values": self.carried[micro], "use_cache": True}
 
-    def forward_inputs(self, micro):
-        return {"past_key_values": self.carried[micro], "use_cache": True}
-
-    def after_forward(self, micro, outputs):
+    def forward(self, forward_loss, model, batch, position, micro):
+        outputs = super().forward(forward_loss, model, batch, position, micro)
         self.carried[micro] = output_cache(outputs).detach()  # gradients stop at the block edge
+        return outputs
 
     def state_tensors(self, rank):
         tensors = {}
@@ -352,15 +362,17 @@ class MaskedLM(Objective):
         args = self.args
         return DataCollatorForMaskedLM(tokenizer, mlm_probability=args.mlm_probability, masking=args.masking)
 
-    def inputs(self, batch, step, micro, rank):
-        return mlm_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+    def inputs(self, batch, position, micro):
+        return mlm_inputs(
+            batch, self.collator, mask_seed(self.args.seed, position.step, micro, self.rank)
+        ), {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
         return evaluation.evaluate_masked_lm(
             model,
             eval_blocks,
-            self.eval_noise(mlm_inputs),
+            self._eval_noise(mlm_inputs),
             self.tokenizer,
             accelerator,
             args.per_device_batch_size,
@@ -368,17 +380,15 @@ class MaskedLM(Objective):
             args.pseudo_perplexity_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        pppl = evaluation["eval_pseudo_perplexity"]
+        rows = {
             "held-out masked-token loss (nats/token)": evaluation["eval_loss"],
             "held-out masked-token accuracy": evaluation["eval_mlm_accuracy"],
-            "held-out pseudo-perplexity (Salazar et al., 2020)": evaluation["eval_pseudo_perplexity"],
+            "held-out pseudo-perplexity (Salazar et al., 2020)": pppl,
         }
-
-    def eval_results(self, evaluation):
-        pppl = evaluation["eval_pseudo_perplexity"]
         results = {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_mlm_accuracy"]}
-        return results | ({"pseudo-perplexity": pppl} if pppl is not None else {})
+        return rows, results | ({"pseudo-perplexity": pppl} if pppl is not None else {})
 
     def describe(self) -> str:
         return (
@@ -398,10 +408,6 @@ class Electra(MaskedLM):
     name = "electra"
     auto_class = AutoModelForPreTraining  # the discriminator: what final/ holds (the generator in generator/)
     SAMPLES = 1  # the `mask_seed` stream of the generator's samples
-
-    def __init__(self, train_args) -> None:
-        super().__init__(train_args)
-        self.sampling_seeds: dict[int, int] = {}
 
     def model_config(self, tokenizer):
         return {"bos_token_id": None}
@@ -426,19 +432,18 @@ class Electra(MaskedLM):
         config = family_config(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
         return ElectraPretrainingModel(config, **options)
 
-    def inputs(self, batch, step, micro, rank):
-        self.sampling_seeds[micro] = mask_seed(self.args.seed, step, micro, rank, self.SAMPLES)
-        return super().inputs(batch, step, micro, rank)
-
-    def forward_inputs(self, micro):
-        return {"sampling_seed": self.sampling_seeds[micro]}
+    def inputs(self, batch, position, micro):
+        inputs, _ = super().inputs(batch, position, micro)
+        return inputs, {
+            "sampling_seed": mask_seed(self.args.seed, position.step, micro, self.rank, self.SAMPLES)
+        }
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
         return evaluate_electra(
             model,
             eval_blocks,
-            self.eval_noise(mlm_inputs),
+            self._eval_noise(mlm_inputs),
             lambda i, rank: mask_seed(args.seed, EVAL_STEP, i, rank, self.SAMPLES),
             args.electra_disc_weight,
             accelerator,
@@ -446,8 +451,8 @@ class Electra(MaskedLM):
             self.num_eval_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out loss (MLM + λ · discriminator)": evaluation["eval_loss"],
             "held-out generator masked-token loss (nats/token)": evaluation["eval_mlm_loss"],
             "held-out generator masked-token accuracy": evaluation["eval_mlm_accuracy"],
@@ -455,9 +460,7 @@ class Electra(MaskedLM):
             "held-out discriminator accuracy (replaced vs original)": evaluation["eval_disc_accuracy"],
             "held-out share of tokens replaced": evaluation["eval_replaced_fraction"],
         }
-
-    def eval_results(self, evaluation):
-        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_disc_accuracy"]}
+        return rows, {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_disc_accuracy"]}
 
     def describe(self) -> str:
         args = self.args
@@ -482,24 +485,26 @@ class Denoising(Objective):
         role = FAMILIES[TRANSFORMER_FAMILIES[self.name]].decoder_start
         return {"decoder_start_token_id": getattr(tokenizer, f"{role}_id")}
 
-    def inputs(self, batch, step, micro, rank):
-        return seq2seq_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+    def inputs(self, batch, position, micro):
+        seed = mask_seed(self.args.seed, position.step, micro, self.rank)
+        return seq2seq_inputs(batch, self.collator, seed), {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         return evaluation.evaluate_denoising(
             model,
             eval_blocks,
-            self.eval_noise(seq2seq_inputs),
+            self._eval_noise(seq2seq_inputs),
             accelerator,
             self.args.per_device_batch_size,
             self.num_eval_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out denoising loss (nats/target token)": evaluation["eval_loss"],
             "held-out target-token accuracy (teacher forced)": evaluation["eval_token_accuracy"],
         }
+        return rows, {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_token_accuracy"]}
 
 
 class SpanCorruption(Denoising):
