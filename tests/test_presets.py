@@ -258,7 +258,7 @@ def test_tie_word_embeddings_keeps_its_flag_spellings(tmp_path):
     assert tie() is None and tie("--tie_word_embeddings") is True
     assert tie("--no_tie_word_embeddings") is False and tie("--tie_word_embeddings", "false") is False
     assert (
-        parse_args([*_argv(tmp_path), "--no_tie_word_embeddings"])[1].variants()["tie_word_embeddings"]
+        parse_args([*_argv(tmp_path), "--no_tie_word_embeddings"])[1].config_flags()["tie_word_embeddings"]
         is False
     )
 

@@ -1,6 +1,8 @@
 """`--family` names the model family; `--objective` chooses what it is trained on; the older
 `--arch` spelling keeps meaning what it meant. The loop asks its objective (`training.objectives`)."""
 
+import dataclasses
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -18,8 +20,8 @@ from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
 from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
-from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
-from training.models import resolve_family
+from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args, parse_overrides
+from training.models import FLAG_FIELDS, config_fields, family_config, flag_fields, resolve_family
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
 from training.objectives.electra import ElectraPretrainingModel
 from training.tokenizer import train_tokenizer
@@ -157,3 +159,57 @@ def test_family_spelling_of_a_run_matches_the_arch_spelling(tmp_path):
     b = _run(tmp_path / "arch", arch="rnn", **run)
     drop = {"seconds"}
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+
+
+class _Tokenizer:
+    pad_token_id, eos_token_id, bos_token_id = 0, 1, 2
+
+    def __len__(self) -> int:
+        return 300
+
+
+def test_config_overrides_take_run_clm_pairs_or_json_and_refuse_unknown_fields_by_name():
+    pairs = (
+        "hidden_size=64, num_hidden_layers=2,hidden_act=swiglu,tie_word_embeddings=false,sliding_window=null"
+    )
+    expected = {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "hidden_act": "swiglu",
+        "tie_word_embeddings": False,
+        "sliding_window": None,
+    }
+    assert parse_overrides(pairs) == expected == parse_overrides(json.dumps(expected))
+    model_args = ModelArguments(family="gpt", config_overrides=pairs)
+    config = family_config("gpt", model_args, DataArguments(block_size=16), _Tokenizer(), {})
+    assert (config.hidden_size, config.num_hidden_layers, config.hidden_act) == (64, 2, "swiglu")
+    assert config.tie_word_embeddings is False and config.sliding_window is None
+    with pytest.raises(ValueError, match="'hiden_size' \\(did you mean 'hidden_size'"):
+        ModelArguments(config_overrides="hiden_size=64").overrides(FAMILIES["gpt"].config_class)
+    for bad in ("hidden_size", "[1]", "=3"):
+        with pytest.raises(ValueError, match="config_overrides"):
+            ModelArguments(config_overrides=bad)
+
+
+def test_every_config_flag_sets_fields_its_families_configs_have():
+    """The flags map onto configs by one table (`FLAG_FIELDS`): each field it names exists."""
+    for flag, families in FLAG_FIELDS.items():
+        assert flag in {f.name for f in dataclasses.fields(ModelArguments)}
+        for family, target in families.items():
+            names = target(2) if callable(target) else [name.format(flag=flag) for name in target]
+            assert set(names) <= config_fields(FAMILIES[family].config_class), (flag, family)
+
+
+def test_config_flags_set_the_fields_of_their_name_or_the_familys_own_names():
+    model_args = ModelArguments(hidden_size=48, num_hidden_layers=3, rnn_attention="bahdanau", ngram_order=5)
+    fields = flag_fields("rnn_seq2seq", model_args, block_size=16)
+    assert fields["embedding_size"] == fields["hidden_size"] == 48 and fields["attention"] == "bahdanau"
+    assert fields["encoder_layers"] == fields["decoder_layers"] == 3 and "num_attention_heads" not in fields
+    assert flag_fields("ffnn", model_args, 16)["context_size"] == 4  # sees n - 1 tokens
+    assert flag_fields("ffnn", model_args, 16)["intermediate_size"] == 4 * 48  # the run's default
+    assert flag_fields("gpt", model_args, 16)["max_position_embeddings"] == 16
+    assert flag_fields("bart", model_args, 16)["max_position_embeddings"] == 32  # the noised source
+    assert flag_fields("ngram", model_args, 16) == {"order": 5}
+    llama = ModelArguments(preset="llama")  # the preset's variants hold; the run's sizes apply
+    assert "position_embedding_type" not in flag_fields("gpt", llama, 16)
+    assert flag_fields("gpt", llama, 16)["hidden_size"] == 128

@@ -12,9 +12,7 @@ fails before any data is loaded, whatever way the arguments came in.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
-import inspect
 import json
 import os
 import sys
@@ -23,7 +21,7 @@ import typing
 from dataclasses import dataclass, field, fields
 
 import yaml
-from transformers import HfArgumentParser, PreTrainedConfig
+from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import _choice, _non_negative, _number, _positive, _positive_int, _probability
@@ -33,7 +31,7 @@ from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
 from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
-from .models import FAMILY_NAMES, check_preset
+from .models import FAMILY_NAMES, FLAG_FIELDS, check_config_keys, check_preset
 from .objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
 from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
@@ -273,9 +271,19 @@ class DataArguments:
             raise ValueError("`dataset` must be a non-empty string.")
 
 
-# the variant flags a preset sets too, and their values when neither the flag nor a --preset sets them.
-# The fields default to None (unset), so that a given flag wins over the preset even where it equals
-# the value here (`--preset llama --position_embedding_type learned` has learned positions).
+# The run's defaults of the config flags left unset: a small model that trains in minutes on a CPU,
+# whatever the family's own defaults (which are the sizes of the papers); they apply over a --preset.
+RUN_DEFAULTS = {
+    "num_hidden_layers": 4,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "ngram_order": 3,
+}
+# The variant flags a preset sets too, and their values when neither the flag nor a --preset sets
+# them: a given flag wins over the preset even where it equals the value here (`--preset llama
+# --position_embedding_type learned` has learned positions).
 VARIANT_DEFAULTS = {
     "position_embedding_type": "learned",
     "norm_type": "layernorm",
@@ -285,10 +293,53 @@ VARIANT_DEFAULTS = {
 }
 
 
+def _flag(help: str, unset: str | None = None):
+    """A config flag: None (unset) takes the run's default (`RUN_DEFAULTS`, `VARIANT_DEFAULTS`), or
+    the family's (or its --preset's) where the run has none."""
+    return field(default=None, metadata={"help": help + (f" Unset: {unset}." if unset else "")})
+
+
+def parse_overrides(text: str) -> dict:
+    """`config_overrides` as a dict: a JSON object, or `name=value,...` as transformers' `run_clm.py`
+    takes them, each value read as JSON where it is JSON (`hidden_size=64`, `tie_word_embeddings=false`,
+    `sliding_window=null`) and as a string elsewhere (`hidden_act=swiglu`).
+
+    Raises:
+        ValueError: a text that is neither, naming `config_overrides`.
+    """
+    if text.lstrip().startswith("{"):
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
+        if not isinstance(overrides, dict):
+            raise ValueError(f"`config_overrides` must be a JSON object, got {text!r}.")
+        return overrides
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise ValueError(
+                f"`config_overrides` must be a JSON object or `name=value,...` (e.g. hidden_size=64,num_hidden_layers=2), "
+                f"got {item!r} in {text!r}."
+            )
+        try:
+            overrides[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name.strip()] = value.strip()
+    return overrides
+
+
 @dataclass
 class ModelArguments:
-    """The model family and the config of a model trained from scratch (the size fields map onto each
-    family's config: `training.models`), or a checkpoint to start from."""
+    """The model a run trains: a family, optionally one of its presets, and config overrides; or a
+    checkpoint to start from.
+
+    A fresh model's config is the family's defaults or its `preset`, then the config flags (each a
+    short form of a config override, `--hidden_size 64` for `--config_overrides hidden_size=64`: it
+    sets the field of its name in the families that read it, `training.models.FLAG_FIELDS`; unset,
+    the run's default), then the objective's fields, then `config_overrides`.
+    """
 
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
@@ -309,91 +360,74 @@ class ModelArguments:
             "rnn_seq2seq are the family of that name."
         },
     )
-    ngram_order: int = field(
-        default=3,
-        metadata={"help": f"ngram: the order n (1..{MAX_ORDER}); ffnn: n - 1 previous tokens as input."},
-    )
-    ngram_smoothing: str = field(
-        default="modified_kn", metadata={"help": f"ngram: smoothing, one of {sorted(SMOOTHINGS)}."}
-    )
-    cell_type: str = field(
-        default="lstm", metadata={"help": f"rnn, rnn_seq2seq: recurrent cell, one of {sorted(RNN_CELLS)}."}
-    )
-    rnn_attention: str = field(
-        default="luong_general",
-        metadata={"help": f"rnn_seq2seq: decoder attention, one of {list(ATTENTION_TYPES)}."},
-    )
-    num_hidden_layers: int = field(default=4, metadata={"help": "Transformer blocks."})
-    hidden_size: int = field(default=128, metadata={"help": "Model width."})
-    num_attention_heads: int = field(default=4, metadata={"help": "Query heads."})
-    num_key_value_heads: int | None = field(
-        default=None, metadata={"help": "Key/value heads (GQA/MQA); default = heads."}
-    )
-    intermediate_size: int | None = field(
-        default=None, metadata={"help": "Feed-forward width; default 4 * hidden."}
-    )
     preset: str | None = field(
         default=None,
         metadata={
             "help": "From scratch: a named recipe of the family (hf_lm.families.FAMILIES[family].presets: "
             + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in FAMILIES.values() if f.presets)
-            + "). The size and dropout flags apply on top, and so do the variant flags "
-            f"({', '.join(VARIANT_DEFAULTS)}) that are given (the given flag wins over the preset); "
+            + "). The config flags given apply on top, and so do the size and dropout defaults; "
             "config_overrides come last. Unset: the family's defaults with the variant flags' defaults."
         },
-    )
-    position_embedding_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "learned, sinusoidal, rope, alibi, xpos or none. Unset: learned, or the --preset's."
-        },
-    )
-    norm_type: str | None = field(
-        default=None, metadata={"help": "layernorm or rmsnorm. Unset: layernorm, or the --preset's."}
-    )
-    norm_position: str | None = field(
-        default=None, metadata={"help": "pre or post. Unset: pre, or the --preset's."}
-    )
-    hidden_act: str | None = field(
-        default=None,
-        metadata={
-            "help": "Feed-forward variant (gelu_tanh, swiglu, ...). Unset: gelu_tanh, or the --preset's."
-        },
-    )
-    hidden_dropout: float = field(
-        default=0.0, metadata={"help": "Dropout on embeddings and residual branches."}
-    )
-    attention_dropout: float = field(default=0.0, metadata={"help": "Dropout on attention probabilities."})
-    tie_word_embeddings: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Share input embedding and output projection (--no_tie_word_embeddings: untied). Unset: "
-            "true, or the --preset's."
-        },
-    )
-    max_position_embeddings: int | None = field(
-        default=None, metadata={"help": "Longest input of learned positions; default block_size."}
     )
     config_overrides: str | None = field(
         default=None,
         metadata={
-            "help": "JSON object of further config fields (HfLmGPTConfig or HfLmBertConfig), applied last."
+            "help": "Config fields of the family's config class, applied last: name=value,... "
+            "(hidden_size=64,num_hidden_layers=2) or a JSON object. An unknown field is refused, naming it."
         },
+    )
+    # the config flags (FLAG_FIELDS: the families that read each, and the fields it sets there)
+    num_hidden_layers: int | None = _flag("Transformer blocks; recurrent layers (encoder and decoder).", "4")
+    hidden_size: int | None = _flag("Model width (a recurrent model's state and embeddings).", "128")
+    num_attention_heads: int | None = _flag("Query heads.", "4")
+    num_key_value_heads: int | None = _flag("Key/value heads (GQA/MQA).", "as many as query heads")
+    intermediate_size: int | None = _flag("Feed-forward width.", "4 * hidden_size")
+    max_position_embeddings: int | None = _flag(
+        "Longest input of learned positions.",
+        "block_size (an encoder-decoder: twice it, for its noised source)",
+    )
+    hidden_dropout: float | None = _flag("Dropout on embeddings and residual branches.", "0")
+    attention_dropout: float | None = _flag("Dropout on attention probabilities.", "0")
+    position_embedding_type: str | None = _flag(
+        "learned, sinusoidal, rope, alibi, xpos or none.", "learned, or the --preset's"
+    )
+    norm_type: str | None = _flag("layernorm or rmsnorm.", "layernorm, or the --preset's")
+    norm_position: str | None = _flag("pre or post.", "pre, or the --preset's")
+    hidden_act: str | None = _flag(
+        "Feed-forward variant (gelu_tanh, swiglu, ...).", "gelu_tanh, or the --preset's"
+    )
+    tie_word_embeddings: bool | None = _flag(
+        "Share input embedding and output projection (--no_tie_word_embeddings: untied).",
+        "true, or the --preset's",
+    )
+    ngram_order: int | None = _flag(
+        f"ngram: the order n (1..{MAX_ORDER}); ffnn: n - 1 previous tokens as input.", "3"
+    )
+    ngram_smoothing: str | None = _flag(f"ngram: smoothing, one of {sorted(SMOOTHINGS)}.", "modified_kn")
+    cell_type: str | None = _flag(f"rnn, rnn_seq2seq: recurrent cell, one of {sorted(RNN_CELLS)}.", "lstm")
+    rnn_attention: str | None = _flag(
+        f"rnn_seq2seq: decoder attention, one of {list(ATTENTION_TYPES)}.", "luong_general"
     )
 
     def __post_init__(self) -> None:
-        _positive_ints(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
         _choice("arch", self.arch, ARCHS)
         if self.family is not None:
             _choice("family", self.family, FAMILY_NAMES)
-        _choice("ngram_smoothing", self.ngram_smoothing, SMOOTHINGS)
-        _choice("cell_type", self.cell_type, RNN_CELLS)
-        _choice("rnn_attention", self.rnn_attention, ATTENTION_TYPES)
-        if self.ngram_order > MAX_ORDER:
-            raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
-        if "ffnn" in (self.arch, self.family) and self.ngram_order < 2:
-            raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
+        flags = self.config_flags()
         optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
+        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order"):
+            _positive_int(name, flags[name])
+        for name, kinds in (
+            ("ngram_smoothing", SMOOTHINGS),
+            ("cell_type", RNN_CELLS),
+            ("rnn_attention", ATTENTION_TYPES),
+        ):
+            if flags.get(name) is not None:
+                _choice(name, flags[name], kinds)
+        if flags["ngram_order"] > MAX_ORDER:
+            raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {flags['ngram_order']}.")
+        if "ffnn" in (self.arch, self.family) and flags["ngram_order"] < 2:
+            raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
         if self.preset is not None:
             if self.init_from:
                 raise ValueError(
@@ -405,25 +439,23 @@ class ModelArguments:
             if family is not None:
                 check_preset(family, self.preset)
         for name in ("hidden_dropout", "attention_dropout"):
-            _probability(name, getattr(self, name))
+            _probability(name, flags[name])
+        if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
+            self.config_overrides = json.dumps(self.config_overrides)
         if self.config_overrides is not None:
-            if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
-                self.config_overrides = json.dumps(self.config_overrides)
-            try:
-                overrides = json.loads(self.config_overrides)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
-            if not isinstance(overrides, dict):
-                raise ValueError(f"`config_overrides` must be a JSON object, got {self.config_overrides!r}.")
+            parse_overrides(self.config_overrides)
 
-    def variants(self) -> dict:
-        """The variant flags that apply (`VARIANT_DEFAULTS`): the given ones, and without `preset` the
-        others at their defaults; with `preset` the others are left out, so the preset's hold."""
-        given = {name: getattr(self, name) for name in VARIANT_DEFAULTS if getattr(self, name) is not None}
-        return given if self.preset is not None else {**VARIANT_DEFAULTS, **given}
+    def config_flags(self) -> dict:
+        """The config flags that apply (unset ones left out): the given ones, else the run's defaults
+        (`RUN_DEFAULTS`) and, without `preset`, the variant defaults (`VARIANT_DEFAULTS`); with `preset`
+        the variant flags not given are left out, so that the preset's hold."""
+        defaults = RUN_DEFAULTS | (VARIANT_DEFAULTS if self.preset is None else {})
+        flags = {name: getattr(self, name) for name in FLAG_FIELDS}
+        flags = {name: defaults.get(name) if value is None else value for name, value in flags.items()}
+        return {name: value for name, value in flags.items() if value is not None}
 
     def overrides(self, config_class: type | None = None) -> dict:
-        """`config_overrides` as a dict (empty when unset).
+        """`config_overrides` as a dict (empty when unset; `parse_overrides`).
 
         Args:
             config_class: the config the overrides go to; each key must be one of its fields (or
@@ -431,33 +463,10 @@ class ModelArguments:
                 fields. transformers' configs keep any unknown keyword as an attribute, so a typo
                 ("num_hiden_layers") would otherwise train the default and be saved in config.json.
         """
-        overrides = json.loads(self.config_overrides) if self.config_overrides else {}
+        overrides = parse_overrides(self.config_overrides) if self.config_overrides else {}
         if config_class is not None:
             check_config_keys(config_class, overrides)
         return overrides
-
-
-def config_fields(config_class: type) -> set[str]:
-    """The keyword arguments a config class knows: its own and its base class's fields, and aliases."""
-    known = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
-    known |= set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
-    if dataclasses.is_dataclass(PreTrainedConfig):
-        known |= {f.name for f in dataclasses.fields(PreTrainedConfig)}
-    return {name for name in known if not name.startswith("_")}
-
-
-def check_config_keys(config_class: type, overrides: dict) -> None:
-    """Raise `ValueError` for keys of `overrides` that `config_class` does not know, with a did-you-mean."""
-    known = config_fields(config_class)
-    unknown = [key for key in overrides if key not in known]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.6)
-            hints.append(f"{key!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
-        raise ValueError(
-            f"`config_overrides` has keys that {config_class.__name__} does not know: {', '.join(hints)}."
-        )
 
 
 @dataclass

@@ -193,7 +193,7 @@ def run_demo(argv: list[str] | None = None) -> dict:
         num_hidden_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
-        position_embedding_type=model_args.variants()["position_embedding_type"],
+        position_embedding_type=model_args.config_flags()["position_embedding_type"],
         max_position_embeddings=model_args.max_position_embeddings or args.block_size,
     )
     _check_sampling(planned, args, prompt_tokens=1)
