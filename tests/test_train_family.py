@@ -20,8 +20,15 @@ from hf_lm.models.hflm_configuration_rnn import HfLmRNNConfig
 from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
-from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args, parse_overrides
-from training.models import FLAG_FIELDS, config_fields, family_config, flag_fields, resolve_family
+from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
+from training.models import (
+    FLAG_FIELDS,
+    config_fields,
+    family_config,
+    flag_fields,
+    parse_overrides,
+    resolve_family,
+)
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
 from training.objectives.electra import ElectraPretrainingModel
 from training.tokenizer import train_tokenizer

@@ -12,15 +12,12 @@ fails before any data is loaded, whatever way the arguments came in.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import sys
-import types
 import typing
 from dataclasses import dataclass, field, fields
 
-import yaml
 from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
@@ -29,9 +26,11 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
+from .arg_files import read_argument_file
 from .cleaning import DATA_CLEANINGS, C4Options
 from .data import SAMPLE_BY
-from .models import FAMILY_NAMES, FLAG_FIELDS, check_config_keys, check_preset
+from .models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
+from .objectives import OBJECTIVES
 from .objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
 from .sharding import parse_fsdp
 from .tokenizer import TOKENIZER_KINDS
@@ -40,8 +39,6 @@ LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
-# causal LM (HfLmGPT), masked LM (HfLmBert), T5 span corruption (HfLmT5), BART denoising (HfLmBart)
-OBJECTIVES = ("clm", "mlm", "electra", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
 # "transformer": the objective's own family; the others are the pre-Transformer models (issue 6)
 ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
@@ -51,20 +48,6 @@ SAMPLINGS = ("blocks", "random_windows")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # how the held-out text is chosen when no eval_dataset is given
 EVAL_SPLITS = ("random", "tail")
-# the evaluation metrics of each objective (the keys of its evaluation), for metric_for_best_model
-EVAL_METRICS = {
-    "clm": (
-        "eval_loss",
-        "eval_perplexity",
-        "eval_bits_per_token",
-        "eval_bits_per_character",
-        "eval_bits_per_word",
-    ),
-    "mlm": ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity"),
-    "electra": ("eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy"),
-    "span_corruption": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
-    "bart_denoising": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
-}
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
@@ -271,63 +254,10 @@ class DataArguments:
             raise ValueError("`dataset` must be a non-empty string.")
 
 
-# The run's defaults of the config flags left unset: a small model that trains in minutes on a CPU,
-# whatever the family's own defaults (which are the sizes of the papers); they apply over a --preset.
-RUN_DEFAULTS = {
-    "num_hidden_layers": 4,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "hidden_dropout": 0.0,
-    "attention_dropout": 0.0,
-    "ngram_order": 3,
-}
-# The variant flags a preset sets too, and their values when neither the flag nor a --preset sets
-# them: a given flag wins over the preset even where it equals the value here (`--preset llama
-# --position_embedding_type learned` has learned positions).
-VARIANT_DEFAULTS = {
-    "position_embedding_type": "learned",
-    "norm_type": "layernorm",
-    "norm_position": "pre",
-    "hidden_act": "gelu_tanh",
-    "tie_word_embeddings": True,
-}
-
-
 def _flag(help: str, unset: str | None = None):
     """A config flag: None (unset) takes the run's default (`RUN_DEFAULTS`, `VARIANT_DEFAULTS`), or
     the family's (or its --preset's) where the run has none."""
     return field(default=None, metadata={"help": help + (f" Unset: {unset}." if unset else "")})
-
-
-def parse_overrides(text: str) -> dict:
-    """`config_overrides` as a dict: a JSON object, or `name=value,...` as transformers' `run_clm.py`
-    takes them, each value read as JSON where it is JSON (`hidden_size=64`, `tie_word_embeddings=false`,
-    `sliding_window=null`) and as a string elsewhere (`hidden_act=swiglu`).
-
-    Raises:
-        ValueError: a text that is neither, naming `config_overrides`.
-    """
-    if text.lstrip().startswith("{"):
-        try:
-            overrides = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
-        if not isinstance(overrides, dict):
-            raise ValueError(f"`config_overrides` must be a JSON object, got {text!r}.")
-        return overrides
-    overrides = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, equals, value = item.partition("=")
-        if not equals or not name.strip():
-            raise ValueError(
-                f"`config_overrides` must be a JSON object or `name=value,...` (e.g. hidden_size=64,num_hidden_layers=2), "
-                f"got {item!r} in {text!r}."
-            )
-        try:
-            overrides[name.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            overrides[name.strip()] = value.strip()
-    return overrides
 
 
 @dataclass
@@ -413,7 +343,7 @@ class ModelArguments:
         _choice("arch", self.arch, ARCHS)
         if self.family is not None:
             _choice("family", self.family, FAMILY_NAMES)
-        flags = self.config_flags()
+        flags = config_flags(self)
         optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
         for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order"):
             _positive_int(name, flags[name])
@@ -444,15 +374,6 @@ class ModelArguments:
             self.config_overrides = json.dumps(self.config_overrides)
         if self.config_overrides is not None:
             parse_overrides(self.config_overrides)
-
-    def config_flags(self) -> dict:
-        """The config flags that apply (unset ones left out): the given ones, else the run's defaults
-        (`RUN_DEFAULTS`) and, without `preset`, the variant defaults (`VARIANT_DEFAULTS`); with `preset`
-        the variant flags not given are left out, so that the preset's hold."""
-        defaults = RUN_DEFAULTS | (VARIANT_DEFAULTS if self.preset is None else {})
-        flags = {name: getattr(self, name) for name in FLAG_FIELDS}
-        flags = {name: defaults.get(name) if value is None else value for name, value in flags.items()}
-        return {name: value for name, value in flags.items() if value is not None}
 
     def overrides(self, config_class: type | None = None) -> dict:
         """`config_overrides` as a dict (empty when unset; `parse_overrides`).
@@ -714,7 +635,7 @@ class TrainArguments:
         optional_positive(self, "eval_batches", "keep_last")
         _choice("lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
         _choice("mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
-        _choice("objective", self.objective, OBJECTIVES)
+        _choice("objective", self.objective, list(OBJECTIVES))
         _choice("masking", self.masking, MASKING_KINDS)
         _choice("scheduled_sampling", self.scheduled_sampling, SCHEDULED_SAMPLING)
         _choice("sampling", self.sampling, SAMPLINGS)
@@ -730,7 +651,7 @@ class TrainArguments:
             )
         if not self.metric_for_best_model.startswith("eval_"):
             self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
-        _choice("metric_for_best_model", self.metric_for_best_model, EVAL_METRICS[self.objective])
+        _choice("metric_for_best_model", self.metric_for_best_model, OBJECTIVES[self.objective].metrics)
         if self.greater_is_better is None:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
@@ -749,6 +670,10 @@ class TrainArguments:
         for name in self.report_to:
             if name not in REPORTERS:
                 raise ValueError(f"`report_to` entries must be among {list(REPORTERS)}, got {name!r}.")
+        self._check_optimization()
+
+    def _check_optimization(self) -> None:
+        """The schedule, the optimizer, the output folder and the divergence handling."""
         _non_negative_int("warmup_steps", self.warmup_steps)
         _positive("learning_rate", self.learning_rate)
         if self.max_train_seconds is not None:
@@ -785,106 +710,6 @@ class TrainArguments:
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
 
 
-def _scalar_type(annotation):
-    """`bool`, `int`, `float` or `str` for a field typed as one of them (or as it or None); else None."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = kinds[0] if len(kinds) == 1 else None
-    return annotation if annotation in (bool, int, float, str) else None
-
-
-def _optional(annotation) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-        annotation
-    )
-
-
-_BOOL_WORDS = {"true": True, "yes": True, "y": True, "on": True, "1": True}
-_BOOL_WORDS |= {"false": False, "no": False, "n": False, "off": False, "0": False}
-
-
-def _coerced(name: str, value, annotation, path: str):
-    """`value` of the file `path` for the field `name` typed `annotation`, as its type.
-
-    A file says what a flag says: "1e-3" is a float (PyYAML reads YAML 1.1, where a number needs a
-    dot: `1e-3` is a string there, `1.0e-3` a float), "100" an int, "yes" a bool. A list or mapping
-    where a number, a bool or a string belongs is refused, naming the field and the file.
-    """
-    kind = _scalar_type(annotation)
-    if kind is None:
-        return value
-    if value is None:
-        if _optional(annotation):
-            return None
-        raise ValueError(f"{path}: `{name}` is empty (null); give it a value or leave the key out.")
-    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
-    if isinstance(value, (list, dict)) and not (kind is str and isinstance(value, dict)):  # config_overrides
-        raise ValueError(
-            f"{path}: `{name}` must be {expected}, got a {'list' if isinstance(value, list) else 'mapping'} ({value!r})."
-        )
-    if kind is str:
-        # as a flag would be: `split: 1` is "1"; `resume: yes` (a YAML 1.1 bool) is "true"
-        return (
-            str(value).lower()
-            if isinstance(value, bool)
-            else value
-            if isinstance(value, (str, dict))
-            else str(value)
-        )
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        word = str(value).strip().lower()
-        if word in _BOOL_WORDS:
-            return _BOOL_WORDS[word]
-    elif not isinstance(value, bool):
-        try:
-            number = float(value) if isinstance(value, str) else value
-        except ValueError:
-            number = None
-        if kind is float and isinstance(number, (int, float)):
-            return float(number) if isinstance(value, str) else value
-        if kind is int and isinstance(number, (int, float)) and float(number).is_integer():
-            return int(number)
-    raise ValueError(f"{path}: `{name}` must be {expected}, got {value!r}.")
-
-
-def read_argument_file(path: str, classes) -> dict:
-    """The argument values of a .json/.yaml/.yml file for `classes`, each converted to its field's type.
-
-    Raises:
-        ValueError: naming the file, for a file that is not valid JSON/YAML, that holds no mapping
-            (a list, a string), with keys no class has (and the closest names), or a value of the
-            wrong kind for its field (`_coerced`).
-    """
-    json_file = path.endswith(".json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f) if json_file else yaml.safe_load(f)
-    except (ValueError, yaml.YAMLError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ValueError(f"{path} is not a valid {'JSON' if json_file else 'YAML'} file: {err}") from None
-    if not isinstance(values, dict):
-        kind = "nothing" if values is None else f"a {type(values).__name__}"
-        raise ValueError(
-            f"{path} must hold a mapping of argument names to values (`learning_rate: 3.0e-4`, one a line), got {kind}."
-        )
-    annotations = {}
-    for cls in classes:
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # an annotation that does not resolve: its values go through unconverted
-            hints = {}
-        annotations |= {f.name: hints.get(f.name) for f in fields(cls) if f.init}
-    unknown = [str(key) for key in values if key not in annotations]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(annotations), n=1, cutoff=0.6)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(f"{path} has keys that are no arguments: {', '.join(hints)}.")
-    return {key: _coerced(key, value, annotations[key], path) for key, value in values.items()}
-
-
 def as_flags(values: dict) -> list[str]:
     """Argument values as the command-line flags that say the same: lists as several values, bools
     as true/false, a dict (config_overrides) as its JSON string; None and empty lists left out."""
@@ -906,7 +731,7 @@ def _add_negative_flags(parser: HfArgumentParser, classes) -> None:
     for cls in classes:
         hints = typing.get_type_hints(cls)
         for f in fields(cls):
-            if not (f.init and f.default is None and _scalar_type(hints.get(f.name)) is bool):
+            if not (f.init and f.default is None and hints.get(f.name) in (bool, bool | None)):
                 continue
             positive = parser._option_string_actions[f"--{f.name}"]
             positive.nargs, positive.const = "?", True

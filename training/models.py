@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import json
 
 import torch
 from transformers import PreTrainedConfig
@@ -68,6 +69,69 @@ FLAG_FIELDS: dict[str, dict] = {
     "ngram_order": {"ngram": ("order",), "ffnn": lambda n: {"context_size": n - 1}},
     "ngram_smoothing": {"ngram": ("smoothing",)},
 }
+
+
+# The run's defaults of the config flags left unset: a small model that trains in minutes on a CPU,
+# whatever the family's own defaults (which are the sizes of the papers); they apply over a --preset.
+RUN_DEFAULTS = {
+    "num_hidden_layers": 4,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "ngram_order": 3,
+}
+# The variant flags a preset sets too, and their values when neither the flag nor a --preset sets
+# them: a given flag wins over the preset even where it equals the value here (`--preset llama
+# --position_embedding_type learned` has learned positions).
+VARIANT_DEFAULTS = {
+    "position_embedding_type": "learned",
+    "norm_type": "layernorm",
+    "norm_position": "pre",
+    "hidden_act": "gelu_tanh",
+    "tie_word_embeddings": True,
+}
+
+
+def config_flags(model_args) -> dict:
+    """The config flags of `model_args` that apply (unset ones left out): the given ones, else the run's
+    defaults (`RUN_DEFAULTS`) and, without a preset, the variant defaults (`VARIANT_DEFAULTS`); with
+    a preset the variant flags not given are left out, so that the preset's hold."""
+    defaults = RUN_DEFAULTS | (VARIANT_DEFAULTS if model_args.preset is None else {})
+    flags = {name: getattr(model_args, name) for name in FLAG_FIELDS}
+    flags = {name: defaults.get(name) if value is None else value for name, value in flags.items()}
+    return {name: value for name, value in flags.items() if value is not None}
+
+
+def parse_overrides(text: str) -> dict:
+    """`config_overrides` as a dict: a JSON object, or `name=value,...` as transformers' `run_clm.py`
+    takes them, each value read as JSON where it is JSON (`hidden_size=64`, `tie_word_embeddings=false`,
+    `sliding_window=null`) and as a string elsewhere (`hidden_act=swiglu`).
+
+    Raises:
+        ValueError: a text that is neither, naming `config_overrides`.
+    """
+    if text.lstrip().startswith("{"):
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
+        if not isinstance(overrides, dict):
+            raise ValueError(f"`config_overrides` must be a JSON object, got {text!r}.")
+        return overrides
+    overrides = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise ValueError(
+                f"`config_overrides` must be a JSON object or `name=value,...` (e.g. hidden_size=64,num_hidden_layers=2), "
+                f"got {item!r} in {text!r}."
+            )
+        try:
+            overrides[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name.strip()] = value.strip()
+    return overrides
 
 
 def reads_flag(family: str, flag: str) -> bool:
@@ -135,7 +199,7 @@ def flag_fields(family: str, model_args, block_size: int) -> dict:
     and learned positions for the block (twice it, and 16 more than it for a short block, for an
     encoder-decoder's noised source: sentinels, <s> and </s>, a mask for each of BART's 0-length
     spans; 4 tokens and 3 inserted masks would pass 2 x 4 every few thousand blocks)."""
-    flags = model_args.config_flags()
+    flags = config_flags(model_args)
     if flags.get("intermediate_size") is None:
         flags["intermediate_size"] = 4 * flags["hidden_size"]
     if flags.get("max_position_embeddings") is None:

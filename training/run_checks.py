@@ -17,7 +17,15 @@ from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
-from .models import FLAG_FIELDS, RECURRENT, TRANSFORMERS, check_preset, reads_flag, resolve_family
+from .models import (
+    FLAG_FIELDS,
+    RECURRENT,
+    TRANSFORMERS,
+    check_preset,
+    config_flags,
+    reads_flag,
+    resolve_family,
+)
 from .objectives import objective_for
 from .sharding import not_shardable
 from .tokenizer import minimum_vocab_size
@@ -149,7 +157,7 @@ def _check_positions(data_args, model_args, family: str) -> None:
     elif reads_flag(family, "position_embedding_type") and model_args.max_position_embeddings:
         # the flag's positions, else the --preset's
         position = (
-            model_args.config_flags().get("position_embedding_type")
+            config_flags(model_args).get("position_embedding_type")
             or FAMILIES[family].config_from_preset(model_args.preset).position_embedding_type
         )
         limit = model_args.max_position_embeddings if position == "learned" else None

@@ -112,6 +112,14 @@ class Objective:
     min_block_reason = (
         "a causal LM predicts each token of a block from the ones before it: one token has none"
     )
+    # the keys of its evaluation, which `metric_for_best_model` may name
+    metrics = (
+        "eval_loss",
+        "eval_perplexity",
+        "eval_bits_per_token",
+        "eval_bits_per_character",
+        "eval_bits_per_word",
+    )
 
     def __init__(self, train_args) -> None:
         self.args = train_args
@@ -325,6 +333,7 @@ class MaskedLM(Objective):
 
     name = "mlm"  # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
     auto_class = AutoModelForMaskedLM
+    metrics = ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity")
     min_block_reason = "a block's first token becomes [CLS], which is never masked: it needs a token to mask"
     # above this chance that some micro-batch of the run masks no token at all (its loss would be
     # 0/0), the block is refused as too short for the batch
@@ -408,6 +417,7 @@ class Electra(MaskedLM):
     name = "electra"
     auto_class = AutoModelForPreTraining  # the discriminator: what final/ holds (the generator in generator/)
     SAMPLES = 1  # the `mask_seed` stream of the generator's samples
+    metrics = ("eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy")
 
     def model_config(self, tokenizer):
         return {"bos_token_id": None}
@@ -479,6 +489,7 @@ class Denoising(Objective):
     """An encoder-decoder rebuilds a block from a noised copy of it."""
 
     auto_class = AutoModelForSeq2SeqLM
+    metrics = ("eval_loss", "eval_perplexity", "eval_token_accuracy")
 
     def model_config(self, tokenizer):
         # the id that starts the decoder: T5's <pad>, BART's </s> (whichever family is trained)
