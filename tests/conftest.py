@@ -34,7 +34,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 
 # For a torchrun script: at the interpreter's exit, say whether this process's group is still alive.
-# An entry point must end it (`training.process_group`): a live gloo group can abort the process at exit.
+# An entry point must end it (`training.run.processes`): a live gloo group can abort the process at exit.
 REPORT_THE_GROUP_AT_EXIT = """
 import atexit, sys
 import torch.distributed as dist

@@ -80,11 +80,8 @@ def test_every_package_is_installed_and_training_under_its_own_name(tmp_path):
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     hf_lm_packages = find_packages(where=str(REPO_ROOT), include=["hf_lm", "hf_lm.*"])
-    training_packages = [
-        "hf_lm_training" + name[len("training") :]
-        for name in find_packages(where=str(REPO_ROOT), include=["training", "training.*"])
-    ]
-    assert sorted(setuptools["packages"]) == sorted([*hf_lm_packages, *training_packages])
+    training_packages = [f"hf_lm_training.{name}" for name in find_packages(where=str(REPO_ROOT / "training"))]
+    assert sorted(setuptools["packages"]) == sorted([*hf_lm_packages, "hf_lm_training", *training_packages])
     assert setuptools["package-dir"] == {"hf_lm_training": "training"}
 
     # installed, from a folder without the repository: `hf_lm_training` imports, no `training` of ours

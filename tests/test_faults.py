@@ -39,8 +39,8 @@ from transformers import AutoTokenizer
 import training.checkpoint as ckpt
 import training.export as export
 import training.objectives.evaluation as evaluation
-import training.run as run_module
-import training.run_log as run_log
+import training.run.log as run_log
+import training.run.setup as run_module
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
@@ -51,7 +51,7 @@ from training.checkpoint import (
     list_checkpoints_with_run_ids,
     verify_checkpoint,
 )
-from training.run_folder import LOCK_FILE, RunFolderBusyError
+from training.run.folder import LOCK_FILE, RunFolderBusyError
 
 # A tiny run with everything the loop can write: dropout (RNG streams), accumulation (a kill
 # between micro-steps), a checkpoint every 2 steps with keep_last 2 (pruning), the best model
@@ -618,7 +618,7 @@ import os, signal, sys
 from accelerate import PartialState
 from accelerate.state import AcceleratorState, GradientState
 import training.train as T
-from training.process_group import RunInterrupted, end_process_group
+from training.run.processes import RunInterrupted, end_process_group
 
 def train(argv):
     try:

@@ -27,11 +27,11 @@ from safetensors.torch import load_file
 from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
 
 import training.checkpoint as ckpt
-import training.run
+import training.run.setup
 import training.train as T
 from training.args import as_flags, parse_args
 from training.checkpoint import list_checkpoints, load_checkpoint, load_latest_checkpoint, verify_checkpoint
-from training.process_group import end_process_group
+from training.run.processes import end_process_group
 from training.train import train
 
 # a run short enough to launch many: a sharded checkpoint at step 3, an evaluation, final/
@@ -362,7 +362,7 @@ def test_an_engine_accelerate_reports_is_refused_too(tmp_path, monkeypatch):
     class DeepSpeedAccelerator(Accelerator):
         distributed_type = DistributedType.DEEPSPEED
 
-    monkeypatch.setattr(training.run, "Accelerator", DeepSpeedAccelerator)
+    monkeypatch.setattr(training.run.setup, "Accelerator", DeepSpeedAccelerator)
     with pytest.raises(ValueError, match="does not run accelerate's DEEPSPEED engine.*--fsdp full_shard"):
         _run(tmp_path / "run")
 

@@ -27,8 +27,8 @@ from test_train import TINY
 import training.train as T
 from training.args import as_flags, parse_args
 from training.checkpoint import is_staging_name, list_checkpoints, staging_path
-from training.process_group import StopSignals
-from training.run_folder import RunFolderBusyError, RunLock, claim_output_dir, remove_staging_leftovers
+from training.run.folder import RunFolderBusyError, RunLock, claim_output_dir, remove_staging_leftovers
+from training.run.processes import StopSignals
 
 SMALL = {**TINY, "max_documents": 60, "num_hidden_layers": 1, "per_device_batch_size": 4, "eval_batches": 1}
 
@@ -131,7 +131,7 @@ def test_the_command_line_logs_as_the_main_process_with_a_leftover_rank(tmp_path
     os.waitpid(pid, 0)
     text = log.read_text()
     assert "RANK='1' is set, but no distributed launch" in text
-    assert "INFO training.run: Process 0 of 1" in text, text[-2000:]
+    assert "INFO training.run.setup: Process 0 of 1" in text, text[-2000:]
 
 
 # ----------------------------------------------------------------------------------------------

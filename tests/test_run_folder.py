@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from training.run_folder import (
+from training.run.folder import (
     RunFolderBusyError,
     RunLock,
     claim_output_dir,
@@ -28,7 +28,7 @@ def test_a_second_lock_on_a_folder_fails_with_the_holder_and_the_first_release_f
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from training.run_folder import RunLock; import time; lock = RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+        [sys.executable, "-c", f"from training.run.folder import RunLock; import time; lock = RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert holder.stdout.readline().strip() == "held"

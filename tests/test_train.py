@@ -23,8 +23,8 @@ from training.args import DataArguments, ModelArguments, TrainArguments, as_flag
 from training.batches import GlobalBatchSampler
 from training.checkpoint import latest_checkpoint, list_checkpoints
 from training.divergence import TrainingDivergedError
-from training.run import seed_process_rngs
-from training.run_log import projected_steps
+from training.run.log import projected_steps
+from training.run.setup import seed_process_rngs
 from training.train import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -331,7 +331,7 @@ RUNS_IN_ONE_LAUNCH = """
 import sys
 from accelerate.state import AcceleratorState, GradientState
 import training.train as T
-from training.process_group import end_process_group
+from training.run.processes import end_process_group
 
 runs = [[]]
 for arg in sys.argv[1:]:

@@ -418,12 +418,12 @@ def test_a_run_gives_back_the_tf32_setting_it_found(tmp_path, monkeypatch):
     """`--tf32` turns TF32 on for the process (on CUDA, here made to act as on CUDA); once `train`
     returns, the caller's float32 matmuls are exact again. Left on, it made every fp32 check that
     followed a loop run in gpu-check fail on an H100."""
-    import training.run
+    import training.run.setup
 
     def as_on_cuda(enabled, device):
         return configure_tf32(enabled, torch.device("cuda"))
 
-    monkeypatch.setattr(training.run, "configure_tf32", as_on_cuda)
+    monkeypatch.setattr(training.run.setup, "configure_tf32", as_on_cuda)
     saved = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     try:
         torch.set_float32_matmul_precision("highest")

@@ -32,7 +32,7 @@ either no `checkpoint-N` folder or a complete one; `latest_checkpoint` also igno
 without `COMPLETE`. Every name written aside (`staging_path`: staging, a replaced folder moved
 aside, a pruned one on its way out) is `.tmp-hflm-<name>-<pid>-<8 hex digits>`, recognisably this
 project's (`is_staging_name`): leftovers of killed runs are ignored here, and the next run that
-holds the folder's lock deletes them and nothing else (`run_folder.remove_staging_leftovers`).
+holds the folder's lock deletes them and nothing else (`run.folder.remove_staging_leftovers`).
 In distributed training call `save_checkpoint` on the main process only.
 `atomic_folder` and `atomic_write_text` give any other output (a tokenizer, a final model, a metrics
 file) the same all-or-nothing guarantee.

@@ -45,7 +45,7 @@ def fit_ngram_run(run):
     """Fit the run's n-gram model and evaluate it (`metrics.csv` gets one row, at step 0).
 
     Returns:
-        `(model, csv_log, metrics, evaluation)` for the final outputs (`training.run.finish_run`).
+        `(model, csv_log, metrics, evaluation)` for the final outputs (`training.run.setup.finish_run`).
     """
     model = fit_ngram(run.model, run.train_blocks, run.data_args.streaming).to(run.accelerator.device)
     run.init_trackers()

@@ -80,9 +80,9 @@ What the loop guarantees:
 - **Ctrl-C and SIGTERM stop the run at a step boundary**, every process at the same one (the
   signals ride on each update's loss reduction), after a checkpoint of that step: a resume continues
   bit for bit. The CLI exits 130 (SIGINT) or 143 (SIGTERM); `train()` raises `RunInterrupted`. A
-  second signal, or one outside the steps, stops at once (`training.process_group.StopSignals`).
+  second signal, or one outside the steps, stops at once (`training.run.processes.StopSignals`).
 - **A finished launch exits 0 on every process**: `main` ends the process group after the run
-  (`training.process_group`), since a gloo group left alive can abort a process at exit; `train()`
+  (`training.run.processes`), since a gloo group left alive can abort a process at exit; `train()`
   leaves it to its caller, so one launch can run several runs.
 
 Outputs under `output_dir`: `tokenizer/`, `checkpoints/checkpoint-N/`, `best/checkpoint-N/` (with
@@ -96,7 +96,7 @@ It loads with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)
 The loop's parts live in their own modules: the objectives (`training.objectives`: tokens, model,
 inputs, evaluation and card results of each), the data (`training.run_data`, `training.batches`),
 resume (`training.resume`), divergence (`training.divergence`), the best model (`training.best`),
-logging (`training.run_log`) and the final outputs (`training.export`). An n-gram model is fitted
+logging (`training.run.log`) and the final outputs (`training.export`). An n-gram model is fitted
 by counting, not by this loop (`training.ngram_fit`).
 """
 
@@ -119,7 +119,6 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 import hf_lm  # noqa: F401  (registers the Auto classes)
 
-from . import run_log
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
 from .batches import (
     DataPosition,
@@ -145,12 +144,13 @@ from .optim import (
     optimizer_kwargs,
     tf32_restored,
 )
-from .process_group import RunInterrupted, StopSignals, end_process_group, process_state
 from .resume import data_order, restore_run, run_settings
-from .run import Run, finish_run, shared_run_id, start_run
+from .run import log as run_log
+from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
+from .run.log import projected_steps
+from .run.processes import RunInterrupted, StopSignals, end_process_group, process_state
+from .run.setup import Run, finish_run, shared_run_id, start_run
 from .run_checks import check_arguments
-from .run_folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
-from .run_log import projected_steps
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
 
 logger = logging.getLogger(__name__)
@@ -673,10 +673,10 @@ class TrainingLoop:
 def train(data_args: DataArguments, model_args: ModelArguments, train_args: TrainArguments) -> dict:
     """Train a model; returns the final metrics (also written to `final_metrics.json`).
 
-    The run owns `output_dir` while it runs (`training.run_folder`): the main process (as accelerate
-    tells it, `training.process_group.process_state`) holds its lock, and a run that does not resume
+    The run owns `output_dir` while it runs (`training.run.folder`): the main process (as accelerate
+    tells it, `training.run.processes.process_state`) holds its lock, and a run that does not resume
     refuses a folder holding another run's outputs unless `overwrite_output_dir`. A resumed run in a
-    folder without a checkpoint starts afresh (`training.run_folder.nothing_to_resume`).
+    folder without a checkpoint starts afresh (`training.run.folder.nothing_to_resume`).
 
     SIGINT and SIGTERM are handled while it runs (the previous handlers are put back after it): in
     the training steps the first one stops every process at the next step boundary, after a
@@ -737,7 +737,7 @@ def _train(
 
 def main(argv: list[str] | None = None) -> dict:
     """Command-line entry point: parse the arguments (flags or one .json/.yaml file), train, and end
-    the process group of a distributed launch (`training.process_group`). A run stopped by SIGINT or
+    the process group of a distributed launch (`training.run.processes`). A run stopped by SIGINT or
     SIGTERM exits with 130 or 143, having said how to resume."""
     data_args, model_args, train_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

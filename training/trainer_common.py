@@ -24,7 +24,7 @@ from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArgume
 from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
 
 from .budget import agreed_seconds
-from .process_group import MPI_VARIABLES, check_launch_environment, end_process_group
+from .run.processes import MPI_VARIABLES, check_launch_environment, end_process_group
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def put_launch_on_cpu(args) -> None:
     There transformers sets up accelerate's process state without `cpu=True`, and accelerate then
     ignores the launch (`WORLD_SIZE`): every process trains alone, all into one output folder.
     With `use_cpu` the processes are one DDP group on the CPU (accelerate's MULTI_CPU, gloo), as
-    hf_lm's own loop makes them (`training.process_group.cpu_only`). Called before transformers
+    hf_lm's own loop makes them (`training.run.processes.cpu_only`). Called before transformers
     sets up the device; a machine with CUDA (or one of accelerate's other devices) is left alone.
 
     Raises:
@@ -555,7 +555,7 @@ def save_run_summary(trainer: Trainer, output_dir: Path, metrics: dict, final: P
 def script_main(parse_args: Callable, finetune: Callable, argv: list[str] | None) -> dict[str, float]:
     """A Trainer script's entry point: parse the arguments (flags or one .json/.yaml file), log at
     INFO on the main process only, run, and end the process group of a distributed launch
-    (`training.process_group`)."""
+    (`training.run.processes`)."""
     data_args, model_args, training_args = parse_args(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

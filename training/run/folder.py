@@ -31,7 +31,7 @@ import shutil
 import socket
 from pathlib import Path
 
-from .checkpoint import is_staging_name, list_checkpoints
+from ..checkpoint import is_staging_name, list_checkpoints
 
 logger = logging.getLogger(__name__)
 

@@ -19,17 +19,17 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, broadcast_object_list, set_seed
 
-from . import run_log
-from .args import DataArguments, ModelArguments, TrainArguments
-from .checkpoint import new_run_id
-from .export import export_run
-from .models import resolve_family
-from .objectives import Objective, objective_for
-from .optim import configure_tf32
-from .process_group import cpu_only
-from .run_data import prepare_data
-from .run_log import CsvLog
-from .sharding import check_shardable, describe, requested_plugin
+from ..args import DataArguments, ModelArguments, TrainArguments
+from ..checkpoint import new_run_id
+from ..export import export_run
+from ..models import resolve_family
+from ..objectives import Objective, objective_for
+from ..optim import configure_tf32
+from ..run_data import prepare_data
+from ..sharding import check_shardable, describe, requested_plugin
+from . import log as run_log
+from .log import CsvLog
+from .processes import cpu_only
 
 logger = logging.getLogger(__name__)
 
