@@ -22,10 +22,10 @@ from test_faults import _killed, _run, _same_weights, kill_at_call, run_in_child
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
+from training.args.checks import check_arguments
 from training.data import DataFileError, load_text_dataset, source_fingerprint
 from training.objectives import objective_for
 from training.resume import check_resumable, data_changes
-from training.run_checks import check_arguments
 from training.run_data import TrainingBlocks, check_unknown_share, prepare_data
 from training.tokenizer import (
     BERT_SPECIAL_TOKENS,
@@ -99,7 +99,7 @@ def test_init_from_continues_on_the_checkpoints_tokenizer(tmp_path, caplog):
             "report_to": "none",
         }
     )
-    with caplog.at_level(logging.WARNING, logger="training.run_checks"):
+    with caplog.at_level(logging.WARNING, logger="training.args.checks"):
         T.main(argv)
     assert "Ignored: --vocab_size 280" in caplog.text and "init_from" in caplog.text
     assert not (out / "tokenizer").exists()  # none trained

@@ -120,6 +120,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
+from .args.checks import check_arguments
 from .batches import (
     DataPosition,
     training_batches,
@@ -150,7 +151,6 @@ from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_sta
 from .run.log import projected_steps
 from .run.processes import RunInterrupted, StopSignals, end_process_group, process_state
 from .run.setup import Run, finish_run, shared_run_id, start_run
-from .run_checks import check_arguments
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,10 @@ Every field is a `--flag` of the command line; the same names are the keys of a 
     python -m training.train configs/run.yaml
 
 Each dataclass validates itself in `__post_init__` (a `ValueError` naming the field), so a bad value
-fails before any data is loaded, whatever way the arguments came in.
+fails before any data is loaded, whatever way the arguments came in; what needs several of them (the
+family and the objective, the block and the objective, the tokenizer and `init_from`) is checked by
+`checks.check_arguments` when the run starts. A file's values are read as their fields' types
+(`files.read_argument_file`).
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
-from .arg_files import read_argument_file
-from .cleaning import DATA_CLEANINGS, C4Options
-from .data import SAMPLE_BY
-from .models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
-from .objectives import OBJECTIVES
-from .objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
-from .sharding import parse_fsdp
-from .tokenizer import TOKENIZER_KINDS
+from ..cleaning import DATA_CLEANINGS, C4Options
+from ..data import SAMPLE_BY
+from ..models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
+from ..objectives import OBJECTIVES
+from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
+from ..sharding import parse_fsdp
+from ..tokenizer import TOKENIZER_KINDS
+from .files import read_argument_file
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")

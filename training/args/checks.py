@@ -17,7 +17,7 @@ from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
-from .models import (
+from ..models import (
     FLAG_FIELDS,
     RECURRENT,
     TRANSFORMERS,
@@ -26,9 +26,9 @@ from .models import (
     reads_flag,
     resolve_family,
 )
-from .objectives import objective_for
-from .sharding import not_shardable
-from .tokenizer import minimum_vocab_size
+from ..objectives import objective_for
+from ..sharding import not_shardable
+from ..tokenizer import minimum_vocab_size
 
 logger = logging.getLogger(__name__)
 
