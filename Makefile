@@ -32,23 +32,22 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	$(VPY) -m benchmarks.bench_gpt
-	$(VPY) -m benchmarks.bench_bert
-	$(VPY) -m benchmarks.bench_seq2seq --threads 1
+	$(VPY) -m benchmarks.speed --entries gpt2,bert,t5,bart --output_dir out/bench
 
-# every family vs its reference, MFU and torch.compile, in one table (out/suite/suite.md)
+# every family vs its reference, MFU and torch.compile, in one table (out/suite/README.md)
 suite: $(STAMP)
-	$(VPY) -m benchmarks.suite --threads 1
+	$(VPY) -m benchmarks.speed --threads 1 --output_dir out/suite
 
 # every part of hf_lm on the CUDA device present: the tests marked `cuda`, with a pass/fail table
 # (out/gpu_check/summary.md); without a GPU they are skipped, and it says so and exits 0
 gpu-check: $(STAMP)
 	$(VPY) -m pytest -m cuda -q tests
 
-# on one GPU: GPT-2 small training (hf_lm vs GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU),
-# BERT/T5 training, static-cache decoding (out/bench_gpu/bench_gpu.md); without CUDA it says so and stops
+# on one GPU, section by section (benchmarks/gpu_entries.py): the cuda checks, GPT-2 small training (hf_lm vs
+# GPT2LMHeadModel vs nanoGPT-shaped, eager and compiled, MFU), the Shakespeare recipe, decoding, Multi30k,
+# BERT/T5 (out/gpu/README.md); BUDGET_S=900 bounds the run; without CUDA it says so and stops
 bench-gpu: $(STAMP)
-	$(VPY) -m benchmarks.bench_gpu --output_dir out/bench_gpu
+	$(VPY) -m benchmarks.gpu --output_dir out/gpu $(if $(BUDGET_S),--budget_s $(BUDGET_S))
 
 clean:
 	rm -rf $(VENV) out runs .pytest_cache

@@ -1,11 +1,11 @@
 """The benchmarks and leaderboards of hf_lm, run from the repository root as modules:
 
-    python -m benchmarks.bench_gpt --quick
-    python -m benchmarks.suite --smoke
+    python -m benchmarks.speed --smoke
+    python -m benchmarks.speed --entries gpt2,llama
 
-`bench_common` holds what they share (machine, timing, memory, command lines, tables, the
-leaderboards' common steps); `pairs` builds the hf_lm/transformers model pairs they measure;
-`peak_flops` counts FLOPs and probes the machine's peak. This package is not installed: like
+`speed` is the speed runner (its entries in `speed_entries`, `speed_workloads` and `speed_fsdp`),
+`measure` holds what the benchmarks measure with (machine, timing, memory, FLOPs, command lines),
+`render` writes every results README from its results.json. This package is not installed: like
 `training`, it is found because Python puts the working directory on `sys.path` under `-m`.
 
 Every benchmark runs offline, and tokenizers' own threads stay off (they would compete with the

@@ -107,7 +107,7 @@ BERT_SPECIAL_TOKENS: dict[str, str] = {
 
 # T5's convention (Raffel et al., 2020): no bos; "</s>" ends inputs and targets, "<pad>" pads and
 # starts the decoder. In this order they get T5's ids: <pad> 0, </s> 1, <unk> 2. Add the span
-# sentinels `<extra_id_0>`, `<extra_id_1>`, ... with `training.tokenizer.add_sentinel_tokens`.
+# sentinels `<extra_id_0>`, `<extra_id_1>`, ... with `training.data.tokenizer.add_sentinel_tokens`.
 T5_SPECIAL_TOKENS: dict[str, str] = {
     "pad_token": "<pad>",
     "eos_token": "</s>",

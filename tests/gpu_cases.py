@@ -245,7 +245,7 @@ def run_family_case(name: str, device: torch.device | str, precision: str = "no"
 def _static_decode_agrees(model, prompt: dict) -> str:
     """hf_lm's static-cache decoding loop gives `generate()`'s tokens on this device: greedy, and
     sampled from one seed (its draw is `torch.multinomial`'s without its validity checks). Uncompiled:
-    bench_gpu times the compiled loop."""
+    benchmarks.gpu times the compiled loop."""
     from hf_lm.generation_static import static_decode
 
     loop = dict(cache_implementation="static", custom_generate=static_decode, disable_compile=True)
@@ -360,7 +360,7 @@ def _save(folder: Path, model, tokenizer) -> None:
 
 def _gpt_folder(folder: Path, head: str = "lm") -> None:
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTModel
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, padding_side="left")
     config = HfLmGPTConfig(
@@ -373,7 +373,7 @@ def _gpt_folder(folder: Path, head: str = "lm") -> None:
 
 def _bert_folder(folder: Path, head: str) -> None:
     import hf_lm
-    from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
     tok = train_tokenizer(
         PIPELINE_CORPUS, kind="wordpiece", vocab_size=200, special_tokens=BERT_SPECIAL_TOKENS
@@ -393,7 +393,7 @@ def _bert_folder(folder: Path, head: str) -> None:
 
 def _seq2seq_folder(folder: Path, family: str) -> None:
     import hf_lm
-    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
 
     specials = T5_SPECIAL_TOKENS if family == "t5" else BART_SPECIAL_TOKENS
     tok = train_tokenizer(PIPELINE_CORPUS, kind="byte_bpe", vocab_size=300, special_tokens=specials)
@@ -640,11 +640,12 @@ def run_demo(workdir: Path, precision: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+# case name -> the arguments of `python -m benchmarks.leaderboard`
 LEADERBOARDS = {
-    "leaderboard_lm": ["--smoke", "--data_file", "{data}/tinyshakespeare/input.txt"],
-    "leaderboard_translation": ["--smoke", "--data_dir", "{data}/multi30k"],
-    "leaderboard_sst2": ["--smoke", "--data_dir", "{data}/sst2"],
-    "ablations": ["--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_lm": ["lm", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
+    "leaderboard_translation": ["translation", "--smoke", "--data", "{data}/multi30k"],
+    "leaderboard_sst2": ["sst2", "--smoke", "--data", "{data}/sst2"],
+    "ablations": ["ablations", "--smoke", "--data", "{data}/tinyshakespeare/input.txt"],
 }
 
 
@@ -656,7 +657,7 @@ def run_leaderboard(name: str, workdir: Path, data_dir: Path = SHARED_DATA) -> s
     command = [
         sys.executable,
         "-m",
-        f"benchmarks.{name}",  # run from the repository root (`_run`)
+        "benchmarks.leaderboard",  # run from the repository root (`_run`)
         *(a.format(data=data_dir) for a in LEADERBOARDS[name]),
         "--output_dir",
         str(output_dir),

@@ -1,10 +1,10 @@
-"""The accounting of benchmarks/bench_fsdp.py, in one process: saved tensors counted once and
+"""The accounting of the speed runner's fsdp entry (benchmarks/speed_fsdp.py), in one process: saved tensors counted once and
 released by the backward, storages counted once, the cost model's scaling and the budget search."""
 
 import pytest
 import torch
 
-from benchmarks.bench_fsdp import (
+from benchmarks.speed_fsdp import (
     MemoryMeter,
     SavedTensorCounter,
     allocator_peak,

@@ -1,4 +1,4 @@
-"""The speed suite (benchmarks/suite.py) and its FLOP accounting (benchmarks/peak_flops.py).
+"""The speed runner (benchmarks/speed.py, its entries) and its FLOP accounting (benchmarks/measure.py).
 
 The FLOP counter is checked against a count derived by hand (exact, not within a tolerance): for a
 decoder-only Transformer, one forward + backward is 6 N B T + 14 L d B T^2 with fused attention
@@ -6,28 +6,27 @@ decoder-only Transformer, one forward + backward is 6 N B T + 14 L d B T^2 with 
 6 N B T + 12 L d B T^2 with eager attention, N the weights inside matmuls (lm head included).
 """
 
-import ast
-import importlib
+import gc
 import json
 import math
-import subprocess
 import sys
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO_ROOT, VARIANTS, tiny_gpt_config
+from conftest import VARIANTS, tiny_gpt_config
 from transformers import LlamaForCausalLM
 
-from benchmarks import bench_gpt, suite
-from benchmarks.pairs import random_ids
-from benchmarks.peak_flops import (
+from benchmarks import speed, speed_entries, speed_workloads
+from benchmarks.measure import (
     analytic_decoder_train_flops,
     count_flops,
     count_train_step_flops,
     measure_peak_flops,
+    run_process,
 )
+from benchmarks.render import rendered
 from hf_lm import HfLmGPTForCausalLM
 
 
@@ -78,12 +77,15 @@ def test_peak_probe_returns_a_positive_rate():
         measure_peak_flops(sizes=())
 
 
-def test_bench_gpt_builds_an_identical_llama_pair():
-    args = bench_gpt.parse_args(
-        "--family llama --layers 2 --hidden 64 --heads 4 --context 32 --vocab 300 --seq 16 --new-tokens 8".split()
-    )
-    assert (args.intermediate, args.kv_heads, args.output) == (192, 2, "out/bench_llama.json")
-    models = bench_gpt.build_pair(args)
+def options(name: str, **changes) -> SimpleNamespace:
+    """An entry's smoke options, with `changes`."""
+    return SimpleNamespace(**{**speed.entry_options(name, True, {"threads": 1}, {}), **changes})
+
+
+def test_the_llama_pair_computes_one_function_and_counts_the_same_flops():
+    o = options("llama", context=32, vocab=300, seq=16, new_tokens=8)
+    assert (o.intermediate, o.kv_heads) == (192, 2)
+    models = {side: speed_entries.build_side("llama", side, o) for side in ("hf_lm", "transformers")}
     assert isinstance(models["transformers"], LlamaForCausalLM)
     config = models["hf_lm"].config
     assert (config.position_embedding_type, config.norm_type, config.hidden_act) == (
@@ -92,19 +94,39 @@ def test_bench_gpt_builds_an_identical_llama_pair():
         "swiglu",
     )
     assert (config.num_key_value_heads, config.tie_word_embeddings) == (2, False)
-    check = bench_gpt.sanity(models, args)
-    assert check["max_abs_logit_diff"] < 1e-5
-    assert check["greedy_32_token_agreement"] == 1.0
-    flops = bench_gpt.count_flops(models, random_ids(2, 16, 300, 0))
-    assert flops["hf_lm"]["total"] == flops["transformers"]["total"] > 0
-    gpt2 = bench_gpt.parse_args(["--hidden", "64", "--heads", "4"])
-    assert (gpt2.family, gpt2.intermediate, gpt2.output) == ("gpt2", 256, "out/bench_gpt.json")
+    check = speed_entries.sanity("llama", o)
+    assert check["ok"] and check["max_abs_logit_diff"] < 1e-5 and check["greedy_token_agreement"] == 1.0
+    batch = speed_entries.train_batch("llama", o)[0]
+    flops = {side: count_train_step_flops(m, batch)["total"] for side, m in models.items()}
+    assert flops["hf_lm"] == flops["transformers"] > 0
 
 
-def _record(family: str, ratio_gen: float = 1.1) -> dict:
-    rec = {
-        "family": family,
+@pytest.fixture
+def no_gc(monkeypatch):
+    """The timing loops collect garbage before every sample, which costs a second in a test process."""
+    monkeypatch.setattr(gc, "collect", lambda *args: 0)
+
+
+def test_a_seq2seq_pair_is_timed_with_greedy_and_beam_generation(no_gc):
+    sizes = dict(
+        layers=1, hidden=32, heads=2, intermediate=64, vocab=100, source_len=8, target_len=4, new_tokens=2
+    )
+    o = options("t5", rounds=1, warmup=0, train_reps=1, no_memory=True, **sizes)
+    data = speed_entries.run_pair(o)
+    assert data["sanity"]["ok"] and data["sanity"]["beam_token_agreement"] == 1.0
+    assert [g["short"] for g in data["generate"]] == ["greedy B=1", "greedy B=2", "beam 2 B=1", "beam 2 B=2"]
+    assert all(math.isfinite(row["ratio"]) and row["ratio"] > 0 for row in [data["train"], *data["generate"]])
+    assert (
+        data["step_s"]["hf_lm"] > 0
+        and data["flops_per_step"]["hf_lm"] == data["flops_per_step"]["transformers"]
+    )
+
+
+def _record(ratio_gen: float = 1.1) -> dict:
+    return {
+        "reference": "transformers.X",
         "params": 1_000_000,
+        "sanity": {"ok": True},
         "train": {"name": "train", "unit": "tok/s", "hf_lm": 110.0, "transformers": 100.0, "ratio": 1.1},
         "generate": [
             {
@@ -115,131 +137,77 @@ def _record(family: str, ratio_gen: float = 1.1) -> dict:
                 "transformers": 10.0,
                 "ratio": ratio_gen,
             }
-        ],
+        ],  # fmt: skip
         "step_s": {"hf_lm": 0.5, "transformers": 0.55},
         "flops_per_step": {"hf_lm": 1e9, "transformers": 2e9},
         "max_cpu_pressure_share": 0.0,
     }
-    suite.add_utilization(rec, peak_flops=8e9)
-    return rec
 
 
-def test_tables_show_every_family_and_failures_without_crashing():
-    families = {f: _record(f) for f in ("gpt2", "llama", "bert")}
-    families["t5"] = {"family": "t5", "error": "exit status 1: t5: losses disagree by more than 0.0001"}
-    families["bart"] = {"family": "bart", "error": "timed out after 300s"}
+def test_the_suite_tables_show_every_family_mfu_and_failures():
+    entries = {"peak": {"peak_flops": 8e9, "dtype": "float32", "device": "cpu", "device_name": None, "best_size": 64, "threads": 1, "by_size": {}}}  # fmt: skip
+    entries |= {f: _record() for f in ("gpt2", "llama", "bert")}
+    entries["t5"] = {"error": "exit status 1: t5: the sides disagree by more than 0.0001"}
+    entries["bart"] = {"error": "timed out after 300s"}
+    entries["compile"] = {"error": "BackendCompilerFailed: no C++ compiler"}
     # MFU credits every side with the reference's FLOPs: 2e9 / 0.5 s / 8e9 = 50%; HFU its own: 25%
-    assert families["gpt2"]["mfu"]["hf_lm"] == pytest.approx(0.5)
-    assert families["gpt2"]["hfu"]["hf_lm"] == pytest.approx(0.25)
-    env = {k: "x" for k in ("cpu_model", "cpu_capability", "torch", "transformers", "python")}
-    env.update(threads=1, cores_available=2)
-    run = {
-        "mode": "smoke",
-        "date": "today",
-        "git": "abc",
-        "environment": env,
-        "peak": {"error": "exit status 1"},
-        "families": families,
-        "compile": {"error": "BackendCompilerFailed: no C++ compiler"},
-    }
-    md = suite.render_markdown(run)
+    use = speed_entries.utilization(entries["gpt2"], 8e9)
+    assert use["mfu"]["hf_lm"] == pytest.approx(0.5) and use["hfu"]["hf_lm"] == pytest.approx(0.25)
+    result = {"kind": "speed", "command": "python -m benchmarks.speed", "entries": entries, "mode": "smoke"}
+    md = "\n".join(speed.markdown(result, None))
     summary = md.split("## Details")[0]
-    for family in suite.FAMILIES:
-        assert f"| {family} | {suite.REFERENCES[family]} |" in summary
+    for family, reference in speed_entries.REFERENCES.items():
+        assert f"| {family} | {reference} |" in summary
     assert "| 1.100 | B=1 1.100 | 50.0% |" in summary
-    assert "failed: timed out after 300s" in summary and "losses disagree" in summary
-    assert "failed: BackendCompilerFailed: no C++ compiler" in md
-    assert "peak probe failed" in md
+    assert "failed: timed out after 300s" in summary and "sides disagree" in summary
+    assert "Failed: BackendCompilerFailed: no C++ compiler" in md and "8.0 GFLOP/s" in md
 
 
 def test_run_process_reports_failures_and_timeouts(tmp_path):
-    ok = suite.run_process([sys.executable, "-c", "print('fine')"], tmp_path / "ok.log", timeout=60)
+    ok = run_process([sys.executable, "-c", "print('fine')"], tmp_path / "ok.log", timeout=60)
     assert ok["error"] is None and "fine" in (tmp_path / "ok.log").read_text()
-    bad = suite.run_process(
+    bad = run_process(
         [sys.executable, "-c", "raise ValueError('broken config')"], tmp_path / "bad.log", timeout=60
     )
     assert bad["error"].startswith("exit status 1") and "ValueError: broken config" in bad["error"]
-    slow = suite.run_process(
+    slow = run_process(
         [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "slow.log", timeout=1
     )
     assert slow["error"] == "timed out after 1s" and slow["wall_s"] < 30
 
 
+def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
+    o = speed.entry_options("sparse", True, {"threads": 3}, {"contexts": "64,96", "window": "8"})
+    assert (o["contexts"], o["window"], o["threads"], o["rounds"]) == ([64, 96], 8, 3, 1)
+    assert speed.typed("false", True) is False and speed.typed("0.5", 1.0) == 0.5
+    for name, entry in speed_entries.ENTRIES.items():  # a smoke option the entry does not have is a typo
+        assert set(entry.smoke) <= set(entry.options) | set(speed.COMMON), name
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--entries", "sparse", "--set", "no_such_option=1"])
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--entries", "gpt3"])
+
+
+def test_sparse_decoding_keeps_a_window_of_keys_and_the_same_tokens(no_gc):
+    o = options("sparse", contexts=[40, 80], window=8, new_tokens=3, layers=1, hidden=32, heads=2, vocab=64)
+    data = speed_workloads.run_sparse(o)
+    assert data["sanity_sliding_equals_full_cache"]
+    for row in data["rows"]:
+        assert (row["band_cache_tokens"], row["dense_cache_tokens"]) == (8, row["context"] + 3)
+        assert row["cache_ratio"] == pytest.approx(8 / (row["context"] + 3))
+
+
 @pytest.mark.slow
-def test_smoke_suite_writes_every_family_with_finite_ratios(tmp_path):
-    out = tmp_path / "suite"
-    cmd = [sys.executable, "-m", "benchmarks.suite", "--smoke", "--threads", "1", "--output_dir", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    md = (out / "suite.md").read_text()
-    report = json.loads((out / "suite.json").read_text())
-    assert report["peak"]["peak_flops"] > 0
-    env = report["environment"]
-    assert env["threads"] == 1 and env["torch"] and env["transformers"] and env["cpu_model"]
-    summary = md.split("## Details")[0]
-    for family in suite.FAMILIES:
-        assert f"| {family} | {suite.REFERENCES[family]} |" in summary
-        rec = report["families"][family]
-        assert "error" not in rec, rec
-        ratios = [rec["train"]["ratio"]] + [g["ratio"] for g in rec["generate"]]
-        assert all(math.isfinite(r) and r > 0 for r in ratios), ratios
-        assert all(0 < rec["mfu"][side] < 2 for side in suite.SIDES), rec["mfu"]
-        assert (out / f"bench_{family}.json").exists()
-    assert len(report["families"]["t5"]["generate"]) == 4  # greedy and beam, batch 1 and 2
-    # torch.compile: a finite speed-up where it works, a reason where it does not
-    phases = report["compile"].get("phases", {})
-    assert set(phases) == {"train", "forward"} or report["compile"].get("error")
-    for phase in phases.values():
-        assert phase.get("error") or (math.isfinite(phase["speedup"]) and phase["speedup"] > 0)
-    assert "## torch.compile (CPU, aot_eager)" in md  # the smoke run skips inductor's code generation
-
-
-# --------------------------------------------------------------------------------------------
-# The package: every script runs as `python -m benchmarks.<script>`, sharing only the shared modules
-# --------------------------------------------------------------------------------------------
-
-SHARED_MODULES = {"benchmarks.bench_common", "benchmarks.pairs", "benchmarks.peak_flops"}
-# a runner that is a variant of another: the length-extrapolation benchmark trains through the ablation
-# runner (its data, tokenizer, run commands and variants) rather than a copy of it
-BUILT_ON = {"length_extrapolation": {"benchmarks.ablations"}}
-SCRIPTS = sorted(
-    p.stem
-    for p in (Path(REPO_ROOT) / "benchmarks").glob("*.py")
-    if p.stem not in ("__init__", "bench_common", "pairs")
-)
-
-
-def package_imports(path: Path) -> set[str]:
-    """The `benchmarks...` modules a file imports (`from benchmarks import x` counts as benchmarks.x)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
-            if node.module == "benchmarks":
-                found |= {f"benchmarks.{alias.name}" for alias in node.names}
-            else:
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("benchmarks")}
-    return found
-
-
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_scripts_import_only_the_shared_modules_and_leave_sys_path_alone(script):
-    path = Path(REPO_ROOT) / "benchmarks" / f"{script}.py"
-    allowed = SHARED_MODULES | BUILT_ON.get(script, set())
-    assert package_imports(path) <= allowed - {f"benchmarks.{script}"}, package_imports(path)
-    assert "sys.path" not in path.read_text()
-    before = list(sys.path)
-    module = importlib.import_module(f"benchmarks.{script}")
-    assert sys.path == before and callable(module.main)
-
-
-def test_a_script_runs_as_a_module_from_the_repository_root():
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.peak_flops", "--help"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0 and "--sizes" in proc.stdout, proc.stderr[-2000:]
+def test_the_runner_writes_results_and_their_readme(tmp_path):
+    """End to end: an entry in its own process, results.json, README.md its rendering."""
+    out = tmp_path / "speed"
+    argv = ["--entries", "gpt2", "--smoke", "--threads", "1", "--no_memory", "--output_dir", str(out)]
+    assert speed.main([*argv, "--set", "rounds=1"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["kind"] == "speed" and result["environment"]["threads"] == 1
+    rec = result["entries"]["gpt2"]
+    assert "error" not in rec and rec["options"]["rounds"] == 1, rec
+    assert all(math.isfinite(r["ratio"]) and r["ratio"] > 0 for r in [rec["train"], *rec["generate"]])
+    assert rec["flops_per_step"]["hf_lm"] == rec["flops_per_step"]["transformers"] > 0
+    md = (out / "README.md").read_text()
+    assert md == rendered(out) and "| gpt2 | GPT2LMHeadModel |" in md and "## gpt2: hf_lm against" in md

@@ -25,7 +25,7 @@ from hf_lm import (
     HfLmBertForTokenClassification,
 )
 from hf_lm.pipelines import QA_TASK, QA_TASK_ALIAS, HfLmQuestionAnsweringPipeline
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 SHIPPED_BERT_FILES = {
     "hflm_attention.py",

@@ -524,7 +524,7 @@ def test_batch_size_and_bits(lm):
 
 @pytest.fixture(scope="module")
 def saved_lm(tmp_path_factory):
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     corpus = ["the quick brown fox jumps over the lazy dog."] * 5 + ["hello world, hello perplexity!"] * 5
     tokenizer = train_tokenizer(corpus, kind="char", vocab_size=64, min_frequency=1, model_max_length=32)

@@ -1,4 +1,4 @@
-"""C4-style cleaning (training/cleaning.py): each rule on a synthetic web-like corpus, the exact
+"""C4-style cleaning (training/data/cleaning.py): each rule on a synthetic web-like corpus, the exact
 report, streaming == in memory, determinism, MinHash against exact Jaccard, and a training run."""
 
 import json
@@ -10,7 +10,7 @@ from datasets import Dataset
 from test_train import TINY
 
 from training.args import DataArguments, TrainArguments, as_flags, parse_args
-from training.cleaning import (
+from training.data.cleaning import (
     RULES,
     C4Options,
     MinHasher,

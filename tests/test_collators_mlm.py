@@ -7,14 +7,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from training.collators_mlm import (
+from training.data.collators_mlm import (
     DataCollatorForMaskedLM,
     make_sentence_pairs,
     sample_span_mask,
     span_length_probs,
     split_sentences,
 )
-from training.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
+from training.data.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
 
 CORPUS = [
     "Hello world. This is a small corpus.",

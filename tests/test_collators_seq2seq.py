@@ -9,10 +9,12 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from training.collators_seq2seq import (
+from training.data.collators_seq2seq import (
     T5_OBJECTIVES,
     DataCollatorForBartDenoising,
     DataCollatorForT5Pretraining,
+)
+from training.data.seq2seq_noise import (
     iid_noise_mask,
     noise_spans_to_sentinels,
     permute_sentences,
@@ -22,7 +24,7 @@ from training.collators_seq2seq import (
     split_sentences_ids,
     text_infilling,
 )
-from training.tokenizer import (
+from training.data.tokenizer import (
     BART_SPECIAL_TOKENS,
     T5_SPECIAL_TOKENS,
     add_sentinel_tokens,

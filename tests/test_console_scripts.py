@@ -80,7 +80,9 @@ def test_every_package_is_installed_and_training_under_its_own_name(tmp_path):
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     setuptools = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     hf_lm_packages = find_packages(where=str(REPO_ROOT), include=["hf_lm", "hf_lm.*"])
-    training_packages = [f"hf_lm_training.{name}" for name in find_packages(where=str(REPO_ROOT / "training"))]
+    training_packages = [
+        f"hf_lm_training.{name}" for name in find_packages(where=str(REPO_ROOT / "training"))
+    ]
     assert sorted(setuptools["packages"]) == sorted([*hf_lm_packages, "hf_lm_training", *training_packages])
     assert setuptools["package-dir"] == {"hf_lm_training": "training"}
 

@@ -13,18 +13,14 @@ import pytest
 from conftest import REPO_ROOT
 from datasets import Dataset
 
-import training.data
-from training.corpora import MarkovSource, SyntheticCorpus, load_builtin_corpus
-from training.data import (
-    DataFileError,
-    DatasetLoadError,
-    buffered_shuffle,
-    load_text_dataset,
-    split_long_text,
-    tokenize_and_pack,
-    train_eval_split,
-)
-from training.tokenizer import train_tokenizer
+import training.data.packing
+from training.data.corpora import MarkovSource, SyntheticCorpus, load_builtin_corpus
+from training.data.loading import DatasetLoadError, load_text_dataset
+from training.data.local_files import DataFileError
+from training.data.packing import tokenize_and_pack
+from training.data.splits import train_eval_split
+from training.data.streaming import buffered_shuffle
+from training.data.tokenizer import split_long_text, train_tokenizer
 
 DOCS = ["hello world", "", "a b", "the quick brown fox", "x", "jumps over the lazy dog", "end of text"]
 
@@ -262,7 +258,7 @@ def test_streaming_and_num_proc_give_the_same_blocks(tokenizer, monkeypatch):
     streamed = tokenize_and_pack(dataset.to_iterable_dataset(), tokenizer, 16, document_mask=True)
     assert list(streamed) == reference
     assert list(streamed) == reference  # a second pass starts afresh
-    monkeypatch.setattr(training.data, "_MAP_BATCH_SIZE", 3)  # blocks straddle many batches
+    monkeypatch.setattr(training.data.packing, "_MAP_BATCH_SIZE", 3)  # blocks straddle many batches
     assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list() == reference
 
 
@@ -288,8 +284,8 @@ def test_long_documents_are_tokenized_in_pieces_exactly(kind, monkeypatch):
     dataset = Dataset.from_dict({"text": docs})
     whole = tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list()
     assert max(map(len, docs)) > 1000
-    monkeypatch.setattr(training.data, "PIECE_CHARACTERS", 64)
-    monkeypatch.setattr(training.data, "TOKENIZE_CHARACTERS", 500)
+    monkeypatch.setattr(training.data.packing, "PIECE_CHARACTERS", 64)
+    monkeypatch.setattr(training.data.packing, "TOKENIZE_CHARACTERS", 500)
     assert tokenize_and_pack(dataset, tokenizer, 16, document_mask=True).to_list() == whole
     streamed = tokenize_and_pack(dataset.to_iterable_dataset(), tokenizer, 16, document_mask=True)
     assert list(streamed) == whole
@@ -297,8 +293,9 @@ def test_long_documents_are_tokenized_in_pieces_exactly(kind, monkeypatch):
 
 _HUGE_LINE_SCRIPT = """
 import random, resource, sys
-from training.data import load_text_dataset, tokenize_and_pack
-from training.tokenizer import train_tokenizer
+from training.data.loading import load_text_dataset
+from training.data.packing import tokenize_and_pack
+from training.data.tokenizer import train_tokenizer
 
 path, characters = sys.argv[1], int(sys.argv[2])
 rng = random.Random(0)
@@ -316,7 +313,7 @@ print(blocks, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 
 _TRAIN_TOKENIZER_SCRIPT = """
 import sys
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 def status(field):  # KiB
     return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1])

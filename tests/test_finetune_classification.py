@@ -189,8 +189,8 @@ def _masked_lm_folder(path, texts):
     import torch
 
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
+    from training.data.tokenizer import train_tokenizer
     from training.finetune_classification import SPECIAL_TOKENS
-    from training.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(
         texts, kind="wordpiece", vocab_size=64, special_tokens=SPECIAL_TOKENS, padding_side="right"

@@ -163,7 +163,7 @@ def test_from_scratch_families_are_the_tables_encoder_decoders_and_presets(tmp_p
 def test_ensure_eos_survives_truncation_and_saving(tmp_path, kind):
     from transformers import AutoTokenizer
 
-    from training.tokenizer import T5_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import T5_SPECIAL_TOKENS, train_tokenizer
 
     texts = ["Ein Hund läuft über die Wiese.", "A dog runs across the meadow."] * 20
     tokenizer = train_tokenizer(texts, kind=kind, vocab_size=300, special_tokens=T5_SPECIAL_TOKENS)
@@ -207,7 +207,7 @@ def test_source_prefix(tmp_path):
 def test_translation_metrics_score_raw_references():
     from transformers import EvalPrediction
 
-    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
 
     references = ["A dog runs on the grass.", "Two men are talking."]
     tokenizer = train_tokenizer(
@@ -266,7 +266,7 @@ def _seq2seq_folder(path, texts, preset="transformer", max_position_embeddings=6
     import torch
 
     from hf_lm import HfLmBartConfig, HfLmBartForConditionalGeneration
-    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
 
     tokenizer = train_tokenizer(texts, kind="byte_bpe", vocab_size=320, special_tokens=BART_SPECIAL_TOKENS)
     config = HfLmBartConfig.from_preset(

@@ -23,17 +23,20 @@ import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
 from training.args.checks import check_arguments
-from training.data import DataFileError, load_text_dataset, source_fingerprint
-from training.objectives import objective_for
-from training.resume import check_resumable, data_changes
-from training.run_data import TrainingBlocks, check_unknown_share, prepare_data
-from training.tokenizer import (
+from training.data.batches import BatchPlan
+from training.data.fingerprint import source_fingerprint
+from training.data.loading import load_text_dataset
+from training.data.local_files import DataFileError
+from training.data.prepare import TrainingBlocks, check_unknown_share, prepare_data
+from training.data.tokenizer import (
     BERT_SPECIAL_TOKENS,
     T5_SPECIAL_TOKENS,
     UNK_TOKEN,
     train_tokenizer,
     unk_shared_role,
 )
+from training.objectives import objective_for
+from training.resume import check_resumable, data_changes
 
 TEXT = (
     "The king sat on the throne and the queen sat by him.\n\nThe court watched over the land, "
@@ -117,7 +120,7 @@ def test_a_resumed_init_from_run_keeps_the_tokenizer_it_trained(tmp_path, caplog
     own = train_tokenizer([TEXT.upper()], kind="byte_bpe", vocab_size=290, model_max_length=16)
     own.save_pretrained(tmp_path / "out" / "tokenizer")
     data_args, _, train_args = _args(tmp_path, init_from=str(base), block_size=16, resume="auto")
-    with caplog.at_level(logging.WARNING, logger="training.run_data"):
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
         tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
     assert tokenizer.get_vocab() == own.get_vocab() != base_tokenizer.get_vocab()
     assert "holds the tokenizer this run trained" in caplog.text
@@ -196,7 +199,7 @@ def test_a_tokenizer_saved_before_the_fix_loads_and_is_named(tmp_path, caplog):
     assert loaded("The king")["input_ids"] == old("The king")["input_ids"]
     assert unk_shared_role(loaded) == "eos_token"
     data_args = _args(tmp_path)[0]
-    with caplog.at_level(logging.WARNING, logger="training.run_data"):
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
         assert check_unknown_share(loaded, torch.tensor([[2, 3]]), data_args, str(tmp_path / "old")) is None
     assert "its eos_token" in caplog.text and "Retrain" in caplog.text
 
@@ -219,11 +222,11 @@ def test_some_unknown_tokens_are_reported(tmp_path, caplog):
     unk = tokenizer.unk_token_id
     ids = torch.tensor([[unk] * 5 + [tokenizer.convert_tokens_to_ids("a")] * 95])  # 5% unknown
     data_args = _args(tmp_path)[0]
-    with caplog.at_level(logging.WARNING, logger="training.run_data"):
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
         assert check_unknown_share(tokenizer, ids, data_args, None) == pytest.approx(0.05)
     assert "5.0% of the training tokens are the unknown token '<|unk|>'" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="training.run_data"):
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
         check_unknown_share(tokenizer, ids[:, 5:], data_args, None)
     assert caplog.text == ""
 
@@ -267,7 +270,7 @@ def test_check_resumable_compares_the_data_fingerprint(tmp_path, caplog):
     data_args, _, train_args = _args(tmp_path)
     fingerprint = {"dataset": source_fingerprint(data_args.dataset)}
     blocks = TrainingBlocks({"input_ids": torch.zeros(1, 2, dtype=torch.long)}, fingerprint)
-    batch = train_args.per_device_batch_size
+    batch = BatchPlan.from_args(data_args, train_args, world=1, rank=0)  # a global batch of per_device
     check_resumable(
         _state(tmp_path, data_args, train_args, fingerprint), data_args, train_args, batch, blocks
     )

@@ -29,12 +29,12 @@ from hf_lm.metrics.sliding_window import sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import TRANSLATION_TASK
 from hf_lm.testing import FAMILY_CASES
 from training import evaluate_cli, push
+from training.data.tokenizer import train_tokenizer
 from training.finetune_classification import (
     ClassificationDataArguments,
     label_mapping,
     load_classification_dataset,
 )
-from training.tokenizer import train_tokenizer
 
 GIB = 2**30
 

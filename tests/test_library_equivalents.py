@@ -3,7 +3,7 @@ writes these itself"): where the job is the same the results agree with the libr
 keeps its own code, the library's gap that the docs name is shown here.
 
 - `hf_lm/metrics/accuracy` equals scikit-learn's accuracy/precision/recall/F1;
-- `training.collators_mlm.DataCollatorForMaskedLM` ("token") has the statistics and label rules of
+- `training.data.collators_mlm.DataCollatorForMaskedLM` ("token") has the statistics and label rules of
   transformers' `DataCollatorForLanguageModeling(mlm=True)`; transformers draws random tokens from
   the whole vocabulary (special tokens included) and its whole-word mode drops the 80/10/10 rule;
 - `training.checkpoint` rejects a flipped byte, skips a half-written checkpoint and names an
@@ -29,7 +29,7 @@ from accelerate.utils import ProjectConfiguration
 from transformers import DataCollatorForLanguageModeling
 
 from training.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from training.collators_mlm import DataCollatorForMaskedLM
+from training.data.collators_mlm import DataCollatorForMaskedLM
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRIC_DIR = os.path.join(REPO_ROOT, "hf_lm", "metrics", "accuracy")

@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from hf_lm.families import FAMILIES, GPT_SPECIAL_TOKENS
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 lm_eval = pytest.importorskip("lm_eval")
 

@@ -5,13 +5,11 @@ re-implementation of the algorithm on a model whose predictions are fixed functi
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SHARED_DATA
 from transformers import AutoModelForMaskedLM
 
 from hf_lm import (
@@ -24,7 +22,6 @@ from hf_lm import (
 )
 from hf_lm.testing import FAMILY_CASES
 
-MULTI30K = os.path.join(SHARED_DATA, "multi30k")
 CASES = [case for case in FAMILY_CASES if case.name.endswith("mask-predict")]
 MASK = 1  # the cases' mask_token_id
 PAD = 0
@@ -305,7 +302,7 @@ def test_auto_model_for_masked_lm_loads_the_mask_predict_head(tmp_path):
 
 
 def test_cmlm_mask_counts_are_uniform_between_one_and_the_length():
-    from training.collators_seq2seq import cmlm_mask
+    from training.data.seq2seq_noise import cmlm_mask
 
     rng = np.random.default_rng(0)
     counts = np.array([cmlm_mask(5, rng).sum() for _ in range(5000)])
@@ -319,7 +316,7 @@ def test_cmlm_mask_counts_are_uniform_between_one_and_the_length():
 def test_collator_masks_targets_and_gives_labels_and_lengths():
     from transformers import BertTokenizer
 
-    from training.collators_seq2seq import DataCollatorForMaskPredict
+    from training.data.collators_seq2seq import DataCollatorForMaskPredict
 
     vocab = ["<pad>", "<s>", "</s>", "<unk>", "<mask>", *"abcdefgh"]
     tokenizer = BertTokenizer(
@@ -388,31 +385,6 @@ def test_copy_task_trains_and_decodes_through_finetune_translation(tmp_path):
     assert (
         type(model).__name__ == "HfLmBartForMaskPredict" and model.config.decoder_attention == "bidirectional"
     )
-
-
-# ---------------------------------------------------------------- the benchmark
-
-
-@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason=f"Multi30k data not found at {MULTI30K}")
-def test_benchmark_smoke_run_writes_bleu_per_iteration_and_the_trace(tmp_path):
-    """`python -m benchmarks.mask_predict --smoke`: both models, BLEU for each T, the trace (~10 s)."""
-    from benchmarks import mask_predict as bench
-
-    result = bench.main(
-        ["--data_dir", MULTI30K, "--smoke", "--output_dir", str(tmp_path), "--iterations", "1,3"]
-    )
-    rows = result["mask_predict"]["by_iterations"]
-    assert [r["iterations"] for r in rows] == [1, 3] and all(0 <= r["test_bleu"] <= 100 for r in rows)
-    assert {"test_bleu", "test_greedy_bleu"} <= result["entries"][0]["metrics"].keys()
-    trace = result["mask_predict"]["trace"]
-    assert [r["iteration"] for r in trace] == [0, 1, 2]
-    length = trace[0]["masked"]  # iteration 0 masks every token
-    assert [r["masked"] for r in trace[1:]] == [length * 2 // 3, length * 1 // 3]
-    for name in ("results.md", "results.json", "trace.md"):
-        assert (tmp_path / name).stat().st_size > 0
-    for name in ("trace.png", "bleu_vs_iterations.png"):
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Mask-Predict T = 3" in (tmp_path / "results.md").read_text()
 
 
 def test_generate_on_a_simulated_accelerator_equals_the_cpu():

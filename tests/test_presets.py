@@ -31,9 +31,9 @@ from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import HfLmConfigMixin
 from training.args import parse_args
 from training.args.checks import check_arguments
+from training.data.tokenizer import train_tokenizer
 from training.models import config_flags
 from training.objectives import build_model
-from training.tokenizer import train_tokenizer
 
 PRESET_NAMES = {
     "gpt": ("gpt2", "llama", "mistral"),

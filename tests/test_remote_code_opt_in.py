@@ -82,7 +82,7 @@ def test_classification_script_runs_no_folder_code_without_the_flag(tmp_path):
 def test_hf_lm_folders_load_with_the_installed_code(tmp_path):
     """A folder of hf_lm's own model type needs no flag; the code shipped in it is not run."""
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["hello world, hello there"] * 20, kind="byte_bpe", vocab_size=270)
     folder = tmp_path / "gpt"

@@ -222,7 +222,7 @@ def test_generate_returns_and_continues_the_recurrent_cache():
 def test_text_generation_pipeline_batches_with_left_padding():
     from transformers import pipeline
 
-    from training.tokenizer import train_tokenizer
+    from training.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["hello world, the quick brown fox"] * 3, kind="char", vocab_size=40)
     model = lm(

@@ -603,7 +603,7 @@ def test_save_load_round_trip(tmp_path, tied):
 def test_translation_pipeline_on_a_saved_folder(tmp_path):
     from transformers import pipeline
 
-    from training.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
 
     texts = ["the cat sat on the mat", "ein hund lief nach hause", "a dog ran home"] * 10
     tokenizer = train_tokenizer(texts, kind="wordpiece", vocab_size=V, special_tokens=BART_SPECIAL_TOKENS)

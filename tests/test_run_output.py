@@ -28,7 +28,7 @@ TINY = {**TRAIN_TINY, "max_steps": 10, "report_to": "csv"}
 
 SHIPPED = {
     "README.md",
-    "chat_template.jinja",  # the GPT-family tokenizer's chat template (training.tokenizer.CHAT_TEMPLATE)
+    "chat_template.jinja",  # the GPT-family tokenizer's chat template (training.data.tokenizer.CHAT_TEMPLATE)
     "config.json",
     "generation_config.json",
     "hflm_attention.py",

@@ -344,7 +344,7 @@ def test_save_load_and_auto_map(tmp_path, name):
 def test_hf_lm_seq2seq_pipelines_on_saved_hf_lm_models(tmp_path, name):
     from transformers import pipeline
 
-    from training.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
+    from training.data.tokenizer import BART_SPECIAL_TOKENS, T5_SPECIAL_TOKENS, train_tokenizer
 
     texts = ["the cat sat on the mat", "ein hund lief nach hause", "a dog ran home"] * 10
     special = T5_SPECIAL_TOKENS if name == "t5" else BART_SPECIAL_TOKENS

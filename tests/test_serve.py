@@ -19,10 +19,10 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from benchmarks.bench_serve import health, start_server, stop_server
+from benchmarks.speed_workloads import health, start_server, stop_server
 from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
 from hf_lm.serve import expose_hf_lm_classes
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 pytest.importorskip("fastapi", reason="serving needs `pip install -e .[serve]`")
 pytest.importorskip("uvicorn", reason="serving needs `pip install -e .[serve]`")
@@ -177,13 +177,17 @@ def test_remote_code_stays_opt_in(folder, tmp_path):
             delattr(transformers, name)
 
 
-def test_bench_serve_runs_both_sides(tmp_path):
-    """benchmarks/bench_serve.py end to end on a tiny pair, one request at a time: both servers answer,
-    with the same texts (one function), and the ratio is measured."""
-    from benchmarks import bench_serve
+def test_the_serve_entry_runs_both_sides():
+    """The speed runner's serve entry end to end on a tiny pair, one request at a time: both servers
+    answer, with the same texts (one function), and the ratio is measured."""
+    from types import SimpleNamespace
 
-    argv = ["--quick", "--requests", "3", "--hidden", "32", "--heads", "2", "--kv-heads", "1"]
-    argv += ["--intermediate", "64", "--layers", "1", "--no-continuous-batching"]
-    result = bench_serve.main([*argv, "--output", str(tmp_path / "bench.json")])
+    from benchmarks import speed, speed_workloads
+
+    changes = {"requests": 3, "hidden": 32, "heads": 2, "kv_heads": 1, "intermediate": 64, "layers": 1}
+    options = (
+        speed.entry_options("serve", True, {"threads": 1}, {}) | changes | {"continuous_batching": False}
+    )
+    result = speed_workloads.run_serve(SimpleNamespace(**options))
     assert result["errors"] == {} and result["ratio"] is not None
-    assert json.loads((tmp_path / "bench.json").read_text())["same_text_share"] == 1.0
+    assert result["same_text_share"] == 1.0

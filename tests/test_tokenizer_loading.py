@@ -25,7 +25,7 @@ from test_train import _fresh_accelerate_state, _run  # noqa: F401  (fixture)
 from hf_lm.cards import FALLBACK_TEMPLATE, write_model_card
 from hf_lm.families import FAMILIES, GPT_SPECIAL_TOKENS
 from hf_lm.testing import FAMILY_CASES
-from training.tokenizer import train_tokenizer
+from training.data.tokenizer import train_tokenizer
 
 PROMPT = "[y/N]"
 BARE_CONFIG_WARNING = "to instantiate a model of type"

@@ -15,7 +15,7 @@ from transformers import AutoTokenizer, pipeline
 import hf_lm.cards
 from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM, HfLmGPTForSequenceClassification
 from hf_lm.cards import write_model_card
-from training.tokenizer import TOKENIZER_KINDS, stdlib_docstrings, train_tokenizer
+from training.data.tokenizer import TOKENIZER_KINDS, stdlib_docstrings, train_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def test_stdlib_docstrings_are_deterministic_and_substantial():
     assert not any(line.lstrip().startswith(">>>") for d in docs for line in d.splitlines())
     # a fresh interpreter (no torch, no transformers imported: nothing monkeypatched) agrees
     code = (
-        "import hashlib; from training.tokenizer import stdlib_docstrings; "
+        "import hashlib; from training.data.tokenizer import stdlib_docstrings; "
         "print(hashlib.sha256('\\x00'.join(stdlib_docstrings()).encode()).hexdigest())"
     )
     fresh = subprocess.run(
@@ -323,7 +323,7 @@ def test_demo_end_to_end(tmp_path):
 
 
 def test_demo_counts_words_like_the_corpus():
-    from training.corpora import SyntheticCorpus
+    from training.data.corpora import SyntheticCorpus
     from training.demo import count_words
 
     assert count_words("The old dog ran. Anna slept.") == 8  # The old dog ran . Anna slept .

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from hf_lm import HfLmGPTForCausalLM
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
-from training.batches import GlobalBatchSampler
 from training.checkpoint import latest_checkpoint, list_checkpoints
+from training.data.batches import GlobalBatchSampler
 from training.divergence import TrainingDivergedError
 from training.run.log import projected_steps
 from training.run.setup import seed_process_rngs
@@ -388,7 +388,7 @@ def test_cli_help_renders(capsys):
 
 def test_document_mask_run_keeps_attention_inside_documents(tmp_path):
     """--document_mask feeds restarting positions and document ids, so blocks never attend across documents."""
-    from training.run_data import prepare_data
+    from training.data.prepare import prepare_data
 
     metrics = _run(tmp_path / "docs", max_steps=4, document_mask=True)
     assert metrics["step"] == 4 and math.isfinite(metrics["eval_loss"])
@@ -439,8 +439,8 @@ def test_document_mask_run_feeds_the_document_ids_to_the_model(tmp_path, monkeyp
 
 def test_eval_text_units_count_what_the_loss_scores():
     """Characters and words of the scored tokens 1..T-1: a word begun in token 0 is not counted."""
+    from training.data.tokenizer import train_tokenizer
     from training.objectives.evaluation import bits_metrics, eval_text_units
-    from training.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["ab cd", "ef"] * 5, kind="char", vocab_size=40, min_frequency=1)
     eos = tokenizer.eos_token_id

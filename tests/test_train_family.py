@@ -21,6 +21,8 @@ from hf_lm.models.hflm_modeling_ffnn import HfLmFFNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn import HfLmRNNForCausalLM
 from hf_lm.models.hflm_modeling_rnn_seq2seq import HfLmRNNSeq2SeqForConditionalGeneration
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
+from training.data.batches import BatchPlan
+from training.data.tokenizer import train_tokenizer
 from training.models import (
     FLAG_FIELDS,
     config_fields,
@@ -31,7 +33,6 @@ from training.models import (
 )
 from training.objectives import CausalLM, MaskedLM, SpanCorruption, TruncatedBPTT, build_model, objective_for
 from training.objectives.electra import ElectraPretrainingModel
-from training.tokenizer import train_tokenizer
 
 TEXTS = ["the cat sat on the mat.", "a dog ran in the park."] * 20
 
@@ -125,8 +126,14 @@ def test_tbptt_is_the_causal_objective_that_carries_lanes_of_state():
         objective_for(TrainArguments()),
         objective_for(TrainArguments(tbptt=True, gradient_accumulation_steps=2)),
     )
-    assert type(plain) is CausalLM and not plain.lanes and plain.state_tensors(0) is None
-    assert isinstance(tbptt, TruncatedBPTT) and tbptt.lanes
+    assert type(plain) is CausalLM and plain.state_tensors(0) is None
+    assert isinstance(tbptt, TruncatedBPTT)
+    # the lanes are the data's choice, made from the same flag
+    plans = [
+        BatchPlan.from_args(DataArguments(), args, world=1, rank=0).source
+        for args in (plain.args, tbptt.args)
+    ]
+    assert plans == ["blocks", "lanes"]
     assert tbptt.state_tensors(0) == {}  # no lane has a state yet
     batch = {"input_ids": torch.arange(8).view(2, 4)}
     inputs, extra = tbptt.inputs(batch, SimpleNamespace(step=0, update=0), 1)

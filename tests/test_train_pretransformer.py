@@ -14,8 +14,8 @@ from test_train import _run as train_run
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from training.args import parse_args
-from training.batches import GlobalBatchSampler
 from training.checkpoint import latest_checkpoint, load_checkpoint
+from training.data.batches import GlobalBatchSampler
 from training.objectives import build_model
 
 # test_train's tiny run with one layer and a CSV log (no attention heads: most of these models have none)
@@ -53,7 +53,7 @@ def test_ngram_is_fitted_not_trained_and_beats_unigram(tmp_path):
     # the same perplexity tool as for every causal LM (a model without learned positions gets the
     # default window); the text is from the training split, so it scores better than held-out text
     from training import evaluate_cli
-    from training.corpora import load_builtin_corpus
+    from training.data.corpora import load_builtin_corpus
 
     text = tmp_path / "text.txt"
     text.write_text("\n\n".join(load_builtin_corpus("synthetic")[:10]))

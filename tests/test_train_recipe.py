@@ -24,12 +24,12 @@ from test_train import assert_document_inputs, spy_on_model_inputs
 import training.objectives.evaluation
 import training.train as T
 from training.args import parse_args
-from training.batches import RandomWindows, window_document_columns
 from training.checkpoint import list_checkpoints
-from training.data import tokenize_and_pack
+from training.data.batches import BatchPlan, DataPosition, RandomWindows, window_document_columns
+from training.data.packing import tokenize_and_pack
+from training.data.splits import tail_split
+from training.data.tokenizer import train_tokenizer
 from training.optim import build_optimizer, configure_tf32, optimizer_kwargs
-from training.run_data import tail_split
-from training.tokenizer import train_tokenizer
 from training.train import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,8 @@ def test_random_windows_are_nanogpt_windows_and_a_pure_function_of_the_step():
     updates = _updates(windows, 5)
     for micro_batches in updates:
         for batch in micro_batches:
-            x, y = batch["input_ids"], batch["targets"]
+            assert list(batch) == ["input_ids", "shift_labels"]  # model inputs with their targets
+            x, y = batch["input_ids"], batch["shift_labels"]
             assert x.shape == y.shape == (4, 16)
             # x = data[i : i + T], y = data[i + 1 : i + 1 + T], inside the stream
             assert torch.equal(x, x[:, :1] + torch.arange(16)) and torch.equal(y, x + 1)
@@ -236,6 +237,30 @@ def test_random_windows_refused_where_they_cannot_apply(tmp_path, overrides, fie
 def test_random_windows_refused_with_streaming_and_ngram(tmp_path, overrides):
     with pytest.raises(ValueError, match="random_windows"):
         _run(tmp_path / "x", sampling="random_windows", max_steps=2, **overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, source",
+    [({}, "blocks"), ({"sampling": "random_windows"}, "windows"), ({"streaming": True}, "stream")],
+)
+def test_the_batch_plan_is_the_one_reader_of_the_batch_flags(tmp_path, overrides, source):
+    """`BatchPlan.from_args` decides the source once; the loop asks it whether the batches come labelled
+    (random windows carry `shift_labels`, so the objective does not label them), the checkpoint for its
+    data order, the card for its sampling."""
+    data_args, _, train_args = parse_args(
+        _argv(tmp_path / "x", per_device_batch_size=3, gradient_accumulation_steps=2, **overrides)
+    )
+    plan = BatchPlan.from_args(data_args, train_args, world=2, rank=1)
+    assert (plan.source, plan.global_batch, plan.labelled) == (source, 12, source == "windows")
+    order = plan.data_order()
+    assert order["sampling"] == train_args.sampling and order["streaming"] == data_args.streaming
+    assert order["shuffle_buffer_size"] == (data_args.shuffle_buffer_size if source == "stream" else None)
+    assert ("random windows" in plan.describe()) == (source == "windows")
+    blocks = {"input_ids": torch.arange(40 * 8).reshape(40, 8)}
+    if source != "stream":  # the first micro-batch of rank 1: windows with their targets, or bare blocks
+        batch = next(plan.batches(blocks, DataPosition())[0])
+        assert sorted(batch) == (["input_ids", "shift_labels"] if plan.labelled else ["input_ids"])
+        assert batch["input_ids"].shape == (3, data_args.block_size if plan.labelled else 8)
 
 
 def test_resume_refuses_another_sampling(tmp_path):
@@ -380,8 +405,8 @@ def test_random_window_targets_are_scored_inside_the_compiled_forward():
         seen.update(kwargs)
         return model(**kwargs)
 
-    out = T.forward_loss(spy, {"input_ids": x, "targets": y}, {})
-    assert torch.equal(seen["shift_labels"], y) and "targets" not in seen and "labels" not in seen
+    out = T.forward_loss(spy, {"input_ids": x, "shift_labels": y}, {})
+    assert torch.equal(seen["shift_labels"], y) and "labels" not in seen
     torch.testing.assert_close(out.loss, lm_loss(out.logits, y, shift=False))
     explained = torch._dynamo.explain(model)(input_ids=x, shift_labels=y)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)

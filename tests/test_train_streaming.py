@@ -14,13 +14,15 @@ from accelerate.state import AcceleratorState, GradientState
 from datasets import Dataset, IterableDataset
 from test_train import _argv, _run, _weights, assert_document_inputs, spy_on_model_inputs
 
-import training.run_data as run_data
+import training.data.prepare as prepare
 import training.train as train_module
 from training.args import parse_args
-from training.batches import BlockStream, StreamingGlobalBatches
-from training.corpora import SyntheticCorpus
-from training.data import load_text_dataset, tokenize_and_pack, train_eval_split
-from training.run_data import prepare_data
+from training.data.corpora import SyntheticCorpus
+from training.data.loading import load_text_dataset
+from training.data.packing import tokenize_and_pack
+from training.data.prepare import prepare_data
+from training.data.splits import train_eval_split
+from training.data.streaming import BlockStream, StreamingGlobalBatches
 from training.train import train
 
 # 24 synthetic documents (~9k characters) of a JSON-lines file, streamed: with test_train's tiny
@@ -166,18 +168,16 @@ def test_streaming_reads_a_bounded_prefix_of_an_endless_corpus(tmp_path, monkeyp
             read["documents"] += 1
             yield {"text": docs[i % len(docs)]}
 
-    monkeypatch.setattr(
-        run_data, "load_text_dataset", lambda *a, **k: IterableDataset.from_generator(endless)
-    )
+    monkeypatch.setattr(prepare, "load_text_dataset", lambda *a, **k: IterableDataset.from_generator(endless))
     trained_on = []
-    real_train_tokenizer = run_data.train_tokenizer
+    real_train_tokenizer = prepare.train_tokenizer
 
     def counting_train_tokenizer(texts, **kwargs):
         texts = list(texts)
         trained_on.append(len(texts))
         return real_train_tokenizer(texts, **kwargs)
 
-    monkeypatch.setattr(run_data, "train_tokenizer", counting_train_tokenizer)
+    monkeypatch.setattr(prepare, "train_tokenizer", counting_train_tokenizer)
     data_args, model_args, train_args = parse_args(
         _argv(
             tmp_path / "endless",

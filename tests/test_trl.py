@@ -1,4 +1,4 @@
-"""Chat with hf_lm's own tokenizers: the GPT-family tokenizers `training.tokenizer.train_tokenizer`
+"""Chat with hf_lm's own tokenizers: the GPT-family tokenizers `training.data.tokenizer.train_tokenizer`
 trains carry the ChatML markers and a chat template, so `apply_chat_template` and TRL's `SFTTrainer`
 on `messages` data work with a tiny hf_lm GPT."""
 
@@ -8,7 +8,7 @@ from conftest import tiny_gpt_config
 from transformers import AutoTokenizer
 
 from hf_lm import HfLmGPTForCausalLM
-from training.tokenizer import CHAT_TOKENS, GPT_SPECIAL_TOKENS, stdlib_docstrings, train_tokenizer
+from training.data.tokenizer import CHAT_TOKENS, GPT_SPECIAL_TOKENS, stdlib_docstrings, train_tokenizer
 
 CONVERSATION = [
     {"role": "system", "content": "You answer briefly."},

@@ -45,7 +45,7 @@ from hf_lm.metrics.sliding_window import sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import check_generation_fits
 
 from .args import DataArguments, ModelArguments, TrainArguments
-from .corpora import SyntheticCorpus
+from .data.corpora import SyntheticCorpus
 from .evaluate_cli import resolve_device
 from .models import config_flags
 from .train import train

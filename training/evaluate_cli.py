@@ -27,7 +27,7 @@ from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexi
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
 from .args.checks import learned_position_limit
-from .data import NotUtf8Error, utf8_blocks
+from .data.local_files import NotUtf8Error, utf8_blocks
 
 logger = logging.getLogger(__name__)
 

@@ -110,7 +110,7 @@ def export_run(
             | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
             | best_card_rows(best, step, evaluation),
             hyperparameters=card_hyperparameters(
-                data_args, run.train_args, run.world, run.global_batch, runtime=runtime, history=history
+                run.train_args, run.batch_plan, runtime=runtime, history=history
             ),
             training_time_s=metrics["seconds"],
             eval_results=eval_results,
@@ -133,15 +133,14 @@ def best_card_rows(best, step: int, last: dict) -> dict[str, object]:
 
 
 def card_hyperparameters(
-    data_args,
     train_args,
-    world_size: int,
-    global_batch: int,
+    batch_plan,
     runtime: dict[str, bool] | None = None,
     history: list[dict] | None = None,
 ) -> dict[str, object]:
     """The training settings a reader needs to reproduce the run, for the model card's table.
 
+    `batch_plan`: the run's `BatchPlan` (the batch rows and the data sampling).
     `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
     `history`: settings changed when the run was resumed (`{"step", "changed": {name: [old, new]}}`);
     the table then shows the values the run ended with and, in one row, the earlier ones.
@@ -153,12 +152,12 @@ def card_hyperparameters(
     )
     return ({"settings changed on resume": changes} if changes else {}) | {
         "training steps (optimizer updates)": train_args.max_steps,
-        "per-device batch size (blocks)": train_args.per_device_batch_size,
-        "gradient accumulation steps": train_args.gradient_accumulation_steps,
-        "world size (processes)": world_size,
-        "global batch size (blocks)": global_batch,
-        "block size (tokens)": data_args.block_size,
-        "tokens per update": global_batch * data_args.block_size,
+        "per-device batch size (blocks)": batch_plan.per_device,
+        "gradient accumulation steps": batch_plan.accum,
+        "world size (processes)": batch_plan.world,
+        "global batch size (blocks)": batch_plan.global_batch,
+        "block size (tokens)": batch_plan.block_size,
+        "tokens per update": batch_plan.global_batch * batch_plan.block_size,
         "optimizer": f"AdamW (betas {train_args.adam_beta1}, {train_args.adam_beta2})",
         "peak learning rate": train_args.learning_rate,
         "learning-rate schedule": train_args.lr_scheduler
@@ -168,11 +167,7 @@ def card_hyperparameters(
         "gradient clipping (max norm)": train_args.max_grad_norm or "off",
         "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
         "seed": train_args.seed,
-        "data sampling": (
-            f"random windows of {data_args.block_size} + 1 tokens (nanoGPT's get_batch)"
-            if train_args.sampling == "random_windows"
-            else "packed blocks, shuffled each epoch"
-        ),
+        "data sampling": batch_plan.describe(),
         "torch.compile": (
             f"{train_args.torch_compile_backend}, mode {train_args.torch_compile_mode or 'default'}"
             if train_args.torch_compile

@@ -83,7 +83,7 @@ from hf_lm.families import FAMILIES
 
 from . import trainer_common as common
 from .args import optional_positive, parse_dataclasses
-from .tokenizer import train_tokenizer
+from .data.tokenizer import train_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -96,8 +96,8 @@ from hf_lm.pipelines_seq2seq import DEFAULT_TRANSLATION_TEMPLATE, check_generati
 
 from . import trainer_common as common
 from .args import optional_positive, parse_dataclasses
-from .collators_seq2seq import DataCollatorForMaskPredict
-from .tokenizer import TOKENIZER_KINDS, train_tokenizer
+from .data.collators_seq2seq import DataCollatorForMaskPredict
+from .data.tokenizer import TOKENIZER_KINDS, train_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def fit_ngram_run(run):
     Returns:
         `(model, csv_log, metrics, evaluation)` for the final outputs (`training.run.setup.finish_run`).
     """
-    model = fit_ngram(run.model, run.train_blocks, run.data_args.streaming).to(run.accelerator.device)
+    model = fit_ngram(run.model, run.train_blocks, run.batch_plan.streaming).to(run.accelerator.device)
     run.init_trackers()
     csv_log = run.csv_log(resume_step=None)
     evaluation = run.objective.evaluate(model, run.eval_blocks, run.accelerator)

@@ -14,7 +14,7 @@ its own:
   checkpoint is loaded.)
 - **The text itself** may not change either: a file at the same path with other contents would
   give other blocks, and the position would point into them. The fingerprint (a content hash of
-  every data file, `training.run_data.data_fingerprint`) must match; the resume is refused naming
+  every data file, `training.data.fingerprint.data_fingerprint`) must match; the resume is refused naming
   the files that changed. Checkpoints written before fingerprints were kept resume with a warning.
 - **Optimizer and schedule settings** (`SCHEDULE_SETTINGS`, `OPTIMIZER_SETTINGS`) may change, the
   way "lower the learning rate, then resume" asks them to: the optimizer's groups take the new
@@ -31,9 +31,9 @@ import dataclasses
 import logging
 import warnings
 
-from .batches import DataPosition
-from .cleaning import CLEANING_SETTINGS
-from .data import describe_fingerprint_change
+from .data.batches import DataPosition
+from .data.cleaning import CLEANING_SETTINGS
+from .data.fingerprint import describe_fingerprint_change
 from .optim import build_scheduler
 
 logger = logging.getLogger(__name__)
@@ -72,18 +72,10 @@ def run_settings(*args_objects) -> dict:
     return settings
 
 
-def data_order(data_args, train_args, global_batch: int, train_blocks=None) -> dict:
-    """The run's `DATA_ORDER` values (the shuffle buffer only counts when streaming), and the
-    fingerprint of its text (`train_blocks.fingerprint`, None when unknown), for `data_state`."""
-    streaming = data_args.streaming
-    return {
-        "global_batch_size": global_batch,
-        "seed": train_args.seed,
-        "streaming": streaming,
-        "sampling": train_args.sampling,
-        "shuffle_buffer_size": data_args.shuffle_buffer_size if streaming else None,
-        "data_fingerprint": getattr(train_blocks, "fingerprint", None),
-    }
+def data_order(batch_plan, train_blocks=None) -> dict:
+    """The run's `DATA_ORDER` values (its `BatchPlan`'s), and the fingerprint of its text
+    (`train_blocks.fingerprint`, None when unknown), for `data_state`."""
+    return batch_plan.data_order() | {"data_fingerprint": getattr(train_blocks, "fingerprint", None)}
 
 
 def data_changes(saved: dict | None, current: dict | None) -> str | None:
@@ -115,10 +107,11 @@ def fixed_differences(saved: dict | None, data_state: dict, current: dict, order
     return {k: (old, now[k]) for k, old in before.items() if old != now[k]}
 
 
-def check_resumable(state: dict, data_args, train_args, global_batch: int, train_blocks=None) -> None:
+def check_resumable(state: dict, data_args, train_args, batch_plan, train_blocks=None) -> None:
     """Refuse to resume the checkpoint `state` (`load_checkpoint`'s dict) unless it continues exactly.
 
     Args:
+        batch_plan: this run's `BatchPlan`, whose `data_order` must be the checkpoint's.
         train_blocks: this run's training blocks, whose `fingerprint` is compared with the
             checkpoint's (a checkpoint without one is resumed with a warning).
 
@@ -135,9 +128,7 @@ def check_resumable(state: dict, data_args, train_args, global_batch: int, train
         )
     saved = (state["extra"] or {}).get("settings")
     current = run_settings(data_args, train_args)
-    refused = fixed_differences(
-        saved, state["data_state"], current, data_order(data_args, train_args, global_batch)
-    )
+    refused = fixed_differences(saved, state["data_state"], current, data_order(batch_plan))
     if refused:
         listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
         raise ValueError(
@@ -226,7 +217,7 @@ def restore_run(state: dict, run, optimizer, scheduler, guard, objective):
         and the settings changed on resume (`{"step", "changed": {name: [old, new]}}` per resume).
     """
     data_args, train_args = run.data_args, run.train_args
-    check_resumable(state, data_args, train_args, run.global_batch, run.train_blocks)
+    check_resumable(state, data_args, train_args, run.batch_plan, run.train_blocks)
     kept, data_state, step = state["extra"] or {}, state["data_state"], state["step"]
     position = DataPosition(
         step=step,

@@ -27,7 +27,7 @@ What the loop guarantees:
   Refused with streaming, tbptt, scheduled sampling and the other objectives.
 - **Streaming in bounded memory** (`streaming=True`): the training blocks are read, tokenized
   and packed while training, in the order of the stream passed through a seeded shuffle buffer
-  (`training.data.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
+  (`training.data.streaming.buffered_shuffle`, seeded by (seed, epoch)), and cut into the same global
   batches and per-rank slices as above (`StreamingGlobalBatches`). Every process reads the whole
   stream and keeps its own slice, so the order does not depend on the number of processes.
   Memory holds the shuffle buffer, one global batch, the first `max_eval_blocks` evaluation
@@ -94,7 +94,7 @@ push to the Hub as it is (`python -m training.push`): `model.safetensors`, `conf
 It loads with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)` without hf_lm.
 
 The loop's parts live in their own modules: the objectives (`training.objectives`: tokens, model,
-inputs, evaluation and card results of each), the data (`training.run_data`, `training.batches`),
+inputs, evaluation and card results of each), the data (`training.data.prepare`, `training.data.batches`),
 resume (`training.resume`), divergence (`training.divergence`), the best model (`training.best`),
 logging (`training.run.log`) and the final outputs (`training.export`). An n-gram model is fitted
 by counting, not by this loop (`training.ngram_fit`).
@@ -121,10 +121,6 @@ import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
 from .args.checks import check_arguments
-from .batches import (
-    DataPosition,
-    training_batches,
-)
 from .best import BestModel
 from .budget import agreed_seconds
 from .checkpoint import (
@@ -136,6 +132,7 @@ from .checkpoint import (
     save_checkpoint,
     save_sharded_checkpoint,
 )
+from .data.batches import DataPosition
 from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
@@ -163,17 +160,10 @@ def budget_spent(start: float, budget_s: float, accelerator: Accelerator) -> boo
 
 
 def forward_loss(model, batch: dict[str, torch.Tensor], extra_inputs: dict):
-    """The model's outputs on a micro-batch, `loss` its token mean.
-
-    A batch of random windows (`RandomWindows`) carries "targets" (B, T), the next token of every
-    input position: the model scores them as they are, given as `shift_labels` (transformers' name
-    for targets already aligned with the positions), so the loss is computed inside the forward, and
-    inside the compiled graph with `torch_compile`. Other batches carry `labels`.
-    """
-    targets = batch.get("targets")
-    if targets is None:
-        return model(**batch, **extra_inputs)
-    return model(**{k: v for k, v in batch.items() if k != "targets"}, shift_labels=targets, **extra_inputs)
+    """The model's outputs on a micro-batch of model inputs with their targets (`labels`, or random
+    windows' `shift_labels`), `loss` its token mean: computed inside the forward, and so inside the
+    compiled graph with `torch_compile`."""
+    return model(**batch, **extra_inputs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,8 +210,9 @@ class TrainingLoop:
             # the best of the resumed run's own past (none for a fresh run); drops best folders the
             # interrupted run wrote after its checkpoint
             self.best.restore(kept.get("best"))
-        self.data, self.updates_per_epoch, self.stream = training_batches(
-            run.train_blocks, run.data_args, args, run.objective, accelerator, self.position
+        # the batches the run's `BatchPlan` decided on, from the resumed position
+        self.data, self.updates_per_epoch, self.stream = run.batch_plan.batches(
+            run.train_blocks, self.position, run.tokenizer.eos_token_id
         )
         self._prepare(model)
         run.init_trackers()
@@ -309,9 +300,7 @@ class TrainingLoop:
         (`accelerator.accumulate`); FSDP reduce-scatters them on the last one only."""
         if not self.sharded:
             return self.run.accelerator.accumulate(self.model)
-        self.raw_model.set_requires_gradient_sync(
-            micro == self.run.train_args.gradient_accumulation_steps - 1
-        )
+        self.raw_model.set_requires_gradient_sync(micro == self.run.batch_plan.accum - 1)
         return contextlib.nullcontext()
 
     def train(self) -> dict:
@@ -400,28 +389,31 @@ class TrainingLoop:
         raise RunInterrupted(message, signum, checkpoint=self.last_good, at_boundary=True)
 
     def _log_start(self) -> None:
-        run, args = self.run, self.run.train_args
+        run, plan = self.run, self.run.batch_plan
         logger.info(
             "%s training blocks, %d eval blocks; global batch %d = %d per device x %d processes x %d accumulation; "
             "%s updates per epoch.",
-            "streamed" if run.data_args.streaming else f"{len(run.train_blocks['input_ids']):,}",
+            "streamed" if plan.streaming else f"{len(run.train_blocks['input_ids']):,}",
             len(run.eval_blocks["input_ids"]),
-            run.global_batch,
-            args.per_device_batch_size,
-            run.world,
-            args.gradient_accumulation_steps,
+            plan.global_batch,
+            plan.per_device,
+            plan.world,
+            plan.accum,
             "unknown (streamed)" if self.updates_per_epoch is None else self.updates_per_epoch,
         )
 
     def forward_backward(self) -> float:
         """The micro-batches of one update, forward and backward: their loss, averaged over processes."""
-        run, args, accelerator = self.run, self.run.train_args, self.run.accelerator
+        run, accelerator, plan = self.run, self.run.accelerator, self.run.batch_plan
         micro_losses = []
-        for micro in range(args.gradient_accumulation_steps):
+        for micro in range(plan.accum):
             batch = next(self.data)
             with self._accumulate(micro):
-                # the objective makes the inputs and labels (its noise), and runs the model on them
-                outputs = run.objective.forward(forward_loss, self.forward_model, batch, self.position, micro)
+                # the objective makes the inputs and labels of blocks (its noise; a labelled batch, of
+                # random windows, as it is) and runs the model on them
+                outputs = run.objective.forward(
+                    forward_loss, self.forward_model, batch, self.position, micro, labelled=plan.labelled
+                )
                 loss = outputs.loss  # token mean of this micro-batch
                 accelerator.backward(loss)  # divided by gradient_accumulation_steps
             micro_losses.append(loss.detach().float())
@@ -579,7 +571,7 @@ class TrainingLoop:
                     "batch_in_epoch": pos.update,  # global batches of this epoch already consumed
                     "blocks_in_epoch": pos.update * run.global_batch,
                     "step": pos.step,
-                    **data_order(run.data_args, args, run.global_batch, run.train_blocks),
+                    **data_order(run.batch_plan, run.train_blocks),
                     "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
                 },
                 extra={"loss": self.last_loss, "world_size": world, "max_abs_weight": largest}
@@ -602,7 +594,7 @@ class TrainingLoop:
         """Back to the last good checkpoint, the data past the offending batch (`rollback_to_last_good`).
 
         `position_counted`: whether the loop has already moved epoch/update past the offending batch."""
-        run, args, pos = self.run, self.run.train_args, self.position
+        run, pos = self.run, self.position
         back = rollback_to_last_good(
             self.guard,
             problem,
@@ -615,7 +607,7 @@ class TrainingLoop:
             scheduler=self.scheduler,
             rank=run.rank,
             data=self.data,
-            accum=args.gradient_accumulation_steps,
+            accum=run.batch_plan.accum,
         )
         consumed = self.guard.skip + (0 if position_counted else 1)  # global batches read past the position
         if self.stream is not None:

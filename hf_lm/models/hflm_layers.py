@@ -123,7 +123,7 @@ class VocabProjection(nn.Linear):
     parameters, checkpoints and outputs keep their shapes. Only for eager training-sized inputs
     (`ALIGN_MIN_ROWS`): torch.compile pads such products itself, and a decoding step's few rows are
     bound by reading the weight, which the padded copy would read twice. `ALIGN = 1` turns it off
-    (benchmarks/bench_gpu.py measures both).
+    (benchmarks/gpu.py measures both).
     """
 
     SMALL_ROWS = 4

@@ -5,7 +5,7 @@ The blocks live in `hflm_attention`, `hflm_positions`, `hflm_layers` and `hflm_s
 them in the shape of BERT (Devlin et al., 2019), with RoBERTa's and ALBERT's options as config
 values (no segment embeddings; factorized embeddings and cross-layer sharing).
 
-Objectives live in the data collators (`training.collators_mlm`): the heads only consume labels.
+Objectives live in the data collators (`training.data.collators_mlm`): the heads only consume labels.
 
 Shape legend: B batch, T sequence length, C hidden size, E embedding size, V vocabulary,
 nc number of choices.

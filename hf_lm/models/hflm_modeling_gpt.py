@@ -133,7 +133,7 @@ class HfLmGPTModel(HfLmGPTPreTrainedModel, TransformerStack):
                 visible to every position (bidirectional prefix, causal rest).
             document_ids: (B, S) for blocks packed from several documents: the document index of
                 each token; attention then stays inside a document (pass the matching restarting
-                `position_ids` too, as `training.data.tokenize_and_pack(document_mask=True)` makes).
+                `position_ids` too, as `training.data.packing.tokenize_and_pack(document_mask=True)` makes).
             output_router_logits: return the router logits of the sparse layers (`num_local_experts`);
                 defaults to `config.output_router_logits`.
             kwargs: transformers' attention kwargs, passed to the attention backend and the cache

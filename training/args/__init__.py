@@ -29,13 +29,13 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
-from ..cleaning import DATA_CLEANINGS, C4Options
-from ..data import SAMPLE_BY
+from ..data.cleaning import DATA_CLEANINGS, C4Options
+from ..data.loading import SAMPLE_BY
+from ..data.tokenizer import TOKENIZER_KINDS
 from ..models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
 from ..objectives import OBJECTIVES
 from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
 from ..sharding import parse_fsdp
-from ..tokenizer import TOKENIZER_KINDS
 from .files import read_argument_file
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
@@ -173,7 +173,7 @@ class DataArguments:
         default=False, metadata={"help": "Restart position ids at each document inside a block."}
     )
     num_proc: int | None = field(default=None, metadata={"help": "Processes of the tokenize/pack maps."})
-    # C4-style cleaning (training/cleaning.py, docs/training.md): one switch, then its settings
+    # C4-style cleaning (training/data/cleaning.py, docs/training.md): one switch, then its settings
     data_cleaning: str = field(
         default="none",
         metadata={

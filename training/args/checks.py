@@ -17,6 +17,7 @@ from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
+from ..data.tokenizer import minimum_vocab_size
 from ..models import (
     FLAG_FIELDS,
     RECURRENT,
@@ -28,7 +29,6 @@ from ..models import (
 )
 from ..objectives import objective_for
 from ..sharding import not_shardable
-from ..tokenizer import minimum_vocab_size
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ def _check_tokenizer(data_args, model_args, train_args) -> None:
     (logged), a checkpoint without the tokenizer its ids come from, a vocabulary too small to train.
 
     With `init_from` the run uses the checkpoint's own tokenizer unless `tokenizer_name_or_path`
-    names another (`training.run_data.tokenizer_source`), as transformers' `run_clm.py` does: the
+    names another (`training.data.prepare.tokenizer_source`), as transformers' `run_clm.py` does: the
     weights were trained on its ids, and a new tokenizer would give every token another id.
     """
     loaded_from = data_args.tokenizer_name_or_path or model_args.init_from

@@ -9,11 +9,11 @@ of a micro-batch, the evaluation, and the model card's results. The objectives:
 - `TruncatedBPTT` ("clm" with `--tbptt`): a causal LM whose recurrent state is carried from one
   block of a lane to the next (`GlobalBatchSampler(lanes=True)`).
 - `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
-  `training.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
+  `training.data.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
 - `Electra` ("electra"): ELECTRA's replaced-token detection, a small masked-LM generator and the
   discriminator trained jointly (`training.objectives.electra`).
 - `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
-  encoder-decoder denoising objectives of `training.collators_seq2seq`.
+  encoder-decoder denoising objectives of `training.data.collators_seq2seq`.
 
 Noise (masks, corrupted spans) is drawn from a generator seeded by (seed, step, micro-step, rank)
 (`mask_seed`): a pure function of the data position, so a resumed run draws the same noise as an
@@ -40,12 +40,10 @@ from hf_lm.models.hflm_common import (
 )
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
-from ..collators_mlm import DataCollatorForMaskedLM
-from ..collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from ..data.collators_mlm import DataCollatorForMaskedLM
+from ..data.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from ..data.tokenizer import add_sentinel_tokens
 from ..models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
-from ..tokenizer import (
-    add_sentinel_tokens,
-)
 from . import evaluation
 from .electra import ElectraPretrainingModel, evaluate_electra
 from .scheduled_sampling import run_sampling_probability
@@ -105,7 +103,6 @@ class Objective:
 
     name = "clm"
     auto_class = AutoModelForCausalLM  # the head trained (and the class that loads `init_from`)
-    lanes = False  # read the blocks in corpus-order lanes (`GlobalBatchSampler(lanes=True)`)
     # the shortest block with something to learn, and why (`block_size_problem`): a causal LM
     # predicts each token from those before it, so a block needs a token to read and one to predict
     min_block_size = 2
@@ -193,15 +190,18 @@ class Objective:
         (b, T)), and the further keyword arguments of the model's forward (none but a few objectives')."""
         raise NotImplementedError
 
-    def forward(self, forward_loss, model, batch: dict[str, torch.Tensor], position, micro: int):
+    def forward(
+        self, forward_loss, model, batch: dict[str, torch.Tensor], position, micro: int, labelled=False
+    ):
         """The loop's one call per micro-batch: the outputs of `model` on micro-batch `micro` of the
         update after `position` (a `DataPosition`: `step`, `update` within the epoch), run by
         `forward_loss(model, inputs, extra_inputs)` (the loop's model call), `loss` their token mean.
+        A `labelled` batch (random windows, with their `shift_labels`) is taken as it is.
 
         With scheduled sampling the model feeds its own samples with the schedule's probability of
         the step (Bengio et al., 2015; `scheduled_sampling.run_sampling_probability`).
         """
-        inputs, extra = self.inputs(batch, position, micro)
+        inputs, extra = (batch, {}) if labelled else self.inputs(batch, position, micro)
         inputs = {k: v.to(self.device) for k, v in inputs.items()}  # (b, T)
         sampling_p = run_sampling_probability(self.args, position.step)  # None without scheduled sampling
         sampling = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
@@ -251,8 +251,6 @@ class CausalLM(Objective):
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
     def inputs(self, batch, position, micro):
-        if "targets" in batch:  # random windows carry their own targets (`forward_loss`)
-            return batch, {}
         return {**batch, "labels": batch["input_ids"]}, {}
 
     def evaluate(self, model, eval_blocks, accelerator):
@@ -284,8 +282,6 @@ class TruncatedBPTT(CausalLM):
     and a rollback (which skips blocks), start every lane afresh. The states ride in checkpoints.
     """
 
-    lanes = True
-
     def __init__(self, train_args) -> None:
         super().__init__(train_args)
         self.reset_state()
@@ -296,8 +292,8 @@ class TruncatedBPTT(CausalLM):
         inputs, extra = super().inputs(batch, position, micro)
         return inputs, extra | {"past_key_values": self.carried[micro], "use_cache": True}
 
-    def forward(self, forward_loss, model, batch, position, micro):
-        outputs = super().forward(forward_loss, model, batch, position, micro)
+    def forward(self, forward_loss, model, batch, position, micro, labelled=False):
+        outputs = super().forward(forward_loss, model, batch, position, micro, labelled)
         self.carried[micro] = output_cache(outputs).detach()  # gradients stop at the block edge
         return outputs
 

@@ -21,11 +21,12 @@ from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, br
 
 from ..args import DataArguments, ModelArguments, TrainArguments
 from ..checkpoint import new_run_id
+from ..data.batches import BatchPlan
+from ..data.prepare import prepare_data
 from ..export import export_run
 from ..models import resolve_family
 from ..objectives import Objective, objective_for
 from ..optim import configure_tf32
-from ..run_data import prepare_data
 from ..sharding import check_shardable, describe, requested_plugin
 from . import log as run_log
 from .log import CsvLog
@@ -51,6 +52,7 @@ class Run:
     model: torch.nn.Module
     trackers: list[str]
     tf32: bool
+    batch_plan: BatchPlan  # how the training blocks become micro-batches, decided once from the arguments
     # FSDP2's plan (`training.sharding`), None for DDP
     sharding: FullyShardedDataParallelPlugin | None = None
     start_time: float = field(default_factory=time.perf_counter)
@@ -73,12 +75,11 @@ class Run:
 
     @property
     def global_batch(self) -> int:
-        args = self.train_args
-        return args.per_device_batch_size * self.world * args.gradient_accumulation_steps
+        return self.batch_plan.global_batch
 
     @property
     def tokens_per_update(self) -> int:
-        return self.global_batch * self.data_args.block_size
+        return self.batch_plan.global_batch * self.batch_plan.block_size
 
     def elapsed(self) -> float:
         return round(time.perf_counter() - self.start_time, 2)
@@ -154,6 +155,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     )
     check_distributed_type(accelerator.distributed_type)
     world, rank = accelerator.num_processes, accelerator.process_index
+    batch_plan = BatchPlan.from_args(data_args, train_args, world, rank)
     logger.info("Process %d of %d on %s (%s).", rank, world, accelerator.device, accelerator.distributed_type)
     set_seed(train_args.seed)  # the same split, tokenizer and initial weights on every process
     start_time = time.perf_counter()
@@ -173,7 +175,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     return Run(
         data_args, model_args, train_args, accelerator, objective, family, tokenizer, train_blocks,
-        eval_blocks, description, model, trackers, tf32, sharding, start_time,
+        eval_blocks, description, model, trackers, tf32, batch_plan, sharding, start_time,
     )  # fmt: skip
 
 

@@ -1,0 +1,1329 @@
+#!/usr/bin/env python
+"""hf_lm on one GPU, within a time budget: the entries of `benchmarks/gpu_entries.py`, section by section.
+
+    python -m benchmarks.gpu --budget_s 900 --nanogpt_dir ~/nanoGPT     # every section in turn
+    python -m benchmarks.gpu --sections train,decode --output_dir out/gpu
+    python -m benchmarks.gpu --entries recipe_hf_lm_rope_1500_steps,decode_b8
+    python -m benchmarks.gpu --measure gpt_train,head_loss --set gpt_batch=32   # one measurement, in process
+    python -m benchmarks.gpu --smoke                                    # every entry at tiny size on the CPU
+
+The sections: `check` (`pytest -m cuda` as `make gpu-check` runs it), `train` (GPT-2 small training,
+eager then compiled), `recipe` (`training/configs/shakespeare_char.yaml`, nanoGPT's own `train.py`
+from `--nanogpt_dir` on the same GPU, two variants of the config), `decode`, `translation` and
+`rnn_translation` (the Multi30k leaderboard's GPU preset), `leaderboards` (their smoke runs on
+CUDA), `encoders` (BERT-base, T5-small). Each entry is a subprocess with its own time limit, cut to
+what is left of `--budget_s`: at the limit its process group is stopped, and the entries that no
+longer fit are `not run`. `results.json` and `README.md` (`benchmarks.render`) are rewritten under
+`--output_dir` after each entry, next to its log and folder; the exit status is 1 when one failed.
+
+`--measure` runs the measurements in this process (the `train`, `decode` and `encoders` entries
+call it): the implementations side by side on the same weights (transformers' reference converted
+by `hf_lm.convert.from_transformers`; the nanoGPT-shaped model below gets GPT-2's weights),
+alternating round by round after warm-up (`alternating_rounds` waits for the GPU before every clock
+read), medians over rounds, written after each section:
+
+- `gpt_train`: GPT-2 small training steps (vocabulary 50257 everywhere, to share weights; bf16
+  autocast, fused AdamW) of hf_lm, `GPT2LMHeadModel` and the nanoGPT-shaped model, eager and
+  `torch.compile`d, and hf_lm with its head product unpadded. MFU (PaLM, Chowdhery et al. 2022,
+  appendix B): 6 N + 12 L d T FLOPs per token against the bf16 matmul peak measured in the run.
+- `head_loss`: the lm head + cross-entropy alone as a share of the step, and a profiler table of
+  one hf_lm step (`profile_gpt2_hf_lm_train.txt`).
+- `encoders`: BERT masked-LM (also `sparse_prediction=True`) and T5 training against transformers'
+  (FlopCounterMode's count); compiled with `--compile_encoders`.
+- `decode`: greedy decoding with a dynamic cache, a static one eager and compiled by `generate()`,
+  hf_lm's loop (`custom_generate=static_decode`), and sampling (top-k 50) with both loops, against
+  `GPT2LMHeadModel`; static tokens must equal dynamic ones, both sampling loops' each other's. One
+  compiled call per row at B=1 is profiled (`profile_gpt2_decode_b1.txt`): the kernels' busy time
+  against the wall time, the host's Python time by part of `generate()`'s loop.
+
+A failed check (logits, tokens) or row fails the run. At smoke size on a CPU the compiled rows use
+`torch.compile(backend="eager")`: real graphs and breaks, no generated code. nanoGPT (MIT) is never
+committed: its data is written from `../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import logging
+import math
+import os
+import pickle
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import CompileConfig, GPT2LMHeadModel
+from transformers.modeling_outputs import CausalLMOutput
+
+from benchmarks import speed_entries as pairs
+from benchmarks.gpu_entries import ENTRIES, SECTIONS, SIZES, TARGETS
+from benchmarks.measure import (
+    DEVICE_CHOICES,
+    accelerator_info,
+    alternating_rounds,
+    analytic_decoder_train_flops,
+    comma_list,
+    command_line,
+    count_train_step_flops,
+    device_synchronizer,
+    environment,
+    error_text,
+    git_revision,
+    measure_peak_flops,
+    ratio,
+    resolve_device,
+)
+from benchmarks.render import markdown_table, write_results
+from hf_lm.generation_static import static_decode
+from hf_lm.models.hflm_layers import VocabProjection
+from hf_lm.models.hflm_losses import lm_loss
+
+logger = logging.getLogger("benchmarks.gpu")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+MULTI30K = REPO_ROOT.parent / "shared" / "data" / "multi30k"
+MEASURED = ("gpt_train", "head_loss", "encoders", "decode")
+KILL_GRACE = 10.0  # seconds an entry gets after SIGTERM before SIGKILL
+MIN_ENTRY_S = 5.0  # an entry is not started with less time left than this
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+LOGIT_TOLERANCE = 1e-3  # fp32, same weights: differences come from kernel order and GELU's formula only
+GPT_IMPLS = ("hf_lm", "transformers", "nanogpt")
+IMPL_NAMES = {
+    "hf_lm": "hf_lm",
+    "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
+    "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
+    "transformers": "transformers",
+    "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# A minimal nanoGPT-shaped model: the side-by-side reference for "eager >= nanoGPT"
+# --------------------------------------------------------------------------------------------
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's pre-norm block: x + attn(ln(x)) with one fused q/k/v matmul and SDPA, then
+    x + mlp(ln(x)) with GPT-2's tanh GELU."""
+
+    def __init__(self, hidden: int, heads: int, eps: float):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(hidden, eps=eps), nn.LayerNorm(hidden, eps=eps)
+        self.c_attn, self.attn_proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.c_fc, self.mlp_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = (
+            t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.c_attn(self.ln_1(x)).split(C, 2)
+        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class NanoGPT(nn.Module):
+    """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head); the loss shifts
+    `labels` as transformers does, so it computes exactly `GPT2LMHeadModel`'s function."""
+
+    RENAMES = {
+        "attn.c_attn": "c_attn",
+        "attn.c_proj": "attn_proj",
+        "mlp.c_fc": "c_fc",
+        "mlp.c_proj": "mlp_proj",
+    }
+
+    def __init__(self, vocab: int, context: int, hidden: int, layers: int, heads: int, eps: float = 1e-5):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(context, hidden)
+        self.h = nn.ModuleList(NanoBlock(hidden, heads, eps) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden, eps=eps)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # weight tying (Press & Wolf, 2017), as GPT-2
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> CausalLMOutput:
+        x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if labels is not None:  # predict token t+1 from positions <= t
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten())
+        return CausalLMOutput(loss=loss, logits=logits)
+
+    @classmethod
+    def from_gpt2(cls, ref: GPT2LMHeadModel) -> NanoGPT:
+        """`ref`'s weights: GPT-2's Conv1D stores (in, out), an `nn.Linear` (out, in)."""
+        c = ref.config
+        model = cls(c.vocab_size, c.n_positions, c.n_embd, c.n_layer, c.n_head, c.layer_norm_epsilon)
+        state = {}
+        for key, value in ref.state_dict().items():
+            name = key.removeprefix("transformer.")
+            for old, new in cls.RENAMES.items():
+                name = name.replace(old, new)
+            conv = name.endswith(tuple(f"{n}.weight" for n in cls.RENAMES.values()))
+            state[name] = value.t() if conv else value
+        model.load_state_dict({k: state[k] for k in model.state_dict()})  # a KeyError names a missing weight
+        return model
+
+
+# --------------------------------------------------------------------------------------------
+# Rows and their timing
+# --------------------------------------------------------------------------------------------
+
+
+def plan_rows(s: dict) -> dict[str, dict]:
+    """Every row a measurement can fill, by id (`workload/implementation/mode`), status "not run"."""
+    plan = [("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", f"{i}/{m}")
+            for m in ("eager", "compiled") for i in GPT_IMPLS]  # fmt: skip
+    plan.insert(3, ("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", "hf_lm_unpadded/eager"))
+    plan += [("gpt2_head_loss", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", "s", key)
+             for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager")]  # fmt: skip
+    bert = (
+        "hf_lm/eager",
+        "hf_lm_sparse/eager",
+        "transformers/eager",
+        "hf_lm/compiled",
+        "transformers/compiled",
+    )
+    plan += [("bert_train", "encoders", "BERT masked-LM training step", "pos/s", key) for key in bert]
+    t5 = ("hf_lm/eager", "transformers/eager", "hf_lm/compiled", "transformers/compiled")
+    plan += [("t5_train", "encoders", "T5 training step", "tok/s", key) for key in t5]
+    plan += [(f"gpt2_decode_b{b}", "decode", f"GPT-2 decoding B={b}", "new tok/s", key)
+             for b in s["decode_batches"] for key in DECODE_ROWS]  # fmt: skip
+    rows = {}
+    for prefix, section, workload, unit, key in plan:
+        impl, mode = key.split("/")
+        rows[f"{prefix}/{key}"] = dict(
+            id=f"{prefix}/{key}", section=section, workload=workload, implementation=impl, mode=mode, unit=unit,
+            status="not run",
+        )  # fmt: skip
+    return rows
+
+
+def fail(rows: dict, row_id: str, err: BaseException | str) -> None:
+    row = rows[row_id]
+    row["status"], row["error"] = "error", err if isinstance(err, str) else error_text(err)
+    logger.error("  %s: FAILED: %s", row_id, row["error"])
+
+
+def dynamo_counts() -> dict:
+    """A copy of Dynamo's global counters (graphs built, graph breaks and their reasons)."""
+    from torch._dynamo.utils import counters
+
+    return {key: dict(value) for key, value in counters.items()}
+
+
+def dynamo_delta(before: dict, after: dict) -> dict:
+    """What Dynamo did between two `dynamo_counts()`: graphs compiled, graph breaks, their reasons."""
+    graphs = after.get("stats", {}).get("unique_graphs", 0) - before.get("stats", {}).get("unique_graphs", 0)
+    breaks_before, breaks = before.get("graph_break", {}), after.get("graph_break", {})
+    reasons = [str(r).strip().splitlines()[0][:200] for r, n in breaks.items() if n > breaks_before.get(r, 0)]
+    breaks_n = sum(breaks.values()) - sum(breaks_before.values())
+    return {"graphs": int(graphs), "graph_breaks": int(breaks_n), "break_reasons": reasons}
+
+
+def first_call(rows: dict, row_id: str, fn, device: torch.device) -> bool:
+    """The first call (where `torch.compile` compiles), timed, with Dynamo's counters around it; then
+    on a GPU one more call for the peak memory above what was allocated. A failure (out of memory, a
+    compiler error) marks the row and returns False."""
+    sync, row, before = device_synchronizer(device), rows[row_id], dynamo_counts()
+    try:
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        row["first_call_s"] = time.perf_counter() - t0
+        dynamo = row["dynamo_first_call"] = dynamo_delta(before, dynamo_counts())
+        if dynamo["graphs"]:
+            logger.info("  %s: torch.compile built %d graphs with %d graph breaks in %.1f s %s", row_id,
+                        dynamo["graphs"], dynamo["graph_breaks"], row["first_call_s"], dynamo["break_reasons"])  # fmt: skip
+        if device.type == "cuda":
+            base = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            fn()
+            sync()
+            row["peak_memory_above_base_bytes"] = torch.cuda.max_memory_allocated(device) - base
+    except Exception as err:  # noqa: BLE001  (a failing row is a result; the others go on)
+        fail(rows, row_id, err)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return False
+    return True
+
+
+def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps: int, rounds: int) -> dict:
+    """First calls, then the alternating rounds of the rows whose first call worked.
+
+    Returns:
+        `{row id: [seconds per call, ...]}` for the rows that were timed.
+    """
+    ok = {row_id: fn for row_id, fn in fns.items() if first_call(rows, row_id, fn, device)}
+    if not ok:
+        return {}
+    before = dynamo_counts()
+    try:
+        samples = alternating_rounds(ok, rounds, reps, settings["warmup"], device_synchronizer(device))
+    except Exception as err:  # noqa: BLE001
+        for row_id in ok:
+            fail(rows, row_id, f"during the timed rounds: {error_text(err)}")
+        return {}
+    recompiled = dynamo_delta(before, dynamo_counts())["graphs"]
+    for row_id, s in samples.items():
+        rows[row_id].update(
+            status="ok", median_s=statistics.median(s), min_s=min(s), max_s=max(s), samples_s=s, reps=reps,
+            graphs_compiled_while_timed=recompiled,
+        )  # fmt: skip
+        logger.info("  %s: median %.2f ms per call", row_id, 1e3 * statistics.median(s))
+    return samples
+
+
+def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, compiled=None):
+    """One training step under bf16 autocast: forward (`compiled` if given, sharing `model`'s
+    parameters) with labels, backward, AdamW (fused, else foreach), `zero_grad`."""
+    model.train()
+    params = list(model.parameters())
+    try:
+        opt, name = torch.optim.AdamW(params, lr=lr, fused=True), "AdamW(fused=True)"
+    except (RuntimeError, ValueError) as err:
+        opt, name = (
+            torch.optim.AdamW(params, lr=lr, foreach=True),
+            f"AdamW(foreach=True) (fused refused: {err})",
+        )
+    forward = compiled if compiled is not None else model
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = forward(**batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    step.optimizer_name = name
+    return step
+
+
+def unpadded_head(fn):
+    """`fn` with hf_lm's vocabulary projection on the unpadded (V, C) weight, as before
+    `VocabProjection.aligned_linear`: the same model, to measure what the padding buys."""
+
+    def run():
+        saved, VocabProjection.ALIGN = VocabProjection.ALIGN, 1
+        try:
+            return fn()
+        finally:
+            VocabProjection.ALIGN = saved
+
+    run.__dict__.update(fn.__dict__)  # optimizer_name
+    return run
+
+
+def kernel_time_us(events) -> float:
+    """The device's busy time in a profile (microseconds): its kernels' own events. An operator's
+    `self_device_time_total` is the time of the kernels it launched: summing every event's counts
+    each kernel twice."""
+    from torch.autograd import DeviceType
+
+    return sum(e.self_device_time_total for e in events if e.device_type != DeviceType.CPU)
+
+
+@torch.no_grad()
+def logit_check(models: dict, batch: dict, reference: str = "transformers") -> dict:
+    """Largest |logit difference| of every implementation against the reference (eval mode, fp32)."""
+    logits = {name: m.eval()(**batch).logits.float() for name, m in models.items()}
+    diffs = {n: (lg - logits[reference]).abs().max().item() for n, lg in logits.items() if n != reference}
+    for m in models.values():
+        m.train()
+    scale = logits[reference].abs().max().item()
+    return {
+        "max_abs_diff": diffs,
+        "max_abs_logit": scale,
+        "ok": all(d < LOGIT_TOLERANCE for d in diffs.values()),
+    }
+
+
+def counted_flops(model: nn.Module, batch: dict) -> int:
+    """FlopCounterMode's count of one forward + backward on `batch`, from its first row times the
+    batch size (every matmul and attention FLOP count is linear in the batch)."""
+    B = next(iter(batch.values())).shape[0]
+    return B * count_train_step_flops(model, {k: v[:1] for k, v in batch.items()})["total"]
+
+
+def gpt_model_flops(model: GPT2LMHeadModel, batch: int, seq: int) -> int:
+    """PaLM's model FLOPs of one GPT-2 training step: 6 N + 12 L d T per token, N the weights inside
+    matmuls (every 2-D weight but the position table; the tied token table counts once)."""
+    cfg = model.config
+    n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "wpe" not in name)
+    return analytic_decoder_train_flops(n, cfg.n_layer, cfg.n_embd, batch, seq, fused_attention=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The measured sections
+# --------------------------------------------------------------------------------------------
+
+
+def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, nanogpt: bool = True) -> dict:
+    """hf_lm, GPT2LMHeadModel and (with `nanogpt`) the nanoGPT-shaped model, one set of weights."""
+    ns = argparse.Namespace(family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
+                            layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed)  # fmt: skip
+    reference = pairs.build_gpt_reference(ns)
+    models = {
+        "hf_lm": pairs.build_gpt_hflm(ns),
+        "transformers": reference,
+    }  # the same seeded reference, converted
+    if nanogpt:
+        models["nanogpt"] = NanoGPT.from_gpt2(reference)
+    return {name: m.to(device=device, dtype=dtype) for name, m in models.items()}
+
+
+def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device) -> torch.Tensor:
+    return pairs.random_ids(batch, seq, vocab, seed).to(device)  # drawn on the CPU: the same ids everywhere
+
+
+def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
+    """The lm head + cross-entropy forward and backward alone, on the final hidden states the trunk
+    hands over (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
+    device, V = ctx["device"], ctx["settings"]["gpt_vocab"]
+    hf, ref = models["hf_lm"], models["transformers"]
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+        hf_hidden = hf.model(input_ids=ids).last_hidden_state  # (B, T, C)
+        ref_hidden = ref.transformer(input_ids=ids, use_cache=False).last_hidden_state
+
+    def hf_head_loss(h):
+        return lm_loss(hf.lm_head(hf.output_projection(h)), ids, shift=True)
+
+    def ref_head_loss(h):
+        return ref.loss_function(ref.lm_head(h), ids, vocab_size=V)
+
+    def make(model: nn.Module, head_loss, h: torch.Tensor):
+        h = h.detach().clone().requires_grad_(True)
+
+        def fn():
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = head_loss(h)
+            loss.backward()
+            h.grad = None
+            model.zero_grad(set_to_none=True)
+            return loss
+
+        return fn
+
+    fns = {
+        "gpt2_head_loss/hf_lm/eager": make(hf, hf_head_loss, hf_hidden),
+        "gpt2_head_loss/hf_lm_unpadded/eager": unpadded_head(make(hf, hf_head_loss, hf_hidden)),
+        "gpt2_head_loss/transformers/eager": make(ref, ref_head_loss, ref_hidden),
+    }
+    if ctx["compile"]:
+        compiled = torch.compile(hf_head_loss, backend=ctx["compile_backend"])
+        fns["gpt2_head_loss/hf_lm/compiled"] = make(hf, compiled, hf_hidden)
+    return fns
+
+
+def run_gpt(rows: dict, ctx: dict) -> None:
+    """GPT-2 training steps of the three implementations, eager and compiled; with `head_loss` the
+    head + loss alone too, in the same rounds, as a share of the same row's step."""
+    s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
+    B, T, with_head_loss = s["gpt_batch"], s["gpt_seq"], "head_loss" in ctx["sections"]
+    models = gpt_models(s, seed, device)
+    check_ids = random_ids(2, min(64, T), s["gpt_vocab"], seed + 1, device)
+    ctx["checks"]["gpt2_logits"] = logit_check(models, {"input_ids": check_ids})
+    ids = random_ids(B, T, s["gpt_vocab"], seed, device)
+    batch = {"input_ids": ids, "labels": ids}
+    model_flops = gpt_model_flops(models["transformers"], B, T)
+    try:
+        counted = counted_flops(models["transformers"], batch)
+    except Exception as err:  # noqa: BLE001
+        counted = None
+        logger.warning("  FlopCounterMode failed: %s", error_text(err))
+    ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
+    fns = head_loss_fns(ctx, models, ids) if with_head_loss else {}
+    for impl in GPT_IMPLS:
+        modes = {"eager": (models[impl], None)}
+        if ctx["compile"]:  # a copy: the compiled and eager rows train their own parameters
+            twin = copy.deepcopy(models[impl])
+            modes["compiled"] = (twin, torch.compile(twin, backend=ctx["compile_backend"]))
+        for mode, (base, compiled) in modes.items():
+            fns[f"gpt2_train/{impl}/{mode}"] = make_train_step(
+                base, batch, device, s["learning_rate"], compiled
+            )
+    # the same hf_lm model with the head's product unpadded, eager only (compiled graphs pad it themselves)
+    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
+    fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(step)
+    for row_id, fn in fns.items():
+        if row_id.startswith("gpt2_train/"):
+            rows[row_id]["optimizer"] = fn.optimizer_name
+    samples = time_group(rows, fns, s, device, s["reps"], s["rounds"])
+    for row_id in samples:
+        row = rows[row_id]
+        if row_id.startswith("gpt2_train/"):
+            row.update(value=B * T / row["median_s"], batch=B, seq=T, model_flops_per_step=model_flops,
+                       counted_flops_per_step=counted, mfu=model_flops / row["median_s"] / peak if peak else None)  # fmt: skip
+            continue
+        step_s = value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
+        row.update(value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
+                   share_of_step=ratio(row["median_s"], step_s))  # fmt: skip
+    del fns
+    if with_head_loss:
+        step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
+        ctx["profile"] = profile_step(step, ctx)
+
+
+def profile_step(step, ctx: dict) -> dict:
+    """torch.profiler of one hf_lm GPT-2 training step: the operator table (by device time on a GPU)
+    and the share of time in operators on tensors with a vocabulary-sized dimension (the head, the
+    loss, and the tied embedding's gradient and AdamW update)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device, s = ctx["device"], ctx["settings"]
+    cuda = device.type == "cuda"
+    step()  # warm (the AdamW state exists)
+    device_synchronizer(device)()
+    with profile(
+        activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, record_shapes=True
+    ) as prof:
+        step()
+        device_synchronizer(device)()
+    attr = "self_device_time_total" if cuda else "self_cpu_time_total"
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    total = kernel_time_us(by_shape) if cuda else sum(e.self_cpu_time_total for e in by_shape)
+    vocab = sum(getattr(e, attr) for e in by_shape if str(s["gpt_vocab"]) in str(e.input_shapes))
+    share = vocab / total if total else None
+    path = Path(ctx["output_dir"]) / "profile_gpt2_hf_lm_train.txt"
+    path.write_text(
+        f"hf_lm GPT-2 training step (B={s['gpt_batch']}, T={s['gpt_seq']}, bf16 autocast, eager), one step on "
+        f"{device}.\n{attr} in operators with a dimension of size V={s['gpt_vocab']} (head, loss, tied "
+        f"embedding's gradient and AdamW update): {vocab / 1e3:.1f} ms of {total / 1e3:.1f} ms"
+        + (f" ({share:.1%})" if share is not None else "") + "\n\n"
+        + prof.key_averages().table(sort_by=attr, row_limit=30)
+    )  # fmt: skip
+    return {"path": str(path), "time_attr": attr, "vocab_ops_share": share, "total_us": total}
+
+
+def run_encoders(rows: dict, ctx: dict) -> None:
+    """BERT (hf_lm, hf_lm sparse, BertForMaskedLM) and T5 training steps; compiled with --compile_encoders."""
+    s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
+    bns = argparse.Namespace(
+        vocab=s["bert_vocab"], hidden=s["bert_hidden"], layers=s["bert_layers"], heads=s["bert_heads"],
+        intermediate=s["bert_intermediate"], max_positions=s["bert_max_positions"], dropout=0.0, seed=seed,
+        batch=s["bert_batch"], seq=s["bert_seq"], pad_fraction=s["bert_pad_fraction"], mask_prob=0.15,
+    )  # fmt: skip
+    tns = argparse.Namespace(
+        vocab=s["t5_vocab"], hidden=s["t5_hidden"], layers=s["t5_layers"], heads=s["t5_heads"],
+        intermediate=s["t5_intermediate"], max_positions=max(s["t5_source_len"], s["t5_target_len"]), seed=seed,
+        batch=s["t5_batch"], source_len=s["t5_source_len"], target_len=s["t5_target_len"],
+    )  # fmt: skip
+    bert = {"hf_lm": pairs.build_bert_hflm(bns, sparse=False), "hf_lm_sparse": pairs.build_bert_hflm(bns, sparse=True),
+            "transformers": pairs.build_bert_reference(bns)}  # fmt: skip
+    t5 = {
+        "hf_lm": pairs.build_seq2seq_hflm("t5", tns),
+        "transformers": pairs.build_seq2seq_reference("t5", tns),
+    }
+    bert_batch = {k: v.to(device) for k, v in pairs.mlm_batch(bns, seed).items()}
+    t5_batch = {k: v.to(device) for k, v in pairs.seq2seq_train_batch(tns, seed).items()}
+    for family, models, batch in (("bert", bert, bert_batch), ("t5", t5, t5_batch)):
+        models = {k: m.to(device) for k, m in models.items()}
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")} if family == "bert" else batch
+        ctx["checks"][f"{family}_logits"] = logit_check(
+            {k: models[k] for k in ("hf_lm", "transformers")}, inputs
+        )
+        units = (
+            s["bert_batch"] * s["bert_seq"]
+            if family == "bert"
+            else s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])
+        )
+        flops = counted_flops(models["transformers"], batch)
+        fns = {}
+        for impl, model in models.items():
+            fns[f"{family}_train/{impl}/eager"] = make_train_step(model, batch, device, s["learning_rate"])
+            if ctx["compile"] and ctx["compile_encoders"] and impl != "hf_lm_sparse":
+                twin = copy.deepcopy(model)
+                compiled = torch.compile(twin, backend=ctx["compile_backend"])
+                fns[f"{family}_train/{impl}/compiled"] = make_train_step(
+                    twin, batch, device, s["learning_rate"], compiled
+                )
+        for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
+            row = rows[row_id]
+            row.update(value=units / row["median_s"], model_flops_per_step=flops,
+                       mfu=flops / row["median_s"] / peak if peak else None)  # fmt: skip
+        del fns, models
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
+# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
+DECODE_ROWS = {
+    "hf_lm/dynamic": dict(static=False, compiled=False),
+    "hf_lm/static": dict(static=True, compiled=False),
+    "hf_lm/static_compiled": dict(static=True, compiled=True),
+    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
+    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
+    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
+    "transformers/dynamic": dict(static=False, compiled=False),
+    "transformers/static_compiled": dict(static=True, compiled=True),
+}
+SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
+
+
+def decode_fn(
+    model, prompt, outputs: dict, row_id: str, ctx: dict, static, compiled, loop=False, sample=False
+):
+    """One `generate()` call of a decoding row; its tokens go to `outputs[row_id]`."""
+    N = ctx["settings"]["new_tokens"]
+    kwargs = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=N, min_new_tokens=N, do_sample=sample,
+                  pad_token_id=0)  # fmt: skip
+    if static:
+        kwargs["cache_implementation"] = "static"
+        kwargs.update({"compile_config": ctx["compile_config"]} if compiled else {"disable_compile": True})
+    if loop:  # hf_lm's own decoding loop for generate(): no per-step input preparation or sync
+        kwargs["custom_generate"] = static_decode
+
+    @torch.no_grad()
+    def fn():
+        if sample:  # every sampling call draws the same tokens (both loops draw them alike)
+            torch.manual_seed(ctx["seed"] + 4)
+        out = model.generate(prompt, **kwargs)
+        assert out.shape == (prompt.shape[0], prompt.shape[1] + N), out.shape
+        outputs[row_id] = out
+        return out
+
+    return fn
+
+
+def token_check(outputs: dict, key: str) -> dict:
+    """Every greedy static row's tokens against its dynamic row's; both sampling loops' against each other."""
+    check = {}
+    for row_key, how in DECODE_ROWS.items():
+        impl, mode = row_key.split("/")
+        dyn, out = outputs.get(f"{key}/{impl}/dynamic"), outputs.get(f"{key}/{row_key}")
+        if how["static"] and not how.get("sample") and dyn is not None and out is not None:
+            check[f"{impl} {mode} == dynamic"] = bool(torch.equal(dyn.cpu(), out.cpu()))
+    drawn = [outputs.get(f"{key}/hf_lm/static_compiled{loop}_sample") for loop in ("", "_loop")]
+    if all(out is not None for out in drawn):
+        check[SAMPLED] = bool(torch.equal(drawn[0].cpu(), drawn[1].cpu()))
+    a, r = outputs.get(f"{key}/hf_lm/dynamic"), outputs.get(f"{key}/transformers/dynamic")
+    if a is not None and r is not None:
+        check["hf_lm vs transformers dynamic agreement (informational)"] = (a == r).float().mean().item()
+    check["ok"] = all(v for k, v in check.items() if "==" in k)  # rows that failed to run say so themselves
+    return check
+
+
+def run_decode(rows: dict, ctx: dict) -> None:
+    """Decoding at each batch size, written after each (its compilation takes minutes on a GPU)."""
+    s, device = ctx["settings"], ctx["device"]
+    models = gpt_models(s, ctx["seed"], device, DTYPES[s["decode_dtype"]], nanogpt=False)
+    hf, ref = models["hf_lm"].eval(), models["transformers"].eval()
+    config = ctx["compile_config"] = CompileConfig(backend=ctx["compile_backend"])
+    if ctx["compile_backend"] != "inductor":
+        config.mode = None  # modes are Inductor's
+    # transformers compiles inside generate only on accelerators unless told to compile everywhere
+    config._compile_all_devices = device.type == "cpu" or None
+    ctx["decode_compile_config"] = {**config.to_dict(), "_compile_all_devices": config._compile_all_devices}
+    ctx["can_compile_fullgraph"] = {"hf_lm": type(hf)._can_compile_fullgraph,
+                                    "transformers": type(ref)._can_compile_fullgraph}  # fmt: skip
+    graphs = {"hf_lm": 0, "transformers": 0}  # graphs Dynamo built for each model's compiled generate
+    outputs: dict[str, torch.Tensor] = {}
+    for b in s["decode_batches"]:
+        prompt, key = (
+            random_ids(b, s["prompt_len"], s["gpt_vocab"], ctx["seed"] + 3, device),
+            f"gpt2_decode_b{b}",
+        )
+        fns = {f"{key}/{rk}": decode_fn(hf if rk.startswith("hf_lm/") else ref, prompt, outputs, f"{key}/{rk}", ctx, **how)
+               for rk, how in DECODE_ROWS.items()}  # fmt: skip
+        samples = time_group(rows, fns, s, device, 1, s["decode_rounds"])
+        if b == 1:
+            profiled = {r: fns[r] for r in samples if "static_compiled" in r and not r.endswith("_sample")}
+            ctx["decode_profile"] = profile_decode(profiled, rows, ctx)
+        check = ctx["checks"][f"decode_b{b}_tokens"] = token_check(outputs, key)
+        for row_id in samples:
+            row, (_, impl, mode) = rows[row_id], row_id.split("/")
+            row.update(value=b * s["new_tokens"] / row["median_s"], batch=b, prompt_len=s["prompt_len"],
+                       new_tokens=s["new_tokens"])  # fmt: skip
+            if "static" in mode:
+                row["tokens_identical_to_dynamic"] = check.get(
+                    SAMPLED if mode.endswith("_sample") else f"{impl} {mode} == dynamic"
+                )
+            if "compiled" in mode:
+                graphs[impl] += row["dynamo_first_call"]["graphs"]  # a later batch size may reuse them
+                row["compiled"] = (
+                    hasattr(hf if impl == "hf_lm" else ref, "_compiled_call") and graphs[impl] > 0
+                )
+                if not row["compiled"]:
+                    row["note"] = (
+                        "generate did NOT compile the forward (no `_compiled_call` or no graph built)"
+                    )
+        logger.info("  B=%d: tokens %s", b, check)
+        ctx["write_partial"]()
+
+
+# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
+HOST_PARTS = {
+    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
+    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
+    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
+    "logits processors": ("logits_process.py", ("__call__",)),
+    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
+}
+
+
+def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
+    """One call of each compiled decoding row (B=1): the kernels' busy time (torch.profiler) against
+    the median wall time, and the host's Python time by part of `generate()`'s loop (cProfile, which
+    slows Python down: shares, not times). The tables go to `profile_gpt2_decode_b1.txt`."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity, profile
+
+    sync, cuda = device_synchronizer(ctx["device"]), ctx["device"].type == "cuda"
+    found, text = {}, []
+    for row_id, fn in fns.items():
+        sync()
+        with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+            fn()
+            sync()
+        events = prof.key_averages()
+        host = cProfile.Profile()
+        host.enable()
+        fn()
+        sync()
+        host.disable()
+        stats = pstats.Stats(host).stats
+        total = max(ct for _, _, _, ct, _ in stats.values())
+        parts = {}
+        for part, (suffix, names) in HOST_PARTS.items():
+            cum = [ct for (file, _, func), (_, _, _, ct, _) in stats.items()
+                   if func in names and (suffix is None or file.endswith(suffix))]  # fmt: skip
+            parts[part] = max(cum) / total if cum else None
+        p = found[row_id] = {
+            "wall_ms": rows[row_id].get("median_s", float("nan")) * 1e3, "gpu_busy_ms": kernel_time_us(events) / 1e3,
+            "cuda_graph_launches": sum(e.count for e in events if e.key == "cudaGraphLaunch"), "host_share": parts,
+        }  # fmt: skip
+        table = io.StringIO()
+        pstats.Stats(host, stream=table).sort_stats("cumulative").print_stats(40)
+        text += [f"== {row_id}: median {p['wall_ms']:.1f} ms per call; kernels busy {p['gpu_busy_ms']:.1f} ms; "
+                 f"{p['cuda_graph_launches']} CUDA graph launches; host shares (cProfile) {parts}", "",
+                 events.table(sort_by="self_cpu_time_total", row_limit=25), "", table.getvalue()]  # fmt: skip
+    path = Path(ctx["output_dir"]) / "profile_gpt2_decode_b1.txt"
+    path.write_text("\n".join(text))
+    return {"path": str(path), "rows": found}
+
+
+# --------------------------------------------------------------------------------------------
+# One measurement (`--measure`), its targets
+# --------------------------------------------------------------------------------------------
+
+
+def value(rows: dict, row_id: str, key: str = "value"):
+    row = rows.get(row_id)
+    return row.get(key) if row and row["status"] == "ok" else None
+
+
+def targets(rows: dict, s: dict) -> list[dict]:
+    """Issue 13's targets (`gpu_entries.TARGETS`) with the measured values next to them."""
+    hf_eager, dynamic = (
+        value(rows, "gpt2_train/hf_lm/eager"),
+        value(rows, "gpt2_decode_b1/transformers/dynamic"),
+    )
+    decode = {key: rows.get(f"gpt2_decode_b1/hf_lm/{mode}", {})
+              for key, mode in (("static_decode_b1", "static_compiled"), ("static_decode_b1_loop", "static_compiled_loop"))}  # fmt: skip
+    measured = {
+        "eager_vs_nanogpt": ratio(hf_eager, value(rows, "gpt2_train/nanogpt/eager")),
+        "eager_vs_transformers": ratio(hf_eager, value(rows, "gpt2_train/transformers/eager")),
+        "compiled_mfu": value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
+        **{key: ratio(row.get("value"), dynamic) for key, row in decode.items()},
+    }
+    unpadded = ratio(
+        value(rows, "gpt2_train/hf_lm_unpadded/eager"), value(rows, "gpt2_train/transformers/eager")
+    )
+    notes = {
+        "eager_vs_transformers": "" if unpadded is None else f"{unpadded:.2f}x with the head's product unpadded",
+        "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, B={s['gpt_batch']}, "
+        f"T={s['gpt_seq']}, bf16 autocast, against the bf16 matmul peak measured in this run",
+        **{key: f"prompt {s['prompt_len']}, {s['new_tokens']} new tokens, {s['decode_dtype']} weights; tokens "
+           f"identical: {row.get('tokens_identical_to_dynamic')}; compiled: {row.get('compiled')}"
+           for key, row in decode.items()},
+    }  # fmt: skip
+    out = []
+    for t in TARGETS:
+        got = measured[t["key"]]
+        met = None if got is None else got >= t["threshold"]
+        if t["key"] in decode and met:  # the same tokens, really compiled
+            met = bool(decode[t["key"]].get("tokens_identical_to_dynamic")) and bool(
+                decode[t["key"]].get("compiled")
+            )
+        out.append({**t, "measured": got, "met": met, "note": notes.get(t["key"], "")})
+    return out
+
+
+def probe_peak(s: dict, seed: int, device: torch.device) -> dict:
+    """The bf16 matmul peak the MFU is measured against; `{"error": ...}` where the probe fails."""
+    try:
+        return measure_peak_flops(tuple(s["peak_sizes"]), s["peak_repeats"], s["peak_min_time"],
+                                  dtype=torch.bfloat16, seed=seed, device=device)  # fmt: skip
+    except Exception as err:  # noqa: BLE001
+        return {"error": error_text(err)}
+
+
+def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
+    """What a measurement writes: every row, the peak, the checks and the targets."""
+    checks = ctx["checks"]
+    keep = ("settings", "sections", "seed", "compile_backend", "compile_note", "peak", "gpt_flops", "profile",
+            "decode_profile", "decode_compile_config", "can_compile_fullgraph")  # fmt: skip
+    return {
+        "finished": finished, "smoke": ctx["smoke"],
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "git": git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
+        "command": ctx["command"], "environment": ctx["environment"], "accelerator": ctx["accelerator"],
+        **{key: ctx.get(key) for key in keep},
+        "checks": checks, "checks_ok": all(c.get("ok", True) for c in checks.values()),
+        "section_failures": ctx["failures"], "rows": list(rows.values()), "targets": targets(rows, ctx["settings"]),
+        "total_seconds": time.perf_counter() - ctx["start"],
+    }  # fmt: skip
+
+
+def measure(ctx: dict) -> dict:
+    """Run the measured sections in turn (a broken one fails its rows, the others go on), writing the
+    results folder after each; returns the last measurement."""
+    s, device, sections = ctx["settings"], ctx["device"], ctx["sections"]
+    rows = {k: r for k, r in plan_rows(s).items() if r["section"] in sections}
+    out = Path(ctx["output_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(finished: bool) -> dict:
+        m = measurement(ctx, rows, finished)
+        write_results(out, {"kind": "gpu", "runs": [], "measurements": [m]})
+        return m
+
+    ctx["write_partial"] = lambda: write(False)
+    ctx["peak"] = probe_peak(s, ctx["seed"], device)
+    ctx["peak_flops"] = ctx["peak"].get("peak_flops")
+    for section, runner in (("gpt_train", run_gpt), ("encoders", run_encoders), ("decode", run_decode)):
+        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
+            continue
+        # Dynamo's caches emptied: code objects compiled before count towards its recompile limit, past
+        # which it silently runs eagerly and a "compiled" row would build no graph
+        torch._dynamo.reset()
+        logger.info("== %s", section)
+        try:
+            runner(rows, ctx)
+        except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
+            logger.exception("section %s failed", section)
+            ctx["failures"][section] = error_text(err)
+            covered = {section, "head_loss"} if section == "gpt_train" else {section}
+            for row in rows.values():
+                if row["section"] in covered and row["status"] == "not run":
+                    fail(rows, row["id"], f"section failed: {ctx['failures'][section]}")
+        write(False)  # a run cut short keeps what it measured
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for row in rows.values():  # what did not run says why
+        if row["status"] == "not run" and "compiled" in row["mode"]:
+            reason = (
+                "--no_compile" if not ctx["compile"] else "BERT/T5 compilation is off (--compile_encoders)"
+            )
+            row.update(status="skipped", reason=reason)
+    return write(True)
+
+
+# --------------------------------------------------------------------------------------------
+# The entries under one budget
+# --------------------------------------------------------------------------------------------
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_check(ctx: dict, name: str) -> str:
+    """The cuda tests' table (`tests/gpu_summary.py`'s summary.json) in one line."""
+    rows = (_json(ctx["out"] / name / "summary.json") or {}).get("rows", [])
+    ran = [r for r in rows if r["result"] != "skipped"]
+    failed = [f"{r['group']}/{r['check']} ({r['precision']})" for r in ran if r["result"] != "pass"]
+    text = f"{len(ran) - len(failed)} of {len(ran)} checks passed"
+    text += f", {len(rows) - len(ran)} skipped" if len(ran) < len(rows) else ""
+    return text + (f"; failed: {', '.join(failed)}" if failed else "")
+
+
+def read_measured(ctx: dict, name: str) -> str:
+    """The targets and rows of a `--measure` entry; its measurement joins this run's results."""
+    result = _json(ctx["out"] / name / "results.json")
+    if not result:
+        return "no results.json"
+    m = {**result["measurements"][0], "entry": name}
+    ctx["measurements"].append(m)
+    parts = [f"{t['key']} " + (f"{100 * t['measured']:.1f}%" if t["unit"] == "%" else f"{t['measured']:.2f}x")
+             + f" ({'met' if t['met'] else 'NOT met'})" for t in m["targets"] if t["measured"] is not None]  # fmt: skip
+    failed = [r["id"] for r in m["rows"] if r["status"] == "error"]
+    ok = sum(r["status"] == "ok" for r in m["rows"])
+    return "; ".join([*parts, f"{ok} rows ok" + (f", failed: {', '.join(failed)}" if failed else "")])
+
+
+def read_train_run(ctx: dict, name: str) -> str:
+    metrics = _json(ctx["out"] / name / "final_metrics.json")
+    if not metrics:
+        return "no final_metrics.json"
+    best = metrics.get("best") or {}
+    loss, step = best.get("eval_loss", metrics.get("eval_loss")), best.get("step", metrics.get("step"))
+    return f"best eval_loss {loss:.4f} at step {step}; {metrics.get('seconds', 0):.0f} s in the loop"
+
+
+NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
+
+
+def read_nanogpt(ctx: dict, name: str) -> str:
+    try:
+        evals = [
+            (float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall((ctx["out"] / f"{name}.log").read_text())
+        ]
+    except OSError:
+        return "no log"
+    if not evals:
+        return "no evaluation in the log"
+    best, step = min(evals)
+    return f"best val loss {best:.4f} at step {step} (nanoGPT's {2 if ctx['smoke'] else 200}-batch estimate)"
+
+
+def read_translation(ctx: dict, name: str) -> str:
+    result = _json(ctx["out"] / name / "results.json")
+    if not result:
+        return "no results.json"
+    return "; ".join(
+        f"{r['name']}: failed ({r['error'][:80]})" if "error" in r else
+        f"{r['name']}: BLEU {r.get('test_bleu_greedy', 0):.2f} greedy / {r.get('test_bleu_beam', 0):.2f} beam, "
+        f"{r.get('train_epochs', 0):.1f} epochs in {r.get('train_seconds', 0):.0f} s"
+        for r in result.get("entries", [])
+    )  # fmt: skip
+
+
+READERS = {"check": read_check, "measured": read_measured, "train_run": read_train_run, "nanogpt": read_nanogpt,
+           "translation": read_translation}  # fmt: skip
+
+
+def prepare_nanogpt(nanogpt_dir: str) -> Path:
+    """A working copy of a nanoGPT checkout with `data/shakespeare_char/{train,val}.bin` and
+    `meta.pkl` made from the shared text as nanoGPT's `prepare.py` makes them (no download)."""
+    import numpy as np
+
+    work = Path(tempfile.mkdtemp(prefix="nanogpt_")) / "nanogpt"
+    shutil.copytree(nanogpt_dir, work, ignore=shutil.ignore_patterns(".git"))
+    data_dir = work / "data" / "shakespeare_char"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    text = SHAKESPEARE.read_text(encoding="utf-8")
+    stoi = {c: i for i, c in enumerate(sorted(set(text)))}  # one token per character
+    split = int(0.9 * len(text))
+    for part, piece in (("train", text[:split]), ("val", text[split:])):
+        np.array([stoi[c] for c in piece], dtype=np.uint16).tofile(data_dir / f"{part}.bin")
+    with open(data_dir / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(stoi), "itos": {i: c for c, i in stoi.items()}, "stoi": stoi}, f)
+    return work
+
+
+def entry_command(name: str, ctx: dict) -> tuple[list[str], Path] | str:
+    """The command line of an entry and its working folder, or why it is skipped."""
+    e, out = ENTRIES[name], ctx["out"] / name
+    if ctx["smoke"] and e.get("smoke") is None:
+        return "not run at smoke size (its flags change nothing there)"
+    if e.get("nanogpt") and not ctx["nanogpt_dir"]:
+        return "no --nanogpt_dir given"
+    argv = [a.format(multi30k=MULTI30K) for a in e["argv"]] + (
+        e["smoke"] if ctx["smoke"] else e.get("full", [])
+    )
+    if e.get("nanogpt"):
+        cwd = prepare_nanogpt(ctx["nanogpt_dir"])
+        return [sys.executable, *argv, f"--out_dir={cwd / 'out'}"], cwd
+    where = ["--gpu-check-dir", str(out)] if e["reads"] == "check" else ["--output_dir", str(out)]
+    module = [] if argv[0].endswith(".py") else ["-m"]  # a script path, or a module
+    return [sys.executable, *module, *argv, *where], REPO_ROOT
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End an entry's whole process group (its workers and compilers too): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_entry(name: str, ctx: dict, time_left: float) -> dict:
+    """Run one entry with min(its limit, the time left); its reader's line is its summary."""
+    row = {
+        "name": name,
+        "section": ENTRIES[name]["section"],
+        "status": "skipped",
+        "seconds": 0.0,
+        "command": "",
+    }
+    try:
+        command = entry_command(name, ctx)
+    except Exception as err:  # noqa: BLE001 - an entry that cannot even start is that entry's failure
+        return {**row, "status": "failed", "summary": f"could not start: {err!r}"}
+    if isinstance(command, str):
+        return {**row, "summary": command}
+    (cmd, cwd), limit = command, min(ENTRIES[name]["limit"], time_left)
+    start = time.perf_counter()
+    with open(ctx["out"] / f"{name}.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            row["status"] = "ok" if proc.wait(timeout=limit) == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            row["status"] = "timeout"
+    row.update(seconds=time.perf_counter() - start, command=" ".join(cmd))
+    try:
+        row["summary"] = READERS[ENTRIES[name]["reads"]](ctx, name)
+    except Exception as err:  # noqa: BLE001 - a summary must not lose the other entries' results
+        row["summary"] = f"(no summary: {err!r})"
+    if row["status"] == "timeout":
+        row["summary"] = f"stopped at its {limit:.0f} s limit; {row['summary']}"
+    return row
+
+
+def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda rows: None) -> list[dict]:
+    """Run the entries in order within `budget` seconds (None: each to its own limit); those that no
+    longer fit are `not run`."""
+    deadline = time.perf_counter() + (math.inf if budget is None else budget)
+    rows = []
+    for name in names:
+        time_left = deadline - time.perf_counter()
+        if time_left < MIN_ENTRY_S:
+            rows.append({"name": name, "section": ENTRIES[name]["section"], "status": "not run", "seconds": 0.0,
+                         "command": "", "summary": "the budget was spent"})  # fmt: skip
+        else:
+            rows.append(run_entry(name, ctx, time_left))
+        on_row(rows)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown (benchmarks.render)
+# --------------------------------------------------------------------------------------------
+
+
+def _num(v, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if isinstance(v, float) and abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}" if isinstance(v, float) else f"{v:,}"
+
+
+def _pct(v) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
+
+
+def _status(r: dict) -> str:
+    texts = {
+        "error": f"failed: {r.get('error')}",
+        "skipped": f"skipped: {r.get('reason')}",
+        "not run": "not run (yet)",
+    }
+    return texts.get(r["status"], r.get("note", ""))
+
+
+def _dynamo(r: dict) -> str:
+    d = r.get("dynamo_first_call")
+    if "compiled" not in r["mode"] or not d:
+        return ""
+    text = f"{d['graphs']} graphs, {d['graph_breaks']} breaks"
+    n = r.get("graphs_compiled_while_timed")
+    return text + (f"; {n} recompiled while timed" if n else "")
+
+
+def _ms(key: str):
+    return lambda r: _num(r[key] * 1e3 if r.get(key) else None, 1)
+
+
+COLUMNS = {  # header: (alignment, cell)
+    "workload": ("l", lambda r: r["workload"]),
+    "implementation": ("l", lambda r: IMPL_NAMES.get(r["implementation"], r["implementation"])),
+    "mode": ("l", lambda r: r["mode"]),
+    "throughput": ("r", lambda r: f"{_num(r.get('value'))} {r['unit']}" if r.get("value") else "—"),
+    "ms": ("r", _ms("median_s")),
+    "MFU": ("r", lambda r: _pct(r.get("mfu"))),
+    "peak GPU MiB": ("r", lambda r: _num((r.get("peak_memory_above_base_bytes") or 0) / 2**20 or None, 0)),
+    "first call s": ("r", lambda r: _num(r.get("first_call_s"), 1)),
+    "torch.compile": ("l", _dynamo),
+    "whole step ms": ("r", _ms("step_median_s")),
+    "share of step": ("r", lambda r: _pct(r.get("share_of_step"))),
+    "same tokens": (
+        "l",
+        lambda r: {True: "yes", False: "**NO**"}.get(r.get("tokens_identical_to_dynamic"), ""),
+    ),
+    "status": ("l", _status),
+}
+TABLES = [  # (title, row id prefixes, columns)
+    ("Training steps (forward + backward + AdamW, bf16 autocast)", ("gpt2_train", "bert_train", "t5_train"),
+     ["workload", "implementation", "mode", "throughput", "ms", "MFU", "peak GPU MiB", "first call s", "torch.compile", "status"]),
+    ("GPT-2 lm head + cross-entropy (forward + backward) against the whole training step", ("gpt2_head_loss",),
+     ["implementation", "mode", "ms", "whole step ms", "share of step", "status"]),
+    ("Decoding (prefill included): greedy, but the `_sample` rows (top-k 50); same tokens: a greedy static row's "
+     "equal the dynamic cache's, the two `_sample` rows' (one seed) each other's", ("gpt2_decode",),
+     ["workload", "implementation", "mode", "throughput", "ms", "same tokens", "torch.compile", "first call s", "status"]),
+]  # fmt: skip
+
+
+def _targets_lines(m: dict) -> list[str]:
+    body = []
+    for t in m["targets"]:
+        if t["measured"] is None:
+            continue
+        got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
+        goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
+        body.append([t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]])
+    if not body:
+        return []
+    return [
+        "The issue's targets:",
+        "",
+        markdown_table(["target", "goal", "measured", "", "conditions"], body, "lrrll"),
+        "",
+    ]
+
+
+def _measurement_lines(m: dict) -> list[str]:
+    """One measurement: the machine, the peak, the targets, its rows' tables, profiles, checks, command."""
+    env, acc, peak, s = m["environment"], m["accelerator"], m.get("peak") or {}, m["settings"]
+    title = f"## Measured: {', '.join(m['sections'])}" + (
+        f" (entry `{m['entry']}`)" if m.get("entry") else ""
+    )
+    lines = [
+        title + ("" if m["finished"] else " (UNFINISHED: written after a section, the run went on)"), "",
+        f"{m['date']}; {acc.get('gpu_name') or 'CPU (' + env['cpu_model'] + ')'}"
+        + (f", CUDA {acc['cuda']}, capability {acc['compute_capability']}" if acc.get("cuda") else "")
+        + f"; torch {env['torch']}, transformers {env['transformers']}, Python {env['python']}; hf_lm at {m['git']}.",
+        "",
+        f"Measured bf16 matmul peak: **{peak['peak_flops'] / 1e12:.1f} TFLOP/s** (square torch.mm, n={peak['best_size']}; "
+        "MFU is against this number)." if peak.get("peak_flops") else f"Peak probe failed: {peak.get('error')}",
+        "",
+        f"torch.compile backend: {m['compile_backend']}" + (f" ({m['compile_note']})" if m.get("compile_note") else "")
+        + ". Medians of alternating rounds after warm-up; a GPU is synchronized before every clock read. Sizes: "
+        f"GPT-2 B={s['gpt_batch']} T={s['gpt_seq']}; BERT B={s['bert_batch']} T={s['bert_seq']}; T5 B={s['t5_batch']} "
+        f"S={s['t5_source_len']} T={s['t5_target_len']}; decoding: prompt {s['prompt_len']}, {s['new_tokens']} new "
+        f"tokens, {s['decode_dtype']} weights.", "",
+        *_targets_lines(m),
+    ]  # fmt: skip
+    rows = [r for r in m["rows"] if "not selected" not in str(r.get("reason"))]
+    for heading, prefixes, columns in TABLES:
+        picked = [r for r in rows if r["id"].startswith(prefixes)]
+        if picked:
+            cells = [[COLUMNS[c][1](r) for c in columns] for r in picked]
+            lines += [
+                f"{heading}:",
+                "",
+                markdown_table(columns, cells, "".join(COLUMNS[c][0] for c in columns)),
+                "",
+            ]
+    if m.get("profile"):
+        p = m["profile"]
+        lines += [f"Profiler (one hf_lm eager step): operators on vocabulary-sized tensors take "
+                  f"{_pct(p['vocab_ops_share'])} of {p['time_attr']}; table in `{Path(p['path']).name}`.", ""]  # fmt: skip
+    if m.get("decode_compile_config"):
+        lines += [f"`_can_compile_fullgraph`: {m.get('can_compile_fullgraph')}. transformers {env['transformers']} "
+                  "compiles inside `generate` whenever the cache is a static one on a GPU "
+                  f"(`_valid_auto_compile_criteria`); the CompileConfig used: `{m['decode_compile_config']}`.", ""]  # fmt: skip
+    if m.get("decode_profile"):
+        lines += [
+            f"Profile of one compiled static-cache call at B=1 (`{Path(m['decode_profile']['path']).name}`):",
+            "",
+        ]
+        for row_id, p in m["decode_profile"]["rows"].items():
+            shares = ", ".join(f"{k} {_pct(v)}" for k, v in p["host_share"].items())
+            lines.append(f"- {row_id}: kernels busy {p['gpu_busy_ms']:.1f} ms of {p['wall_ms']:.1f} ms; "
+                         f"{p['cuda_graph_launches']} CUDA graph launches; host Python time (cProfile): {shares}")  # fmt: skip
+        lines.append("")
+    checks = json.dumps(m["checks"], indent=1, default=str)
+    return lines + ["Checks:", "", "```", checks, "```", "", "Command:", "", "```", m["command"], "```", ""]
+
+
+def _run_lines(run: dict) -> list[str]:
+    budget = "no budget" if run.get("budget_s") is None else f"budget {run['budget_s']:.0f} s"
+    body = [
+        [r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")]
+        for r in run["entries"]
+    ]
+    lines = [f"## Run of {run['date']}: `{run['sections']}`" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
+             f"{run['device']}; torch {run['torch']}, transformers {run['transformers']}; git {run['git']}; {budget}.", "",
+             markdown_table(["entry", "status", "seconds", "result"], body, "llrl"), "", "Commands:", ""]  # fmt: skip
+    return lines + [f"- `{r['command']}`" for r in run["entries"] if r["command"]] + [""]
+
+
+def markdown(result: dict, folder: Path) -> list[str]:
+    """The README lines of a results folder of kind "gpu" (`benchmarks.render`): its runs, then each
+    measurement."""
+    title = result.get("title")
+    if not title:
+        runs, ms = result.get("runs", []), result.get("measurements", [])
+        device = runs[0]["device"] if runs else (ms[0]["accelerator"].get("gpu_name") or "CPU") if ms else "?"
+        smoke = any(r.get("smoke") for r in runs) or any(m.get("smoke") for m in ms)
+        title = f"hf_lm on {device}" + (" (smoke run: tiny sizes, not evidence)" if smoke else "")
+    lines = [f"# {title}", ""]
+    for run in result.get("runs", []):
+        lines += _run_lines(run)
+    for m in result.get("measurements", []):
+        lines += _measurement_lines(m)
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def setting(text: str) -> tuple[str, object]:
+    """`--set key=value`: a measurement size, typed like its value in `SIZES["full"]` (lists: commas)."""
+    key, _, raw = text.partition("=")
+    if key not in SIZES["full"] or not raw:
+        raise argparse.ArgumentTypeError(
+            f"`--set key=value` with a key of {sorted(SIZES['full'])}, got {text!r}"
+        )
+    like = SIZES["full"][key]
+    return key, [int(v) for v in comma_list(raw)] if isinstance(like, list) else type(like)(raw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--sections", default="all", help=f"comma-separated sections of {SECTIONS}, or all")
+    p.add_argument("--entries", default=None, help="only these entries, comma-separated (on-demand ones too)")
+    p.add_argument("--budget_s", type=float, default=None,
+                   help="wall-clock budget of the whole run: the entry running at its end is stopped, the later "
+                   "ones are not run (default: none, each entry runs to its own limit)")  # fmt: skip
+    p.add_argument("--output_dir", default="out/gpu")
+    p.add_argument(
+        "--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)"
+    )
+    p.add_argument(
+        "--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)"
+    )
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
+    group = p.add_argument_group(
+        "one measurement in this process (what the train, decode and encoders entries run)"
+    )
+    group.add_argument("--measure", default=None, help=f"comma-separated subset of {MEASURED}")
+    group.add_argument("--set", action="append", type=setting, default=[], metavar="KEY=VALUE",
+                       help="a size of gpu_entries.SIZES (repeatable), e.g. gpt_batch=32 or decode_batches=1,8")  # fmt: skip
+    group.add_argument("--no_compile", action="store_true", help="no torch.compile training rows")
+    group.add_argument(
+        "--compile_encoders", action="store_true", help="also compile BERT and T5 (minutes on a GPU)"
+    )
+    group.add_argument(
+        "--compile_backend", default=None, help="default: inductor (eager at smoke size on a CPU)"
+    )
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return p
+
+
+def selected_entries(sections: str, names: str | None) -> list[str]:
+    """`--entries` as given (in the table's order), else every entry of the sections but the on-demand ones."""
+    if names:
+        wanted = set(comma_list(names))
+        if not wanted or wanted - set(ENTRIES):
+            raise ValueError(
+                f"`--entries`: {sorted(wanted - set(ENTRIES)) or names!r}; the entries: {', '.join(ENTRIES)}"
+            )
+        return [n for n in ENTRIES if n in wanted]
+    picked = SECTIONS if sections == "all" else comma_list(sections)
+    if not picked or set(picked) - set(SECTIONS):
+        raise ValueError(f"`--sections`: {sections!r}; the sections: {', '.join(SECTIONS)}, all")
+    return [n for n, e in ENTRIES.items() if e["section"] in picked and not e.get("on_demand")]
+
+
+def main_measure(args, parser, device: torch.device) -> int:
+    sections = comma_list(args.measure)
+    if not sections or set(sections) - set(MEASURED):
+        parser.error(f"--measure: a comma-separated subset of {MEASURED}, got {args.measure!r}")
+    if "head_loss" in sections and "gpt_train" not in sections:
+        sections.insert(0, "gpt_train")  # its shares are of the training rows' step times
+    s = {**SIZES["smoke" if args.smoke else "full"], **dict(args.set)}
+    if s["gpt_seq"] > s["gpt_context"] or s["prompt_len"] + s["new_tokens"] > s["gpt_context"]:
+        parser.error(
+            "`gpt_seq` and `prompt_len` + `new_tokens` must fit in `gpt_context` (learned positions)."
+        )
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    backend = args.compile_backend or ("eager" if args.smoke and device.type == "cpu" else "inductor")
+    note = ("Dynamo traces the models (graphs and graph breaks are real) but no code is generated: the compiled "
+            "rows exercise the code path and say nothing about compiled speed") if backend == "eager" else None  # fmt: skip
+    ctx = dict(
+        settings=s, sections=sections, device=device, seed=args.seed, output_dir=Path(args.output_dir), checks={},
+        failures={}, compile=not args.no_compile, compile_encoders=args.compile_encoders, compile_backend=backend,
+        compile_note=note, smoke=args.smoke, command=command_line(__spec__.name if __spec__ else "benchmarks.gpu", args.argv),
+        environment=environment(torch.get_num_threads()), accelerator=accelerator_info(device),
+        start=time.perf_counter(),
+    )  # fmt: skip
+    m = measure(ctx)
+    failed = [r["id"] for r in m["rows"] if r["status"] == "error"]
+    if failed or not m["checks_ok"]:
+        logger.error("Rows failed: %s; checks ok: %s (see %s).", failed, m["checks_ok"], args.output_dir)
+    return 1 if failed or not m["checks_ok"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = argv
+    try:
+        device = torch.device(resolve_device(args.device))
+        names = selected_entries(args.sections, args.entries)
+    except ValueError as err:
+        parser.error(str(err))
+    if device.type != "cuda" and not args.smoke and not (args.measure and args.device == "cpu"):
+        logger.info("benchmarks.gpu measures a GPU and needs CUDA, but torch sees none: nothing run. Run it on a GPU "
+                    "machine, or with --smoke (tiny sizes on the CPU; `--measure ... --device cpu`: full sizes on "
+                    "the CPU, slowly).")  # fmt: skip
+        return 0
+    if args.measure:
+        return main_measure(args, parser, device)
+    if args.nanogpt_dir is not None and not (Path(args.nanogpt_dir) / "train.py").is_file():
+        parser.error(f"`--nanogpt_dir` {args.nanogpt_dir} holds no nanoGPT checkout (no train.py).")
+    out = Path(args.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = {"out": out, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir, "measurements": []}
+    import transformers
+
+    run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "smoke": args.smoke,
+           "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU", "torch": torch.__version__,
+           "transformers": transformers.__version__, "budget_s": args.budget_s,
+           "sections": args.entries or args.sections,
+           "git": git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown")}  # fmt: skip
+
+    def write(rows: list[dict]) -> None:
+        write_results(
+            out, {"kind": "gpu", "runs": [{**run, "entries": rows}], "measurements": ctx["measurements"]}
+        )
+
+    rows = run_entries(names, ctx, args.budget_s, on_row=write)
+    return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The speed runner: hf_lm measured against transformers' reference (or against itself), one entry
+of `benchmarks.speed_entries.ENTRIES` at a time, each in a fresh process.
+
+    python -m benchmarks.speed                                   # the suite: every family, peak, compile
+    python -m benchmarks.speed --smoke --output_dir out/smoke    # tiny models: the plumbing, in a minute
+    python -m benchmarks.speed --entries gpt2,llama --threads 1
+    python -m benchmarks.speed --entries sparse --set contexts=1024,4096,8192 --output_dir benchmarks/results/sparse
+    python -m benchmarks.speed --list                            # the entries and their options
+
+An entry is data: what it measures, its options (a full run's and `--smoke`'s), and the functions
+that run it and report it. Options of the selected entries can be changed with `--set key=value`
+(typed like the entry's value; a list is comma-separated). Every entry runs in a process of its own
+(no entry inherits another's heap, thread pool or warm caches), its log in the output folder's logs/; a
+failure is recorded and the others go on. The output folder gets `results.json` (kind "speed": the
+machine, the command, each entry's options and numbers) and `README.md`, its rendering
+(`markdown`), followed by the folder's `notes.md` if there is one.
+
+How the A/B entries measure: the sides compute the same function (the reference built from a
+seed, converted by `hf_lm.convert.from_transformers`) and are checked to agree before timing; they
+alternate round by round in one process after warm-up (the order reversed every round), each
+figure the median over rounds; every sample records wall time, this process's user/system CPU time
+and page faults; the CPU contention of each phase (Linux PSI) is recorded. Memory: each side and
+workload in a fresh process, the peak RSS above the RSS just before the workload (VmHWM reset via
+/proc/self/clear_refs). MFU (with the `peak` entry): the reference's training FLOPs per step
+(forward + backward, FlopCounterMode; AdamW timed, not counted) / median step time / measured peak,
+the same FLOPs for every side (a side that skips work, such as hf_lm's sparse BERT head, gets the
+credit); HFU uses each side's own FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+from .measure import (
+    available_cores,
+    comma_list,
+    environment,
+    environment_line,
+    git_revision,
+    parse_entries,
+    run_process,
+)
+from .render import write_results
+
+logger = logging.getLogger("benchmarks.speed")
+
+SUITE = ("peak", "gpt2", "llama", "bert", "t5", "bart", "compile")
+# every entry's options have these; `profile`: a folder for profiler tables ("": none)
+COMMON = {"threads": available_cores(), "seed": 0, "wait_idle": 0.0, "no_memory": False, "profile": ""}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of the speed runner.
+
+    Attributes:
+        about: what it measures, against what (one line).
+        run: `(options) -> numbers`, in a process of its own (`options`: a namespace).
+        report: `(numbers, the whole result) -> Markdown lines`; None: the runner's tables cover it.
+        options: the full run's options; `smoke`: the ones `--smoke` changes.
+        worker: `(options, *args) -> dict`, a measurement in a fresh process (`--_worker`).
+    """
+
+    about: str
+    run: Callable
+    report: Callable | None
+    options: dict
+    smoke: dict = field(default_factory=dict)
+    worker: Callable | None = None
+
+
+def entries() -> dict[str, Entry]:
+    from .speed_entries import ENTRIES
+
+    return ENTRIES
+
+
+def typed(text: str, like):
+    """`text` as the type of `like` (a list: comma-separated items typed like its first)."""
+    if isinstance(like, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() in ("true", "1", "yes")
+    if isinstance(like, (list, tuple)):
+        return [typed(item, like[0] if like else "") for item in comma_list(text)]
+    return text if like is None or isinstance(like, str) else type(like)(text)
+
+
+def entry_options(name: str, smoke: bool, common: dict, overrides: dict[str, str]) -> dict:
+    """An entry's options: its full run's, `--smoke`'s on top, the common flags, then `--set`."""
+    entry = entries()[name]
+    options = {**COMMON, **entry.options, **(entry.smoke if smoke else {}), **common}
+    for key, text in overrides.items():
+        if key in options:
+            options[key] = typed(text, options[key])
+    return options
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--entries", default=",".join(SUITE), help="comma-separated entry names (--list)")
+    p.add_argument("--smoke", action="store_true", help="each entry's smoke options: tiny sizes, few rounds")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change an option")
+    p.add_argument("--threads", type=int, default=None, help=f"torch threads (default {COMMON['threads']})")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--wait_idle", type=float, default=None, help="before each timed phase wait up to this many seconds "
+        "for an idle CPU (PSI avg10 < 5%%)"
+    )  # fmt: skip
+    p.add_argument("--no_memory", action="store_true", default=None, help="skip the memory subprocesses")
+    p.add_argument("--profile", default=None, metavar="DIR", help="also write profiler tables to DIR")
+    p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
+    p.add_argument("--output_dir", default="out/speed", help="results.json, README.md, logs")
+    p.add_argument("--title", default=None, help="the README's title (default: the folder's)")
+    p.add_argument("--list", action="store_true", help="list the entries and their options")
+    p.add_argument("--_entry", help=argparse.SUPPRESS)
+    p.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
+    p.add_argument("--_options", help=argparse.SUPPRESS)
+    p.add_argument("--_out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    try:
+        args.names = parse_entries(args.entries, entries())
+        args.overrides = dict(item.split("=", 1) for item in args.set)
+    except ValueError as err:
+        p.error(f"{err} (`--set` takes key=value)")
+    args.common = {
+        k: getattr(args, k) for k in ("threads", "seed", "wait_idle", "no_memory", "profile")
+        if getattr(args, k) is not None
+    }  # fmt: skip
+    known = {key for name in args.names for key in entry_options(name, args.smoke, {}, {})}
+    unknown = set(args.overrides) - known
+    if unknown:
+        p.error(f"`--set`: no selected entry has the option(s) {sorted(unknown)}.")
+    if args.timeout is None:
+        args.timeout = 600.0 if args.smoke else 3600.0
+    return args
+
+
+def run_entry(name: str, options: dict) -> dict:
+    """Run one entry in this process (`--_entry`): its numbers, as its `run` returns them."""
+    import torch
+
+    torch.set_num_threads(options["threads"])
+    return entries()[name].run(SimpleNamespace(**options))
+
+
+def run_in_process(name: str, options: dict, out: Path, timeout: float) -> dict:
+    """Run one entry in a fresh process; its numbers, or `{"error": ...}`, with the run's wall time."""
+    path = out / f"{name}.json"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "benchmarks.speed", "--_entry", name, "--_options", json.dumps(options)]
+    (out / "logs").mkdir(exist_ok=True)
+    run = run_process([*cmd, "--_out", str(path)], out / "logs" / f"{name}.log", timeout)
+    data = {"error": run["error"]} if run["error"] else json.loads(path.read_text())
+    path.unlink(missing_ok=True)
+    return {"options": options, **data, "wall_s": run["wall_s"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    args = parse_args(argv)
+    if args._entry or args._worker:
+        options = json.loads(args._options)
+        if args._worker:
+            data = entries()[args._worker[0]].worker(SimpleNamespace(**options), *args._worker[1:])
+        else:
+            data = run_entry(args._entry, options)
+        if data is not None:  # None: a torchrun process other than the first
+            text = json.dumps(data, default=str)
+            if args._out:
+                Path(args._out).write_text(text)
+            else:
+                print(text)
+        return 0
+    if args.list:
+        for name, entry in entries().items():
+            print(f"{name}: {entry.about}\n  {entry_options(name, False, {}, {})}")
+        return 0
+    import torch
+
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    threads = args.common.get("threads", COMMON["threads"])
+    torch.set_num_threads(threads)
+    previous = out / "results.json"  # a folder re-run keeps its title
+    title = args.title or (json.loads(previous.read_text()).get("title") if previous.exists() else None)
+    result = {
+        "kind": "speed",
+        "title": title,
+        "mode": "smoke" if args.smoke else "full",
+        "command": shlex.join(["python", "-m", "benchmarks.speed", *argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "git": git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
+        "environment": environment(threads),
+        "entries": {},
+    }
+    t0 = time.perf_counter()
+    for name in args.names:
+        logger.info("%s: %s", name, entries()[name].about)
+        options = entry_options(name, args.smoke, args.common, args.overrides)
+        data = result["entries"][name] = run_in_process(name, options, out, args.timeout)
+        if data.get("error"):
+            logger.warning("%s failed: %s (log: %s)", name, data["error"], out / "logs" / f"{name}.log")
+        else:
+            logger.info("%s done in %.0fs", name, data["wall_s"])
+    result["wall_s"] = time.perf_counter() - t0
+    readme = write_results(out, result)
+    print(readme.read_text())
+    return 1 if any(data.get("error") for data in result["entries"].values()) else 0
+
+
+def markdown(result: dict, folder: Path) -> list[str]:
+    """The README of a speed results folder: what ran where, then each entry's report."""
+    from .speed_entries import ENTRIES, suite_tables
+
+    names, env = list(result["entries"]), result.get("environment")
+    when = [result["date"]] if result.get("date") else []
+    if env:
+        when += [
+            f"{environment_line(env)}, {env['cores_available']} cores available",
+            f"Python {env['python']}",
+        ]
+    if result.get("git"):
+        when.append(f"hf_lm at {result['git']}")
+    lines = [
+        f"# {result.get('title') or 'Speed: ' + ', '.join(names)}"
+        + (" (smoke run)" if result.get("mode") == "smoke" else ""),
+        "",
+        f"`{result['command']}`",
+        "",
+        *([("; ".join(when) + "."), ""] if when else []),
+    ]
+    lines += suite_tables(result)
+    for name, data in result["entries"].items():
+        if data.get("error"):
+            lines += [f"## {name}", "", f"Failed: {data['error']}", ""]
+        elif name in ENTRIES and ENTRIES[name].report:
+            lines += ENTRIES[name].report(data, result)
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())
