@@ -7,55 +7,22 @@
     python -m benchmarks.gpu --measure gpt_train,head_loss --set gpt_batch=32   # one measurement, in process
     python -m benchmarks.gpu --smoke                                    # every entry at tiny size on the CPU
 
-The sections: `check` (`pytest -m cuda` as `make gpu-check` runs it), `train` (GPT-2 small training,
-eager then compiled), `recipe` (`training/configs/shakespeare_char.yaml`, nanoGPT's own `train.py`
-from `--nanogpt_dir` on the same GPU, two variants of the config), `decode`, `translation` and
-`rnn_translation` (the Multi30k leaderboard's GPU preset), `leaderboards` (their smoke runs on
-CUDA), `encoders` (BERT-base, T5-small). Each entry is a subprocess with its own time limit, cut to
-what is left of `--budget_s`: at the limit its process group is stopped, and the entries that no
-longer fit are `not run`. `results.json` and `README.md` (`benchmarks.render`) are rewritten under
-`--output_dir` after each entry, next to its log and folder; the exit status is 1 when one failed.
-
-`--measure` runs the measurements in this process (the `train`, `decode` and `encoders` entries
-call it): the implementations side by side on the same weights (transformers' reference converted
-by `hf_lm.convert.from_transformers`; the nanoGPT-shaped model below gets GPT-2's weights),
-alternating round by round after warm-up (`alternating_rounds` waits for the GPU before every clock
-read), medians over rounds, written after each section:
-
-- `gpt_train`: GPT-2 small training steps (vocabulary 50257 everywhere, to share weights; bf16
-  autocast, fused AdamW) of hf_lm, `GPT2LMHeadModel` and the nanoGPT-shaped model, eager and
-  `torch.compile`d, and hf_lm with its head product unpadded. MFU (PaLM, Chowdhery et al. 2022,
-  appendix B): 6 N + 12 L d T FLOPs per token against the bf16 matmul peak measured in the run.
-- `head_loss`: the lm head + cross-entropy alone as a share of the step, and a profiler table of
-  one hf_lm step (`profile_gpt2_hf_lm_train.txt`).
-- `encoders`: BERT masked-LM (also `sparse_prediction=True`) and T5 training against transformers'
-  (FlopCounterMode's count); compiled with `--compile_encoders`.
-- `decode`: greedy decoding with a dynamic cache, a static one eager and compiled by `generate()`,
-  hf_lm's loop (`custom_generate=static_decode`), and sampling (top-k 50) with both loops, against
-  `GPT2LMHeadModel`; static tokens must equal dynamic ones, both sampling loops' each other's. One
-  compiled call per row at B=1 is profiled (`profile_gpt2_decode_b1.txt`): the kernels' busy time
-  against the wall time, the host's Python time by part of `generate()`'s loop.
-
-A failed check (logits, tokens) or row fails the run. At smoke size on a CPU the compiled rows use
-`torch.compile(backend="eager")`: real graphs and breaks, no generated code. nanoGPT (MIT) is never
-committed: its data is written from `../shared/data/tinyshakespeare/input.txt` as its `prepare.py` would.
+Each entry is a subprocess stopped at min(its limit, what is left of `--budget_s`); `--measure` (what
+the train, decode and encoders entries run) times hf_lm against transformers and a nanoGPT-shaped
+model on the same weights. The sections, the rows and the figures: docs/benchmarks.md, "On a GPU".
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import datetime
 import json
 import logging
 import math
-import os
 import pickle
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,24 +34,9 @@ from torch import nn
 from transformers import CompileConfig, GPT2LMHeadModel
 from transformers.modeling_outputs import CausalLMOutput
 
+from benchmarks import gpu_entries as spec
+from benchmarks import measure
 from benchmarks import speed_entries as pairs
-from benchmarks.gpu_entries import ENTRIES, SECTIONS, SIZES, TARGETS
-from benchmarks.measure import (
-    DEVICE_CHOICES,
-    accelerator_info,
-    alternating_rounds,
-    analytic_decoder_train_flops,
-    comma_list,
-    command_line,
-    count_train_step_flops,
-    device_synchronizer,
-    environment,
-    error_text,
-    git_revision,
-    measure_peak_flops,
-    ratio,
-    resolve_device,
-)
 from benchmarks.render import markdown_table, write_results
 from hf_lm.generation_static import static_decode
 from hf_lm.models.hflm_layers import VocabProjection
@@ -96,28 +48,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO_ROOT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 MULTI30K = REPO_ROOT.parent / "shared" / "data" / "multi30k"
 MEASURED = ("gpt_train", "head_loss", "encoders", "decode")
-KILL_GRACE = 10.0  # seconds an entry gets after SIGTERM before SIGKILL
 MIN_ENTRY_S = 5.0  # an entry is not started with less time left than this
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 LOGIT_TOLERANCE = 1e-3  # fp32, same weights: differences come from kernel order and GELU's formula only
-GPT_IMPLS = ("hf_lm", "transformers", "nanogpt")
-IMPL_NAMES = {
-    "hf_lm": "hf_lm",
-    "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
-    "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
-    "transformers": "transformers",
-    "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
-}
-
-
-# --------------------------------------------------------------------------------------------
-# A minimal nanoGPT-shaped model: the side-by-side reference for "eager >= nanoGPT"
-# --------------------------------------------------------------------------------------------
 
 
 class NanoBlock(nn.Module):
-    """nanoGPT's pre-norm block: x + attn(ln(x)) with one fused q/k/v matmul and SDPA, then
-    x + mlp(ln(x)) with GPT-2's tanh GELU."""
+    """nanoGPT's pre-norm block: one fused q/k/v matmul and SDPA, then GPT-2's tanh-GELU MLP."""
 
     def __init__(self, hidden: int, heads: int, eps: float):
         super().__init__()
@@ -128,24 +64,18 @@ class NanoBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        q, k, v = (
-            t.view(B, T, self.heads, -1).transpose(1, 2) for t in self.c_attn(self.ln_1(x)).split(C, 2)
-        )
+        qkv = self.c_attn(self.ln_1(x)).split(C, 2)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in qkv)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
         x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class NanoGPT(nn.Module):
-    """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head); the loss shifts
-    `labels` as transformers does, so it computes exactly `GPT2LMHeadModel`'s function."""
+    """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head): the side-by-side
+    reference of "eager >= nanoGPT"; its loss shifts `labels` as `GPT2LMHeadModel`'s does."""
 
-    RENAMES = {
-        "attn.c_attn": "c_attn",
-        "attn.c_proj": "attn_proj",
-        "mlp.c_fc": "c_fc",
-        "mlp.c_proj": "mlp_proj",
-    }
+    RENAMES = dict(zip(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), ("c_attn", "attn_proj", "c_fc", "mlp_proj")))  # fmt: skip
 
     def __init__(self, vocab: int, context: int, hidden: int, layers: int, heads: int, eps: float = 1e-5):
         super().__init__()
@@ -181,48 +111,26 @@ class NanoGPT(nn.Module):
         return model
 
 
-# --------------------------------------------------------------------------------------------
-# Rows and their timing
-# --------------------------------------------------------------------------------------------
-
-
 def plan_rows(s: dict) -> dict[str, dict]:
     """Every row a measurement can fill, by id (`workload/implementation/mode`), status "not run"."""
-    plan = [("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", f"{i}/{m}")
-            for m in ("eager", "compiled") for i in GPT_IMPLS]  # fmt: skip
-    plan.insert(3, ("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s", "hf_lm_unpadded/eager"))
-    plan += [("gpt2_head_loss", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", "s", key)
-             for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager")]  # fmt: skip
-    bert = (
-        "hf_lm/eager",
-        "hf_lm_sparse/eager",
-        "transformers/eager",
-        "hf_lm/compiled",
-        "transformers/compiled",
-    )
-    plan += [("bert_train", "encoders", "BERT masked-LM training step", "pos/s", key) for key in bert]
-    t5 = ("hf_lm/eager", "transformers/eager", "hf_lm/compiled", "transformers/compiled")
-    plan += [("t5_train", "encoders", "T5 training step", "tok/s", key) for key in t5]
-    plan += [(f"gpt2_decode_b{b}", "decode", f"GPT-2 decoding B={b}", "new tok/s", key)
-             for b in s["decode_batches"] for key in DECODE_ROWS]  # fmt: skip
+    decode = [(f"gpt2_decode_b{b}", "decode", f"GPT-2 decoding B={b}", "new tok/s", spec.DECODE_ROWS)
+              for b in s["decode_batches"]]  # fmt: skip
     rows = {}
-    for prefix, section, workload, unit, key in plan:
-        impl, mode = key.split("/")
-        rows[f"{prefix}/{key}"] = dict(
-            id=f"{prefix}/{key}", section=section, workload=workload, implementation=impl, mode=mode, unit=unit,
-            status="not run",
-        )  # fmt: skip
+    for prefix, section, workload, unit, keys in spec.PLAN + decode:
+        for key in keys:
+            impl, mode = key.split("/")
+            rows[f"{prefix}/{key}"] = dict(id=f"{prefix}/{key}", section=section, workload=workload,
+                                           implementation=impl, mode=mode, unit=unit, status="not run")  # fmt: skip
     return rows
 
 
 def fail(rows: dict, row_id: str, err: BaseException | str) -> None:
     row = rows[row_id]
-    row["status"], row["error"] = "error", err if isinstance(err, str) else error_text(err)
+    row["status"], row["error"] = "error", err if isinstance(err, str) else measure.error_text(err)
     logger.error("  %s: FAILED: %s", row_id, row["error"])
 
 
 def dynamo_counts() -> dict:
-    """A copy of Dynamo's global counters (graphs built, graph breaks and their reasons)."""
     from torch._dynamo.utils import counters
 
     return {key: dict(value) for key, value in counters.items()}
@@ -238,10 +146,9 @@ def dynamo_delta(before: dict, after: dict) -> dict:
 
 
 def first_call(rows: dict, row_id: str, fn, device: torch.device) -> bool:
-    """The first call (where `torch.compile` compiles), timed, with Dynamo's counters around it; then
-    on a GPU one more call for the peak memory above what was allocated. A failure (out of memory, a
-    compiler error) marks the row and returns False."""
-    sync, row, before = device_synchronizer(device), rows[row_id], dynamo_counts()
+    """The first call (where `torch.compile` compiles), timed, with Dynamo's counters; on a GPU one
+    more call for the peak memory. A failure (out of memory, compiler error) marks the row: False."""
+    sync, row, before = measure.device_synchronizer(device), rows[row_id], dynamo_counts()
     try:
         sync()
         t0 = time.perf_counter()
@@ -267,43 +174,31 @@ def first_call(rows: dict, row_id: str, fn, device: torch.device) -> bool:
 
 
 def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps: int, rounds: int) -> dict:
-    """First calls, then the alternating rounds of the rows whose first call worked.
-
-    Returns:
-        `{row id: [seconds per call, ...]}` for the rows that were timed.
-    """
+    """First calls, then alternating rounds of the rows whose first call worked: `{row id: [s, ...]}`."""
     ok = {row_id: fn for row_id, fn in fns.items() if first_call(rows, row_id, fn, device)}
     if not ok:
         return {}
     before = dynamo_counts()
     try:
-        samples = alternating_rounds(ok, rounds, reps, settings["warmup"], device_synchronizer(device))
+        sync = measure.device_synchronizer(device)
+        samples = measure.alternating_rounds(ok, rounds, reps, settings["warmup"], sync)
     except Exception as err:  # noqa: BLE001
         for row_id in ok:
-            fail(rows, row_id, f"during the timed rounds: {error_text(err)}")
+            fail(rows, row_id, f"during the timed rounds: {measure.error_text(err)}")
         return {}
     recompiled = dynamo_delta(before, dynamo_counts())["graphs"]
     for row_id, s in samples.items():
-        rows[row_id].update(
-            status="ok", median_s=statistics.median(s), min_s=min(s), max_s=max(s), samples_s=s, reps=reps,
-            graphs_compiled_while_timed=recompiled,
-        )  # fmt: skip
+        rows[row_id].update(status="ok", median_s=statistics.median(s), min_s=min(s), max_s=max(s), samples_s=s,
+                            reps=reps, graphs_compiled_while_timed=recompiled)  # fmt: skip
         logger.info("  %s: median %.2f ms per call", row_id, 1e3 * statistics.median(s))
     return samples
 
 
 def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, compiled=None):
-    """One training step under bf16 autocast: forward (`compiled` if given, sharing `model`'s
-    parameters) with labels, backward, AdamW (fused, else foreach), `zero_grad`."""
+    """One bf16-autocast training step: forward (`compiled`, if given, shares `model`'s parameters),
+    backward, fused AdamW, `zero_grad`."""
     model.train()
-    params = list(model.parameters())
-    try:
-        opt, name = torch.optim.AdamW(params, lr=lr, fused=True), "AdamW(fused=True)"
-    except (RuntimeError, ValueError) as err:
-        opt, name = (
-            torch.optim.AdamW(params, lr=lr, foreach=True),
-            f"AdamW(foreach=True) (fused refused: {err})",
-        )
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
     forward = compiled if compiled is not None else model
 
     def step():
@@ -314,13 +209,11 @@ def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: flo
         opt.zero_grad(set_to_none=True)
         return loss
 
-    step.optimizer_name = name
     return step
 
 
 def unpadded_head(fn):
-    """`fn` with hf_lm's vocabulary projection on the unpadded (V, C) weight, as before
-    `VocabProjection.aligned_linear`: the same model, to measure what the padding buys."""
+    """`fn` with hf_lm's head product on the unpadded (V, C) weight: what the padding buys."""
 
     def run():
         saved, VocabProjection.ALIGN = VocabProjection.ALIGN, 1
@@ -329,14 +222,12 @@ def unpadded_head(fn):
         finally:
             VocabProjection.ALIGN = saved
 
-    run.__dict__.update(fn.__dict__)  # optimizer_name
     return run
 
 
 def kernel_time_us(events) -> float:
-    """The device's busy time in a profile (microseconds): its kernels' own events. An operator's
-    `self_device_time_total` is the time of the kernels it launched: summing every event's counts
-    each kernel twice."""
+    """The device's busy time in a profile: its kernels' own events (an operator's self device time
+    repeats its kernels')."""
     from torch.autograd import DeviceType
 
     return sum(e.self_device_time_total for e in events if e.device_type != DeviceType.CPU)
@@ -349,32 +240,22 @@ def logit_check(models: dict, batch: dict, reference: str = "transformers") -> d
     diffs = {n: (lg - logits[reference]).abs().max().item() for n, lg in logits.items() if n != reference}
     for m in models.values():
         m.train()
-    scale = logits[reference].abs().max().item()
-    return {
-        "max_abs_diff": diffs,
-        "max_abs_logit": scale,
-        "ok": all(d < LOGIT_TOLERANCE for d in diffs.values()),
-    }
+    ok = all(d < LOGIT_TOLERANCE for d in diffs.values())
+    return {"max_abs_diff": diffs, "max_abs_logit": logits[reference].abs().max().item(), "ok": ok}
 
 
 def counted_flops(model: nn.Module, batch: dict) -> int:
-    """FlopCounterMode's count of one forward + backward on `batch`, from its first row times the
-    batch size (every matmul and attention FLOP count is linear in the batch)."""
+    """FlopCounterMode's count of one forward + backward, from the batch's first row (linear in B)."""
     B = next(iter(batch.values())).shape[0]
-    return B * count_train_step_flops(model, {k: v[:1] for k, v in batch.items()})["total"]
+    return B * measure.count_train_step_flops(model, {k: v[:1] for k, v in batch.items()})["total"]
 
 
 def gpt_model_flops(model: GPT2LMHeadModel, batch: int, seq: int) -> int:
-    """PaLM's model FLOPs of one GPT-2 training step: 6 N + 12 L d T per token, N the weights inside
-    matmuls (every 2-D weight but the position table; the tied token table counts once)."""
+    """PaLM's model FLOPs of one GPT-2 training step: 6 N + 12 L d T per token (N: 2-D weights but
+    the position table; the tied token table once)."""
     cfg = model.config
     n = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and "wpe" not in name)
-    return analytic_decoder_train_flops(n, cfg.n_layer, cfg.n_embd, batch, seq, fused_attention=False)
-
-
-# --------------------------------------------------------------------------------------------
-# The measured sections
-# --------------------------------------------------------------------------------------------
+    return measure.analytic_decoder_train_flops(n, cfg.n_layer, cfg.n_embd, batch, seq, fused_attention=False)
 
 
 def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, nanogpt: bool = True) -> dict:
@@ -382,10 +263,7 @@ def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, na
     ns = argparse.Namespace(family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
                             layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed)  # fmt: skip
     reference = pairs.build_gpt_reference(ns)
-    models = {
-        "hf_lm": pairs.build_gpt_hflm(ns),
-        "transformers": reference,
-    }  # the same seeded reference, converted
+    models = {"hf_lm": pairs.build_gpt_hflm(ns), "transformers": reference}  # the reference, converted
     if nanogpt:
         models["nanogpt"] = NanoGPT.from_gpt2(reference)
     return {name: m.to(device=device, dtype=dtype) for name, m in models.items()}
@@ -396,8 +274,8 @@ def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device
 
 
 def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
-    """The lm head + cross-entropy forward and backward alone, on the final hidden states the trunk
-    hands over (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
+    """The lm head + cross-entropy forward and backward alone, on the trunk's final hidden states
+    (computed once, detached): hf_lm's (eager and compiled) and GPT2LMHeadModel's."""
     device, V = ctx["device"], ctx["settings"]["gpt_vocab"]
     hf, ref = models["hf_lm"], models["transformers"]
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
@@ -438,7 +316,8 @@ def run_gpt(rows: dict, ctx: dict) -> None:
     """GPT-2 training steps of the three implementations, eager and compiled; with `head_loss` the
     head + loss alone too, in the same rounds, as a share of the same row's step."""
     s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
-    B, T, with_head_loss = s["gpt_batch"], s["gpt_seq"], "head_loss" in ctx["sections"]
+    B, T, lr = s["gpt_batch"], s["gpt_seq"], s["learning_rate"]
+    with_head_loss = "head_loss" in ctx["sections"]
     models = gpt_models(s, seed, device)
     check_ids = random_ids(2, min(64, T), s["gpt_vocab"], seed + 1, device)
     ctx["checks"]["gpt2_logits"] = logit_check(models, {"input_ids": check_ids})
@@ -449,26 +328,22 @@ def run_gpt(rows: dict, ctx: dict) -> None:
         counted = counted_flops(models["transformers"], batch)
     except Exception as err:  # noqa: BLE001
         counted = None
-        logger.warning("  FlopCounterMode failed: %s", error_text(err))
+        logger.warning("  FlopCounterMode failed: %s", measure.error_text(err))
     ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
     fns = head_loss_fns(ctx, models, ids) if with_head_loss else {}
-    for impl in GPT_IMPLS:
-        modes = {"eager": (models[impl], None)}
+    for impl in spec.GPT_IMPLS:
+        fns[f"gpt2_train/{impl}/eager"] = make_train_step(models[impl], batch, device, lr)
         if ctx["compile"]:  # a copy: the compiled and eager rows train their own parameters
             twin = copy.deepcopy(models[impl])
-            modes["compiled"] = (twin, torch.compile(twin, backend=ctx["compile_backend"]))
-        for mode, (base, compiled) in modes.items():
-            fns[f"gpt2_train/{impl}/{mode}"] = make_train_step(
-                base, batch, device, s["learning_rate"], compiled
-            )
+            compiled = torch.compile(twin, backend=ctx["compile_backend"])
+            fns[f"gpt2_train/{impl}/compiled"] = make_train_step(twin, batch, device, lr, compiled)
     # the same hf_lm model with the head's product unpadded, eager only (compiled graphs pad it themselves)
-    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
+    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr)
     fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(step)
-    for row_id, fn in fns.items():
+    for row_id in fns:
         if row_id.startswith("gpt2_train/"):
-            rows[row_id]["optimizer"] = fn.optimizer_name
-    samples = time_group(rows, fns, s, device, s["reps"], s["rounds"])
-    for row_id in samples:
+            rows[row_id]["optimizer"] = "AdamW(fused=True)"
+    for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
         row = rows[row_id]
         if row_id.startswith("gpt2_train/"):
             row.update(value=B * T / row["median_s"], batch=B, seq=T, model_flops_per_step=model_flops,
@@ -476,28 +351,25 @@ def run_gpt(rows: dict, ctx: dict) -> None:
             continue
         step_s = value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
         row.update(value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
-                   share_of_step=ratio(row["median_s"], step_s))  # fmt: skip
+                   share_of_step=measure.ratio(row["median_s"], step_s))  # fmt: skip
     del fns
     if with_head_loss:
-        step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, s["learning_rate"])
-        ctx["profile"] = profile_step(step, ctx)
+        ctx["profile"] = profile_step(make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr), ctx)
 
 
 def profile_step(step, ctx: dict) -> dict:
-    """torch.profiler of one hf_lm GPT-2 training step: the operator table (by device time on a GPU)
-    and the share of time in operators on tensors with a vocabulary-sized dimension (the head, the
-    loss, and the tied embedding's gradient and AdamW update)."""
+    """torch.profiler of one hf_lm GPT-2 training step: the operator table and the share of time in
+    operators on vocabulary-sized tensors (head, loss, tied embedding's gradient and AdamW update)."""
     from torch.profiler import ProfilerActivity, profile
 
     device, s = ctx["device"], ctx["settings"]
     cuda = device.type == "cuda"
     step()  # warm (the AdamW state exists)
-    device_synchronizer(device)()
-    with profile(
-        activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, record_shapes=True
-    ) as prof:
+    sync = measure.device_synchronizer(device)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, record_shapes=True) as prof:  # fmt: skip
         step()
-        device_synchronizer(device)()
+        sync()
     attr = "self_device_time_total" if cuda else "self_cpu_time_total"
     by_shape = prof.key_averages(group_by_input_shape=True)
     total = kernel_time_us(by_shape) if cuda else sum(e.self_cpu_time_total for e in by_shape)
@@ -515,7 +387,7 @@ def profile_step(step, ctx: dict) -> dict:
 
 
 def run_encoders(rows: dict, ctx: dict) -> None:
-    """BERT (hf_lm, hf_lm sparse, BertForMaskedLM) and T5 training steps; compiled with --compile_encoders."""
+    """BERT (hf_lm, hf_lm sparse, BertForMaskedLM) and T5 training steps, eager."""
     s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
     bns = argparse.Namespace(
         vocab=s["bert_vocab"], hidden=s["bert_hidden"], layers=s["bert_layers"], heads=s["bert_heads"],
@@ -529,55 +401,25 @@ def run_encoders(rows: dict, ctx: dict) -> None:
     )  # fmt: skip
     bert = {"hf_lm": pairs.build_bert_hflm(bns, sparse=False), "hf_lm_sparse": pairs.build_bert_hflm(bns, sparse=True),
             "transformers": pairs.build_bert_reference(bns)}  # fmt: skip
-    t5 = {
-        "hf_lm": pairs.build_seq2seq_hflm("t5", tns),
-        "transformers": pairs.build_seq2seq_reference("t5", tns),
-    }
+    t5 = {"hf_lm": pairs.build_seq2seq_hflm("t5", tns), "transformers": pairs.build_seq2seq_reference("t5", tns)}  # fmt: skip
     bert_batch = {k: v.to(device) for k, v in pairs.mlm_batch(bns, seed).items()}
     t5_batch = {k: v.to(device) for k, v in pairs.seq2seq_train_batch(tns, seed).items()}
+    units = {"bert": s["bert_batch"] * s["bert_seq"], "t5": s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])}  # fmt: skip
     for family, models, batch in (("bert", bert, bert_batch), ("t5", t5, t5_batch)):
         models = {k: m.to(device) for k, m in models.items()}
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")} if family == "bert" else batch
-        ctx["checks"][f"{family}_logits"] = logit_check(
-            {k: models[k] for k in ("hf_lm", "transformers")}, inputs
-        )
-        units = (
-            s["bert_batch"] * s["bert_seq"]
-            if family == "bert"
-            else s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])
-        )
+        pair = {k: models[k] for k in ("hf_lm", "transformers")}
+        ctx["checks"][f"{family}_logits"] = logit_check(pair, inputs)
         flops = counted_flops(models["transformers"], batch)
-        fns = {}
-        for impl, model in models.items():
-            fns[f"{family}_train/{impl}/eager"] = make_train_step(model, batch, device, s["learning_rate"])
-            if ctx["compile"] and ctx["compile_encoders"] and impl != "hf_lm_sparse":
-                twin = copy.deepcopy(model)
-                compiled = torch.compile(twin, backend=ctx["compile_backend"])
-                fns[f"{family}_train/{impl}/compiled"] = make_train_step(
-                    twin, batch, device, s["learning_rate"], compiled
-                )
+        fns = {f"{family}_train/{k}/eager": make_train_step(m, batch, device, s["learning_rate"])
+               for k, m in models.items()}  # fmt: skip
         for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
             row = rows[row_id]
-            row.update(value=units / row["median_s"], model_flops_per_step=flops,
+            row.update(value=units[family] / row["median_s"], model_flops_per_step=flops,
                        mfu=flops / row["median_s"] / peak if peak else None)  # fmt: skip
         del fns, models
         if device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
-# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
-DECODE_ROWS = {
-    "hf_lm/dynamic": dict(static=False, compiled=False),
-    "hf_lm/static": dict(static=True, compiled=False),
-    "hf_lm/static_compiled": dict(static=True, compiled=True),
-    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
-    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
-    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
-    "transformers/dynamic": dict(static=False, compiled=False),
-    "transformers/static_compiled": dict(static=True, compiled=True),
-}
-SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
 
 
 def decode_fn(
@@ -608,14 +450,14 @@ def decode_fn(
 def token_check(outputs: dict, key: str) -> dict:
     """Every greedy static row's tokens against its dynamic row's; both sampling loops' against each other."""
     check = {}
-    for row_key, how in DECODE_ROWS.items():
+    for row_key, how in spec.DECODE_ROWS.items():
         impl, mode = row_key.split("/")
         dyn, out = outputs.get(f"{key}/{impl}/dynamic"), outputs.get(f"{key}/{row_key}")
         if how["static"] and not how.get("sample") and dyn is not None and out is not None:
             check[f"{impl} {mode} == dynamic"] = bool(torch.equal(dyn.cpu(), out.cpu()))
     drawn = [outputs.get(f"{key}/hf_lm/static_compiled{loop}_sample") for loop in ("", "_loop")]
     if all(out is not None for out in drawn):
-        check[SAMPLED] = bool(torch.equal(drawn[0].cpu(), drawn[1].cpu()))
+        check[spec.SAMPLED] = bool(torch.equal(drawn[0].cpu(), drawn[1].cpu()))
     a, r = outputs.get(f"{key}/hf_lm/dynamic"), outputs.get(f"{key}/transformers/dynamic")
     if a is not None and r is not None:
         check["hf_lm vs transformers dynamic agreement (informational)"] = (a == r).float().mean().item()
@@ -626,7 +468,7 @@ def token_check(outputs: dict, key: str) -> dict:
 def run_decode(rows: dict, ctx: dict) -> None:
     """Decoding at each batch size, written after each (its compilation takes minutes on a GPU)."""
     s, device = ctx["settings"], ctx["device"]
-    models = gpt_models(s, ctx["seed"], device, DTYPES[s["decode_dtype"]], nanogpt=False)
+    models = gpt_models(s, ctx["seed"], device, getattr(torch, s["decode_dtype"]), nanogpt=False)
     hf, ref = models["hf_lm"].eval(), models["transformers"].eval()
     config = ctx["compile_config"] = CompileConfig(backend=ctx["compile_backend"])
     if ctx["compile_backend"] != "inductor":
@@ -639,12 +481,10 @@ def run_decode(rows: dict, ctx: dict) -> None:
     graphs = {"hf_lm": 0, "transformers": 0}  # graphs Dynamo built for each model's compiled generate
     outputs: dict[str, torch.Tensor] = {}
     for b in s["decode_batches"]:
-        prompt, key = (
-            random_ids(b, s["prompt_len"], s["gpt_vocab"], ctx["seed"] + 3, device),
-            f"gpt2_decode_b{b}",
-        )
+        key = f"gpt2_decode_b{b}"
+        prompt = random_ids(b, s["prompt_len"], s["gpt_vocab"], ctx["seed"] + 3, device)
         fns = {f"{key}/{rk}": decode_fn(hf if rk.startswith("hf_lm/") else ref, prompt, outputs, f"{key}/{rk}", ctx, **how)
-               for rk, how in DECODE_ROWS.items()}  # fmt: skip
+               for rk, how in spec.DECODE_ROWS.items()}  # fmt: skip
         samples = time_group(rows, fns, s, device, 1, s["decode_rounds"])
         if b == 1:
             profiled = {r: fns[r] for r in samples if "static_compiled" in r and not r.endswith("_sample")}
@@ -655,43 +495,28 @@ def run_decode(rows: dict, ctx: dict) -> None:
             row.update(value=b * s["new_tokens"] / row["median_s"], batch=b, prompt_len=s["prompt_len"],
                        new_tokens=s["new_tokens"])  # fmt: skip
             if "static" in mode:
-                row["tokens_identical_to_dynamic"] = check.get(
-                    SAMPLED if mode.endswith("_sample") else f"{impl} {mode} == dynamic"
-                )
+                same = spec.SAMPLED if mode.endswith("_sample") else f"{impl} {mode} == dynamic"
+                row["tokens_identical_to_dynamic"] = check.get(same)
             if "compiled" in mode:
                 graphs[impl] += row["dynamo_first_call"]["graphs"]  # a later batch size may reuse them
-                row["compiled"] = (
-                    hasattr(hf if impl == "hf_lm" else ref, "_compiled_call") and graphs[impl] > 0
-                )
+                row["compiled"] = hasattr(models[impl], "_compiled_call") and graphs[impl] > 0
                 if not row["compiled"]:
-                    row["note"] = (
-                        "generate did NOT compile the forward (no `_compiled_call` or no graph built)"
-                    )
+                    row["note"] = "generate did NOT compile the forward (no `_compiled_call` or no graph built)"  # fmt: skip
         logger.info("  B=%d: tokens %s", b, check)
         ctx["write_partial"]()
 
 
-# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
-HOST_PARTS = {
-    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
-    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
-    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
-    "logits processors": ("logits_process.py", ("__call__",)),
-    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
-}
-
-
 def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
     """One call of each compiled decoding row (B=1): the kernels' busy time (torch.profiler) against
-    the median wall time, and the host's Python time by part of `generate()`'s loop (cProfile, which
-    slows Python down: shares, not times). The tables go to `profile_gpt2_decode_b1.txt`."""
+    the median wall time, and the host's Python time by part of `generate()`'s loop (cProfile slows
+    Python down: shares, not times); the tables go to `profile_gpt2_decode_b1.txt`."""
     import cProfile
     import io
     import pstats
 
     from torch.profiler import ProfilerActivity, profile
 
-    sync, cuda = device_synchronizer(ctx["device"]), ctx["device"].type == "cuda"
+    sync, cuda = measure.device_synchronizer(ctx["device"]), ctx["device"].type == "cuda"
     found, text = {}, []
     for row_id, fn in fns.items():
         sync()
@@ -707,7 +532,7 @@ def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
         stats = pstats.Stats(host).stats
         total = max(ct for _, _, _, ct, _ in stats.values())
         parts = {}
-        for part, (suffix, names) in HOST_PARTS.items():
+        for part, (suffix, names) in spec.HOST_PARTS.items():
             cum = [ct for (file, _, func), (_, _, _, ct, _) in stats.items()
                    if func in names and (suffix is None or file.endswith(suffix))]  # fmt: skip
             parts[part] = max(cum) / total if cum else None
@@ -725,11 +550,6 @@ def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
     return {"path": str(path), "rows": found}
 
 
-# --------------------------------------------------------------------------------------------
-# One measurement (`--measure`), its targets
-# --------------------------------------------------------------------------------------------
-
-
 def value(rows: dict, row_id: str, key: str = "value"):
     row = rows.get(row_id)
     return row.get(key) if row and row["status"] == "ok" else None
@@ -737,21 +557,17 @@ def value(rows: dict, row_id: str, key: str = "value"):
 
 def targets(rows: dict, s: dict) -> list[dict]:
     """Issue 13's targets (`gpu_entries.TARGETS`) with the measured values next to them."""
-    hf_eager, dynamic = (
-        value(rows, "gpt2_train/hf_lm/eager"),
-        value(rows, "gpt2_decode_b1/transformers/dynamic"),
-    )
+    hf_eager, dynamic = value(rows, "gpt2_train/hf_lm/eager"), value(rows, "gpt2_decode_b1/transformers/dynamic")  # fmt: skip
     decode = {key: rows.get(f"gpt2_decode_b1/hf_lm/{mode}", {})
               for key, mode in (("static_decode_b1", "static_compiled"), ("static_decode_b1_loop", "static_compiled_loop"))}  # fmt: skip
+    transformers_eager = value(rows, "gpt2_train/transformers/eager")
     measured = {
-        "eager_vs_nanogpt": ratio(hf_eager, value(rows, "gpt2_train/nanogpt/eager")),
-        "eager_vs_transformers": ratio(hf_eager, value(rows, "gpt2_train/transformers/eager")),
+        "eager_vs_nanogpt": measure.ratio(hf_eager, value(rows, "gpt2_train/nanogpt/eager")),
+        "eager_vs_transformers": measure.ratio(hf_eager, transformers_eager),
         "compiled_mfu": value(rows, "gpt2_train/hf_lm/compiled", "mfu"),
-        **{key: ratio(row.get("value"), dynamic) for key, row in decode.items()},
+        **{key: measure.ratio(row.get("value"), dynamic) for key, row in decode.items()},
     }
-    unpadded = ratio(
-        value(rows, "gpt2_train/hf_lm_unpadded/eager"), value(rows, "gpt2_train/transformers/eager")
-    )
+    unpadded = measure.ratio(value(rows, "gpt2_train/hf_lm_unpadded/eager"), transformers_eager)
     notes = {
         "eager_vs_transformers": "" if unpadded is None else f"{unpadded:.2f}x with the head's product unpadded",
         "compiled_mfu": f"GPT-2 {s['gpt_layers']} x {s['gpt_hidden']}, vocabulary {s['gpt_vocab']}, B={s['gpt_batch']}, "
@@ -761,24 +577,14 @@ def targets(rows: dict, s: dict) -> list[dict]:
            for key, row in decode.items()},
     }  # fmt: skip
     out = []
-    for t in TARGETS:
+    for t in spec.TARGETS:
         got = measured[t["key"]]
         met = None if got is None else got >= t["threshold"]
         if t["key"] in decode and met:  # the same tokens, really compiled
-            met = bool(decode[t["key"]].get("tokens_identical_to_dynamic")) and bool(
-                decode[t["key"]].get("compiled")
-            )
+            row = decode[t["key"]]
+            met = bool(row.get("tokens_identical_to_dynamic")) and bool(row.get("compiled"))
         out.append({**t, "measured": got, "met": met, "note": notes.get(t["key"], "")})
     return out
-
-
-def probe_peak(s: dict, seed: int, device: torch.device) -> dict:
-    """The bf16 matmul peak the MFU is measured against; `{"error": ...}` where the probe fails."""
-    try:
-        return measure_peak_flops(tuple(s["peak_sizes"]), s["peak_repeats"], s["peak_min_time"],
-                                  dtype=torch.bfloat16, seed=seed, device=device)  # fmt: skip
-    except Exception as err:  # noqa: BLE001
-        return {"error": error_text(err)}
 
 
 def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
@@ -787,9 +593,8 @@ def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
     keep = ("settings", "sections", "seed", "compile_backend", "compile_note", "peak", "gpt_flops", "profile",
             "decode_profile", "decode_compile_config", "can_compile_fullgraph")  # fmt: skip
     return {
-        "finished": finished, "smoke": ctx["smoke"],
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "git": git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
+        "finished": finished, "smoke": ctx["smoke"], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "git": measure.git_revision(short=True, dirty_mark=" (with uncommitted changes)", missing="unknown"),
         "command": ctx["command"], "environment": ctx["environment"], "accelerator": ctx["accelerator"],
         **{key: ctx.get(key) for key in keep},
         "checks": checks, "checks_ok": all(c.get("ok", True) for c in checks.values()),
@@ -798,7 +603,7 @@ def measurement(ctx: dict, rows: dict, finished: bool) -> dict:
     }  # fmt: skip
 
 
-def measure(ctx: dict) -> dict:
+def run_measure(ctx: dict) -> dict:
     """Run the measured sections in turn (a broken one fails its rows, the others go on), writing the
     results folder after each; returns the last measurement."""
     s, device, sections = ctx["settings"], ctx["device"], ctx["sections"]
@@ -812,10 +617,14 @@ def measure(ctx: dict) -> dict:
         return m
 
     ctx["write_partial"] = lambda: write(False)
-    ctx["peak"] = probe_peak(s, ctx["seed"], device)
+    try:  # the bf16 matmul peak the MFU is measured against
+        ctx["peak"] = measure.measure_peak_flops(tuple(s["peak_sizes"]), s["peak_repeats"], s["peak_min_time"],
+                                         dtype=torch.bfloat16, seed=ctx["seed"], device=device)  # fmt: skip
+    except Exception as err:  # noqa: BLE001
+        ctx["peak"] = {"error": measure.error_text(err)}
     ctx["peak_flops"] = ctx["peak"].get("peak_flops")
     for section, runner in (("gpt_train", run_gpt), ("encoders", run_encoders), ("decode", run_decode)):
-        if section not in sections and not (section == "gpt_train" and "head_loss" in sections):
+        if section not in sections:  # (`head_loss` brings `gpt_train` along)
             continue
         # Dynamo's caches emptied: code objects compiled before count towards its recompile limit, past
         # which it silently runs eagerly and a "compiled" row would build no graph
@@ -825,7 +634,7 @@ def measure(ctx: dict) -> dict:
             runner(rows, ctx)
         except Exception as err:  # noqa: BLE001  (a broken section must not lose the others)
             logger.exception("section %s failed", section)
-            ctx["failures"][section] = error_text(err)
+            ctx["failures"][section] = measure.error_text(err)
             covered = {section, "head_loss"} if section == "gpt_train" else {section}
             for row in rows.values():
                 if row["section"] in covered and row["status"] == "not run":
@@ -835,16 +644,8 @@ def measure(ctx: dict) -> dict:
             torch.cuda.empty_cache()
     for row in rows.values():  # what did not run says why
         if row["status"] == "not run" and "compiled" in row["mode"]:
-            reason = (
-                "--no_compile" if not ctx["compile"] else "BERT/T5 compilation is off (--compile_encoders)"
-            )
-            row.update(status="skipped", reason=reason)
+            row.update(status="skipped", reason="--no_compile")
     return write(True)
-
-
-# --------------------------------------------------------------------------------------------
-# The entries under one budget
-# --------------------------------------------------------------------------------------------
 
 
 def _json(path: Path):
@@ -871,7 +672,7 @@ def read_measured(ctx: dict, name: str) -> str:
         return "no results.json"
     m = {**result["measurements"][0], "entry": name}
     ctx["measurements"].append(m)
-    parts = [f"{t['key']} " + (f"{100 * t['measured']:.1f}%" if t["unit"] == "%" else f"{t['measured']:.2f}x")
+    parts = [f"{t['key']} " + (_pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f}x")
              + f" ({'met' if t['met'] else 'NOT met'})" for t in m["targets"] if t["measured"] is not None]  # fmt: skip
     failed = [r["id"] for r in m["rows"] if r["status"] == "error"]
     ok = sum(r["status"] == "ok" for r in m["rows"])
@@ -892,11 +693,10 @@ NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 
 def read_nanogpt(ctx: dict, name: str) -> str:
     try:
-        evals = [
-            (float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall((ctx["out"] / f"{name}.log").read_text())
-        ]
+        log = (ctx["out"] / f"{name}.log").read_text()
     except OSError:
         return "no log"
+    evals = [(float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall(log)]
     if not evals:
         return "no evaluation in the log"
     best, step = min(evals)
@@ -938,90 +738,63 @@ def prepare_nanogpt(nanogpt_dir: str) -> Path:
     return work
 
 
-def entry_command(name: str, ctx: dict) -> tuple[list[str], Path] | str:
-    """The command line of an entry and its working folder, or why it is skipped."""
-    e, out = ENTRIES[name], ctx["out"] / name
+def entry_command(name: str, ctx: dict) -> list[str] | str:
+    """The command line of an entry (run from the repository root), or why it is skipped."""
+    e, out = spec.ENTRIES[name], ctx["out"] / name
     if ctx["smoke"] and e.get("smoke") is None:
         return "not run at smoke size (its flags change nothing there)"
     if e.get("nanogpt") and not ctx["nanogpt_dir"]:
         return "no --nanogpt_dir given"
-    argv = [a.format(multi30k=MULTI30K) for a in e["argv"]] + (
-        e["smoke"] if ctx["smoke"] else e.get("full", [])
-    )
-    if e.get("nanogpt"):
+    argv = [a.format(multi30k=MULTI30K) for a in e["argv"]] + (e["smoke"] if ctx["smoke"] else e.get("full", []))  # fmt: skip
+    if e.get("nanogpt"):  # nanoGPT reads its data and config from its working folder
         cwd = prepare_nanogpt(ctx["nanogpt_dir"])
-        return [sys.executable, *argv, f"--out_dir={cwd / 'out'}"], cwd
+        return ["env", "-C", str(cwd), sys.executable, *argv, f"--out_dir={cwd / 'out'}"]
     where = ["--gpu-check-dir", str(out)] if e["reads"] == "check" else ["--output_dir", str(out)]
     module = [] if argv[0].endswith(".py") else ["-m"]  # a script path, or a module
-    return [sys.executable, *module, *argv, *where], REPO_ROOT
+    return [sys.executable, *module, *argv, *where]
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """End an entry's whole process group (its workers and compilers too): SIGTERM, then SIGKILL."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def entry_row(name: str, status: str, summary: str, seconds: float = 0.0, command: str = "") -> dict:
+    section = spec.ENTRIES[name]["section"]
+    return dict(name=name, section=section, status=status, seconds=seconds, command=command, summary=summary)
 
 
 def run_entry(name: str, ctx: dict, time_left: float) -> dict:
-    """Run one entry with min(its limit, the time left); its reader's line is its summary."""
-    row = {
-        "name": name,
-        "section": ENTRIES[name]["section"],
-        "status": "skipped",
-        "seconds": 0.0,
-        "command": "",
-    }
+    """Run one entry with min(its limit, the time left), its process group killed at the limit; its
+    reader's line is its summary."""
     try:
-        command = entry_command(name, ctx)
+        cmd = entry_command(name, ctx)
     except Exception as err:  # noqa: BLE001 - an entry that cannot even start is that entry's failure
-        return {**row, "status": "failed", "summary": f"could not start: {err!r}"}
-    if isinstance(command, str):
-        return {**row, "summary": command}
-    (cmd, cwd), limit = command, min(ENTRIES[name]["limit"], time_left)
-    start = time.perf_counter()
-    with open(ctx["out"] / f"{name}.log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            row["status"] = "ok" if proc.wait(timeout=limit) == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            stop(proc)
-            row["status"] = "timeout"
-    row.update(seconds=time.perf_counter() - start, command=" ".join(cmd))
+        return entry_row(name, "failed", f"could not start: {err!r}")
+    if isinstance(cmd, str):
+        return entry_row(name, "skipped", cmd)
+    limit = min(spec.ENTRIES[name]["limit"], time_left)
+    done = measure.run_process(cmd, ctx["out"] / f"{name}.log", limit)
+    timeout = str(done["error"]).startswith("timed out")
+    status = "ok" if done["error"] is None else "timeout" if timeout else "failed"
+    row = entry_row(name, status, "", done["wall_s"], " ".join(cmd))
     try:
-        row["summary"] = READERS[ENTRIES[name]["reads"]](ctx, name)
+        row["summary"] = READERS[spec.ENTRIES[name]["reads"]](ctx, name)
     except Exception as err:  # noqa: BLE001 - a summary must not lose the other entries' results
         row["summary"] = f"(no summary: {err!r})"
-    if row["status"] == "timeout":
+    if timeout:
         row["summary"] = f"stopped at its {limit:.0f} s limit; {row['summary']}"
     return row
 
 
 def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda rows: None) -> list[dict]:
-    """Run the entries in order within `budget` seconds (None: each to its own limit); those that no
+    """The entries in order within `budget` seconds (None: each to its own limit); those that no
     longer fit are `not run`."""
     deadline = time.perf_counter() + (math.inf if budget is None else budget)
     rows = []
     for name in names:
         time_left = deadline - time.perf_counter()
         if time_left < MIN_ENTRY_S:
-            rows.append({"name": name, "section": ENTRIES[name]["section"], "status": "not run", "seconds": 0.0,
-                         "command": "", "summary": "the budget was spent"})  # fmt: skip
+            rows.append(entry_row(name, "not run", "the budget was spent"))
         else:
             rows.append(run_entry(name, ctx, time_left))
         on_row(rows)
     return rows
-
-
-# --------------------------------------------------------------------------------------------
-# Markdown (benchmarks.render)
-# --------------------------------------------------------------------------------------------
 
 
 def _num(v, digits: int = 2) -> str:
@@ -1037,30 +810,31 @@ def _pct(v) -> str:
 
 
 def _status(r: dict) -> str:
-    texts = {
-        "error": f"failed: {r.get('error')}",
-        "skipped": f"skipped: {r.get('reason')}",
-        "not run": "not run (yet)",
-    }
+    texts = {"error": f"failed: {r.get('error')}", "skipped": f"skipped: {r.get('reason')}", "not run": "not run (yet)"}  # fmt: skip
     return texts.get(r["status"], r.get("note", ""))
 
 
 def _dynamo(r: dict) -> str:
-    d = r.get("dynamo_first_call")
+    d, n = r.get("dynamo_first_call"), r.get("graphs_compiled_while_timed")
     if "compiled" not in r["mode"] or not d:
         return ""
-    text = f"{d['graphs']} graphs, {d['graph_breaks']} breaks"
-    n = r.get("graphs_compiled_while_timed")
-    return text + (f"; {n} recompiled while timed" if n else "")
+    return f"{d['graphs']} graphs, {d['graph_breaks']} breaks" + (f"; {n} recompiled while timed" if n else "")  # fmt: skip
 
 
 def _ms(key: str):
     return lambda r: _num(r[key] * 1e3 if r.get(key) else None, 1)
 
 
+def _target_cells(t: dict) -> list[str]:
+    got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
+    goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
+    return [t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]]
+
+
+SAME_TOKENS = {True: "yes", False: "**NO**"}
 COLUMNS = {  # header: (alignment, cell)
     "workload": ("l", lambda r: r["workload"]),
-    "implementation": ("l", lambda r: IMPL_NAMES.get(r["implementation"], r["implementation"])),
+    "implementation": ("l", lambda r: spec.IMPL_NAMES.get(r["implementation"], r["implementation"])),
     "mode": ("l", lambda r: r["mode"]),
     "throughput": ("r", lambda r: f"{_num(r.get('value'))} {r['unit']}" if r.get("value") else "—"),
     "ms": ("r", _ms("median_s")),
@@ -1070,47 +844,19 @@ COLUMNS = {  # header: (alignment, cell)
     "torch.compile": ("l", _dynamo),
     "whole step ms": ("r", _ms("step_median_s")),
     "share of step": ("r", lambda r: _pct(r.get("share_of_step"))),
-    "same tokens": (
-        "l",
-        lambda r: {True: "yes", False: "**NO**"}.get(r.get("tokens_identical_to_dynamic"), ""),
-    ),
+    "same tokens": ("l", lambda r: SAME_TOKENS.get(r.get("tokens_identical_to_dynamic"), "")),
     "status": ("l", _status),
 }
-TABLES = [  # (title, row id prefixes, columns)
-    ("Training steps (forward + backward + AdamW, bf16 autocast)", ("gpt2_train", "bert_train", "t5_train"),
-     ["workload", "implementation", "mode", "throughput", "ms", "MFU", "peak GPU MiB", "first call s", "torch.compile", "status"]),
-    ("GPT-2 lm head + cross-entropy (forward + backward) against the whole training step", ("gpt2_head_loss",),
-     ["implementation", "mode", "ms", "whole step ms", "share of step", "status"]),
-    ("Decoding (prefill included): greedy, but the `_sample` rows (top-k 50); same tokens: a greedy static row's "
-     "equal the dynamic cache's, the two `_sample` rows' (one seed) each other's", ("gpt2_decode",),
-     ["workload", "implementation", "mode", "throughput", "ms", "same tokens", "torch.compile", "first call s", "status"]),
-]  # fmt: skip
 
 
-def _targets_lines(m: dict) -> list[str]:
-    body = []
-    for t in m["targets"]:
-        if t["measured"] is None:
-            continue
-        got = _pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f} x"
-        goal = f">= {_pct(t['threshold'])}" if t["unit"] == "%" else f">= {t['threshold']:g} x"
-        body.append([t["text"], goal, got, "**met**" if t["met"] else "not met", t["note"]])
-    if not body:
-        return []
-    return [
-        "The issue's targets:",
-        "",
-        markdown_table(["target", "goal", "measured", "", "conditions"], body, "lrrll"),
-        "",
-    ]
+def _table(title: str, columns: list[str], cells: list[list[str]], align: str | None = None) -> list[str]:
+    return [title, "", markdown_table(columns, cells, align), ""] if cells else []
 
 
 def _measurement_lines(m: dict) -> list[str]:
     """One measurement: the machine, the peak, the targets, its rows' tables, profiles, checks, command."""
     env, acc, peak, s = m["environment"], m["accelerator"], m.get("peak") or {}, m["settings"]
-    title = f"## Measured: {', '.join(m['sections'])}" + (
-        f" (entry `{m['entry']}`)" if m.get("entry") else ""
-    )
+    title = f"## Measured: {', '.join(m['sections'])}" + (f" (entry `{m['entry']}`)" if m.get("entry") else "")  # fmt: skip
     lines = [
         title + ("" if m["finished"] else " (UNFINISHED: written after a section, the run went on)"), "",
         f"{m['date']}; {acc.get('gpu_name') or 'CPU (' + env['cpu_model'] + ')'}"
@@ -1125,19 +871,13 @@ def _measurement_lines(m: dict) -> list[str]:
         f"GPT-2 B={s['gpt_batch']} T={s['gpt_seq']}; BERT B={s['bert_batch']} T={s['bert_seq']}; T5 B={s['t5_batch']} "
         f"S={s['t5_source_len']} T={s['t5_target_len']}; decoding: prompt {s['prompt_len']}, {s['new_tokens']} new "
         f"tokens, {s['decode_dtype']} weights.", "",
-        *_targets_lines(m),
+        *_table("The issue's targets:", ["target", "goal", "measured", "", "conditions"],
+                [_target_cells(t) for t in m["targets"] if t["measured"] is not None], "lrrll"),
     ]  # fmt: skip
     rows = [r for r in m["rows"] if "not selected" not in str(r.get("reason"))]
-    for heading, prefixes, columns in TABLES:
-        picked = [r for r in rows if r["id"].startswith(prefixes)]
-        if picked:
-            cells = [[COLUMNS[c][1](r) for c in columns] for r in picked]
-            lines += [
-                f"{heading}:",
-                "",
-                markdown_table(columns, cells, "".join(COLUMNS[c][0] for c in columns)),
-                "",
-            ]
+    for heading, prefixes, columns in spec.TABLES:
+        cells = [[COLUMNS[c][1](r) for c in columns] for r in rows if r["id"].startswith(prefixes)]
+        lines += _table(f"{heading}:", columns, cells, "".join(COLUMNS[c][0] for c in columns))
     if m.get("profile"):
         p = m["profile"]
         lines += [f"Profiler (one hf_lm eager step): operators on vocabulary-sized tensors take "
@@ -1147,10 +887,7 @@ def _measurement_lines(m: dict) -> list[str]:
                   "compiles inside `generate` whenever the cache is a static one on a GPU "
                   f"(`_valid_auto_compile_criteria`); the CompileConfig used: `{m['decode_compile_config']}`.", ""]  # fmt: skip
     if m.get("decode_profile"):
-        lines += [
-            f"Profile of one compiled static-cache call at B=1 (`{Path(m['decode_profile']['path']).name}`):",
-            "",
-        ]
+        lines += [f"Profile of one compiled static-cache call at B=1 (`{Path(m['decode_profile']['path']).name}`):", ""]  # fmt: skip
         for row_id, p in m["decode_profile"]["rows"].items():
             shares = ", ".join(f"{k} {_pct(v)}" for k, v in p["host_share"].items())
             lines.append(f"- {row_id}: kernels busy {p['gpu_busy_ms']:.1f} ms of {p['wall_ms']:.1f} ms; "
@@ -1162,10 +899,7 @@ def _measurement_lines(m: dict) -> list[str]:
 
 def _run_lines(run: dict) -> list[str]:
     budget = "no budget" if run.get("budget_s") is None else f"budget {run['budget_s']:.0f} s"
-    body = [
-        [r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")]
-        for r in run["entries"]
-    ]
+    body = [[r["name"], r["status"], f"{r['seconds']:.0f}", r["summary"].replace("|", "/")] for r in run["entries"]]  # fmt: skip
     lines = [f"## Run of {run['date']}: `{run['sections']}`" + (" (smoke, CPU)" if run.get("smoke") else ""), "",
              f"{run['device']}; torch {run['torch']}, transformers {run['transformers']}; git {run['git']}; {budget}.", "",
              markdown_table(["entry", "status", "seconds", "result"], body, "llrl"), "", "Commands:", ""]  # fmt: skip
@@ -1189,97 +923,70 @@ def markdown(result: dict, folder: Path) -> list[str]:
     return lines
 
 
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-
 def setting(text: str) -> tuple[str, object]:
-    """`--set key=value`: a measurement size, typed like its value in `SIZES["full"]` (lists: commas)."""
+    """`--set key=value`: a size, typed like its value in `gpu_entries.SIZES["full"]` (lists: commas)."""
     key, _, raw = text.partition("=")
-    if key not in SIZES["full"] or not raw:
-        raise argparse.ArgumentTypeError(
-            f"`--set key=value` with a key of {sorted(SIZES['full'])}, got {text!r}"
-        )
-    like = SIZES["full"][key]
-    return key, [int(v) for v in comma_list(raw)] if isinstance(like, list) else type(like)(raw)
+    if key not in spec.SIZES["full"] or not raw:
+        raise argparse.ArgumentTypeError(f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}")  # fmt: skip
+    like = spec.SIZES["full"][key]
+    return key, [int(v) for v in measure.comma_list(raw)] if isinstance(like, list) else type(like)(raw)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--sections", default="all", help=f"comma-separated sections of {SECTIONS}, or all")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--sections", default="all", help=f"comma-separated sections of {spec.SECTIONS}, or all")
     p.add_argument("--entries", default=None, help="only these entries, comma-separated (on-demand ones too)")
     p.add_argument("--budget_s", type=float, default=None,
                    help="wall-clock budget of the whole run: the entry running at its end is stopped, the later "
                    "ones are not run (default: none, each entry runs to its own limit)")  # fmt: skip
     p.add_argument("--output_dir", default="out/gpu")
-    p.add_argument(
-        "--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)"
-    )
-    p.add_argument(
-        "--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)"
-    )
-    p.add_argument("--device", choices=DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
-    group = p.add_argument_group(
-        "one measurement in this process (what the train, decode and encoders entries run)"
-    )
+    p.add_argument("--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)")  # fmt: skip
+    p.add_argument("--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)")  # fmt: skip
+    p.add_argument("--device", choices=measure.DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
+    group = p.add_argument_group("one measurement in this process (what the train, decode and encoders entries run)")  # fmt: skip
     group.add_argument("--measure", default=None, help=f"comma-separated subset of {MEASURED}")
     group.add_argument("--set", action="append", type=setting, default=[], metavar="KEY=VALUE",
                        help="a size of gpu_entries.SIZES (repeatable), e.g. gpt_batch=32 or decode_batches=1,8")  # fmt: skip
     group.add_argument("--no_compile", action="store_true", help="no torch.compile training rows")
-    group.add_argument(
-        "--compile_encoders", action="store_true", help="also compile BERT and T5 (minutes on a GPU)"
-    )
-    group.add_argument(
-        "--compile_backend", default=None, help="default: inductor (eager at smoke size on a CPU)"
-    )
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
 
 
 def selected_entries(sections: str, names: str | None) -> list[str]:
-    """`--entries` as given (in the table's order), else every entry of the sections but the on-demand ones."""
+    """`--entries` (in the table's order), else every entry of the sections but the on-demand ones."""
     if names:
-        wanted = set(comma_list(names))
-        if not wanted or wanted - set(ENTRIES):
-            raise ValueError(
-                f"`--entries`: {sorted(wanted - set(ENTRIES)) or names!r}; the entries: {', '.join(ENTRIES)}"
-            )
-        return [n for n in ENTRIES if n in wanted]
-    picked = SECTIONS if sections == "all" else comma_list(sections)
-    if not picked or set(picked) - set(SECTIONS):
-        raise ValueError(f"`--sections`: {sections!r}; the sections: {', '.join(SECTIONS)}, all")
-    return [n for n, e in ENTRIES.items() if e["section"] in picked and not e.get("on_demand")]
+        wanted = measure.parse_entries(names, spec.ENTRIES)
+        return [n for n in spec.ENTRIES if n in wanted]
+    picked = spec.SECTIONS if sections == "all" else measure.comma_list(sections)
+    if not picked or set(picked) - set(spec.SECTIONS):
+        raise ValueError(f"`--sections`: {sections!r}; the sections: {', '.join(spec.SECTIONS)}, all")
+    return [n for n, e in spec.ENTRIES.items() if e["section"] in picked and not e.get("on_demand")]
 
 
 def main_measure(args, parser, device: torch.device) -> int:
-    sections = comma_list(args.measure)
+    sections = measure.comma_list(args.measure)
     if not sections or set(sections) - set(MEASURED):
         parser.error(f"--measure: a comma-separated subset of {MEASURED}, got {args.measure!r}")
     if "head_loss" in sections and "gpt_train" not in sections:
         sections.insert(0, "gpt_train")  # its shares are of the training rows' step times
-    s = {**SIZES["smoke" if args.smoke else "full"], **dict(args.set)}
+    s = {**spec.SIZES["smoke" if args.smoke else "full"], **dict(args.set)}
     if s["gpt_seq"] > s["gpt_context"] or s["prompt_len"] + s["new_tokens"] > s["gpt_context"]:
-        parser.error(
-            "`gpt_seq` and `prompt_len` + `new_tokens` must fit in `gpt_context` (learned positions)."
-        )
+        parser.error("`gpt_seq` and `prompt_len` + `new_tokens` must fit in `gpt_context` (learned positions).")  # fmt: skip
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    backend = args.compile_backend or ("eager" if args.smoke and device.type == "cpu" else "inductor")
+    backend = "eager" if args.smoke and device.type == "cpu" else "inductor"
     note = ("Dynamo traces the models (graphs and graph breaks are real) but no code is generated: the compiled "
             "rows exercise the code path and say nothing about compiled speed") if backend == "eager" else None  # fmt: skip
     ctx = dict(
         settings=s, sections=sections, device=device, seed=args.seed, output_dir=Path(args.output_dir), checks={},
-        failures={}, compile=not args.no_compile, compile_encoders=args.compile_encoders, compile_backend=backend,
-        compile_note=note, smoke=args.smoke, command=command_line(__spec__.name if __spec__ else "benchmarks.gpu", args.argv),
-        environment=environment(torch.get_num_threads()), accelerator=accelerator_info(device),
+        failures={}, compile=not args.no_compile, compile_backend=backend,
+        compile_note=note, smoke=args.smoke, command=measure.command_line(__spec__.name if __spec__ else "benchmarks.gpu", args.argv),
+        environment=measure.environment(torch.get_num_threads()), accelerator=measure.accelerator_info(device),
         start=time.perf_counter(),
     )  # fmt: skip
-    m = measure(ctx)
+    m = run_measure(ctx)
     failed = [r["id"] for r in m["rows"] if r["status"] == "error"]
     if failed or not m["checks_ok"]:
         logger.error("Rows failed: %s; checks ok: %s (see %s).", failed, m["checks_ok"], args.output_dir)
@@ -1292,7 +999,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     try:
-        device = torch.device(resolve_device(args.device))
+        device = torch.device(measure.resolve_device(args.device))
         names = selected_entries(args.sections, args.entries)
     except ValueError as err:
         parser.error(str(err))
@@ -1308,18 +1015,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     ctx = {"out": out, "smoke": args.smoke, "nanogpt_dir": args.nanogpt_dir, "measurements": []}
-    import transformers
-
     run = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "smoke": args.smoke,
-           "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU", "torch": torch.__version__,
-           "transformers": transformers.__version__, "budget_s": args.budget_s,
+           "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU",
+           **measure.versions("torch", "transformers"), "budget_s": args.budget_s,
            "sections": args.entries or args.sections,
-           "git": git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown")}  # fmt: skip
+           "git": measure.git_revision(short=True, dirty_mark=" (uncommitted changes)", missing="unknown")}  # fmt: skip
 
     def write(rows: list[dict]) -> None:
-        write_results(
-            out, {"kind": "gpu", "runs": [{**run, "entries": rows}], "measurements": ctx["measurements"]}
-        )
+        write_results(out, {"kind": "gpu", "runs": [{**run, "entries": rows}], "measurements": ctx["measurements"]})  # fmt: skip
 
     rows = run_entries(names, ctx, args.budget_s, on_row=write)
     return 0 if all(r["status"] in ("ok", "skipped") for r in rows) else 1

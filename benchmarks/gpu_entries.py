@@ -1,5 +1,5 @@
 """What `benchmarks.gpu` runs, as data: the entries (one command each, grouped in sections), the
-sizes of its own measurements, and issue 13's targets.
+sizes of its own measurements, issue 13's targets, the rows of its measurements and their tables.
 
 An entry is `{section, argv, limit, reads}` and optionally `full` (flags added at full size),
 `smoke` (flags added at smoke size on the CPU, or None: not run there), `on_demand` (run only when `--entries` names it) and `nanogpt`
@@ -99,4 +99,56 @@ TARGETS = [
          "GPT2LMHeadModel dynamic cache (tokens identical to hf_lm's dynamic cache)", threshold=5.0, unit="x"),
     dict(key="static_decode_b1_loop", text="the same with hf_lm's decoding loop (`custom_generate=static_decode`)",
          threshold=5.0, unit="x"),
+]  # fmt: skip
+
+# --- the rows of `--measure`, and its README's tables ---
+GPT_IMPLS = ("hf_lm", "transformers", "nanogpt")
+IMPL_NAMES = {
+    "hf_lm": "hf_lm",
+    "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
+    "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
+    "transformers": "transformers",
+    "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
+}
+# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
+# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
+DECODE_ROWS = {
+    "hf_lm/dynamic": dict(static=False, compiled=False),
+    "hf_lm/static": dict(static=True, compiled=False),
+    "hf_lm/static_compiled": dict(static=True, compiled=True),
+    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
+    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
+    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
+    "transformers/dynamic": dict(static=False, compiled=False),
+    "transformers/static_compiled": dict(static=True, compiled=True),
+}
+SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
+TRAIN_KEYS = ["hf_lm/eager", "transformers/eager", "nanogpt/eager", "hf_lm_unpadded/eager"]
+PLAN = [  # (row id prefix, section, workload, unit, implementation/mode of each row)
+    ("gpt2_train", "gpt_train", "GPT-2 training step", "tok/s",
+     TRAIN_KEYS + [f"{i}/compiled" for i in GPT_IMPLS]),
+    ("gpt2_head_loss", "head_loss", "GPT-2 lm head + cross-entropy fwd+bwd", "s",
+     ["hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"]),
+    ("bert_train", "encoders", "BERT masked-LM training step", "pos/s",
+     ["hf_lm/eager", "hf_lm_sparse/eager", "transformers/eager"]),
+    ("t5_train", "encoders", "T5 training step", "tok/s",
+     ["hf_lm/eager", "transformers/eager"]),
+]  # fmt: skip
+# where a compiled decoding call's host time goes: (file suffix or None, function names) in cProfile
+HOST_PARTS = {
+    "prepare_inputs_for_generation": (None, ("prepare_inputs_for_generation",)),
+    "compiled forward": ("eval_frame.py", ("compile_wrapper", "_fn")),  # torch.compile's wrapper
+    "update_model_kwargs": (None, ("_update_model_kwargs_for_generation",)),
+    "logits processors": ("logits_process.py", ("__call__",)),
+    "stopping criteria": ("stopping_criteria.py", ("__call__",)),
+}
+
+TABLES = [  # (title, row id prefixes, columns)
+    ("Training steps (forward + backward + AdamW, bf16 autocast)", ("gpt2_train", "bert_train", "t5_train"),
+     ["workload", "implementation", "mode", "throughput", "ms", "MFU", "peak GPU MiB", "first call s", "torch.compile", "status"]),
+    ("GPT-2 lm head + cross-entropy (forward + backward) against the whole training step", ("gpt2_head_loss",),
+     ["implementation", "mode", "ms", "whole step ms", "share of step", "status"]),
+    ("Decoding (prefill included): greedy, but the `_sample` rows (top-k 50); same tokens: a greedy static row's "
+     "equal the dynamic cache's, the two `_sample` rows' (one seed) each other's", ("gpt2_decode",),
+     ["workload", "implementation", "mode", "throughput", "ms", "same tokens", "torch.compile", "first call s", "status"]),
 ]  # fmt: skip

@@ -1,26 +1,10 @@
-"""What the benchmarks measure with, one version of each (the speed runner, the GPU runner, the leaderboards).
-
-- The machine and the software: `available_cores`, `cpu_model`, `load_average`, `versions`,
-  `git_revision`, `environment`, `environment_line`.
-- The device: `resolve_device` (auto/cuda/cpu), `device_synchronizer` (wait for queued GPU work
-  before reading a clock), `accelerator_info`, and `alternating_rounds`, the GPU's A/B timing loop.
-- A/B timing on a CPU: `time_alternating` (the sides alternate round by round; wall and CPU time,
-  page faults), `summarize`, `Contention` and `wait_for_idle` (other processes' load, from Linux
-  PSI), `make_train_step`, `ratio`, `error_text`.
-- Peak memory, measured in a fresh process: `rss_bytes`, `reset_peak_rss`, `peak_rss_bytes`,
-  `trim_heap`, `measure_peak_rss`, `tensor_bytes`, `run_json_worker`, `run_process`.
-- FLOPs, the two halves of MFU: `count_flops`, `count_train_step_flops`,
-  `analytic_decoder_train_flops`, `measure_peak_flops`.
-- Command lines: `comma_list`, `parse_entries`, `resolve`, `preset_table`, `add_preset_options`,
-  `command_line`.
-
-Only the standard library is imported at module level (torch inside the helpers that need it), so
-that light parent processes stay light.
+"""What the benchmarks measure with, one version of each (speed, GPU and leaderboard runners): the
+machine, A/B timing, peak memory in a fresh process, FLOPs (MFU), command lines. Only the standard
+library is imported at module level (torch inside the helpers), so that parent processes stay light.
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib
 import json
@@ -39,9 +23,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# --------------------------------------------------------------------------------------------
-# The machine and the software
-# --------------------------------------------------------------------------------------------
+# --- The machine and the software ---
 
 
 def available_cores() -> int:
@@ -82,13 +64,8 @@ def versions(*packages: str) -> dict[str, str]:
 
 
 def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str | None = None) -> str | None:
-    """The repository's HEAD commit, with `dirty_mark` appended when tracked files have changes.
-
-    Args:
-        short: the abbreviated hash (`git rev-parse --short HEAD`) instead of the full one.
-        dirty_mark: appended when `git status` lists uncommitted changes to tracked files.
-        missing: what to return where git or the repository cannot be read.
-    """
+    """HEAD's commit (abbreviated with `short`), `dirty_mark` appended when tracked files changed;
+    `missing` where git or the repository cannot be read."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -103,19 +80,13 @@ def git_revision(short: bool = False, dirty_mark: str = "+dirty", missing: str |
     return head + (dirty_mark if dirty else "")
 
 
-# --------------------------------------------------------------------------------------------
-# The device: GPU or CPU
-# --------------------------------------------------------------------------------------------
+# --- The device: GPU or CPU ---
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 
 
 def resolve_device(name: str) -> str:
-    """ "auto" -> "cuda" when a CUDA GPU is visible, else "cpu"; "cuda" and "cpu" are returned as given.
-
-    Raises:
-        ValueError: for another name, or "cuda" where torch sees no CUDA GPU.
-    """
+    """ "auto" -> "cuda" when a CUDA GPU is visible, else "cpu"; ValueError for another name or an absent GPU."""
     import torch
 
     if name not in DEVICE_CHOICES:
@@ -130,11 +101,8 @@ def resolve_device(name: str) -> str:
 
 
 def device_synchronizer(device) -> Callable[[], None]:
-    """A no-argument function that waits until the work queued on `device` is done.
-
-    GPU kernels run asynchronously: a clock read right after a call measures the launches, not the
-    work. Timers call this before each clock read. On a CPU it does nothing.
-    """
+    """A function that waits for the work queued on `device` (GPU kernels run asynchronously: timers
+    call it before each clock read); on a CPU it does nothing."""
     import torch
 
     device = torch.device(device)
@@ -177,17 +145,12 @@ def alternating_rounds(
     return {name: s["wall_s"] for name, s in time_alternating(fns, rounds, reps, warmup, synchronize).items()}
 
 
-# --------------------------------------------------------------------------------------------
-# A/B timing on a CPU: contention, CPU time, summaries
-# --------------------------------------------------------------------------------------------
+# --- A/B timing on a CPU: contention, CPU time, summaries ---
 
 
 def cpu_pressure() -> dict | None:
-    """Linux PSI for the CPU: `some` = share of time at least one runnable task waited for a CPU.
-
-    On an otherwise idle machine a run with threads == cores keeps it near 0; anything else running
-    (other jobs, test suites) shows up here, and it distorts timings, OpenMP-threaded ones badly.
-    """
+    """Linux PSI for the CPU (`some`: the share of time a runnable task waited for a CPU); anything
+    else running shows up here, and it distorts timings, OpenMP-threaded ones badly."""
     try:
         line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
     except (OSError, IndexError):
@@ -255,14 +218,6 @@ def environment(threads: int) -> dict:
     }
 
 
-def environment_line(env: dict) -> str:
-    """The line an A/B benchmark prints first: versions, threads and CPU."""
-    return (
-        f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
-        f"{env['cpu_model']} ({env['cpu_capability']})"
-    )
-
-
 def time_alternating(
     fns: Mapping[str, Callable[[], object]],
     rounds: int,
@@ -271,15 +226,10 @@ def time_alternating(
     synchronize: Callable[[], None] = lambda: None,
     stop: Callable[[int], bool] = lambda r: False,
 ) -> dict:
-    """Per call of each function, one sample per round, the order reversed every round: wall
-    seconds, and this process's user/system CPU seconds and minor page faults (getrusage).
-
-    `warmup` calls of each function first (untimed). A sample is `reps` back-to-back calls between
-    two clock reads, each preceded by `synchronize()` (`device_synchronizer`): queued GPU work is
-    waited for once per sample, not after every call, so a GPU is kept busy as in training. On a
-    shared CPU the work a side does (its CPU time) is steadier than its wall time, and page faults
-    show a side that allocates more per call. `stop(r)` true ends the rounds before round r.
-    """
+    """Per call of each function, one sample per round (`reps` calls between two clock reads, each
+    read after `synchronize()`), the order reversed every round after `warmup` untimed calls each:
+    wall seconds, this process's user/system CPU seconds and minor page faults (getrusage). `stop(r)`
+    true ends the rounds before round r."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -308,9 +258,8 @@ def time_alternating(
 
 
 def summarize(samples: dict, units_per_call: float) -> dict:
-    """Median, min and max seconds per call, throughput (`units_per_call` / median), median CPU
-    times (user, sys, and their sum: on a shared machine the work a side does is steadier than its
-    wall time) and page faults of one side's `time_alternating` samples."""
+    """Median, min, max seconds per call, throughput (`units_per_call` / median), median CPU times
+    and page faults of one side's `time_alternating` samples."""
     wall = samples["wall_s"]
     med = statistics.median(wall)
     return {
@@ -358,9 +307,7 @@ def error_text(err: BaseException) -> str:
     return " ".join(line.strip() for line in lines[:3])[:400]
 
 
-# --------------------------------------------------------------------------------------------
-# Peak memory, measured in a fresh process
-# --------------------------------------------------------------------------------------------
+# --- Peak memory, measured in a fresh process ---
 
 
 def rss_bytes() -> int:
@@ -389,12 +336,8 @@ def peak_rss_bytes(reset_ok: bool) -> int:
 
 
 def trim_heap() -> bool:
-    """Hand the allocator's free memory back to the kernel (glibc `malloc_trim(0)`).
-
-    Where a model is built by converting another one that is then dropped, the dead model's pages
-    otherwise stay resident: they raise the baseline by the size of a model and are reused by the
-    workload, so its peak *above baseline* reads too low.
-    """
+    """Hand the allocator's free memory back to the kernel (glibc `malloc_trim(0)`): a dropped model's
+    pages would otherwise stay resident and be reused by the workload, whose peak above baseline then reads too low."""
     try:
         import ctypes
 
@@ -405,15 +348,9 @@ def trim_heap() -> bool:
 
 
 def measure_peak_rss(fn: Callable[[], object], calls: int, trim: bool = False) -> dict:
-    """The peak RSS of `calls` calls of `fn`, above the RSS this process had just before them.
-
-    Collects garbage (with `trim`, also hands the freed heap back: `trim_heap`), reads the RSS,
-    resets the kernel's peak counter, runs the workload and reads the peak.
-
-    Returns:
-        `baseline_rss_bytes`, `peak_rss_bytes`, `peak_rss_delta_bytes`, `peak_method`, and with
-        `trim`, `heap_trimmed` (whether the trim worked).
-    """
+    """The peak RSS of `calls` calls of `fn` above the RSS just before them (garbage collected first;
+    with `trim`, `trim_heap` too): `baseline_rss_bytes`, `peak_rss_bytes`, `peak_rss_delta_bytes`,
+    `peak_method`, and with `trim` `heap_trimmed`."""
     gc.collect()
     trimmed = trim_heap() if trim else None
     base = rss_bytes()
@@ -433,11 +370,8 @@ def measure_peak_rss(fn: Callable[[], object], calls: int, trim: bool = False) -
 
 
 def run_json_worker(cmd: list[str], what: str, timeout: float | None = None) -> dict:
-    """Run a worker process (offline) that prints its result as JSON on its last stdout line.
-
-    Raises:
-        RuntimeError: naming `what`, with the end of the worker's stderr, if it exits non-zero.
-    """
+    """Run a worker process (offline) that prints its result as JSON on its last stdout line;
+    RuntimeError naming `what`, with the end of its stderr, if it fails."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.run(  # from the repository root, where `python -m benchmarks.<script>` is found
         cmd, cwd=REPO_ROOT, capture_output=True, text=True, env=env, check=False, timeout=timeout
@@ -460,13 +394,8 @@ def tensor_bytes(tensors) -> int:
 
 
 def run_process(cmd: list[str], log_path: Path, timeout: float, env: Mapping[str, str] | None = None) -> dict:
-    """Run `cmd` from the repository root in its own session, output to `log_path`; on timeout the
-    whole group is killed (a benchmark may start subprocesses of its own).
-
-    Returns:
-        `command`, `log`, `wall_s`, and `error`: None, or the exit status with the log's most
-        telling line, or the timeout.
-    """
+    """Run `cmd` from the repository root in its own session, output to `log_path` (on timeout the whole
+    group is killed): `command`, `log`, `wall_s`, `error` (None, the exit status and the log's telling line, or the timeout)."""
     t0 = time.perf_counter()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
     with open(log_path, "w") as log:
@@ -499,9 +428,7 @@ def last_error_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-# --------------------------------------------------------------------------------------------
-# FLOPs: one training step's (counted), the machine's peak (measured); MFU is their quotient
-# --------------------------------------------------------------------------------------------
+# --- FLOPs: one training step's (counted), the machine's peak (measured); MFU is their quotient ---
 # Model FLOP/s utilization (PaLM, Chowdhery et al. 2022, appendix B) counts only the model's matrix
 # multiplications. FlopCounterMode has no formula for CPU's fused attention kernel
 # (`aten._scaled_dot_product_flash_attention_for_cpu`, which `F.scaled_dot_product_attention` runs on
@@ -540,13 +467,8 @@ def count_flops(fn: Callable[[], object]) -> dict:
 
 
 def count_train_step_flops(model, batch: dict) -> dict:
-    """FLOPs of one training step's forward (with labels) + backward; the optimizer is not counted.
-
-    Gradients are cleared afterwards and no optimizer step is taken, so the model is left as it was.
-
-    Returns:
-        `count_flops`'s dict plus `"counted"`, a one-line statement of what is included.
-    """
+    """FLOPs of one training step's forward (with labels) + backward, not the optimizer's (`count_flops`'s
+    dict plus `"counted"`); the gradients are cleared afterwards, the model left as it was."""
     was_training = model.training
     model.train()
     result = count_flops(lambda: model(**batch).loss.backward())
@@ -562,22 +484,9 @@ def count_train_step_flops(model, batch: dict) -> dict:
 def analytic_decoder_train_flops(
     matmul_params: int, num_layers: int, hidden_size: int, batch: int, seq: int, fused_attention: bool = True
 ) -> int:
-    """Forward + backward FLOPs of a decoder-only Transformer as FlopCounterMode counts them.
-
-    Weights: every weight inside a matmul does one multiply-add per token in the forward (2 N per
-    token) and two in the backward (6 N per token; Kaplan et al. 2020, table 1). Attention, per
-    layer and sequence, at full T x T: the forward's Q K^T and (scores) V are two matmuls of 2 T^2 d
-    each; an eager backward takes two matmuls per forward matmul (12 T^2 d in all, PaLM's 12 L d
-    T^2); the fused CPU kernel's backward recomputes Q K^T first (14 T^2 d in all).
-
-    Args:
-        matmul_params: weights that enter a matmul (no embedding lookups, norms or biases); a tied lm
-            head counts once more here, since it is a matmul of its own.
-        fused_attention: the model runs `F.scaled_dot_product_attention` (14) rather than eager (12).
-
-    Returns:
-        6 N B T + (14 or 12) L d B T^2.
-    """
+    """Forward + backward FLOPs of a decoder-only Transformer as FlopCounterMode counts them:
+    6 N B T (N: weights inside matmuls, a tied lm head once more; Kaplan et al. 2020) + 14 L d B T^2
+    for attention at full T x T (the fused CPU kernel's backward recomputes Q K^T; eager: 12, PaLM's)."""
     attention = 14 if fused_attention else 12
     return 6 * matmul_params * batch * seq + attention * num_layers * hidden_size * batch * seq * seq
 
@@ -591,15 +500,9 @@ def measure_peak_flops(
     seed: int = 0,
     device="cpu",
 ) -> dict:
-    """The best FLOP/s of square `torch.mm` (2 n^3 FLOPs each) over `sizes` on `device` in `dtype`
-    (default fp32; bf16 for a GPU's tensor cores). A CPU has no datasheet number a PyTorch matmul
-    reaches, so the peak is measured: each size is warmed up, the multiplications per sample are
-    calibrated so that a sample lasts at least `min_time` seconds, and the best of `repeats` samples
-    counts (the best, not the median: a shared machine only ever makes a sample slower).
-
-    Raises:
-        ValueError: for an empty `sizes`, a size below 1 or `repeats` below 1.
-    """
+    """The best FLOP/s of square `torch.mm` (2 n^3 FLOPs) over `sizes` on `device` in `dtype` (default
+    fp32): each size warmed up, a sample calibrated to last `min_time` s, the best of `repeats` samples
+    (a shared machine only ever makes a sample slower). ValueError for empty sizes or repeats < 1."""
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
@@ -643,9 +546,7 @@ def measure_peak_flops(
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Command lines
-# --------------------------------------------------------------------------------------------
+# --- Command lines ---
 
 
 def comma_list(text: str) -> list[str]:
@@ -662,41 +563,6 @@ def parse_entries(value: str | None, known: Mapping) -> list[str]:
     if unknown or not names:
         raise ValueError(f"`--entries`: unknown {unknown}; choose from {list(known)} (comma-separated).")
     return list(dict.fromkeys(names))
-
-
-def resolve(args, preset: dict) -> dict:
-    """The preset's settings with every command-line flag that was given (not None) on top."""
-    return {
-        key: getattr(args, key) if getattr(args, key, None) is not None else value
-        for key, value in preset.items()
-    }
-
-
-def preset_table(rows: Mapping[str, tuple]) -> tuple[dict[str, dict], dict[str, str]]:
-    """A leaderboard's presets and their help from one table, a row per setting:
-    `{name: (full value, smoke value, help)}` -> `({"full": {...}, "smoke": {...}}, {name: help})`."""
-    presets = {
-        "full": {name: full for name, (full, _, _) in rows.items()},
-        "smoke": {name: smoke for name, (_, smoke, _) in rows.items()},
-    }
-    return presets, {name: text for name, (_, _, text) in rows.items()}
-
-
-def add_preset_options(parser: argparse.ArgumentParser, presets: dict, helps: dict[str, str]) -> None:
-    """A `--key` option for every setting in `helps`, typed like the value in `presets["full"]`, in
-    a group of their own; absent from the parsed arguments unless given, so that `resolve` takes
-    the preset's value. The help names both presets' values (`"full"` and `"smoke"`)."""
-    full, smoke = presets["full"], presets["smoke"]
-    group = parser.add_argument_group(
-        "settings (default: the full preset's value, or the smoke preset's with --smoke)"
-    )
-    for key, text in helps.items():
-        group.add_argument(
-            f"--{key}",
-            type=type(full[key]) if full[key] is not None else int,
-            default=argparse.SUPPRESS,
-            help=f"{text} (full: {full[key]}; smoke: {smoke[key]}).",
-        )
 
 
 def command_line(module: str, argv: list[str] | None = None) -> str:

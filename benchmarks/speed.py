@@ -1,30 +1,12 @@
 """The speed runner: hf_lm measured against transformers' reference (or against itself), one entry
-of `benchmarks.speed_entries.ENTRIES` at a time, each in a fresh process.
+of `benchmarks.speed_entries.ENTRIES` at a time, each in a fresh process (its log in the output
+folder's logs/; a failure is recorded and the others go on). How it measures and what each entry
+measures: docs/benchmarks.md ("How the speed runner measures").
 
     python -m benchmarks.speed                                   # the suite: every family, peak, compile
     python -m benchmarks.speed --smoke --output_dir out/smoke    # tiny models: the plumbing, in a minute
-    python -m benchmarks.speed --entries gpt2,llama --threads 1
     python -m benchmarks.speed --entries sparse --set contexts=1024,4096,8192 --output_dir benchmarks/results/sparse
     python -m benchmarks.speed --list                            # the entries and their options
-
-An entry is data: what it measures, its options (a full run's and `--smoke`'s), and the functions
-that run it and report it. Options of the selected entries can be changed with `--set key=value`
-(typed like the entry's value; a list is comma-separated). Every entry runs in a process of its own
-(no entry inherits another's heap, thread pool or warm caches), its log in the output folder's logs/; a
-failure is recorded and the others go on. The output folder gets `results.json` (kind "speed": the
-machine, the command, each entry's options and numbers) and `README.md`, its rendering
-(`markdown`), followed by the folder's `notes.md` if there is one.
-
-How the A/B entries measure: the sides compute the same function (the reference built from a
-seed, converted by `hf_lm.convert.from_transformers`) and are checked to agree before timing; they
-alternate round by round in one process after warm-up (the order reversed every round), each
-figure the median over rounds; every sample records wall time, this process's user/system CPU time
-and page faults; the CPU contention of each phase (Linux PSI) is recorded. Memory: each side and
-workload in a fresh process, the peak RSS above the RSS just before the workload (VmHWM reset via
-/proc/self/clear_refs). MFU (with the `peak` entry): the reference's training FLOPs per step
-(forward + backward, FlopCounterMode; AdamW timed, not counted) / median step time / measured peak,
-the same FLOPs for every side (a side that skips work, such as hf_lm's sparse BERT head, gets the
-credit); HFU uses each side's own FLOPs.
 """
 
 from __future__ import annotations
@@ -45,7 +27,6 @@ from .measure import (
     available_cores,
     comma_list,
     environment,
-    environment_line,
     git_revision,
     parse_entries,
     run_process,
@@ -228,7 +209,8 @@ def markdown(result: dict, folder: Path) -> list[str]:
     when = [result["date"]] if result.get("date") else []
     if env:
         when += [
-            f"{environment_line(env)}, {env['cores_available']} cores available",
+            f"torch {env['torch']}, transformers {env['transformers']}, {env['threads']} threads, "
+            f"{env['cpu_model']} ({env['cpu_capability']}), {env['cores_available']} cores available",
             f"Python {env['python']}",
         ]
     if result.get("git"):

@@ -1,28 +1,6 @@
-"""The speed runner's entries (`benchmarks.speed`), and the model pairs the A/B entries measure.
-
-A pair is a transformers reference built from a seed and hf_lm's model converted from it
-(`hf_lm.convert.from_transformers`), so both sides compute the same function with the same
-weights; the GPU runner builds the same pairs.
-
-- `gpt2`, `llama`: hf_lm's GPT against `GPT2LMHeadModel` (6 layers, hidden 384, 6 heads, context
-  256, vocab 8192, tanh-GELU `gelu_new`, tied) or `LlamaForCausalLM` (the same sizes; RoPE, RMSNorm,
-  SwiGLU of width 1024, grouped-query attention with half the heads, untied): training tokens/s
-  (forward with labels + backward + AdamW + zero_grad), cached greedy `generate()` at batch 1 and 8
-  (prefill included), memory of training and of a batch-8 generation.
-- `bert`: against `BertForMaskedLM` (4 layers, hidden 256, BERT's vocabulary, post-norm, tied, exact
-  GELU), hf_lm measured twice: `hf_lm` (the reference's computation) and `hf_lm_sparse`
-  (`sparse_prediction=True`: the head on the labelled positions only). Masked-LM batches as BERT's
-  collator makes them (half the rows right-padded, 15% labelled, 80/10/10). Training positions/s,
-  eval forward (full logits), memory. Sanity: logits and the first two losses within `tolerance`.
-- `t5`, `bart`: against `T5ForConditionalGeneration` (v1.0) and `BartForConditionalGeneration`
-  (d_model 256, 4 + 4 layers, vocab 32,000): training tokens/s (source + target), greedy and beam
-  generation at batch 1 and `gen_batch` (encoder included), memory (after `malloc_trim`, see
-  `measure.trim_heap`). BART's `forced_eos_token_id` is off on both sides: with
-  `min_new_tokens == max_new_tokens` it would fight the minimum-length processor.
-- `compile`: eager against `torch.compile` (inductor; the smoke run's aot_eager traces without
-  code generation) of hf_lm's GPT-2-shaped model: training step and forward, compile time, breaks.
-- `peak`: the machine's peak matmul FLOP/s (`measure.measure_peak_flops`), MFU's denominator.
-- `sparse`, `flex`, `ngram`, `serve`, `cleaning` (`speed_workloads`), `fsdp` (`speed_fsdp`).
+"""The speed runner's entries (`benchmarks.speed`) and the model pairs the A/B entries measure: a
+transformers reference built from a seed and hf_lm's model converted from it. What each entry
+measures: docs/benchmarks.md ("How the speed runner measures").
 """
 
 from __future__ import annotations
@@ -64,9 +42,7 @@ PAD_ID, CLS_ID, SEP_ID, MASK_ID, FIRST_WORD_ID = 0, 101, 102, 103, 1000
 SEQ2SEQ_FIRST_WORD_ID = 3
 
 
-# --------------------------------------------------------------------------------------------
-# The pairs and their inputs
-# --------------------------------------------------------------------------------------------
+# --- The pairs and their inputs ---
 
 
 def random_ids(batch: int, seq: int, vocab: int, seed: int, low: int = 0):
@@ -209,7 +185,8 @@ def build_seq2seq_reference(family: str, o):
     torch.manual_seed(o.seed)
     cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
     model = cls._from_config(seq2seq_reference_config(family, o), attn_implementation="sdpa")
-    model.generation_config.forced_eos_token_id = None  # see the module docstring
+    # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
+    model.generation_config.forced_eos_token_id = None
     return model.train()
 
 
@@ -233,9 +210,7 @@ def seq2seq_train_batch(o, seed: int) -> dict:
     }
 
 
-# --------------------------------------------------------------------------------------------
-# Each family's sides, batches, workloads and sanity checks
-# --------------------------------------------------------------------------------------------
+# --- Each family's sides, batches, workloads and sanity checks ---
 
 
 def kind(family: str) -> str:
@@ -368,9 +343,7 @@ def sanity(family: str, o) -> dict:
     return result
 
 
-# --------------------------------------------------------------------------------------------
-# An A/B entry: sanity, FLOPs, the timed phases, memory in fresh processes
-# --------------------------------------------------------------------------------------------
+# --- An A/B entry: sanity, FLOPs, the timed phases, memory in fresh processes ---
 
 
 def timed_phase(fns: dict, o, reps: int, units: float, contention: dict, key: str) -> dict:
@@ -476,11 +449,9 @@ MEMORY_WORKLOADS = {"gpt": "generate", "bert": "infer", "seq2seq": "generate"}
 
 def memory_worker(o, side: str, workload: str) -> dict:
     """In a fresh process: the parameter bytes, then the peak RSS above the pre-workload RSS of
-    `memory_steps` training steps (with the AdamW state's bytes) or of one call of the other
-    workload: a batch-8 greedy generation (GPT), an eval forward (BERT), a beam search at
-    `gen_batch` (T5, BART). The seq2seq hf_lm side is converted from a reference that is then
-    dropped: the heap is trimmed first, or the dead model's pages would be reused and its peak above
-    baseline read tens of MiB too low."""
+    `memory_steps` training steps (and the AdamW state's bytes) or of one batch-8 greedy generation
+    (GPT), eval forward (BERT) or beam search at `gen_batch` (T5, BART; heap trimmed first: the
+    reference it was converted from is dropped)."""
     import torch
 
     torch.set_num_threads(o.threads)
@@ -531,11 +502,9 @@ def measure_memory(o, metrics: dict) -> dict:
 
 
 def profile_pair(o) -> None:
-    """Where the time goes, written to the folder `o.profile`: per side, torch.profiler tables of one
-    training step and of the first other workload (with the share of self CPU time spent on tensors
-    with a vocabulary-sized dimension: the head, its loss and its AdamW update) and a cProfile of
-    the latter (Python overhead, per call); per workload, the operators whose self CPU time differs
-    most between hf_lm and the reference."""
+    """Where the time goes, in the folder `o.profile`: per side, profiler tables of a training step and
+    of the first other workload (with the self CPU time on vocabulary-sized tensors), a cProfile of the
+    latter, and per workload the operators whose self CPU time differs most between the sides."""
     import cProfile
     import io
     import pstats
@@ -594,9 +563,7 @@ def op_diff_table(averages: dict, rows: int = 25) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --------------------------------------------------------------------------------------------
-# torch.compile and the peak
-# --------------------------------------------------------------------------------------------
+# --- torch.compile and the peak ---
 
 
 def run_compile(o) -> dict:
@@ -663,9 +630,7 @@ def peak_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# Reports
-# --------------------------------------------------------------------------------------------
+# --- Reports ---
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -816,9 +781,7 @@ def compile_report(data: dict, result: dict) -> list[str]:
     return lines + [""]
 
 
-# --------------------------------------------------------------------------------------------
-# The entries
-# --------------------------------------------------------------------------------------------
+# --- The entries ---
 
 TIMING = {"rounds": 7, "warmup": 2, "train_reps": 2, "memory_steps": 3}
 SMOKE_TIMING = {"rounds": 2, "warmup": 1, "train_reps": 1, "memory_steps": 2, "tolerance": 1e-3}

@@ -1,49 +1,26 @@
-"""The speed runner's `fsdp` entry: FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo),
-at 2 and 4 processes: the memory each process holds by component, the step time, and the largest
-GPT each trains in a memory budget per process.
-
-Both engines train the same GPT (same initial weights, same batches) with the loop's optimizer and
-step (forward, backward, `training.sharding.clip_grad_norm`, AdamW, `zero_grad`): DDP with
-accelerate's defaults (25 MiB buckets, gradients not bucket views), FSDP2 as
-`training.sharding.shard_model` with `requested_plugin("full_shard")` (a unit per block, then the
-root), fp32. The GPTs are one family, shape k: k layers of width 64k (k heads of 64, MLP 4x); the
-reference is `size` (8: 29.5M parameters).
-
-1. Memory, by accounting tensors (a CPU has no allocator statistics): every component (`COMPONENTS`)
-   is sampled at each tensor autograd saves and releases, at each gradient accumulated, after the
-   backward and after the optimizer step, during a step after a warm-up step; bytes of distinct
-   storages. Each component's peak, their sum (the budget's criterion), the sampled total's peak;
-   cross-checks: torch's allocator peak (the profiler's allocation events) and the peak RSS. What
-   each component holds and what is not counted: `benchmarks/results/fsdp/notes.md`.
-2. Step time: both engines in the same processes, steps alternating (order reversed every round);
-   a step's time is the slowest process's; the losses of the two sides compared step by step.
-3. The largest GPT in `budget_mib`: each measured component scaled to shape k by what it grows
-   with (`part_scale`), the largest k predicted to fit built (FSDP2: on the meta device, sharded,
-   materialized shard by shard) and measured; if it exceeds the budget, the next smaller k.
-
-Every measurement is a launch of the speed runner on N processes (`torchrun --standalone
---nproc_per_node N -m benchmarks.speed --_worker fsdp memory|timing ...`).
+"""The speed runner's `fsdp` entry: FSDP2 (`--fsdp full_shard`) against DDP on CPU processes (gloo):
+memory per process by component, step time, and the largest GPT each trains in a memory budget per
+process. What is measured and how: `benchmarks/results/fsdp/notes.md`. Every measurement is a torchrun
+launch of `python -m benchmarks.speed --_worker fsdp memory ENGINE|timing`.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from .measure import (
-    REPO_ROOT,
     Contention,
     peak_rss_bytes,
     reset_peak_rss,
     rss_bytes,
+    run_process,
     trim_heap,
     wait_for_idle,
 )
@@ -52,35 +29,15 @@ from .speed import Entry
 
 ENGINES = ("ddp", "fsdp")
 ENGINE_NAMES = {"ddp": "DDP", "fsdp": "FSDP2 full_shard"}
-COMPONENTS = (
-    "parameters",
-    "gradients",
-    "ddp_buckets",
-    "optimizer_state",
-    "activations",
-    "gathered_parameters",
-    "unsharded_gradients",
-)
-COLUMN_NAMES = {
-    "parameters": "params",
-    "gradients": "grads",
-    "ddp_buckets": "DDP buckets",
-    "optimizer_state": "AdamW state",
-    "activations": "activations",
-    "gathered_parameters": "gathered params",
-    "unsharded_gradients": "unsharded grads",
-}
+# component -> its column in the memory table
+COMPONENTS = {"parameters": "params", "gradients": "grads", "ddp_buckets": "DDP buckets",
+              "optimizer_state": "AdamW state", "activations": "activations",
+              "gathered_parameters": "gathered params", "unsharded_gradients": "unsharded grads"}  # fmt: skip
 MIB = 2**20
 LAUNCH_TIMEOUT_S = 600
-GPU_NOTE = (
-    "GPU figures are not measured yet: FSDP2 on one GPU with bf16 mixed precision and `torch.compile` "
-    "against DDP (throughput), and FSDP2 against DDP on several GPUs (NCCL)."
-)
 
 
-# --------------------------------------------------------------------------------------------
-# Accounting: storages, saved tensors, sampled components
-# --------------------------------------------------------------------------------------------
+# --- Accounting: storages, saved tensors, sampled components ---
 
 
 def local_tensor(t):
@@ -120,18 +77,10 @@ class _Saved:
 
 
 class SavedTensorCounter:
-    """The bytes of the tensors autograd saves for the backward, live at each moment.
-
-    Installed by `hooks()` (`torch.autograd.graph.saved_tensors_hooks`): a storage counts from the
-    first op that saves a view of it until the last such view is released by the backward, once
-    however many ops save it; storages for which `excluded(key)` is true (parameters, counted
-    elsewhere) are not counted. Each storage is filed under `category(tensor)` at its first save.
-
-    Args:
-        excluded: `storage_key -> bool`.
-        category: `tensor -> str`.
-        on_change: called after every count that changes (to sample the other components then).
-    """
+    """The bytes of the tensors autograd saves for the backward, live at each moment (`hooks()`): a
+    storage counts once from its first save until the backward releases its last saved view, filed
+    under `category(tensor)`; storages with `excluded(key)` (parameters) are left out; `on_change` is
+    called after every change."""
 
     def __init__(
         self,
@@ -220,9 +169,7 @@ class MemoryMeter:
         }
 
 
-# --------------------------------------------------------------------------------------------
-# The GPT family and the cost model
-# --------------------------------------------------------------------------------------------
+# --- The GPT family and the cost model ---
 
 
 def family_config(k: int, vocab: int, block: int) -> dict:
@@ -321,9 +268,7 @@ def worst_process(per_rank: list[dict]) -> dict:
     return worst
 
 
-# --------------------------------------------------------------------------------------------
-# One process of a launch: building, measuring, timing
-# --------------------------------------------------------------------------------------------
+# --- One process of a launch: building, measuring, timing ---
 
 
 def train_args():
@@ -352,12 +297,8 @@ def init_local_(model) -> None:
 
 
 def build_engine(engine: str, config: Mapping, seed: int, meta: bool = False):
-    """The GPT of `config` wrapped by `engine` on this process, and the loop's AdamW.
-
-    Args:
-        meta: FSDP2 only: build on the meta device, shard, then materialize the shards (no process
-            ever holds the whole model), as a model too large for one process must be built.
-    """
+    """The GPT of `config` wrapped by `engine` on this process, and the loop's AdamW; `meta` (FSDP2):
+    built on the meta device, sharded, materialized shard by shard, as a model too large for one process."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -435,28 +376,21 @@ def fsdp_params(model) -> list[tuple[str, object]]:
     return found
 
 
-def _gathered(fsdp: list[tuple[str, object]]) -> dict[str, int]:
-    """The unsharded parameters FSDP2 holds now (storages freed after resharding hold 0 bytes)."""
+def _unsharded(fsdp: list[tuple[str, object]], tensors: Callable) -> dict[str, int]:
+    """Per unit, the bytes of `tensors(fsdp_param)` FSDP2 holds now (freed storages hold 0 bytes)."""
     return {
-        unit: storage_bytes(
-            t
-            for u, fp in fsdp
-            if u == unit
-            for t in [*fp.all_gather_outputs, getattr(fp, "_unsharded_param", None)]
-        )
+        unit: storage_bytes(t for u, fp in fsdp if u == unit for t in tensors(fp))
         for unit in ("root", "blocks")
     }
 
 
-def _unsharded_grads(fsdp: list[tuple[str, object]]) -> dict[str, int]:
-    def grads(fp):
-        param = getattr(fp, "_unsharded_param", None)
-        return [None if param is None else param.grad, fp.unsharded_accumulated_grad]
+def _gathered_tensors(fp) -> list:
+    return [*fp.all_gather_outputs, getattr(fp, "_unsharded_param", None)]
 
-    return {
-        unit: storage_bytes(t for u, fp in fsdp if u == unit for t in grads(fp))
-        for unit in ("root", "blocks")
-    }
+
+def _unsharded_grad_tensors(fp) -> list:
+    param = getattr(fp, "_unsharded_param", None)
+    return [None if param is None else param.grad, fp.unsharded_accumulated_grad]
 
 
 class StepAccounting:
@@ -489,8 +423,8 @@ class StepAccounting:
                     "all": storage_bytes(v for s in optimizer.state.values() for v in s.values())
                 },
                 "activations": lambda: dict(self.counter.by_category),
-                "gathered_parameters": lambda: _gathered(self.fsdp),
-                "unsharded_gradients": lambda: _unsharded_grads(self.fsdp),
+                "gathered_parameters": lambda: _unsharded(self.fsdp, _gathered_tensors),
+                "unsharded_gradients": lambda: _unsharded(self.fsdp, _unsharded_grad_tensors),
             }
         )
         self.counter = SavedTensorCounter(category=self._category, on_change=self.meter.sample)
@@ -704,83 +638,78 @@ def timing_worker(o) -> dict | None:
     return report
 
 
-# --------------------------------------------------------------------------------------------
-
-
 def mib(n: int | None) -> str:
     return "—" if n is None else f"{n / MIB:.1f}"
 
 
+STATE = ("parameters", "gradients", "ddp_buckets", "optimizer_state")  # what grows with the parameters
+WORST = ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes", "rss_after_step_trimmed_bytes")  # fmt: skip
+VERIFIED = ("predicted_sum_of_peaks_bytes", "measured_sum_of_peaks_bytes", "measured_total_peak_bytes", "measured_allocator_peak_bytes")  # fmt: skip
+
+
+def runs(memory: dict):
+    """(N, engine, its memory launch) for every process count and engine."""
+    return ((n, engine, run) for n, engines in memory.items() for engine, run in engines.items())
+
+
 def memory_table(memory: dict) -> str:
-    header = ["engine", "N", *(COLUMN_NAMES[c] for c in COMPONENTS), "sum of peaks", "sampled peak", "allocator peak", "peak RSS", "RSS before model", "RSS after step, trimmed"]  # fmt: skip
+    header = ["engine", "N", *COMPONENTS.values(), "sum of peaks", "sampled peak", "allocator peak", "peak RSS", "RSS before model", "RSS after step, trimmed"]  # fmt: skip
     rows = []
-    for n, engines in memory.items():
-        for engine, run in engines.items():
-            worst = run["reference"]["worst"]
-            peaks = (worst[k] for k in ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes", "rss_after_step_trimmed_bytes"))  # fmt: skip
-            rows.append([ENGINE_NAMES[engine], str(n), *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
-                         f"**{mib(worst['sum_of_peaks_bytes'])}**", *map(mib, peaks)])  # fmt: skip
+    for n, engine, run in runs(memory):
+        worst = run["reference"]["worst"]
+        rows.append([ENGINE_NAMES[engine], str(n), *(mib(worst["peak_bytes"][c]) if worst["peak_bytes"][c] else "0" for c in COMPONENTS),
+                     f"**{mib(worst['sum_of_peaks_bytes'])}**", *(mib(worst[k]) for k in WORST)])  # fmt: skip
     return markdown_table(header, rows, "ll" + "r" * (len(header) - 2))
-
-
-def trimmed_growth(worst: dict) -> int:
-    return worst["rss_after_step_trimmed_bytes"] - worst["rss_before_model_bytes"]
 
 
 def ratio_lines(memory: dict) -> list[str]:
     lines = []
     for n, engines in memory.items():
-        ddp = engines["ddp"]["reference"]["worst"]
-        fsdp = engines["fsdp"]["reference"]["worst"]
-        state = ("parameters", "gradients", "ddp_buckets", "optimizer_state")
+        ddp, fsdp = (engines[e]["reference"]["worst"] for e in ENGINES)
+        state, grown = ({e: sum(w["peak_bytes"][c] for c in STATE) for e, w in (("d", ddp), ("f", fsdp))},
+                        {e: w["rss_after_step_trimmed_bytes"] - w["rss_before_model_bytes"] for e, w in (("d", ddp), ("f", fsdp))})  # fmt: skip
         lines.append(
             f"- N={n}: sum of peaks FSDP2/DDP {fsdp['sum_of_peaks_bytes'] / ddp['sum_of_peaks_bytes']:.3f}; "
-            f"parameters + gradients + buckets + AdamW state FSDP2/DDP "
-            f"{sum(fsdp['peak_bytes'][c] for c in state) / sum(ddp['peak_bytes'][c] for c in state):.3f}; "
+            f"parameters + gradients + buckets + AdamW state FSDP2/DDP {state['f'] / state['d']:.3f}; "
             f"peak RSS FSDP2/DDP {fsdp['peak_rss_bytes'] / ddp['peak_rss_bytes']:.3f}; RSS after the step "
-            f"(trimmed) above the RSS before the model, FSDP2/DDP {trimmed_growth(fsdp) / trimmed_growth(ddp):.3f}."
+            f"(trimmed) above the RSS before the model, FSDP2/DDP {grown['f'] / grown['d']:.3f}."
         )
     return lines
 
 
 def timing_table(timing: dict) -> str:
-    rows = [
-        [str(n), f"{run['median_s']['ddp']:.2f}", f"{run['median_s']['fsdp']:.2f}",
-         f"**{run['median_s']['fsdp'] / run['median_s']['ddp']:.3f}**",
-         f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}", f"{run['max_loss_gap']:.1e}", pressure_cell(run)]
-        for n, run in timing.items()
-    ]  # fmt: skip
+    """Step times; CPU pressure: the share of the launch's wall time some task waited for a CPU."""
+    rows = []
+    for n, run in timing.items():
+        med, share = run["median_s"], run.get("contention", {}).get("cpu_pressure_share")
+        rows.append([str(n), f"{med['ddp']:.2f}", f"{med['fsdp']:.2f}", f"**{med['fsdp'] / med['ddp']:.3f}**",
+                     f"{min(run['step_s']['fsdp']) / min(run['step_s']['ddp']):.3f}", f"{run['max_loss_gap']:.1e}",
+                     "—" if share is None else f"{share:.0%}"])  # fmt: skip
     header = ["N", "DDP step (s, median)", "FSDP2 step (s, median)", "FSDP2/DDP", "FSDP2/DDP (fastest steps)", "max |loss gap|", "CPU pressure"]  # fmt: skip
     return markdown_table(header, rows, "lrrrrrr")
-
-
-def pressure_cell(run: dict) -> str:
-    """The share of the timing launch's wall time some task waited for a CPU (/proc/pressure/cpu)."""
-    share = run.get("contention", {}).get("cpu_pressure_share")
-    return "—" if share is None else f"{share:.0%}"
 
 
 def shape_name(k: int, numels: Mapping) -> str:
     return f"k={k}: {k} x {64 * k}, {numels['total'] / 1e6:.1f}M"
 
 
+def fitted(run: dict) -> dict | None:
+    """The largest size built and trained within the budget, None if none was."""
+    return next((row for row in run["verification"] if row["fits"]), None)
+
+
 def budget_table(memory: dict) -> str:
     rows = []
-    for n, engines in memory.items():
-        for engine, run in engines.items():
-            shapes = {int(k): v for k, v in run["shapes"].items()}
-            predicted = {int(k): v for k, v in run["predicted_sum_of_peaks_bytes"].items()}
-            fitted = [row for row in run["verification"] if row["fits"]]
-            final = fitted[0] if fitted else None
-            tried = ", ".join(
-                f"k={row['k']} {mib(row['measured_sum_of_peaks_bytes'])}" + ("" if row["fits"] else " (over)")
-                for row in run["verification"]
-            )
-            nxt = run["next_k"]
-            measured = ("predicted_sum_of_peaks_bytes", "measured_sum_of_peaks_bytes", "measured_total_peak_bytes", "measured_allocator_peak_bytes")  # fmt: skip
-            rows.append([ENGINE_NAMES[engine], str(n), "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
-                         *("—" if final is None else mib(final[k]) for k in measured), tried or "—",
-                         "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}"])  # fmt: skip
+    for n, engine, run in runs(memory):
+        shapes = {int(k): v for k, v in run["shapes"].items()}
+        predicted, final, nxt = {int(k): v for k, v in run["predicted_sum_of_peaks_bytes"].items()}, fitted(run), run["next_k"]  # fmt: skip
+        tried = ", ".join(
+            f"k={row['k']} {mib(row['measured_sum_of_peaks_bytes'])}" + ("" if row["fits"] else " (over)")
+            for row in run["verification"]
+        )
+        rows.append([ENGINE_NAMES[engine], str(n), "none" if final is None else f"**{shape_name(final['k'], shapes[final['k']])}**",
+                     *("—" if final is None else mib(final[k]) for k in VERIFIED), tried or "—",
+                     "—" if nxt is None else f"{shape_name(nxt, shapes[nxt])}: {mib(predicted[nxt])}"])  # fmt: skip
     header = ["engine", "N", "largest GPT in budget", "predicted", "measured sum of peaks", "measured sampled peak", "measured allocator peak", "built and trained (sum of peaks)", "next size (predicted)"]  # fmt: skip
     return markdown_table(header, rows, "llrrrrrll")
 
@@ -789,62 +718,46 @@ def limit_lines(memory: dict) -> list[str]:
     """What fills the budget at each engine's largest size: the state that scales with the
     parameters, and the activations, which neither engine shards."""
     lines = []
-    for n, engines in memory.items():
-        for engine, run in engines.items():
-            fitted = [row for row in run["verification"] if row["fits"]]
-            if not fitted:
-                continue
-            peaks = fitted[0]["measured_peak_bytes"]
-            state = sum(peaks[c] for c in ("parameters", "gradients", "ddp_buckets", "optimizer_state"))
-            lines.append(
-                f"- {ENGINE_NAMES[engine]}, N={n}, k={fitted[0]['k']}: parameters, gradients, buckets and AdamW "
-                f"state {mib(state)} MiB, activations {mib(peaks['activations'])} MiB, gathered parameters and "
-                f"unsharded gradients {mib(peaks['gathered_parameters'] + peaks['unsharded_gradients'])} MiB."
-            )
+    for n, engine, run in runs(memory):
+        if (final := fitted(run)) is None:
+            continue
+        peaks = final["measured_peak_bytes"]
+        lines.append(
+            f"- {ENGINE_NAMES[engine]}, N={n}, k={final['k']}: parameters, gradients, buckets and AdamW "
+            f"state {mib(sum(peaks[c] for c in STATE))} MiB, activations {mib(peaks['activations'])} MiB, gathered "
+            f"parameters and unsharded gradients {mib(peaks['gathered_parameters'] + peaks['unsharded_gradients'])} MiB."
+        )
     return lines
 
 
 def cost_lines(memory: dict, tokens: int) -> list[str]:
     lines = []
-    for n, engines in memory.items():
-        for engine, run in engines.items():
-            worst, numels = run["reference"]["worst"], run["reference"]["numels"]
-            state = sum(
-                worst["peak_bytes"][c] for c in ("parameters", "gradients", "ddp_buckets", "optimizer_state")
+    for n, engine, run in runs(memory):
+        worst, numels = run["reference"]["worst"], run["reference"]["numels"]
+        acts, gathered = worst["peak_parts"]["activations"], worst["peak_parts"]["gathered_parameters"]
+        kib = {part: f"{acts.get(part, 0) / tokens / 1024:.1f}" for part in ("blocks", "vocab", "other")}
+        line = (
+            f"- {ENGINE_NAMES[engine]}, N={n}: {sum(worst['peak_bytes'][c] for c in STATE) / numels['total']:.2f} bytes "
+            f"per model parameter (parameters, gradients, buckets, AdamW); activations "
+            f"{sum(acts.values()) / tokens / 1024:.1f} KiB per token (in blocks {kib['blocks']}, vocabulary-wide "
+            f"{kib['vocab']}, other {kib['other']})"
+        )
+        if engine == "fsdp":
+            line += (
+                f"; gathered {mib(worst['peak_bytes']['gathered_parameters'])} MiB = root {mib(gathered.get('root', 0))} "
+                f"+ blocks {mib(gathered.get('blocks', 0))} (one block: {mib(4 * numels['block'])})"
             )
-            acts = worst["peak_parts"]["activations"]
-            lines.append(
-                f"- {ENGINE_NAMES[engine]}, N={n}: {state / numels['total']:.2f} bytes per model parameter "
-                f"(parameters, gradients, buckets, AdamW); activations {sum(acts.values()) / tokens / 1024:.1f} KiB "
-                f"per token (in blocks {acts.get('blocks', 0) / tokens / 1024:.1f}, vocabulary-wide "
-                f"{acts.get('vocab', 0) / tokens / 1024:.1f}, other {acts.get('other', 0) / tokens / 1024:.1f})"
-                + (
-                    f"; gathered {mib(worst['peak_bytes']['gathered_parameters'])} MiB = root "
-                    f"{mib(worst['peak_parts']['gathered_parameters'].get('root', 0))} + blocks "
-                    f"{mib(worst['peak_parts']['gathered_parameters'].get('blocks', 0))} (one block: "
-                    f"{mib(4 * numels['block'])})"
-                    if engine == "fsdp"
-                    else ""
-                )
-                + "."
-            )
+        lines.append(line + ".")
     return lines
 
 
-# --------------------------------------------------------------------------------------------
-# The entry: launches, tables
-# --------------------------------------------------------------------------------------------
+# --- The entry: launches, tables ---
 
 
 def worker(o, kind: str, engine: str | None = None) -> dict | None:
-    """`--_worker fsdp memory ENGINE` or `--_worker fsdp timing`: one process of a launch; the
-    first process returns the launch's figures, the others None."""
-    if kind == "memory":
-        o.engine = engine
-        return memory_worker(o)
-    if kind == "timing":
-        return timing_worker(o)
-    raise ValueError(f"The fsdp worker takes memory ENGINE or timing, got {kind!r}.")
+    """`--_worker fsdp memory ENGINE|timing`: one process of a launch (the first returns the figures)."""
+    o.engine = engine
+    return {"memory": memory_worker, "timing": timing_worker}[kind](o)
 
 
 def launch(o, processes: int, work: list[str], folder: Path) -> dict:
@@ -856,15 +769,12 @@ def launch(o, processes: int, work: list[str], folder: Path) -> dict:
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
         "-m", "benchmarks.speed", "--_worker", "fsdp", *work, "--_options", options, "--_out", str(out),
     ]  # fmt: skip
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS=str(per_process))
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(work)} on {processes} processes failed:\n{proc.stderr[-4000:]}")
+    done = run_process(cmd, out.with_suffix(".log"), LAUNCH_TIMEOUT_S, {"OMP_NUM_THREADS": str(per_process)})
+    if done["error"]:
+        log = Path(done["log"]).read_text()[-4000:]
+        raise RuntimeError(f"{' '.join(work)} on {processes} processes failed ({done['error']}):\n{log}")
     result = json.loads(out.read_text())
-    result["launch_s"] = time.perf_counter() - t0
+    result["launch_s"] = done["wall_s"]
     print(f"  {' '.join(work)} x{processes}: {result['launch_s']:.0f}s", flush=True)
     return result
 

@@ -1,23 +1,5 @@
-"""The speed runner's entries that are not a model pair (`benchmarks.speed`):
-
-- `sparse`: the same GPT decoding with dense and with band (sliding-window) attention at long
-  contexts: the KV cache's bytes (band: transformers' `DynamicSlidingWindowLayer`, w keys per layer)
-  and the prefill and per-token decode times (wall and process CPU time), sides alternating.
-  Sanity: band decoding with its sliding cache gives the tokens of band decoding with a full cache.
-- `flex`: sparse patterns on flex_attention (a `BlockMask` from the pattern: only the blocks the
-  band reaches are evaluated) against dense SDPA: batch-1 prefill at long contexts, the mask's
-  build time, and a training step where the device's flex kernel has a backward (not a CPU's).
-  BigBird's random keys are per key, not per block: with 128 x 128 blocks nearly every causal block
-  holds one, so the random part makes blocks partial rather than skipped.
-- `ngram`: hf_lm's n-gram LM by order on Tiny Shakespeare (characters, nanoGPT's 90/10 split) and
-  on the Markov corpus of `training.data.corpora` (whose entropy rate gives the perplexity floor): fit
-  time, peak RSS above the pre-fit RSS (each fit in a fresh process), validation perplexity.
-- `serve`: `hflm-serve` on hf_lm's GPT against the same server on `LlamaForCausalLM` of the same
-  size (one function, one character tokenizer): concurrent greedy completions of mixed lengths,
-  rounds alternating, generated tokens/s and tokens per server CPU second; `direct`: transformers'
-  `generate_batch` in this process, no server.
-- `cleaning`: C4-style cleaning (`training.data.cleaning`) of web-like pages with junk at known rates,
-  in memory and streamed (which must agree), and the near-duplicate rule's LSH S-curve.
+"""The speed runner's entries that are not a model pair (`benchmarks.speed`): sparse, flex, ngram,
+serve, cleaning. What each measures: docs/benchmarks.md ("How the speed runner measures").
 """
 
 from __future__ import annotations
@@ -58,9 +40,7 @@ from .measure import (
 from .render import fmt, markdown_table
 from .speed import Entry
 
-# --------------------------------------------------------------------------------------------
-# sparse: dense against band decoding
-# --------------------------------------------------------------------------------------------
+# --- sparse: dense against band decoding ---
 
 ROPE_GPT = dict(position_embedding_type="rope", norm_type="rmsnorm", hidden_act="swiglu", attention_bias=False, mlp_bias=False)  # fmt: skip
 
@@ -191,9 +171,7 @@ def sparse_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# flex: sparse patterns on flex_attention against dense SDPA
-# --------------------------------------------------------------------------------------------
+# --- flex: sparse patterns on flex_attention against dense SDPA ---
 
 CPU_NO_BACKWARD = "skipped: torch's CPU flex_attention kernel has no backward (training needs a GPU)"
 
@@ -351,9 +329,7 @@ def flex_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# ngram: fit time, memory and perplexity by order
-# --------------------------------------------------------------------------------------------
+# --- ngram: fit time, memory and perplexity by order ---
 
 
 def prepare_corpora(o, folder: Path) -> dict:
@@ -477,9 +453,7 @@ def ngram_report(data: dict, result: dict) -> list[str]:
     return [title, "", markdown_table(header, body, align="l" + "r" * 9), ""]
 
 
-# --------------------------------------------------------------------------------------------
-# serve: hflm-serve on hf_lm's GPT against the same server on LlamaForCausalLM
-# --------------------------------------------------------------------------------------------
+# --- serve: hflm-serve on hf_lm's GPT against the same server on LlamaForCausalLM ---
 
 SERVE_SIDES = ("hf_lm", "llama")
 STARTUP_S = 120
@@ -728,9 +702,7 @@ def serve_report(data: dict, result: dict) -> list[str]:
     ]
 
 
-# --------------------------------------------------------------------------------------------
-# cleaning: C4-style cleaning's speed, and the LSH S-curve
-# --------------------------------------------------------------------------------------------
+# --- cleaning: C4-style cleaning's speed, and the LSH S-curve ---
 
 BOILERPLATE = "Sign up for our letter today. It comes every week. You can stop it at any time."
 MENU = "Home | News | Sport | Contact"

@@ -1,4 +1,4 @@
-"""Atomic training checkpoints (`training.checkpoint`) and sliding-window perplexity
+"""Atomic training checkpoints (`training.state`) and sliding-window perplexity
 (`hf_lm.metrics`, the `evaluate` module and `training.evaluate_cli`)."""
 
 import json
@@ -18,8 +18,12 @@ from transformers import get_cosine_schedule_with_warmup
 
 from hf_lm import HfLmGPTForCausalLM
 from hf_lm.metrics.sliding_window import sliding_window_perplexity, sliding_windows
-from training import checkpoint as ckpt
-from training.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from training.state import atomic, folders
+from training.state import checkpoint as ckpt
+from training.state.checkpoint import load_checkpoint, save_checkpoint
+from training.state.folders import latest_checkpoint, list_checkpoints
+from training.state.rng import RngStates, get_rng_state
+from training.state.stateful import CheckpointState, Values
 
 METRIC_DIR = os.path.join(REPO_ROOT, "hf_lm", "metrics", "perplexity")
 
@@ -70,12 +74,14 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
     data_state = {"epoch": 1, "sample_index": 4242, "shard": "train-00001"}
     path = save_checkpoint(
         tmp_path,
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
+        CheckpointState(
+            model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            data=Values(data_state),
+            extra={"notes": Values({"loss": 1.5})},
+        ),
         step=3,
-        data_state=data_state,
-        extra={"loss": 1.5},
     )
     assert path == tmp_path / "checkpoint-00000003"
     assert sorted(os.listdir(path)) == sorted(
@@ -92,7 +98,7 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
     )
 
     model2, optimizer2, scheduler2 = _train_setup(1, tie)  # different init, fresh optimizer state
-    info = load_checkpoint(path, model=model2, optimizer=optimizer2, scheduler=scheduler2)
+    info = load_checkpoint(path, CheckpointState(model2, optimizer=optimizer2, scheduler=scheduler2))
     assert info["step"] == 3 and info["data_state"] == data_state and info["extra"] == {"loss": 1.5}
 
     _assert_nested_equal(model.state_dict(), model2.state_dict())
@@ -111,6 +117,35 @@ def test_round_trip_model_optimizer_scheduler_data(tmp_path, tie):
     assert scheduler.get_last_lr() == scheduler2.get_last_lr()
 
 
+class _Counter:
+    """A part with state of its own, as the training loop's parts (best model, divergence guard) are."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def state_dict(self) -> dict:
+        return {"count": self.count}
+
+    def load_state_dict(self, extra: dict) -> None:
+        self.count = extra["count"]
+
+
+def test_parts_save_and_restore_their_own_state(tmp_path):
+    """Each extra part writes its keys of state.json's "extra" and is given them back on load; a part
+    left None (here the RNG streams) is neither written nor restored."""
+    model = HfLmGPTForCausalLM(tiny_gpt_config())
+    saved = CheckpointState(model, rng=None, extra={"counter": _Counter(7), "notes": Values(loss=1.5)})
+    path = save_checkpoint(tmp_path, saved, step=1)
+    assert json.loads((path / "state.json").read_text())["extra"] == {"count": 7, "loss": 1.5}
+    assert not any(name.startswith("rng") for name in os.listdir(path))
+    counter, data = _Counter(0), Values(stale=True)
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    load_checkpoint(path, CheckpointState(model, rng=None, data=data, extra={"counter": counter}))
+    assert counter.count == 7 and data == {}  # saved without a data position: an empty one back
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def _draw():
     return (
         [random.random() for _ in range(3)] + [random.gauss(0, 1)],
@@ -125,10 +160,10 @@ def test_rng_restore_is_exact(tmp_path):
     np.random.seed(5)
     random.gauss(0, 1)  # leave a cached gaussian in python's state
     np.random.standard_normal()  # ... and in numpy's
-    save_checkpoint(tmp_path, model=model, step=0)
+    save_checkpoint(tmp_path, CheckpointState(model), step=0)
     expected = _draw()
     _draw()  # move every stream on
-    load_checkpoint(tmp_path / "checkpoint-00000000", model=model)
+    load_checkpoint(tmp_path / "checkpoint-00000000", CheckpointState(model))
     assert _draw() == expected
 
 
@@ -137,7 +172,7 @@ def test_pt_files_load_with_weights_only(tmp_path):
     _train_steps(model, optimizer, scheduler, 1)
     scaler = torch.amp.GradScaler("cpu")
     path = save_checkpoint(
-        tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, step=1
+        tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler, scaler=scaler), step=1
     )
     for name in ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng.pt"):
         torch.load(path / name, weights_only=True)  # raises UnpicklingError on any non-allowlisted type
@@ -164,11 +199,11 @@ def test_grad_scaler_state_round_trip(tmp_path):
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
     _scaled_steps(model, optimizer, scaler, 3, overflow_at=(1,))  # back off once, then count towards growth
     assert scaler.get_scale() == 2.0**11 and scaler.state_dict()["_growth_tracker"] == 1
-    path = save_checkpoint(tmp_path, model=model, optimizer=optimizer, scaler=scaler, step=3)
+    path = save_checkpoint(tmp_path, CheckpointState(model, optimizer=optimizer, scaler=scaler), step=3)
 
     model2, optimizer2, _ = _train_setup(1)
     scaler2 = torch.amp.GradScaler("cpu", init_scale=2.0**12, growth_interval=2)
-    load_checkpoint(path, model=model2, optimizer=optimizer2, scaler=scaler2)
+    load_checkpoint(path, CheckpointState(model2, optimizer=optimizer2, scaler=scaler2))
     assert scaler2.state_dict() == scaler.state_dict()
     _scaled_steps(model, optimizer, scaler, 3, overflow_at=(2,))
     _scaled_steps(model2, optimizer2, scaler2, 3, overflow_at=(2,))
@@ -176,9 +211,9 @@ def test_grad_scaler_state_round_trip(tmp_path):
     _assert_nested_equal(model.state_dict(), model2.state_dict())
 
     # a checkpoint without scaler state (an fp32 run) still loads: the scale starts afresh
-    plain = save_checkpoint(tmp_path, model=model, optimizer=optimizer, step=6)
+    plain = save_checkpoint(tmp_path, CheckpointState(model, optimizer=optimizer), step=6)
     fresh = torch.amp.GradScaler("cpu", init_scale=2.0**12)
-    load_checkpoint(plain, model=model2, optimizer=optimizer2, scaler=fresh)
+    load_checkpoint(plain, CheckpointState(model2, optimizer=optimizer2, scaler=fresh))
     assert fresh.get_scale() == 2.0**12
 
 
@@ -190,28 +225,28 @@ def test_rng_states_of_every_process(tmp_path):
         torch.manual_seed(100 + rank)
         random.seed(100 + rank)
         np.random.seed(100 + rank)
-        states.append(ckpt.get_rng_state())
+        states.append(get_rng_state())
         expected.append(_draw())
-    path = save_checkpoint(tmp_path, model=model, step=1, rng_states=states)
+    path = save_checkpoint(tmp_path, CheckpointState(model, rng=RngStates(states=states)), step=1)
     assert {"rng.pt", "rng-1.pt", "rng-2.pt"} <= set(os.listdir(path))
     assert json.loads((path / "state.json").read_text())["num_rng_states"] == 3
     for rank in (2, 0, 1):
-        load_checkpoint(path, model=model, rank=rank)
+        load_checkpoint(path, CheckpointState(model, rng=RngStates(rank)))
         assert _draw() == expected[rank]
     # a rank the checkpoint has no state for (more processes than when saved) keeps its streams
     torch.manual_seed(7)
     before = torch.get_rng_state()
-    load_checkpoint(path, model=model, rank=3)
+    load_checkpoint(path, CheckpointState(model, rng=RngStates(3)))
     assert torch.equal(torch.get_rng_state(), before)
 
 
 def test_model_config_mismatch_names_the_fields(tmp_path):
     model = HfLmGPTForCausalLM(tiny_gpt_config())
-    path = save_checkpoint(tmp_path, model=model, step=1)
+    path = save_checkpoint(tmp_path, CheckpointState(model), step=1)
     assert json.loads((path / "config.json").read_text())["hidden_size"] == 32
     other = HfLmGPTForCausalLM(tiny_gpt_config(hidden_size=48, num_attention_heads=4, hidden_dropout=0.1))
     with pytest.raises(ValueError, match="Cannot resume") as info:
-        load_checkpoint(path, model=other)
+        load_checkpoint(path, CheckpointState(other))
     message = str(info.value)
     for expected in ("hidden_size: 32 → 48", "head_dim: 8 → 12", "hidden_dropout: 0.0 → 0.1", "resume=false"):
         assert expected in message, message
@@ -220,11 +255,11 @@ def test_model_config_mismatch_names_the_fields(tmp_path):
     same = HfLmGPTForCausalLM(tiny_gpt_config())
     same.config._name_or_path = "elsewhere"
     same.config.use_cache = False
-    load_checkpoint(path, model=same)
+    load_checkpoint(path, CheckpointState(same))
     # a checkpoint saved before config.json existed loads without the check
     os.remove(path / "config.json")
     with pytest.raises(RuntimeError):  # torch's own shape error
-        load_checkpoint(path, model=other)
+        load_checkpoint(path, CheckpointState(other))
     assert ckpt.config_differences({"a": 1, "dtype": "float32"}, {"a": 2, "b": 3}) == {
         "a": (1, 2),
         "b": (None, 3),
@@ -233,19 +268,19 @@ def test_model_config_mismatch_names_the_fields(tmp_path):
 
 def test_load_missing_part_raises(tmp_path):
     model, optimizer, _ = _train_setup(0)
-    path = save_checkpoint(tmp_path, model=model, step=1)
+    path = save_checkpoint(tmp_path, CheckpointState(model), step=1)
     with pytest.raises(FileNotFoundError, match="optimizer.pt"):
-        load_checkpoint(path, model=model, optimizer=optimizer)
+        load_checkpoint(path, CheckpointState(model, optimizer=optimizer))
 
 
 @pytest.mark.parametrize("fail_on", ["optimizer", "marker", "rename"])
 def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch, fail_on):
     model, optimizer, scheduler = _train_setup(0)
-    save_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=1)
+    save_checkpoint(tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler), step=1)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     _train_steps(model, optimizer, scheduler, 1)
 
-    real_torch_save, real_write_text, real_replace = ckpt._torch_save, ckpt._write_text, os.replace
+    real_torch_save, real_write_text, real_replace = ckpt._torch_save, ckpt.write_text_synced, os.replace
 
     def torch_save(obj, path):
         if fail_on == "optimizer" and path.name == "optimizer.pt":
@@ -264,20 +299,22 @@ def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch, fail_on
         real_replace(src, dst)
 
     monkeypatch.setattr(ckpt, "_torch_save", torch_save)
-    monkeypatch.setattr(ckpt, "_write_text", write_text)
+    monkeypatch.setattr(ckpt, "write_text_synced", write_text)
     monkeypatch.setattr(ckpt.os, "replace", replace)
     for step in (2, 1):  # a new step, and overwriting the existing one
         with pytest.raises(OSError):
-            save_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=step)
+            save_checkpoint(
+                tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler), step=step
+            )
     monkeypatch.undo()
 
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-00000001"]  # no partial dir, no temp left
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-00000001"
     fresh, opt2, sched2 = _train_setup(3)
     assert (
-        load_checkpoint(tmp_path / "checkpoint-00000001", model=fresh, optimizer=opt2, scheduler=sched2)[
-            "step"
-        ]
+        load_checkpoint(
+            tmp_path / "checkpoint-00000001", CheckpointState(fresh, optimizer=opt2, scheduler=sched2)
+        )["step"]
         == 1
     )
     _assert_nested_equal(before, fresh.state_dict())
@@ -285,18 +322,18 @@ def test_crash_mid_save_keeps_previous_checkpoint(tmp_path, monkeypatch, fail_on
 
 def test_overwrite_same_step(tmp_path):
     model, _, _ = _train_setup(0)
-    save_checkpoint(tmp_path, model=model, step=5, extra={"v": 1})
-    save_checkpoint(tmp_path, model=model, step=5, extra={"v": 2})
+    save_checkpoint(tmp_path, CheckpointState(model, extra={"notes": Values({"v": 1})}), step=5)
+    save_checkpoint(tmp_path, CheckpointState(model, extra={"notes": Values({"v": 2})}), step=5)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-00000005"]
-    assert load_checkpoint(tmp_path / "checkpoint-00000005", model=model)["extra"] == {"v": 2}
+    assert load_checkpoint(tmp_path / "checkpoint-00000005", CheckpointState(model))["extra"] == {"v": 2}
 
 
 def test_latest_checkpoint_ignores_temp_and_incomplete(tmp_path):
     assert latest_checkpoint(tmp_path / "missing") is None
     assert latest_checkpoint(tmp_path) is None
     model = HfLmGPTForCausalLM(tiny_gpt_config())
-    save_checkpoint(tmp_path, model=model, step=3)
-    save_checkpoint(tmp_path, model=model, step=12)
+    save_checkpoint(tmp_path, CheckpointState(model), step=3)
+    save_checkpoint(tmp_path, CheckpointState(model), step=12)
     (tmp_path / "checkpoint-00000020").mkdir()  # incomplete: no COMPLETE marker
     tmp = tmp_path / ".tmp-checkpoint-00000030-1-abc"
     tmp.mkdir()
@@ -305,22 +342,22 @@ def test_latest_checkpoint_ignores_temp_and_incomplete(tmp_path):
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-00000012"
     assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 12]
     with pytest.raises(FileNotFoundError, match="COMPLETE"):
-        load_checkpoint(tmp_path / "checkpoint-00000020", model=model)
+        load_checkpoint(tmp_path / "checkpoint-00000020", CheckpointState(model))
 
 
 def test_keep_last_prunes_oldest(tmp_path):
     model = HfLmGPTForCausalLM(tiny_gpt_config())
     for step in (1, 2, 5, 10):
-        save_checkpoint(tmp_path, model=model, step=step, keep_last=2)
+        save_checkpoint(tmp_path, CheckpointState(model), step=step, keep_last=2)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [5, 10]
     # a save below the newest step means the run went back (past a damaged checkpoint, or a
     # rollback): the checkpoint just written is kept, the abandoned later one goes
-    save_checkpoint(tmp_path, model=model, step=3, keep_last=1)
+    save_checkpoint(tmp_path, CheckpointState(model), step=3, keep_last=1)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [3]
     with pytest.raises(ValueError, match="keep_last"):
-        save_checkpoint(tmp_path, model=model, step=4, keep_last=0)
+        save_checkpoint(tmp_path, CheckpointState(model), step=4, keep_last=0)
     with pytest.raises(TypeError):
-        save_checkpoint(tmp_path, model=model, step=4, data_state={"x": object()})
+        save_checkpoint(tmp_path, CheckpointState(model, data=Values({"x": object()})), step=4)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-00000003"]
 
 
@@ -328,39 +365,39 @@ def test_keep_last_prunes_only_the_runs_own_checkpoints(tmp_path):
     """Two runs in one folder: each prunes its own checkpoints only, whatever the other's steps."""
     model = HfLmGPTForCausalLM(tiny_gpt_config())
     for step in (10, 12):
-        save_checkpoint(tmp_path, model=model, step=step, keep_last=2, run_id="first")
+        save_checkpoint(tmp_path, CheckpointState(model), step=step, keep_last=2, run_id="first")
     for step in (2, 4, 6):
-        save_checkpoint(tmp_path, model=model, step=step, keep_last=2, run_id="second")
-    assert [(s, rid) for s, _, rid in ckpt.list_checkpoints_with_run_ids(tmp_path)] == [
+        save_checkpoint(tmp_path, CheckpointState(model), step=step, keep_last=2, run_id="second")
+    assert [(s, rid) for s, _, rid in folders.list_checkpoints_with_run_ids(tmp_path)] == [
         (4, "second"),
         (6, "second"),
         (10, "first"),
         (12, "first"),
     ]
-    assert ckpt.checkpoint_state(tmp_path / "checkpoint-00000006")["run_id"] == "second"
-    assert ckpt.latest_run_id(tmp_path) == "second"  # the run that saved last, not the highest step
-    assert ckpt.remove_checkpoints_except(tmp_path, {4}, run_id="second") == [6]
+    assert folders.checkpoint_record(tmp_path / "checkpoint-00000006")["run_id"] == "second"
+    assert folders.latest_run_id(tmp_path) == "second"  # the run that saved last, not the highest step
+    assert folders.remove_checkpoints_except(tmp_path, {4}, run_id="second") == [6]
     assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 10, 12]
 
 
 def test_manifest_checksums_every_file(tmp_path):
     model, optimizer, scheduler = _train_setup(0)
     path = save_checkpoint(
-        tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=1, run_id="r"
+        tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler), step=1, run_id="r"
     )
     manifest = json.loads((path / "manifest.json").read_text())
     assert sorted(manifest["files"]) == sorted(set(os.listdir(path)) - {"manifest.json", "COMPLETE"})
     assert manifest["run_id"] == "r" and manifest["step"] == 1
     assert "manifest.json sha256" in (path / "COMPLETE").read_text()  # the manifest is checksummed too
-    assert ckpt.verify_checkpoint(path) == []
+    assert folders.verify_checkpoint(path) == []
     data = bytearray((path / "optimizer.pt").read_bytes())
     data[100] ^= 1
     (path / "optimizer.pt").write_bytes(bytes(data))
-    assert ckpt.verify_checkpoint(path) == [
+    assert folders.verify_checkpoint(path) == [
         "optimizer.pt: sha256 mismatch (contents changed since the save: corrupt)"
     ]
-    with pytest.raises(ckpt.CorruptCheckpointError, match="optimizer.pt"):
-        load_checkpoint(path, model=model, optimizer=optimizer)
+    with pytest.raises(folders.CorruptCheckpointError, match="optimizer.pt"):
+        load_checkpoint(path, CheckpointState(model, optimizer=optimizer))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -371,27 +408,27 @@ def test_non_finite_weights_are_refused_before_writing(tmp_path, bad):
         model.model.layers[1].mlp.down_proj.weight[3, 4] = bad
     assert not math.isfinite(ckpt.max_abs_weight(model))
     with pytest.raises(ckpt.NonFiniteWeightsError, match="step 7"):
-        save_checkpoint(tmp_path, model=model, step=7)
+        save_checkpoint(tmp_path, CheckpointState(model), step=7)
     assert os.listdir(tmp_path) == []  # nothing written, not even a temporary folder
-    save_checkpoint(tmp_path, model=model, step=7, check_finite=False)  # the caller's choice
+    save_checkpoint(tmp_path, CheckpointState(model), step=7, check_finite=False)  # the caller's choice
 
 
 def test_atomic_writes_keep_the_old_contents_when_interrupted(tmp_path, monkeypatch):
     target = tmp_path / "final_metrics.json"
-    ckpt.atomic_write_text(target, "old")
+    atomic.atomic_write_text(target, "old")
     folder = tmp_path / "tokenizer"
-    with ckpt.atomic_folder(folder) as staging:
+    with atomic.atomic_folder(folder) as staging:
         (staging / "tokenizer.json").write_text("old")
-    real_write_text = ckpt._write_text
+    real_write_text = atomic.write_text_synced
 
     def write_half_then_fail(path, text):
         real_write_text(path, text[: len(text) // 2])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt, "_write_text", write_half_then_fail)
+    monkeypatch.setattr(atomic, "write_text_synced", write_half_then_fail)
     with pytest.raises(OSError):
-        ckpt.atomic_write_text(target, "new contents")
-    with pytest.raises(OSError), ckpt.atomic_folder(folder) as staging:
+        atomic.atomic_write_text(target, "new contents")
+    with pytest.raises(OSError), atomic.atomic_folder(folder) as staging:
         (staging / "tokenizer.json").write_text("new")
         raise OSError(28, "No space left on device")
     assert target.read_text() == "old" and (folder / "tokenizer.json").read_text() == "old"
@@ -400,7 +437,8 @@ def test_atomic_writes_keep_the_old_contents_when_interrupted(tmp_path, monkeypa
 
 _SAVER_SCRIPT = """
 import sys, torch
-from training.checkpoint import save_checkpoint
+from training.state.checkpoint import save_checkpoint
+from training.state.stateful import CheckpointState, Values
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))  # ~8 MB
 opt = torch.optim.AdamW(model.parameters())
@@ -411,7 +449,8 @@ while True:
     step += 1
     with torch.no_grad():
         model[0].weight.fill_(float(step))
-    save_checkpoint(sys.argv[1], model=model, optimizer=opt, step=step, data_state={"step": step}, keep_last=3)
+    state = CheckpointState(model, optimizer=opt, data=Values(step=step))
+    save_checkpoint(sys.argv[1], state, step=step, keep_last=3)
 """
 
 
@@ -438,7 +477,7 @@ def test_sigkill_never_leaves_a_partial_checkpoint(tmp_path):
         for path in dirs:  # every folder under a final name is complete and loads
             model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 1024))
             opt = torch.optim.AdamW(model.parameters())
-            info = load_checkpoint(path, model=model, optimizer=opt, restore_rng=False)
+            info = load_checkpoint(path, CheckpointState(model, optimizer=opt, rng=None))
             assert info["data_state"] == {"step": info["step"]}
             assert path.name == f"checkpoint-{info['step']:08d}"
             assert torch.all(model[0].weight == float(info["step"]))

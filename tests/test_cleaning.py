@@ -19,7 +19,7 @@ from training.data.cleaning import (
     jaccard_estimate,
     split_sentences,
 )
-from training.resume import DATA_ORDER, fixed_differences, run_settings
+from training.state.resume import DATA_ORDER, fixed_differences, run_settings
 from training.train import train
 
 # ---- the corpus: one page per kind of junk -----------------------------------------------------

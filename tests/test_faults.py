@@ -36,22 +36,25 @@ from safetensors.torch import load_file
 from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
 
-import training.checkpoint as ckpt
 import training.export as export
 import training.objectives.evaluation as evaluation
 import training.run.log as run_log
 import training.run.setup as run_module
+import training.state.atomic as atomic
+import training.state.checkpoint as ckpt
+import training.state.folders as folders
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
-from training.checkpoint import (
+from training.run.folder import LOCK_FILE, RunFolderBusyError
+from training.state.folders import (
     CorruptCheckpointError,
-    checkpoint_state,
+    checkpoint_record,
     list_checkpoints,
     list_checkpoints_with_run_ids,
     verify_checkpoint,
 )
-from training.run.folder import LOCK_FILE, RunFolderBusyError
+from training.state.stateful import CheckpointState
 
 # A tiny run with everything the loop can write: dropout (RNG streams), accumulation (a kill
 # between micro-steps), a checkpoint every 2 steps with keep_last 2 (pruning), the best model
@@ -137,7 +140,7 @@ def kill_writing(file_name: str, n: int):
 
     def install():
         hit = Countdown(n)
-        writers = {"_torch_save": ckpt._torch_save, "_write_text": ckpt._write_text}
+        writers = {"_torch_save": ckpt._torch_save, "write_text_synced": ckpt.write_text_synced}
 
         def patched(real):
             def write(*args):
@@ -168,7 +171,7 @@ def kill_around_rename(n: int, after: bool):
     """Die just before (or after) the `n`-th checkpoint folder is renamed to its final name."""
 
     def install():
-        hit, swap_in = Countdown(n), ckpt._swap_in
+        hit, swap_in = Countdown(n), ckpt.swap_in
 
         def swap(tmp, final):
             counted = final.name.startswith("checkpoint-") and hit()
@@ -178,7 +181,7 @@ def kill_around_rename(n: int, after: bool):
             if counted:
                 _die()
 
-        ckpt._swap_in = swap
+        ckpt.swap_in = swap
 
     return install
 
@@ -187,18 +190,18 @@ def kill_pruning(n: int):
     """Die in the middle of the `n`-th deletion of a pruned checkpoint (half its files gone)."""
 
     def install():
-        hit, remove = Countdown(n), ckpt._remove
+        hit, remove = Countdown(n), folders._remove
 
         def half_remove(path):
             if not hit():
                 return remove(path)
-            trash = ckpt.staging_path(path, "trash")  # as `_remove` names it
+            trash = atomic.staging_path(path, "trash")  # as `_remove` names it
             os.replace(path, trash)
             for file in sorted(trash.iterdir())[::2]:
                 file.unlink()
             _die()
 
-        ckpt._remove = half_remove
+        folders._remove = half_remove
 
     return install
 
@@ -254,7 +257,7 @@ def kill_replacing(file_name: str, n: int = 1):
             path = Path(path)
             if path.name == file_name and hit():
                 # as atomic_write_text would be killed: half the temporary sibling written
-                ckpt.staging_path(path).write_text(text[: len(text) // 2])
+                atomic.staging_path(path).write_text(text[: len(text) // 2])
                 _die()
             atomic_write_text(path, text)
 
@@ -776,19 +779,19 @@ def test_every_damage_to_every_file_is_detected_and_the_previous_checkpoint_used
             root = tmp_path / kind / name
             model, optimizer, scheduler = _tiny_state(0)
             ckpt.save_checkpoint(
-                root, model=model, optimizer=optimizer, scheduler=scheduler, step=1, run_id="r"
+                root, CheckpointState(model, optimizer=optimizer, scheduler=scheduler), step=1, run_id="r"
             )
             good = {k: v.clone() for k, v in model.state_dict().items()}
             model2, optimizer2, scheduler2 = _tiny_state(1)
             newest = ckpt.save_checkpoint(
-                root, model=model2, optimizer=optimizer2, scheduler=scheduler2, step=2, run_id="r"
+                root, CheckpointState(model2, optimizer=optimizer2, scheduler=scheduler2), step=2, run_id="r"
             )
             _damage(newest / name, kind)
             tried += 1
             fresh, fresh_opt, fresh_sched = _tiny_state(2)
             caplog.clear()
             state = ckpt.load_latest_checkpoint(
-                root, model=fresh, optimizer=fresh_opt, scheduler=fresh_sched, restore_rng=False
+                root, CheckpointState(fresh, optimizer=fresh_opt, scheduler=fresh_sched, rng=None)
             )
             assert state["step"] == 1, (kind, name)
             assert list(state["damaged"]) == [newest] and name in state["damaged"][newest][0], state[
@@ -803,7 +806,7 @@ def test_every_damage_to_every_file_is_detected_and_the_previous_checkpoint_used
     # both damaged: one error naming each checkpoint and its file
     _damage(tmp_path / "empty" / "rng.pt" / "checkpoint-00000001" / "model.safetensors", "bitflip")
     with pytest.raises(CorruptCheckpointError) as info:
-        ckpt.load_latest_checkpoint(tmp_path / "empty" / "rng.pt", model=_tiny_state(2)[0])
+        ckpt.load_latest_checkpoint(tmp_path / "empty" / "rng.pt", CheckpointState(_tiny_state(2)[0]))
     message = str(info.value)
     assert "checkpoint-00000001: model.safetensors: sha256 mismatch" in message
     assert "checkpoint-00000002: rng.pt: 0 bytes" in message
@@ -816,15 +819,17 @@ def test_unreadable_file_of_a_checkpoint_without_manifest_is_named(tmp_path, nam
     model, optimizer, scheduler = _tiny_state(0)
     for step in (1, 2):
         path = ckpt.save_checkpoint(
-            tmp_path, model=model, optimizer=optimizer, scheduler=scheduler, step=step
+            tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler), step=step
         )
         (path / "manifest.json").unlink()
         (path / "COMPLETE").write_text(f"{step}\n")  # as COMPLETE was before manifests
     newest = tmp_path / "checkpoint-00000002"
     _damage(newest / name, "truncate")
     with pytest.raises(CorruptCheckpointError, match=name):
-        ckpt.load_checkpoint(newest, model=model, optimizer=optimizer, scheduler=scheduler)
-    state = ckpt.load_latest_checkpoint(tmp_path, model=model, optimizer=optimizer, scheduler=scheduler)
+        ckpt.load_checkpoint(newest, CheckpointState(model, optimizer=optimizer, scheduler=scheduler))
+    state = ckpt.load_latest_checkpoint(
+        tmp_path, CheckpointState(model, optimizer=optimizer, scheduler=scheduler)
+    )
     assert state["step"] == 1 and name in state["damaged"][newest][0]
 
 
@@ -867,7 +872,7 @@ def test_a_second_run_prunes_only_its_own_checkpoints(reference, tmp_path):
     assert {s for s, _ in second} == {2, 4} and len({rid for _, rid in second}) == 1
     assert first <= {(s, rid) for s, _, rid in listed}
     (new_id,) = {rid for _, rid in second}
-    assert checkpoint_state(out / "checkpoints" / "checkpoint-00000004")["run_id"] == new_id
+    assert checkpoint_record(out / "checkpoints" / "checkpoint-00000004")["run_id"] == new_id
     # the best models of the first run stay too
     assert {p.name for p in (out / "best").iterdir() if p.name.startswith("checkpoint-")} >= {
         "checkpoint-00000012"
@@ -876,7 +881,7 @@ def test_a_second_run_prunes_only_its_own_checkpoints(reference, tmp_path):
     # resuming continues the run that saved last (step 4), not the first run's step 12
     metrics = _run(out, max_steps=6, resume="true")
     assert metrics["step"] == 6
-    assert checkpoint_state(out / "checkpoints" / "checkpoint-00000006")["run_id"] == new_id
+    assert checkpoint_record(out / "checkpoints" / "checkpoint-00000006")["run_id"] == new_id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1038,7 +1043,9 @@ def test_rollback_resumes_at_the_skipped_position(tmp_path, mode):
     out = tmp_path / "b"
     status = run_in_child(out, [nan_at_call_13, kill_at_call(T, "forward_loss", 23)], **flags)
     assert _killed(status)
-    assert checkpoint_state(out / "checkpoints" / "checkpoint-00000009")["data_state"]["skipped_batches"] == 1
+    assert (
+        checkpoint_record(out / "checkpoints" / "checkpoint-00000009")["data_state"]["skipped_batches"] == 1
+    )
     _run(out, resume="true", **flags)
     assert _same_weights(tmp_path / "a", out)
 

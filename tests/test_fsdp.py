@@ -26,12 +26,14 @@ from conftest import TORCHRUN_2
 from safetensors.torch import load_file
 from test_train import REPO_ROOT, RUNS_IN_ONE_LAUNCH, TINY, _env, _fresh_accelerate_state  # noqa: F401  (fixture)
 
-import training.checkpoint as ckpt
 import training.run.setup
+import training.state.checkpoint as ckpt
 import training.train as T
 from training.args import as_flags, parse_args
-from training.checkpoint import list_checkpoints, load_checkpoint, load_latest_checkpoint, verify_checkpoint
 from training.run.processes import end_process_group
+from training.state.checkpoint import load_checkpoint, load_latest_checkpoint
+from training.state.folders import list_checkpoints, verify_checkpoint
+from training.state.stateful import CheckpointState
 from training.train import train
 
 # a run short enough to launch many: a sharded checkpoint at step 3, an evaluation, final/
@@ -249,10 +251,10 @@ def test_a_killed_sharded_run_resumes_exactly_and_passes_over_a_corrupt_shard(tm
     models = [AutoModelForCausalLM.from_pretrained(reference / "final") for _ in range(2)]
     optimizer = torch.optim.AdamW(models[0].parameters())
     state = load_latest_checkpoint(
-        mid_save / "checkpoints", model=models[0], optimizer=optimizer, restore_rng=False
+        mid_save / "checkpoints", CheckpointState(models[0], optimizer=optimizer, rng=None)
     )
     assert state["step"] == 10 and newest in state["damaged"] and "__0_0.distcp" in caplog.text
-    load_checkpoint(reference / "checkpoints" / "checkpoint-00000010", model=models[1], restore_rng=False)
+    load_checkpoint(reference / "checkpoints" / "checkpoint-00000010", CheckpointState(models[1], rng=None))
     for (name, p), q in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
         assert torch.equal(p, q), name  # the checkpoint of step 10 the uninterrupted run wrote
     assert len(optimizer.state) == len(list(models[0].parameters()))  # the moments, unsharded

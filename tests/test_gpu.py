@@ -15,8 +15,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from benchmarks import gpu, measure, render
-from benchmarks.gpu_entries import ENTRIES, SECTIONS, TARGETS
+from benchmarks import gpu, gpu_entries, measure, render
+from benchmarks.gpu_entries import DECODE_ROWS, ENTRIES, GPT_IMPLS, SECTIONS, TARGETS
 from benchmarks.measure import analytic_decoder_train_flops, measure_peak_flops
 from training.args import parse_args
 
@@ -45,20 +45,18 @@ def test_the_measurements_at_smoke_size(tmp_path):
     assert gpu.main(argv) == 0
     m, rows = _rows(tmp_path)
     assert m["sections"] == ["gpt_train", "head_loss", "decode"] and m["finished"] and m["checks_ok"]
-    assert [r for r in rows if r.startswith("gpt2_decode_b")] == [
-        f"gpt2_decode_b1/{k}" for k in gpu.DECODE_ROWS
-    ]
+    assert [r for r in rows if r.startswith("gpt2_decode_b")] == [f"gpt2_decode_b1/{k}" for k in DECODE_ROWS]
     assert len(rows) == 7 + 4 + 8 and m["compile_backend"] == "eager"
     for row in rows.values():
         assert row["status"] == "ok" and math.isfinite(row["value"]) and row["value"] > 0, row
         assert len(row["samples_s"]) == 2
-    for impl in gpu.GPT_IMPLS:
+    for impl in GPT_IMPLS:
         compiled = rows[f"gpt2_train/{impl}/compiled"]
         assert compiled["dynamo_first_call"]["graphs"] >= 1 and compiled["optimizer"].startswith("AdamW(")
     for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"):
         head = rows[f"gpt2_head_loss/{key}"]
         assert head["share_of_step"] > 0 and head["step_median_s"] == rows[f"gpt2_train/{key}"]["median_s"]
-    for key, how in gpu.DECODE_ROWS.items():
+    for key, how in DECODE_ROWS.items():
         row = rows[f"gpt2_decode_b1/{key}"]
         assert row.get("tokens_identical_to_dynamic", how["static"]) is how["static"], key
         assert row.get("compiled", how["compiled"]) is how["compiled"], key
@@ -95,18 +93,15 @@ def test_the_measurements_at_smoke_size(tmp_path):
 
 
 def test_encoders_at_smoke_size(tmp_path):
-    """BERT (dense and sparse prediction) and T5 against their references; compiling them is opt-in."""
+    """BERT (dense and sparse prediction) and T5 against their references, eager."""
     assert (
         gpu.main(["--measure", "encoders", *SMOKE, "--set", "rounds=1", "--output_dir", str(tmp_path)]) == 0
     )
     m, rows = _rows(tmp_path)
     assert set(m["checks"]) == {"bert_logits", "t5_logits"} and m["checks_ok"]
     for row_id, row in rows.items():
-        if row["mode"] == "compiled":
-            assert row["status"] == "skipped" and "--compile_encoders" in row["reason"]
-        else:
-            assert row["status"] == "ok" and row["value"] > 0 and row["mfu"] > 0, row_id
-    assert len(rows) == 9
+        assert row["status"] == "ok" and row["value"] > 0 and row["mfu"] > 0, row_id
+    assert len(rows) == 5
 
 
 def test_decode_writes_each_batch_size_before_the_next(tmp_path, monkeypatch):
@@ -125,7 +120,7 @@ def test_decode_writes_each_batch_size_before_the_next(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpu, "time_group", spy)
     keep = ("hf_lm/dynamic", "hf_lm/static", "transformers/dynamic")
-    monkeypatch.setattr(gpu, "DECODE_ROWS", {k: gpu.DECODE_ROWS[k] for k in keep})
+    monkeypatch.setattr(gpu_entries, "DECODE_ROWS", {k: DECODE_ROWS[k] for k in keep})
     with pytest.raises(TimeLimit):
         gpu.main(["--measure", "decode", *SMOKE, "--set", "decode_rounds=1", "--output_dir", str(tmp_path)])
     rows = {row["id"]: row for row in on_disk["rows"]}
@@ -279,24 +274,22 @@ def test_the_check_entries_select_the_cuda_tests(tmp_path):
     expected = sweep_ids()
     leaderboards = {i for i in expected if i.startswith("leaderboards/")}
     assert len(leaderboards) == len(LEADERBOARDS) == 4
-    cmd, cwd = gpu.entry_command("check", {"out": tmp_path, "smoke": False})
-    done = subprocess.run([*cmd, "--collect-only"], cwd=cwd, capture_output=True, text=True)
+    cmd = gpu.entry_command("check", {"out": tmp_path, "smoke": False})
+    done = subprocess.run([*cmd, "--collect-only"], cwd=gpu.REPO_ROOT, capture_output=True, text=True)
     collected = {line.split("[", 1)[1].rstrip("]") for line in done.stdout.splitlines() if "::" in line}
     assert collected == expected - leaderboards
-    cmd, _ = gpu.entry_command("leaderboards", {"out": tmp_path, "smoke": False})
+    cmd = gpu.entry_command("leaderboards", {"out": tmp_path, "smoke": False})
     assert cmd[cmd.index("-k") + 1] == "leaderboards/"  # a substring of those four ids alone
 
 
 def test_the_recipe_variants_and_the_translation_entries_parse(tmp_path):
     ctx = {"out": tmp_path, "smoke": False}
     variants = ["recipe_hf_lm_5000_steps", "recipe_hf_lm_rope_1500_steps"]
-    parsed = [
-        parse_args(gpu.entry_command(name, ctx)[0][3:]) for name in variants
-    ]  # python -m training.train
+    parsed = [parse_args(gpu.entry_command(name, ctx)[3:]) for name in variants]  # python -m training.train
     assert [p[2].max_steps for p in parsed] == [5000, 1500]
     assert [p[1].position_embedding_type for p in parsed] == ["learned", "rope"]
     full, smoke = (
-        gpu.entry_command("translation_budget_linear", {"out": tmp_path, "smoke": s})[0] for s in (0, 1)
+        gpu.entry_command("translation_budget_linear", {"out": tmp_path, "smoke": s}) for s in (0, 1)
     )
     assert str(gpu.MULTI30K) in full and full[-4:-2] == ["--budget_seconds", "420"] and "--smoke" not in full
     assert "--smoke" in smoke and "--budget_seconds" not in smoke and "linear" in smoke

@@ -36,7 +36,7 @@ from training.data.tokenizer import (
     unk_shared_role,
 )
 from training.objectives import objective_for
-from training.resume import check_resumable, data_changes
+from training.state.resume import check_resumable, data_changes
 
 TEXT = (
     "The king sat on the throne and the queen sat by him.\n\nThe court watched over the land, "
@@ -280,7 +280,7 @@ def test_check_resumable_compares_the_data_fingerprint(tmp_path, caplog):
             _state(tmp_path, data_args, train_args, changed), data_args, train_args, batch, blocks
         )
     # a checkpoint from before fingerprints: resumed, with a warning
-    with caplog.at_level(logging.WARNING, logger="training.resume"):
+    with caplog.at_level(logging.WARNING, logger="training.state.resume"):
         check_resumable(_state(tmp_path, data_args, train_args), data_args, train_args, batch, blocks)
     assert "records no fingerprint of its data" in caplog.text
 

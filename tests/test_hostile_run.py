@@ -26,9 +26,10 @@ from test_train import TINY
 
 import training.train as T
 from training.args import as_flags, parse_args
-from training.checkpoint import is_staging_name, list_checkpoints, staging_path
 from training.run.folder import RunFolderBusyError, RunLock, claim_output_dir, remove_staging_leftovers
 from training.run.processes import StopSignals
+from training.state.atomic import is_staging_name, staging_path
+from training.state.folders import list_checkpoints
 
 SMALL = {**TINY, "max_documents": 60, "num_hidden_layers": 1, "per_device_batch_size": 4, "eval_batches": 1}
 

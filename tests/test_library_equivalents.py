@@ -6,7 +6,7 @@ keeps its own code, the library's gap that the docs name is shown here.
 - `training.data.collators_mlm.DataCollatorForMaskedLM` ("token") has the statistics and label rules of
   transformers' `DataCollatorForLanguageModeling(mlm=True)`; transformers draws random tokens from
   the whole vocabulary (special tokens included) and its whole-word mode drops the 80/10/10 rule;
-- `training.checkpoint` rejects a flipped byte, skips a half-written checkpoint and names an
+- `training.state` rejects a flipped byte, skips a half-written checkpoint and names an
   unreadable RNG file, where accelerate's `save_state`/`load_state` load the damaged weights
   silently, fail on the half-written folder and skip the RNG states with an info-level log;
   accelerate's `total_limit` deletes another run's checkpoint where hf_lm prunes per run, and its
@@ -28,8 +28,10 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import ProjectConfiguration
 from transformers import DataCollatorForLanguageModeling
 
-from training.checkpoint import CorruptCheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from training.data.collators_mlm import DataCollatorForMaskedLM
+from training.state.checkpoint import load_checkpoint, save_checkpoint
+from training.state.folders import CorruptCheckpointError, latest_checkpoint
+from training.state.stateful import CheckpointState, Values
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRIC_DIR = os.path.join(REPO_ROOT, "hf_lm", "metrics", "accuracy")
@@ -212,10 +214,10 @@ def test_flipped_byte_accelerate_loads_silently_hf_lm_rejects(tmp_path, accelera
     accelerator.load_state(str(tmp_path / "accelerate"))  # no checksum: loads the damaged weight
     assert not torch.equal(model.weight.detach(), saved)
 
-    ours = save_checkpoint(tmp_path / "hf_lm", model=model, optimizer=optimizer, step=1)
+    ours = save_checkpoint(tmp_path / "hf_lm", CheckpointState(model, optimizer=optimizer), step=1)
     _flip_last_byte(ours / "model.safetensors")
     with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
-        load_checkpoint(ours, model=model, optimizer=optimizer)
+        load_checkpoint(ours, CheckpointState(model, optimizer=optimizer))
 
 
 def test_half_written_checkpoint_accelerate_picks_it_hf_lm_skips_it(tmp_path, accelerate_state):
@@ -231,13 +233,16 @@ def test_half_written_checkpoint_accelerate_picks_it_hf_lm_skips_it(tmp_path, ac
     with pytest.raises(FileNotFoundError):
         accelerator.load_state()  # the newest folder, complete or not
 
-    save_checkpoint(tmp_path / "hf_lm", model=model, optimizer=optimizer, step=1)
+    save_checkpoint(tmp_path / "hf_lm", CheckpointState(model, optimizer=optimizer), step=1)
     half = tmp_path / "hf_lm" / "checkpoint-00000002"  # no COMPLETE marker
     half.mkdir()
     shutil.copy(tmp_path / "hf_lm" / "checkpoint-00000001" / "optimizer.pt", half / "optimizer.pt")
     assert latest_checkpoint(tmp_path / "hf_lm").name == "checkpoint-00000001"
     assert (
-        load_checkpoint(latest_checkpoint(tmp_path / "hf_lm"), model=model, optimizer=optimizer)["step"] == 1
+        load_checkpoint(latest_checkpoint(tmp_path / "hf_lm"), CheckpointState(model, optimizer=optimizer))[
+            "step"
+        ]
+        == 1
     )
 
 
@@ -249,11 +254,11 @@ def test_unreadable_rng_state_accelerate_ignores_hf_lm_names_it(tmp_path, accele
     (tmp_path / "accelerate" / "random_states_0.pkl").write_bytes(b"")
     accelerator.load_state(str(tmp_path / "accelerate"))  # "Could not load random states", at info level
 
-    ours = save_checkpoint(tmp_path / "hf_lm", model=model, optimizer=optimizer, step=1)
+    ours = save_checkpoint(tmp_path / "hf_lm", CheckpointState(model, optimizer=optimizer), step=1)
     (ours / "rng.pt").write_bytes(b"")
     for verify in (True, False):  # by the manifest, and without one by the failed read
         with pytest.raises(CorruptCheckpointError, match="rng.pt"):
-            load_checkpoint(ours, model=model, optimizer=optimizer, verify=verify)
+            load_checkpoint(ours, CheckpointState(model, optimizer=optimizer), verify=verify)
 
 
 def test_total_limit_deletes_another_runs_checkpoint_hf_lm_prunes_per_run(tmp_path, accelerate_state):
@@ -266,8 +271,8 @@ def test_total_limit_deletes_another_runs_checkpoint_hf_lm_prunes_per_run(tmp_pa
     accelerator.save_state()
     assert sorted(p.name for p in (root / "checkpoints").iterdir()) == ["checkpoint_0"]
 
-    save_checkpoint(tmp_path / "hf_lm", model=model, step=7, run_id="other")
-    save_checkpoint(tmp_path / "hf_lm", model=model, step=1, run_id="mine", keep_last=1)
+    save_checkpoint(tmp_path / "hf_lm", CheckpointState(model), step=7, run_id="other")
+    save_checkpoint(tmp_path / "hf_lm", CheckpointState(model), step=1, run_id="mine", keep_last=1)
     assert sorted(p.name for p in (tmp_path / "hf_lm").iterdir()) == [
         "checkpoint-00000001",
         "checkpoint-00000007",
@@ -301,5 +306,7 @@ def test_registered_state_accelerate_unpickles_hf_lm_keeps_json(tmp_path, accele
 
     model, _ = _model_and_optimizer()
     with pytest.raises(TypeError):  # hf_lm's data position and extras are JSON, nothing else
-        save_checkpoint(tmp_path / "hf_lm", model=model, step=1, data_state={"object": Unpickled()})
+        save_checkpoint(
+            tmp_path / "hf_lm", CheckpointState(model, data=Values({"object": Unpickled()})), step=1
+        )
     assert not any((tmp_path / "hf_lm").iterdir())

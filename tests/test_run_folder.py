@@ -57,7 +57,7 @@ def test_claiming_a_folder_with_another_runs_outputs(tmp_path):
 
 def _leave_staging(folder):
     """What a run killed mid-write leaves: staging folders and files next to its outputs, named as
-    `training.checkpoint.staging_path` names them."""
+    `training.state.atomic.staging_path` names them."""
     checkpoint = folder / "checkpoints" / ".tmp-hflm-checkpoint-00000008-123-abcd0123"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.safetensors").write_text("half")
@@ -122,7 +122,7 @@ def test_a_new_run_in_another_runs_folder_is_refused_or_replaced(tmp_path):
 
     metrics = _train(out, "--max_steps", "8", "--seed", "1", "--overwrite_output_dir")
     assert metrics["step"] == 8
-    from training.checkpoint import list_checkpoints
+    from training.state.folders import list_checkpoints
 
     assert [step for step, _ in list_checkpoints(out / "checkpoints")] == [
         4,

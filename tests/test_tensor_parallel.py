@@ -4,7 +4,7 @@ The self-attention's fused projection `query_key_value` holds its rows grouped b
 transformers' plain "colwise" split gives each process whole groups. Checkpoints from before that
 layout (`qkv_proj`, rows [all q; all k; all v]) still load: saved folders through `from_pretrained`,
 raw state dicts (training checkpoints, converters) through the attention's load hook, the optimizer's
-moments through `training.checkpoint`. The multi-process runs use gloo on the CPU (torchrun).
+moments through `training.state.checkpoint`. The multi-process runs use gloo on the CPU (torchrun).
 """
 
 import subprocess
@@ -24,7 +24,8 @@ from hf_lm import (
     HfLmT5ForConditionalGeneration,
 )
 from hf_lm.models.hflm_attention import grouped_qkv_order
-from training.checkpoint import load_checkpoint, save_checkpoint
+from training.state.checkpoint import load_checkpoint, save_checkpoint
+from training.state.stateful import CheckpointState
 
 SMALL = dict(
     vocab_size=97, hidden_size=64, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64
@@ -158,7 +159,7 @@ def test_training_checkpoint_from_before_the_grouped_layout_resumes_exactly(tmp_
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step(model, opt)
-    folder = save_checkpoint(tmp_path / "ckpt", model=model, optimizer=opt, step=1, save_rng=False)
+    folder = save_checkpoint(tmp_path / "ckpt", CheckpointState(model, optimizer=opt, rng=None), step=1)
     # rewrite it as a checkpoint of the stacked layout: weights renamed and reordered, moments reordered
     weights = folder / "model.safetensors"
     save_file(to_stacked_layout(load_file(weights), model), weights, metadata={"format": "pt"})
@@ -172,7 +173,7 @@ def test_training_checkpoint_from_before_the_grouped_layout_resumes_exactly(tmp_
 
     resumed = _model("gpt_gqa_rope").train()
     resumed_opt = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
-    load_checkpoint(folder, model=resumed, optimizer=resumed_opt, restore_rng=False, verify=False)
+    load_checkpoint(folder, CheckpointState(resumed, optimizer=resumed_opt, rng=None), verify=False)
     step(model, opt)
     step(resumed, resumed_opt)
     for (name, a), b in zip(model.named_parameters(), resumed.parameters(), strict=True):

@@ -20,11 +20,11 @@ from safetensors.torch import load_file
 
 from hf_lm import HfLmGPTForCausalLM
 from training.args import DataArguments, ModelArguments, TrainArguments, as_flags, parse_args
-from training.checkpoint import latest_checkpoint, list_checkpoints
 from training.data.batches import GlobalBatchSampler
-from training.divergence import TrainingDivergedError
 from training.run.log import projected_steps
 from training.run.setup import seed_process_rngs
+from training.state.divergence import TrainingDivergedError
+from training.state.folders import latest_checkpoint, list_checkpoints
 from training.train import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

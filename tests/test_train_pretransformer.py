@@ -14,9 +14,11 @@ from test_train import _run as train_run
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
 from training.args import parse_args
-from training.checkpoint import latest_checkpoint, load_checkpoint
 from training.data.batches import GlobalBatchSampler
 from training.objectives import build_model
+from training.state.checkpoint import load_checkpoint
+from training.state.folders import latest_checkpoint
+from training.state.stateful import CheckpointState
 
 # test_train's tiny run with one layer and a CSV log (no attention heads: most of these models have none)
 TINY = {**{k: v for k, v in TRAIN_TINY.items() if k != "num_attention_heads"}, "num_hidden_layers": 1}
@@ -128,7 +130,7 @@ def test_tbptt_carries_state_and_resumes_exactly(tmp_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "b" / "tokenizer")
-    state = load_checkpoint(ckpt, model=build_model(model_args, data_args, tokenizer), restore_rng=False)
+    state = load_checkpoint(ckpt, CheckpointState(build_model(model_args, data_args, tokenizer), rng=None))
     saved = state["tensors"]
     assert {k.split(".state")[0] for k in saved if ".state" in k} == {
         "tbptt.rank0.micro0",

@@ -24,12 +24,12 @@ from test_train import assert_document_inputs, spy_on_model_inputs
 import training.objectives.evaluation
 import training.train as T
 from training.args import parse_args
-from training.checkpoint import list_checkpoints
 from training.data.batches import BatchPlan, DataPosition, RandomWindows, window_document_columns
 from training.data.packing import tokenize_and_pack
 from training.data.splits import tail_split
 from training.data.tokenizer import train_tokenizer
 from training.optim import build_optimizer, configure_tf32, optimizer_kwargs
+from training.state.folders import list_checkpoints
 from training.train import train
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -61,8 +61,8 @@ class Crash(Exception):
 def _crash_after_checkpoint(monkeypatch, at_step: int) -> None:
     save = T.save_checkpoint
 
-    def save_then_crash(directory, **kwargs):
-        path = save(directory, **kwargs)
+    def save_then_crash(directory, *args, **kwargs):
+        path = save(directory, *args, **kwargs)
         if Path(directory).name == "checkpoints" and kwargs["step"] == at_step:
             raise Crash
         return path

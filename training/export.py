@@ -18,8 +18,10 @@ from pathlib import Path
 from hf_lm.cards import write_model_card
 from hf_lm.plots import plot_loss_curves
 
-from .checkpoint import atomic_folder, atomic_write_text, load_checkpoint, staging_path
 from .objectives import objective_for
+from .state.atomic import atomic_folder, atomic_write_text, staging_path
+from .state.checkpoint import load_checkpoint
+from .state.stateful import CheckpointState
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ def export_run(
     if best is not None and best.record is not None:
         final_eval, final_step = best.record["metrics"], best.record["step"]
     if final_step != step:
-        load_checkpoint(best.path, model=model, restore_rng=False)
+        load_checkpoint(best.path, CheckpointState(model, rng=None))
         logger.info("final/ holds the best model, of step %d (%s).", final_step, best.path)
     loss_png = draw_loss_curve(run, csv_log, model.config.model_type)
     final = run.output_dir / "final"

@@ -13,8 +13,8 @@ from tqdm.auto import tqdm
 
 from hf_lm.models.hflm_modeling_ngram import HfLmNGramForCausalLM
 
-from .divergence import DivergenceGuard
 from .export import final_metrics
+from .state.divergence import DivergenceGuard
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ recurrent, feed-forward and n-gram models) is refused by name (`check_shardable`
 **What the loop does differently** (`training.train`): gradient accumulation skips the reduce-scatter
 of the micro-steps before the last (`set_requires_gradient_sync`); gradient clipping reduces the
 norm over the shards (`clip_grad_norm`); the weight check reduces over them (`max_abs_weight` in
-`training.checkpoint`); an evaluation runs the same number of forwards on every process
+`training.state.checkpoint`); an evaluation runs the same number of forwards on every process
 (`Lockstep`: each forward gathers parameters collectively); checkpoints are sharded
-(`training.checkpoint`, `SHARDS_DIR`); `best/` and `final/` hold the consolidated weights
+(`training.state.checkpoint`, `SHARDS_DIR`); `best/` and `final/` hold the consolidated weights
 (`consolidated_model`). Mixed precision is FSDP2's own: bf16 parameters in the forward and backward,
 fp32 gradient reduction and fp32 master weights (`MixedPrecisionPolicy`).
 """

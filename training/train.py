@@ -41,7 +41,7 @@ What the loop guarantees:
   tokenizer and initial weights); then each re-seeds torch with (seed, rank)
   (`seed_process_rngs`), so the ranks' dropout masks are independent, as those of a single
   process's larger batch are.
-- **Exact resume.** A checkpoint (`training.checkpoint`) holds weights, optimizer, scheduler,
+- **Exact resume.** A checkpoint (`training.state`) holds weights, optimizer, scheduler,
   the fp16 loss scaler (if any), the RNG states of *every* process (gathered to the main process,
   each restored by its own rank) and the data position (epoch, updates within the epoch, step;
   streaming re-reads the epoch's stream and skips that many global batches). The data order is a
@@ -53,7 +53,7 @@ What the loop guarantees:
   `final_metrics.json`, the rewrites of `metrics.csv`; a `metrics.csv` row cut short by a kill is
   dropped on reading), so a run killed at any moment resumes exactly. Every checkpoint file is
   checksummed (`manifest.json`); a resume walks back past damaged checkpoints, naming the file
-  (`training.checkpoint.load_latest_checkpoint`). Checkpoints carry the run's id, kept on resume:
+  (`training.state.checkpoint.load_latest_checkpoint`). Checkpoints carry the run's id, kept on resume:
   `keep_last` prunes only this run's, and a resume continues the run that saved last.
 - **Divergence stops the run**: a non-finite loss (averaged over processes, so all ranks agree)
   raises `TrainingDivergedError` before the update is applied, and so do non-finite weights
@@ -95,9 +95,9 @@ It loads with `AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)
 
 The loop's parts live in their own modules: the objectives (`training.objectives`: tokens, model,
 inputs, evaluation and card results of each), the data (`training.data.prepare`, `training.data.batches`),
-resume (`training.resume`), divergence (`training.divergence`), the best model (`training.best`),
-logging (`training.run.log`) and the final outputs (`training.export`). An n-gram model is fitted
-by counting, not by this loop (`training.ngram_fit`).
+the run's state (`training.state`: checkpoints, resume, divergence, the best model), logging
+(`training.run.log`) and the final outputs (`training.export`). An n-gram model is fitted by
+counting, not by this loop (`training.ngram_fit`).
 """
 
 from __future__ import annotations
@@ -121,19 +121,8 @@ import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
 from .args.checks import check_arguments
-from .best import BestModel
 from .budget import agreed_seconds
-from .checkpoint import (
-    checkpoint_name,
-    get_rng_state,
-    list_checkpoints,
-    load_latest_checkpoint,
-    max_abs_weight,
-    save_checkpoint,
-    save_sharded_checkpoint,
-)
 from .data.batches import DataPosition
-from .divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
 from .optim import (
@@ -142,13 +131,19 @@ from .optim import (
     optimizer_kwargs,
     tf32_restored,
 )
-from .resume import data_order, restore_run, run_settings
 from .run import log as run_log
 from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
 from .run.log import projected_steps
 from .run.processes import RunInterrupted, StopSignals, end_process_group, process_state
 from .run.setup import Run, finish_run, shared_run_id, start_run
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
+from .state.best import BestModel
+from .state.checkpoint import load_latest_checkpoint, max_abs_weight, save_checkpoint, save_sharded_checkpoint
+from .state.divergence import DivergenceGuard, TrainingDivergedError, rollback_to_last_good
+from .state.folders import checkpoint_name, list_checkpoints
+from .state.resume import DataState, restore_run, run_settings
+from .state.rng import RngStates
+from .state.stateful import CheckpointState, Values
 
 logger = logging.getLogger(__name__)
 
@@ -192,11 +187,8 @@ class TrainingLoop:
         if self.sharded:  # the optimizer is then built over this process's shards
             model = shard_model(model, run.sharding, accelerator.device, args.mixed_precision)
         self.optimizer, self.scheduler = build_optimizer(model, args)
+        self.raw_model = model  # the plain module (`_prepare` wraps it)
         self.guard = DivergenceGuard(args)
-        self.position, self.history, kept = self._resume(model)
-        # the run's clock goes on from its checkpoint's (the time lost after it is not counted): the
-        # metrics' `seconds` and the card's training time cover every session of the run
-        run.start_time -= kept.get("seconds", 0.0)
         self.best = None
         if args.load_best_model_at_end:
             self.best = BestModel(
@@ -205,11 +197,17 @@ class TrainingLoop:
                 args.metric_for_best_model,
                 args.greater_is_better,
                 accelerator.is_main_process,
-                run_id=self.run_id,
             )
-            # the best of the resumed run's own past (none for a fresh run); drops best folders the
-            # interrupted run wrote after its checkpoint
-            self.best.restore(kept.get("best"))
+        self.position, self.history, self.last_loss, self.largest = DataPosition(), [], float("nan"), None
+        kept = self._resume()
+        # the run's clock goes on from its checkpoint's (the time lost after it is not counted): the
+        # metrics' `seconds` and the card's training time cover every session of the run
+        run.start_time -= kept.get("seconds", 0.0)
+        if self.best is not None:
+            # it holds the best of the resumed run's own past (none for a fresh run); drop the best
+            # folders the interrupted run wrote after its checkpoint
+            self.best.run_id = self.run_id
+            self.best.prune()
         # the batches the run's `BatchPlan` decided on, from the resumed position
         self.data, self.updates_per_epoch, self.stream = run.batch_plan.batches(
             run.train_blocks, self.position, run.tokenizer.eos_token_id
@@ -217,42 +215,80 @@ class TrainingLoop:
         self._prepare(model)
         run.init_trackers()
         self.csv_log = run.csv_log(self.position.step if self.checkpoint is not None else None)
-        self.start_step, self.last_loss = self.position.step, kept.get("loss", float("nan"))
+        self.start_step = self.position.step
         self.recent, self.evaluation, self.evaluated_at = [], None, None
         self.last_good = self.checkpoint  # the newest checkpoint of this run known to be good
         self.saved_step = self.position.step if self.checkpoint is not None else None  # last_good's step
 
-    def _resume(self, model) -> tuple[DataPosition, list[dict], dict]:
-        """Load the newest intact checkpoint of the run that saved last, before `prepare` (the plain
-        objects load the states, and DDP then broadcasts rank 0's weights); a damaged one is passed
-        over with a warning naming its file. Returns the data position, the settings changed on
-        resume (what the card must report) and what the loop kept in the checkpoint."""
+    def _resume(self) -> dict:
+        """Load the newest intact checkpoint of the run that saved last into the run's state
+        (`checkpoint_state`), before `prepare` (the plain objects load the states, and DDP then
+        broadcasts rank 0's weights); a damaged one is passed over with a warning naming its file.
+        Returns what the loop kept in the checkpoint (its `extra`; empty for a fresh run)."""
         run, args = self.run, self.run.train_args
-        state = None
+        record = None
         if args.resume != "false":
-            state = load_latest_checkpoint(
-                run.checkpoint_dir,
-                model=model,
-                optimizer=self.optimizer,
-                scheduler=self.scheduler,
-                scaler=run.accelerator.scaler,  # None unless fp16 on a GPU
-                restore_rng=True,
-                rank=run.rank,  # each process restores its own random streams
-            )
-        self.checkpoint = state["path"] if state is not None else None
-        if args.resume == "true" and state is None:  # `train` checked there is one; it went in between
+            record = load_latest_checkpoint(run.checkpoint_dir, self.checkpoint_state())
+        self.checkpoint = record["path"] if record is not None else None
+        if args.resume == "true" and record is None:  # `train` checked there is one; it went in between
             raise FileNotFoundError(
                 f"--resume true: {run.checkpoint_dir} holds no complete checkpoint. Run with --resume auto to start "
                 "afresh where there is none."
             )
         # a resumed run keeps its id: its checkpoints are pruned with (and only with) those it wrote before
-        self.run_id = state["run_id"] if state is not None else shared_run_id(run.accelerator)
-        if state is None:
-            return DataPosition(), [], {}
-        position, self.scheduler, history = restore_run(
-            state, run, self.optimizer, self.scheduler, self.guard, run.objective
+        self.run_id = record["run_id"] if record is not None else shared_run_id(run.accelerator)
+        if record is None:
+            return {}
+        self.scheduler, self.history = restore_run(record, run, self.optimizer, self.scheduler, run.objective)
+        return record["extra"] or {}
+
+    def checkpoint_state(self, gather: bool = False) -> CheckpointState:
+        """The run's state, part by part, as a checkpoint saves it and a resume gives it back
+        (`training.state.stateful`): the model, optimizer, scheduler, loss scaler (fp16 on a GPU,
+        else None), random streams, the data position and, in the extras, the loop's own record,
+        the best model and the divergence guard.
+
+        `gather`: for a save, collect every process's random streams and the objective's carried
+        tensors (collectives: every process must call); a load restores this process's own.
+        """
+        run = self.run
+        extra = (
+            {"loop": self} | ({"best": self.best} if self.best is not None else {}) | {"guard": self.guard}
         )
-        return position, history, state["extra"] or {}
+        rng, tensors = RngStates(run.rank), None
+        if gather:
+            rng = RngStates.gathered(run.rank, run.world)
+            tensors = run.objective.state_tensors(run.rank)
+            if tensors is not None and run.world > 1:
+                tensors = {k: v for part in gather_object([tensors]) for k, v in part.items()}
+        return CheckpointState(
+            model=self.raw_model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            scaler=run.accelerator.scaler,
+            rng=rng,
+            tensors=Values(tensors) if tensors is not None else None,
+            data=DataState(self.position, run),
+            extra=extra,
+        )
+
+    def state_dict(self) -> dict:
+        """The loop's own part of a checkpoint (in its extras): the last loss, the largest weight,
+        the run's clock, its settings and those changed at each resume."""
+        run = self.run
+        return {
+            "loss": self.last_loss,
+            "world_size": run.world,
+            "max_abs_weight": self.largest,
+            "seconds": run.elapsed(),
+            "settings": run_settings(run.data_args, run.train_args),
+            "settings_history": self.history,
+        }
+
+    def load_state_dict(self, extra: dict) -> None:
+        """The last loss of the checkpoint's step. (The clock, settings and their history are a
+        resume's to restore, `_resume`, not a rollback's.)"""
+        self.last_loss = extra.get("loss", float("nan"))
 
     def _prepare(self, model) -> None:
         """Wrap the model and optimizer for the processes (DDP) and precision, and compile. A sharded
@@ -547,13 +583,10 @@ class TrainingLoop:
     def save(self, largest: float) -> None:
         """A checkpoint of the update just done (written by the main process; under FSDP each
         process writes its shards)."""
-        run, args, pos = self.run, self.run.train_args, self.position
-        accelerator, world = run.accelerator, run.world
+        run, accelerator, pos = self.run, self.run.accelerator, self.position
+        self.largest = largest
         # each process has its own random streams (and carried states): the main process saves them all
-        rng_states = gather_object([get_rng_state()]) if world > 1 else None
-        tensors = run.objective.state_tensors(run.rank)
-        if tensors is not None and world > 1:
-            tensors = {k: v for part in gather_object([tensors]) for k, v in part.items()}
+        state = self.checkpoint_state(gather=True)
         if self.sharded:  # every process writes its shards, the main process the rest
             write = save_sharded_checkpoint
         else:
@@ -561,31 +594,13 @@ class TrainingLoop:
         if write is not None:
             write(
                 run.checkpoint_dir,
-                model=self.raw_model,
-                optimizer=self.optimizer,
-                scheduler=self.scheduler,
-                scaler=accelerator.scaler,
+                state,
                 step=pos.step,
-                data_state={
-                    "epoch": pos.epoch,
-                    "batch_in_epoch": pos.update,  # global batches of this epoch already consumed
-                    "blocks_in_epoch": pos.update * run.global_batch,
-                    "step": pos.step,
-                    **data_order(run.batch_plan, run.train_blocks),
-                    "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
-                },
-                extra={"loss": self.last_loss, "world_size": world, "max_abs_weight": largest}
-                | {"seconds": run.elapsed()}
-                | {"settings": run_settings(run.data_args, args), "settings_history": self.history}
-                | ({"best": self.best.record} if self.best is not None else {})
-                | self.guard.state(),
-                keep_last=args.keep_last,
-                rng_states=rng_states,
-                tensors=tensors,
+                keep_last=run.train_args.keep_last,
                 run_id=self.run_id,
                 check_finite=False,  # just checked, on every process
             )
-            if self.best is not None and accelerator.is_main_process:
+            if self.best is not None:
                 self.best.prune()  # keep_last may have dropped the last need of an old best
         self.last_good, self.saved_step = run.checkpoint_dir / checkpoint_name(pos.step), pos.step
         accelerator.wait_for_everyone()
@@ -601,11 +616,7 @@ class TrainingLoop:
             offending_step,
             checkpoint_dir=run.checkpoint_dir,
             run_id=self.run_id,
-            model=self.raw_model,
-            optimizer=self.optimizer,
-            scaler=run.accelerator.scaler,
-            scheduler=self.scheduler,
-            rank=run.rank,
+            state=self.checkpoint_state(),  # the last loss, the best and the loss window come back too
             data=self.data,
             accum=run.batch_plan.accum,
         )
@@ -617,12 +628,10 @@ class TrainingLoop:
             pos.epoch, pos.update = divmod(pos.epoch * per_epoch + pos.update + consumed, per_epoch)
         pos.step, pos.offset, self.last_good = back["step"], pos.offset + back["skipped"], back["path"]
         self.saved_step = pos.step
-        kept = back["extra"] or {}
-        self.last_loss = kept.get("loss", float("nan"))
         self.recent, self.evaluation, self.evaluated_at = [], None, None
         run.objective.reset_state()  # the skipped blocks break every lane's continuity: each starts afresh
         if self.best is not None:
-            self.best.restore(kept.get("best"))  # drops the best folders of the abandoned steps
+            self.best.prune()  # drops the best folders of the abandoned steps
         self.csv_log.truncate(pos.step)
         self.bar.n = pos.step
         self.bar.refresh()

@@ -47,6 +47,8 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, Features, IterableDataset, Value
 
+from ..state.atomic import atomic_write_text
+
 logger = logging.getLogger(__name__)
 
 DATA_CLEANINGS = ("none", "c4")
@@ -133,7 +135,7 @@ class C4Options:
         language_scorer(self.language)  # an unknown or unimportable scorer fails here
 
 
-# the run settings a resumed run may not change (training/resume.py): they fix the data
+# the run settings a resumed run may not change (training/state/resume.py): they fix the data
 CLEANING_SETTINGS = ("data_cleaning", *(f"clean_{f.name}" for f in dataclasses.fields(C4Options)))
 
 
@@ -530,8 +532,6 @@ class CleaningReport:
 
     def write(self, path: str | Path) -> None:
         """Write `as_dict()` to `path`, all at once."""
-        from ..checkpoint import atomic_write_text  # the run's atomic writer; imported late, no cycle
-
         atomic_write_text(path, json.dumps(self.as_dict(), indent=2) + "\n")
 
 

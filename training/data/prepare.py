@@ -4,7 +4,7 @@ The tokenizer is given, the `init_from` checkpoint's, reloaded from the run fold
 first training documents with the objective's special tokens. The eval blocks are held in memory;
 the training blocks too (`TrainingBlocks`), or with `streaming` a `BlockStream` that reads, packs
 and shuffles them lazily, in bounded memory. Both carry the `fingerprint` of the text they were cut
-from, which checkpoints record so that a resume refuses a changed corpus (`training.resume`).
+from, which checkpoints record so that a resume refuses a changed corpus (`training.state.resume`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from datasets import IterableDataset
 from transformers import AutoTokenizer
 
 from ..args import STREAMING_EVAL_BLOCKS, STREAMING_TOKENIZER_DOCUMENTS, DataArguments, TrainArguments
-from ..checkpoint import atomic_folder
 from ..objectives import objective_for
+from ..state.atomic import atomic_folder
 from .cleaning import clean_corpus
 from .fingerprint import data_fingerprint
 from .loading import load_text_dataset

@@ -31,7 +31,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from ..checkpoint import is_staging_name, list_checkpoints
+from ..state.atomic import is_staging_name
+from ..state.folders import list_checkpoints
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import io
 import logging
 from pathlib import Path
 
-from ..checkpoint import atomic_write_text
-from ..resume import run_settings
+from ..state.atomic import atomic_write_text
+from ..state.resume import run_settings
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin, broadcast_object_list, set_seed
 
 from ..args import DataArguments, ModelArguments, TrainArguments
-from ..checkpoint import new_run_id
 from ..data.batches import BatchPlan
 from ..data.prepare import prepare_data
 from ..export import export_run
@@ -28,6 +27,7 @@ from ..models import resolve_family
 from ..objectives import Objective, objective_for
 from ..optim import configure_tf32
 from ..sharding import check_shardable, describe, requested_plugin
+from ..state.folders import new_run_id
 from . import log as run_log
 from .log import CsvLog
 from .processes import cpu_only
@@ -180,7 +180,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
 
 
 def shared_run_id(accelerator: Accelerator) -> str:
-    """A fresh run id (`training.checkpoint.new_run_id`), the main process's on every process."""
+    """A fresh run id (`training.state.folders.new_run_id`), the main process's on every process."""
     run_id = [new_run_id()]
     if accelerator.num_processes > 1:
         broadcast_object_list(run_id, from_process=0)

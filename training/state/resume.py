@@ -23,6 +23,9 @@ its own:
   what actually trained (`apply_changed_settings`).
 - Everything else (evaluation, logging and saving cadence, precision, compile, trackers, the
   rollback guard) is the new run's choice.
+
+The data position itself is a part of the run's checkpoint state (`DataState`, state.json's
+`data_state`); `restore_run` does what a resume adds once every part has its state back.
 """
 
 from __future__ import annotations
@@ -31,10 +34,9 @@ import dataclasses
 import logging
 import warnings
 
-from .data.batches import DataPosition
-from .data.cleaning import CLEANING_SETTINGS
-from .data.fingerprint import describe_fingerprint_change
-from .optim import build_scheduler
+from ..data.cleaning import CLEANING_SETTINGS
+from ..data.fingerprint import describe_fingerprint_change
+from ..optim import build_scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,36 @@ def data_order(batch_plan, train_blocks=None) -> dict:
     """The run's `DATA_ORDER` values (its `BatchPlan`'s), and the fingerprint of its text
     (`train_blocks.fingerprint`, None when unknown), for `data_state`."""
     return batch_plan.data_order() | {"data_fingerprint": getattr(train_blocks, "fingerprint", None)}
+
+
+class DataState:
+    """The run's place in its data as a checkpoint part (state.json's `data_state`): its
+    `DataPosition` (epoch, global batches of the epoch consumed, step, batches skipped by
+    rollbacks), with the data order and the fingerprint of the text that position counts in
+    (`data_order`), which a resume checks (`check_resumable`)."""
+
+    def __init__(self, position, run) -> None:
+        self.position, self.run = position, run
+
+    def state_dict(self) -> dict:
+        pos, run = self.position, self.run
+        return {
+            "epoch": pos.epoch,
+            "batch_in_epoch": pos.update,  # global batches of this epoch already consumed
+            "blocks_in_epoch": pos.update * run.global_batch,
+            "step": pos.step,
+            **data_order(run.batch_plan, run.train_blocks),
+            "skipped_batches": pos.offset,  # read but not trained on (rollbacks)
+        }
+
+    def load_state_dict(self, data_state: dict) -> None:
+        pos = self.position
+        pos.step, pos.epoch, pos.update = (
+            data_state["step"],
+            data_state["epoch"],
+            data_state["batch_in_epoch"],
+        )
+        pos.offset = data_state.get("skipped_batches", 0)  # batches skipped by rollbacks
 
 
 def data_changes(saved: dict | None, current: dict | None) -> str | None:
@@ -206,34 +238,31 @@ def apply_changed_settings(
     return scheduler, applied
 
 
-def restore_run(state: dict, run, optimizer, scheduler, guard, objective):
-    """Continue the run from the loaded checkpoint `state` (`load_checkpoint`'s dict), once checked.
-
-    Restores the data position, the divergence guard's window and rollbacks, and the objective's
-    carried state (truncated BPTT), and applies the changed optimizer and schedule settings.
+def restore_run(record: dict, run, optimizer, scheduler, objective):
+    """What a resume adds once the parts of the run's state have theirs back from the checkpoint
+    `record` (`load_checkpoint`'s dict): check that the run continues exactly (`check_resumable`),
+    restore the objective's carried state (truncated BPTT), and apply the changed optimizer and
+    schedule settings.
 
     Returns:
-        `(position, scheduler, history)`: the `DataPosition` to start from, the scheduler to use,
-        and the settings changed on resume (`{"step", "changed": {name: [old, new]}}` per resume).
+        `(scheduler, history)`: the scheduler to use, and the settings changed on resume
+        (`{"step", "changed": {name: [old, new]}}` per resume).
     """
     data_args, train_args = run.data_args, run.train_args
-    check_resumable(state, data_args, train_args, run.batch_plan, run.train_blocks)
-    kept, data_state, step = state["extra"] or {}, state["data_state"], state["step"]
-    position = DataPosition(
-        step=step,
-        epoch=data_state["epoch"],
-        update=data_state["batch_in_epoch"],
-        offset=data_state.get("skipped_batches", 0),  # batches skipped by rollbacks
-    )
-    guard.restore(kept)
-    objective.restore_state(state["tensors"], run.rank, run.accelerator.device)
+    check_resumable(record, data_args, train_args, run.batch_plan, run.train_blocks)
+    kept, data_state, step = record["extra"] or {}, record["data_state"], record["step"]
+    objective.restore_state(record["tensors"], run.rank, run.accelerator.device)
     scheduler, applied = apply_changed_settings(
-        kept.get("settings"), train_args, data_args, optimizer, scheduler, step, state["path"]
+        kept.get("settings"), train_args, data_args, optimizer, scheduler, step, record["path"]
     )
     history = list(kept.get("settings_history", []))
     if applied:
         history.append({"step": step, "changed": {k: list(v) for k, v in applied.items()}})
     logger.info(
-        "Resumed from %s: step %d, epoch %d, update %d.", state["path"], step, position.epoch, position.update
+        "Resumed from %s: step %d, epoch %d, update %d.",
+        record["path"],
+        step,
+        data_state["epoch"],
+        data_state["batch_in_epoch"],
     )
-    return position, scheduler, history
+    return scheduler, history

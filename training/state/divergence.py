@@ -4,13 +4,13 @@ checkpoint (PaLM's remedy for loss spikes).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
 
-import torch
-
 from .checkpoint import load_latest_checkpoint
+from .stateful import CheckpointState
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ class DivergenceGuard:
     `rollback_on_divergence` the loop rolls back on a problem (`rollback_to_last_good`), at most
     `max_rollbacks` times in the run.
 
-    The loss window and the rollbacks ride in every checkpoint (`state()`, restored by `restore`),
-    so a resumed run judges its losses and counts its rollbacks as the uninterrupted run does. A
+    The loss window and the rollbacks ride in every checkpoint (`state_dict`, restored by
+    `load_state_dict`: the guard is a part of the run's `CheckpointState`), so a resumed run judges its losses and counts its rollbacks as the uninterrupted run does. A
     rollback restores the window of the checkpoint it goes back to, but keeps the rollbacks: they
     happened, and are counted in `final_metrics.json`.
     """
@@ -61,12 +61,12 @@ class DivergenceGuard:
         """Global batches read but not trained on, over every rollback."""
         return sum(event["skipped_batches"] for event in self.events)
 
-    def state(self) -> dict:
-        """What a checkpoint keeps (nothing when rollbacks are off)."""
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps (in its `extra`; nothing when rollbacks are off)."""
         return {"rollbacks": self.events, "loss_window": self.losses} if self.rollback else {}
 
-    def restore(self, extra: dict) -> None:
-        """Continue from a checkpoint's `extra` (a resume)."""
+    def load_state_dict(self, extra: dict) -> None:
+        """Continue from a checkpoint's `extra`."""
         self.events = list(extra.get("rollbacks", []))
         self.losses = list(extra.get("loss_window", []))
 
@@ -78,11 +78,7 @@ def rollback_to_last_good(
     *,
     checkpoint_dir: Path,
     run_id: str | None,
-    model: torch.nn.Module,
-    optimizer,
-    scheduler,
-    scaler,
-    rank: int,
+    state: CheckpointState,
     data,
     accum: int,
 ) -> dict:
@@ -93,8 +89,10 @@ def rollback_to_last_good(
     optimizer, scheduler, loss scale, RNG streams, loss window) but not its data: the data goes on
     from the batch after the offending one, `guard.skip` batches further. So every batch read since
     the checkpoint, the offending one included, is skipped, and which ones is a pure function of
-    the data position: a resumed run skips the same ones. `data` is this process's micro-batch
-    iterator, just past the offending update.
+    the data position: a resumed run skips the same ones. `state` is the run's (`CheckpointState`):
+    every part but the data position is given the checkpoint's state back, and the guard (one of
+    its parts) its loss window, not its rollbacks: they happened. `data` is this process's
+    micro-batch iterator, just past the offending update.
 
     Returns:
         `load_checkpoint`'s dict plus "skipped": the global batches read since the checkpoint that
@@ -108,17 +106,10 @@ def rollback_to_last_good(
             f"{problem} at step {offending_step}, after {len(guard.events)} rollbacks (max_rollbacks): stopped. "
             "Lower the learning rate, raise warmup_steps or clip gradients."
         )
-    optimizer.zero_grad(set_to_none=True)  # the offending update's gradients
-    back = load_latest_checkpoint(
-        checkpoint_dir,
-        run_id=run_id,
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        scaler=scaler,
-        restore_rng=True,
-        rank=rank,
-    )
+    state.optimizer.zero_grad(set_to_none=True)  # the offending update's gradients
+    events = guard.events  # `state.extra["guard"]` takes the checkpoint's loss window back, not these
+    back = load_latest_checkpoint(checkpoint_dir, dataclasses.replace(state, data=None), run_id=run_id)
+    guard.events = events
     if back is None:
         raise TrainingDivergedError(
             f"{problem} at step {offending_step}, before this run's first checkpoint: nothing to roll back to. "
@@ -127,7 +118,6 @@ def rollback_to_last_good(
     for _ in range(guard.skip * accum):
         next(data)
     skipped = offending_step - back["step"] + guard.skip
-    guard.losses = list((back["extra"] or {}).get("loss_window", []))
     guard.events.append(
         {
             "step": offending_step,

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import (
+from .checkpoint import save_checkpoint
+from .folders import (
     CorruptCheckpointError,
     checkpoint_name,
-    checkpoint_state,
+    checkpoint_record,
     list_checkpoints,
     remove_checkpoints_except,
-    save_checkpoint,
 )
+from .stateful import CheckpointState, Values
 
 logger = logging.getLogger(__name__)
 
@@ -27,14 +28,14 @@ class BestModel:
     as nanoGPT's `<`) writes the plain model's weights and config atomically to
     `root/checkpoint-{step}` with `save_checkpoint` (no optimizer, no RNG; its `state.json` extra is
     the record). The record `{"step", "metric", "value", "greater_is_better", "metrics"}` rides in
-    every training checkpoint (`extra["best"]`), so a resumed run starts from the best of its own
+    every training checkpoint (`extra["best"]`: the tracker is a part of the run's `CheckpointState`), so a resumed run starts from the best of its own
     past, not from a best the interrupted run wrote after the checkpoint it resumes from (that
     future is replayed, and its evaluations decide again).
 
     `prune` keeps the best folders still needed: the current best, and the best recorded by each
     kept training checkpoint (any of them may be resumed). It runs after every new best, after
     every checkpoint save (whose `keep_last` may drop a checkpoint and with it the need of an old
-    best) and at resume. So pruning checkpoints never loses the weights of a best that a run, the
+    best) and after a resume or a rollback restored the record. So pruning checkpoints never loses the weights of a best that a run, the
     current one or a resumed one, may still hand to `final/`. Only the main process writes.
     """
 
@@ -80,15 +81,20 @@ class BestModel:
             "metrics": dict(evaluation),
         }
         if self.is_main_process:
-            save_checkpoint(
-                self.root, model=model, step=step, save_rng=False, extra=self.record, run_id=self.run_id
-            )
+            weights = CheckpointState(model, rng=None, extra={"best": Values(self.record)})
+            save_checkpoint(self.root, weights, step=step, run_id=self.run_id)
             self.prune()
         logger.info("New best model at step %d: %s %.4f (saved to %s).", step, self.metric, value, self.path)
         return True
 
-    def restore(self, record: dict | None) -> None:
-        """Continue from the best recorded in the resumed checkpoint (None: none yet), then prune."""
+    def state_dict(self) -> dict:
+        """What a training checkpoint keeps of it (its `extra["best"]`)."""
+        return {"best": self.record}
+
+    def load_state_dict(self, extra: dict) -> None:
+        """Continue from the best a checkpoint's `extra` records (None: none yet); `prune` then
+        drops the best folders written after that checkpoint."""
+        record = extra.get("best")
         if record is not None and (record["metric"], record["greater_is_better"]) != (
             self.metric,
             self.greater_is_better,
@@ -103,15 +109,16 @@ class BestModel:
             )
             record = None
         self.record = record
-        if self.is_main_process:
-            self.prune()
 
     def prune(self) -> None:
-        """Delete the best folders that neither the current best nor any kept checkpoint records."""
+        """Delete the best folders that neither the current best nor any kept checkpoint records
+        (on the main process; the others write nothing)."""
+        if not self.is_main_process:
+            return
         keep = {self.record["step"]} if self.record is not None else set()
         for _, path in list_checkpoints(self.checkpoint_dir):
             try:
-                recorded = (checkpoint_state(path).get("extra") or {}).get("best")
+                recorded = (checkpoint_record(path).get("extra") or {}).get("best")
             except CorruptCheckpointError:
                 continue  # a damaged checkpoint is never resumed: its best is not needed
             if recorded is not None:
