@@ -466,7 +466,7 @@ def curve(rows: list[dict]) -> dict:
 
 def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
     """Mean next-token loss over `ids` in non-overlapping blocks (the tail that fills none dropped), as
-    `training.evaluation.evaluate` scores: `{"loss", "scored_tokens", "blocks"}`."""
+    `training.objectives.evaluation.evaluate` scores: `{"loss", "scored_tokens", "blocks"}`."""
     import torch
     import torch.nn.functional as F
 
@@ -827,7 +827,7 @@ def save_initialization(folder: Path, tokenizer, s: dict, seed: int, objective: 
     import torch
 
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmElectraConfig
-    from training.electra import ElectraPretrainingModel
+    from training.objectives.electra import ElectraPretrainingModel
 
     if objective == "electra":
         config = _encoder_config(HfLmElectraConfig, tokenizer, s, embedding_size=s["hidden_size"])

@@ -139,6 +139,8 @@ class Family:
             into this family.
         decoder_start: encoder-decoders: the special-token role whose id starts the decoder
             (`decoder_start_token_id`): T5's "pad_token", BART's (fairseq's) "eos_token".
+        objectives: the pretraining objectives `training.train` trains the family with (its
+            `--objective` names: "clm", "mlm", "electra", "span_corruption", "bart_denoising").
     """
 
     name: str
@@ -147,6 +149,7 @@ class Family:
     special_tokens: dict | None
     convert_from: tuple[str, ...] = ()
     decoder_start: str | None = None
+    objectives: tuple[str, ...] = ()
 
     @property
     def model_type(self) -> str:
@@ -197,6 +200,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=None,
             convert_from=("gpt2", "llama", "mistral", "mixtral"),
+            objectives=("clm",),
         ),
         Family(
             "bert",
@@ -212,6 +216,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=_BERT_MLM_TOKENS,
             convert_from=("bert", "roberta"),
+            objectives=("mlm",),
         ),
         # ELECTRA (Clark et al., 2020): BERT's encoder; AutoModelForPreTraining is the discriminator
         # (replaced-token detection), AutoModelForMaskedLM the generator
@@ -227,6 +232,7 @@ FAMILIES: dict[str, Family] = {
             },
             special_tokens=_BERT_MLM_TOKENS,
             convert_from=("electra",),
+            objectives=("electra",),
         ),
         Family(
             "t5",
@@ -241,6 +247,7 @@ FAMILIES: dict[str, Family] = {
             special_tokens=T5_SPECIAL_TOKENS,
             convert_from=("t5", "switch_transformers"),
             decoder_start="pad_token",
+            objectives=("span_corruption",),
         ),
         Family(
             "bart",
@@ -254,12 +261,14 @@ FAMILIES: dict[str, Family] = {
             special_tokens=BART_SPECIAL_TOKENS,
             convert_from=("bart",),
             decoder_start="eos_token",
+            objectives=("bart_denoising",),
         ),
         Family(
             "rnn",
             HfLmRNNConfig,
             {AutoModel: HfLmRNNModel, AutoModelForCausalLM: HfLmRNNForCausalLM},
             special_tokens=None,
+            objectives=("clm",),
         ),
         Family(
             "rnn_seq2seq",
@@ -268,18 +277,21 @@ FAMILIES: dict[str, Family] = {
             # the recurrent encoder-decoder reads BART's conventions (bos, eos, pad, no sentinels)
             special_tokens=BART_SPECIAL_TOKENS,
             decoder_start="eos_token",
+            objectives=("span_corruption", "bart_denoising"),
         ),
         Family(
             "ffnn",
             HfLmFFNNConfig,
             {AutoModel: HfLmFFNNModel, AutoModelForCausalLM: HfLmFFNNForCausalLM},
             special_tokens=None,
+            objectives=("clm",),
         ),
         Family(
             "ngram",
             HfLmNGramConfig,
             {AutoModelForCausalLM: HfLmNGramForCausalLM},
             special_tokens=None,
+            objectives=("clm",),  # fitted by counting (`training.ngram_fit`), no gradient steps
         ),
     )
 }

@@ -41,7 +41,7 @@ from gpu_cases import (
 from gpu_summary import CUDA_MARK, GpuCheckSummary
 from simulated_device import DEVICE, DeviceTensor, simulated_accelerator, simulated_device, to_cpu
 
-import training.evaluation
+import training.objectives.evaluation
 import training.train as train_module
 from hf_lm import HfLmGPTForCausalLM
 from hf_lm.testing import FAMILY_CASES, VARIANT_CASES
@@ -119,7 +119,7 @@ def test_the_loop_test_catches_a_cpu_tensor_in_the_evaluation(tmp_path, monkeypa
     @torch.no_grad()
     def evaluate_as_before(model, blocks, accelerator, batch_size, max_batches=None):
         model.eval()
-        n = training.evaluation.eval_block_count(len(blocks["input_ids"]), batch_size, 1, max_batches)
+        n = training.objectives.evaluation.eval_block_count(len(blocks["input_ids"]), batch_size, 1, max_batches)
         total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
         for start in range(0, n, batch_size):
             idx = torch.arange(start, min(start + batch_size, n))
@@ -132,7 +132,7 @@ def test_the_loop_test_catches_a_cpu_tensor_in_the_evaluation(tmp_path, monkeypa
         mean = (total[0] / total[1]).item()
         return mean, math.exp(mean)
 
-    monkeypatch.setattr(training.evaluation, "evaluate", evaluate_as_before)
+    monkeypatch.setattr(training.objectives.evaluation, "evaluate", evaluate_as_before)
     train_module.main(loop_argv("gpt", tmp_path / "cpu"))  # on a CPU alone the bug is invisible
     with simulated_accelerator(), pytest.raises(RuntimeError, match="same device"):
         train_module.main(loop_argv("gpt", tmp_path / "sim"))

@@ -1,5 +1,5 @@
 """ELECTRA (Clark et al., 2020): the models against transformers' `ElectraForPreTraining` /
-`ElectraForMaskedLM`, and the joint pretraining (`training.electra`, `--objective electra`):
+`ElectraForMaskedLM`, and the joint pretraining (`training.objectives.electra`, `--objective electra`):
 replaced-token labels, shared embeddings, the λ weighting, a run, its resume and fine-tuning."""
 
 import json
@@ -20,7 +20,12 @@ from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoToke
 from hf_lm import HfLmElectraConfig, HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 from hf_lm.convert import from_transformers
 from training import finetune_classification
-from training.electra import ElectraPretrainingModel, corrupt, generator_config, sample_replacements
+from training.objectives.electra import (
+    ElectraPretrainingModel,
+    corrupt,
+    generator_config,
+    sample_replacements,
+)
 
 VOCAB = 97
 

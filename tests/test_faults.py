@@ -36,8 +36,8 @@ from safetensors.torch import load_file
 from test_train import REPO_ROOT, RESUME, TINY, _env
 from transformers import AutoTokenizer
 
-import training.evaluation as evaluation
 import training.export as export
+import training.objectives.evaluation as evaluation
 import training.run.log as run_log
 import training.run.setup as run_module
 import training.state.atomic as atomic

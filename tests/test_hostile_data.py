@@ -22,6 +22,7 @@ from test_faults import _killed, _run, _same_weights, kill_at_call, run_in_child
 import training.train as T
 from hf_lm import HfLmGPTForCausalLM
 from training.args import as_flags, parse_args
+from training.args.checks import check_arguments
 from training.data.batches import BatchPlan
 from training.data.fingerprint import source_fingerprint
 from training.data.loading import load_text_dataset
@@ -35,7 +36,6 @@ from training.data.tokenizer import (
     unk_shared_role,
 )
 from training.objectives import objective_for
-from training.run_checks import check_arguments
 from training.state.resume import check_resumable, data_changes
 
 TEXT = (
@@ -102,7 +102,7 @@ def test_init_from_continues_on_the_checkpoints_tokenizer(tmp_path, caplog):
             "report_to": "none",
         }
     )
-    with caplog.at_level(logging.WARNING, logger="training.run_checks"):
+    with caplog.at_level(logging.WARNING, logger="training.args.checks"):
         T.main(argv)
     assert "Ignored: --vocab_size 280" in caplog.text and "init_from" in caplog.text
     assert not (out / "tokenizer").exists()  # none trained

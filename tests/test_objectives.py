@@ -6,8 +6,8 @@ from test_bert_model import tiny_bert_config
 from hf_lm import HfLmBertForMaskedLM
 from training.data.collators_mlm import DataCollatorForMaskedLM
 from training.data.tokenizer import BERT_SPECIAL_TOKENS, train_tokenizer
-from training.evaluation import masked_lm_scores, pseudo_log_likelihood
 from training.objectives import mask_seed, mlm_inputs
+from training.objectives.evaluation import masked_lm_scores, pseudo_log_likelihood
 
 TEXTS = [
     f"the {a} {b} sat on the {c} mat today"

@@ -30,9 +30,10 @@ from hf_lm.convert import from_transformers
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import HfLmConfigMixin
 from training.args import parse_args
+from training.args.checks import check_arguments
 from training.data.tokenizer import train_tokenizer
+from training.models import config_flags
 from training.objectives import build_model
-from training.run_checks import check_arguments
 
 PRESET_NAMES = {
     "gpt": ("gpt2", "llama", "mistral"),
@@ -258,7 +259,7 @@ def test_tie_word_embeddings_keeps_its_flag_spellings(tmp_path):
     assert tie() is None and tie("--tie_word_embeddings") is True
     assert tie("--no_tie_word_embeddings") is False and tie("--tie_word_embeddings", "false") is False
     assert (
-        parse_args([*_argv(tmp_path), "--no_tie_word_embeddings"])[1].variants()["tie_word_embeddings"]
+        config_flags(parse_args([*_argv(tmp_path), "--no_tie_word_embeddings"])[1]).get("tie_word_embeddings")
         is False
     )
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from training.scheduled_sampling import (
+from training.objectives.scheduled_sampling import (
     SCHEDULES,
     exponential_decay,
     inverse_sigmoid_decay,

@@ -440,7 +440,7 @@ def test_document_mask_run_feeds_the_document_ids_to_the_model(tmp_path, monkeyp
 def test_eval_text_units_count_what_the_loss_scores():
     """Characters and words of the scored tokens 1..T-1: a word begun in token 0 is not counted."""
     from training.data.tokenizer import train_tokenizer
-    from training.evaluation import bits_metrics, eval_text_units
+    from training.objectives.evaluation import bits_metrics, eval_text_units
 
     tokenizer = train_tokenizer(["ab cd", "ef"] * 5, kind="char", vocab_size=40, min_frequency=1)
     eos = tokenizer.eos_token_id

@@ -124,13 +124,13 @@ def test_denoising_pretraining_runs_and_saves_a_seq2seq_model(tmp_path, objectiv
 
 def test_model_flags_the_family_does_not_read_are_named_in_a_warning(tmp_path, caplog):
     """An LSTM run given Transformer variants trains an LSTM: the run says which flags it ignored."""
-    from training.run_checks import check_arguments
+    from training.args.checks import check_arguments
 
     argv = _argv(tmp_path, arch="rnn", position_embedding_type="rope", hidden_act="swiglu")
-    with caplog.at_level("WARNING", logger="training.run_checks"):
+    with caplog.at_level("WARNING", logger="training.args.checks"):
         assert check_arguments(*parse_args(argv)) == "rnn"
     assert "--position_embedding_type rope, --hidden_act swiglu (not read by family 'rnn')" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="training.run_checks"):
+    with caplog.at_level("WARNING", logger="training.args.checks"):
         check_arguments(*parse_args(_argv(tmp_path, position_embedding_type="rope")))  # GPT reads it
     assert "Ignored" not in caplog.text

@@ -21,7 +21,7 @@ from test_train import _argv as train_argv
 from test_train import _run as train_run
 from test_train import assert_document_inputs, spy_on_model_inputs
 
-import training.evaluation
+import training.objectives.evaluation
 import training.train as T
 from training.args import parse_args
 from training.data.batches import BatchPlan, DataPosition, RandomWindows, window_document_columns
@@ -285,7 +285,7 @@ def _scripted_evaluate(monkeypatch, losses: list[float], calls: dict) -> None:
             raise loss
         return loss, math.exp(loss)
 
-    monkeypatch.setattr(training.evaluation, "evaluate", scripted)
+    monkeypatch.setattr(training.objectives.evaluation, "evaluate", scripted)
 
 
 BEST = dict(max_steps=10, eval_every=2, save_every=2, load_best_model_at_end=True)

@@ -47,6 +47,7 @@ from hf_lm.pipelines_seq2seq import check_generation_fits
 from .args import DataArguments, ModelArguments, TrainArguments
 from .data.corpora import SyntheticCorpus
 from .evaluate_cli import resolve_device
+from .models import config_flags
 from .train import train
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ def run_demo(argv: list[str] | None = None) -> dict:
         num_hidden_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
-        position_embedding_type=model_args.variants()["position_embedding_type"],
+        position_embedding_type=config_flags(model_args)["position_embedding_type"],
         max_position_embeddings=model_args.max_position_embeddings or args.block_size,
     )
     _check_sampling(planned, args, prompt_tokens=1)

@@ -26,8 +26,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
+from .args.checks import learned_position_limit
 from .data.local_files import NotUtf8Error, utf8_blocks
-from .run_checks import learned_position_limit
 
 logger = logging.getLogger(__name__)
 

@@ -102,19 +102,20 @@ def export_run(
     with atomic_folder(final) as staging:  # an exception (or a stop) leaves final/ as it was
         write_final_folder(model, run.tokenizer, staging, loss_png)
         data_args = run.data_args
+        rows, eval_results = run.objective.card_metrics(final_eval)
         write_model_card(
             run.objective.card_model(model),
             staging,
             dataset=run.description,
             tokenizer=run.tokenizer,
-            metrics=run.objective.card_rows(final_eval)
+            metrics=rows
             | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
             | best_card_rows(best, step, evaluation),
             hyperparameters=card_hyperparameters(
                 run.train_args, run.batch_plan, runtime=runtime, history=history
             ),
             training_time_s=metrics["seconds"],
-            eval_results=run.objective.eval_results(final_eval),
+            eval_results=eval_results,
             dataset_name=data_args.dataset + (f" ({data_args.config_name})" if data_args.config_name else ""),
             # the run's name, not "final"; the usage snippet's path is final/, not the staging folder
             extra={"model_name": run.output_dir.resolve().name, "model_id": final.as_posix()},

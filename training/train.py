@@ -120,6 +120,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 import hf_lm  # noqa: F401  (registers the Auto classes)
 
 from .args import DataArguments, ModelArguments, TrainArguments, parse_args
+from .args.checks import check_arguments
 from .budget import agreed_seconds
 from .data.batches import DataPosition
 from .export import final_metrics
@@ -135,7 +136,6 @@ from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_sta
 from .run.log import projected_steps
 from .run.processes import RunInterrupted, StopSignals, end_process_group, process_state
 from .run.setup import Run, finish_run, shared_run_id, start_run
-from .run_checks import check_arguments
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model
 from .state.best import BestModel
 from .state.checkpoint import load_latest_checkpoint, max_abs_weight, save_checkpoint, save_sharded_checkpoint
@@ -440,24 +440,18 @@ class TrainingLoop:
 
     def forward_backward(self) -> float:
         """The micro-batches of one update, forward and backward: their loss, averaged over processes."""
-        run, args, objective = self.run, self.run.train_args, self.run.objective
-        step, accelerator = self.position.step, run.accelerator
-        sampling_p = args.sampling_probability(step)  # None without scheduled sampling
-        extra_inputs = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
-        objective.start_update(self.position.update)
+        run, accelerator, plan = self.run, self.run.accelerator, self.run.batch_plan
         micro_losses = []
-        for micro in range(run.batch_plan.accum):
+        for micro in range(plan.accum):
             batch = next(self.data)
-            if not run.batch_plan.labelled:  # blocks: the objective makes the inputs and labels
-                batch = objective.inputs(batch, step, micro, run.rank)
-            batch = {k: v.to(accelerator.device) for k, v in batch.items()}  # (b, T)
             with self._accumulate(micro):
-                outputs = forward_loss(
-                    self.forward_model, batch, extra_inputs | objective.forward_inputs(micro)
+                # the objective makes the inputs and labels of blocks (its noise; a labelled batch, of
+                # random windows, as it is) and runs the model on them
+                outputs = run.objective.forward(
+                    forward_loss, self.forward_model, batch, self.position, micro, labelled=plan.labelled
                 )
                 loss = outputs.loss  # token mean of this micro-batch
                 accelerator.backward(loss)  # divided by gradient_accumulation_steps
-            objective.after_forward(micro, outputs)
             micro_losses.append(loss.detach().float())
         # every process sees the same mean, so a divergence stops all of them together
         mean = torch.stack(micro_losses).mean()

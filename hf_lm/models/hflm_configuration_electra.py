@@ -30,7 +30,7 @@ class HfLmElectraConfig(HfLmBertConfig):
     model_type = "hflm_electra"
     # Two named starting points (Clark et al., 2020, Table 6; `from_preset`), each a handful of
     # overrides of the ELECTRA-small discriminator defaults. The generator of the joint pretraining is
-    # built from the discriminator's config by the training objective (`training.electra`), not here.
+    # built from the discriminator's config by the training objective (`training.objectives.electra`), not here.
     PRESETS = {
         "electra-small": {},
         "electra-base": {

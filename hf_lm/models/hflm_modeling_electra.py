@@ -8,7 +8,7 @@ embeddings are E wide and projected to C when E != C, its `embed_proj`, ELECTRA'
 ELECTRA's classification head are new. A saved ELECTRA folder ships the BERT files and these two.
 
 The joint pretraining of a generator and a discriminator (shared embeddings, sampled replacements,
-the λ = 50 loss weighting) is a training objective (`training.electra`): each model here is one
+the λ = 50 loss weighting) is a training objective (`training.objectives.electra`): each model here is one
 half, saved and loaded on its own, as transformers' `ElectraForPreTraining` and `ElectraForMaskedLM`.
 
 Shape legend: B batch, T sequence length, C hidden size, V vocabulary.

@@ -243,7 +243,7 @@ class HfLmRNNForCausalLM(HfLmRNNPreTrainedModel, GenerationMixin):
     `labels` replaces each input token after the first, with probability p, by a token sampled from
     the model's own (detached) prediction at the previous step, so training sees the model's own
     mistakes as at generation time. This runs the recurrence step by step. p = 0, None or eval mode
-    is teacher forcing, exactly the plain forward. `training.scheduled_sampling` has the paper's
+    is teacher forcing, exactly the plain forward. `training.objectives.scheduled_sampling` has the paper's
     decay schedules for p.
     """
 

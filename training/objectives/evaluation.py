@@ -25,7 +25,7 @@ from accelerate import Accelerator
 
 from hf_lm.metrics.sliding_window import bits_per_unit
 
-from .sharding import catch_up, plan_forwards
+from ..sharding import catch_up, plan_forwards
 
 # (input_ids (B, T), eval batch number, rank) -> model inputs with labels
 Noise = Callable[[torch.Tensor, int, int], dict[str, torch.Tensor]]

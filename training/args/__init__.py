@@ -6,24 +6,22 @@ Every field is a `--flag` of the command line; the same names are the keys of a 
     python -m training.train configs/run.yaml
 
 Each dataclass validates itself in `__post_init__` (a `ValueError` naming the field), so a bad value
-fails before any data is loaded, whatever way the arguments came in.
+fails before any data is loaded, whatever way the arguments came in; what needs several of them (the
+family and the objective, the block and the objective, the tokenizer and `init_from`) is checked by
+`checks.check_arguments` when the run starts. A file's values are read as their fields' types
+(`files.read_argument_file`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
-import inspect
 import json
 import os
 import sys
-import types
 import typing
 from dataclasses import dataclass, field, fields
 
-import yaml
-from transformers import HfArgumentParser, PreTrainedConfig
+from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import _choice, _non_negative, _number, _positive, _positive_int, _probability
@@ -31,19 +29,19 @@ from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
 
-from .data.cleaning import DATA_CLEANINGS, C4Options
-from .data.loading import SAMPLE_BY
-from .data.tokenizer import TOKENIZER_KINDS
-from .models import FAMILY_NAMES, check_preset
-from .scheduled_sampling import SCHEDULES, sampling_probability
-from .sharding import parse_fsdp
+from ..data.cleaning import DATA_CLEANINGS, C4Options
+from ..data.loading import SAMPLE_BY
+from ..data.tokenizer import TOKENIZER_KINDS
+from ..models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
+from ..objectives import OBJECTIVES
+from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
+from ..sharding import parse_fsdp
+from .files import read_argument_file
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 REPORTERS = ("csv", "tensorboard", "none")
 RESUME_VALUES = ("false", "true", "auto")
-# causal LM (HfLmGPT), masked LM (HfLmBert), T5 span corruption (HfLmT5), BART denoising (HfLmBart)
-OBJECTIVES = ("clm", "mlm", "electra", "span_corruption", "bart_denoising")
 MASKING_KINDS = ("token", "whole_word", "span")
 # "transformer": the objective's own family; the others are the pre-Transformer models (issue 6)
 ARCHS = ("transformer", "ngram", "ffnn", "rnn", "rnn_seq2seq")
@@ -53,20 +51,6 @@ SAMPLINGS = ("blocks", "random_windows")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # how the held-out text is chosen when no eval_dataset is given
 EVAL_SPLITS = ("random", "tail")
-# the evaluation metrics of each objective (the keys of its evaluation), for metric_for_best_model
-EVAL_METRICS = {
-    "clm": (
-        "eval_loss",
-        "eval_perplexity",
-        "eval_bits_per_token",
-        "eval_bits_per_character",
-        "eval_bits_per_word",
-    ),
-    "mlm": ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity"),
-    "electra": ("eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy"),
-    "span_corruption": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
-    "bart_denoising": ("eval_loss", "eval_perplexity", "eval_token_accuracy"),
-}
 # streaming defaults: bounded however large the corpus is
 STREAMING_TOKENIZER_DOCUMENTS = 100_000
 STREAMING_EVAL_BLOCKS = 1_000
@@ -273,22 +257,22 @@ class DataArguments:
             raise ValueError("`dataset` must be a non-empty string.")
 
 
-# the variant flags a preset sets too, and their values when neither the flag nor a --preset sets them.
-# The fields default to None (unset), so that a given flag wins over the preset even where it equals
-# the value here (`--preset llama --position_embedding_type learned` has learned positions).
-VARIANT_DEFAULTS = {
-    "position_embedding_type": "learned",
-    "norm_type": "layernorm",
-    "norm_position": "pre",
-    "hidden_act": "gelu_tanh",
-    "tie_word_embeddings": True,
-}
+def _flag(help: str, unset: str | None = None):
+    """A config flag: None (unset) takes the run's default (`RUN_DEFAULTS`, `VARIANT_DEFAULTS`), or
+    the family's (or its --preset's) where the run has none."""
+    return field(default=None, metadata={"help": help + (f" Unset: {unset}." if unset else "")})
 
 
 @dataclass
 class ModelArguments:
-    """The model family and the config of a model trained from scratch (the size fields map onto each
-    family's config: `training.models`), or a checkpoint to start from."""
+    """The model a run trains: a family, optionally one of its presets, and config overrides; or a
+    checkpoint to start from.
+
+    A fresh model's config is the family's defaults or its `preset`, then the config flags (each a
+    short form of a config override, `--hidden_size 64` for `--config_overrides hidden_size=64`: it
+    sets the field of its name in the families that read it, `training.models.FLAG_FIELDS`; unset,
+    the run's default), then the objective's fields, then `config_overrides`.
+    """
 
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this pretrained folder/name instead of a fresh model."}
@@ -309,91 +293,74 @@ class ModelArguments:
             "rnn_seq2seq are the family of that name."
         },
     )
-    ngram_order: int = field(
-        default=3,
-        metadata={"help": f"ngram: the order n (1..{MAX_ORDER}); ffnn: n - 1 previous tokens as input."},
-    )
-    ngram_smoothing: str = field(
-        default="modified_kn", metadata={"help": f"ngram: smoothing, one of {sorted(SMOOTHINGS)}."}
-    )
-    cell_type: str = field(
-        default="lstm", metadata={"help": f"rnn, rnn_seq2seq: recurrent cell, one of {sorted(RNN_CELLS)}."}
-    )
-    rnn_attention: str = field(
-        default="luong_general",
-        metadata={"help": f"rnn_seq2seq: decoder attention, one of {list(ATTENTION_TYPES)}."},
-    )
-    num_hidden_layers: int = field(default=4, metadata={"help": "Transformer blocks."})
-    hidden_size: int = field(default=128, metadata={"help": "Model width."})
-    num_attention_heads: int = field(default=4, metadata={"help": "Query heads."})
-    num_key_value_heads: int | None = field(
-        default=None, metadata={"help": "Key/value heads (GQA/MQA); default = heads."}
-    )
-    intermediate_size: int | None = field(
-        default=None, metadata={"help": "Feed-forward width; default 4 * hidden."}
-    )
     preset: str | None = field(
         default=None,
         metadata={
             "help": "From scratch: a named recipe of the family (hf_lm.families.FAMILIES[family].presets: "
             + "; ".join(f"{f.name}: {', '.join(f.presets)}" for f in FAMILIES.values() if f.presets)
-            + "). The size and dropout flags apply on top, and so do the variant flags "
-            f"({', '.join(VARIANT_DEFAULTS)}) that are given (the given flag wins over the preset); "
+            + "). The config flags given apply on top, and so do the size and dropout defaults; "
             "config_overrides come last. Unset: the family's defaults with the variant flags' defaults."
         },
-    )
-    position_embedding_type: str | None = field(
-        default=None,
-        metadata={
-            "help": "learned, sinusoidal, rope, alibi, xpos or none. Unset: learned, or the --preset's."
-        },
-    )
-    norm_type: str | None = field(
-        default=None, metadata={"help": "layernorm or rmsnorm. Unset: layernorm, or the --preset's."}
-    )
-    norm_position: str | None = field(
-        default=None, metadata={"help": "pre or post. Unset: pre, or the --preset's."}
-    )
-    hidden_act: str | None = field(
-        default=None,
-        metadata={
-            "help": "Feed-forward variant (gelu_tanh, swiglu, ...). Unset: gelu_tanh, or the --preset's."
-        },
-    )
-    hidden_dropout: float = field(
-        default=0.0, metadata={"help": "Dropout on embeddings and residual branches."}
-    )
-    attention_dropout: float = field(default=0.0, metadata={"help": "Dropout on attention probabilities."})
-    tie_word_embeddings: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Share input embedding and output projection (--no_tie_word_embeddings: untied). Unset: "
-            "true, or the --preset's."
-        },
-    )
-    max_position_embeddings: int | None = field(
-        default=None, metadata={"help": "Longest input of learned positions; default block_size."}
     )
     config_overrides: str | None = field(
         default=None,
         metadata={
-            "help": "JSON object of further config fields (HfLmGPTConfig or HfLmBertConfig), applied last."
+            "help": "Config fields of the family's config class, applied last: name=value,... "
+            "(hidden_size=64,num_hidden_layers=2) or a JSON object. An unknown field is refused, naming it."
         },
+    )
+    # the config flags (FLAG_FIELDS: the families that read each, and the fields it sets there)
+    num_hidden_layers: int | None = _flag("Transformer blocks; recurrent layers (encoder and decoder).", "4")
+    hidden_size: int | None = _flag("Model width (a recurrent model's state and embeddings).", "128")
+    num_attention_heads: int | None = _flag("Query heads.", "4")
+    num_key_value_heads: int | None = _flag("Key/value heads (GQA/MQA).", "as many as query heads")
+    intermediate_size: int | None = _flag("Feed-forward width.", "4 * hidden_size")
+    max_position_embeddings: int | None = _flag(
+        "Longest input of learned positions.",
+        "block_size (an encoder-decoder: twice it, for its noised source)",
+    )
+    hidden_dropout: float | None = _flag("Dropout on embeddings and residual branches.", "0")
+    attention_dropout: float | None = _flag("Dropout on attention probabilities.", "0")
+    position_embedding_type: str | None = _flag(
+        "learned, sinusoidal, rope, alibi, xpos or none.", "learned, or the --preset's"
+    )
+    norm_type: str | None = _flag("layernorm or rmsnorm.", "layernorm, or the --preset's")
+    norm_position: str | None = _flag("pre or post.", "pre, or the --preset's")
+    hidden_act: str | None = _flag(
+        "Feed-forward variant (gelu_tanh, swiglu, ...).", "gelu_tanh, or the --preset's"
+    )
+    tie_word_embeddings: bool | None = _flag(
+        "Share input embedding and output projection (--no_tie_word_embeddings: untied).",
+        "true, or the --preset's",
+    )
+    ngram_order: int | None = _flag(
+        f"ngram: the order n (1..{MAX_ORDER}); ffnn: n - 1 previous tokens as input.", "3"
+    )
+    ngram_smoothing: str | None = _flag(f"ngram: smoothing, one of {sorted(SMOOTHINGS)}.", "modified_kn")
+    cell_type: str | None = _flag(f"rnn, rnn_seq2seq: recurrent cell, one of {sorted(RNN_CELLS)}.", "lstm")
+    rnn_attention: str | None = _flag(
+        f"rnn_seq2seq: decoder attention, one of {list(ATTENTION_TYPES)}.", "luong_general"
     )
 
     def __post_init__(self) -> None:
-        _positive_ints(self, "num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order")
         _choice("arch", self.arch, ARCHS)
         if self.family is not None:
             _choice("family", self.family, FAMILY_NAMES)
-        _choice("ngram_smoothing", self.ngram_smoothing, SMOOTHINGS)
-        _choice("cell_type", self.cell_type, RNN_CELLS)
-        _choice("rnn_attention", self.rnn_attention, ATTENTION_TYPES)
-        if self.ngram_order > MAX_ORDER:
-            raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {self.ngram_order}.")
-        if "ffnn" in (self.arch, self.family) and self.ngram_order < 2:
-            raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
+        flags = config_flags(self)
         optional_positive(self, "num_key_value_heads", "intermediate_size", "max_position_embeddings")
+        for name in ("num_hidden_layers", "hidden_size", "num_attention_heads", "ngram_order"):
+            _positive_int(name, flags[name])
+        for name, kinds in (
+            ("ngram_smoothing", SMOOTHINGS),
+            ("cell_type", RNN_CELLS),
+            ("rnn_attention", ATTENTION_TYPES),
+        ):
+            if flags.get(name) is not None:
+                _choice(name, flags[name], kinds)
+        if flags["ngram_order"] > MAX_ORDER:
+            raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {flags['ngram_order']}.")
+        if "ffnn" in (self.arch, self.family) and flags["ngram_order"] < 2:
+            raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
         if self.preset is not None:
             if self.init_from:
                 raise ValueError(
@@ -405,25 +372,14 @@ class ModelArguments:
             if family is not None:
                 check_preset(family, self.preset)
         for name in ("hidden_dropout", "attention_dropout"):
-            _probability(name, getattr(self, name))
+            _probability(name, flags[name])
+        if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
+            self.config_overrides = json.dumps(self.config_overrides)
         if self.config_overrides is not None:
-            if isinstance(self.config_overrides, dict):  # from a JSON/YAML file: keep the string form
-                self.config_overrides = json.dumps(self.config_overrides)
-            try:
-                overrides = json.loads(self.config_overrides)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"`config_overrides` is not valid JSON: {err}.") from None
-            if not isinstance(overrides, dict):
-                raise ValueError(f"`config_overrides` must be a JSON object, got {self.config_overrides!r}.")
-
-    def variants(self) -> dict:
-        """The variant flags that apply (`VARIANT_DEFAULTS`): the given ones, and without `preset` the
-        others at their defaults; with `preset` the others are left out, so the preset's hold."""
-        given = {name: getattr(self, name) for name in VARIANT_DEFAULTS if getattr(self, name) is not None}
-        return given if self.preset is not None else {**VARIANT_DEFAULTS, **given}
+            parse_overrides(self.config_overrides)
 
     def overrides(self, config_class: type | None = None) -> dict:
-        """`config_overrides` as a dict (empty when unset).
+        """`config_overrides` as a dict (empty when unset; `parse_overrides`).
 
         Args:
             config_class: the config the overrides go to; each key must be one of its fields (or
@@ -431,33 +387,10 @@ class ModelArguments:
                 fields. transformers' configs keep any unknown keyword as an attribute, so a typo
                 ("num_hiden_layers") would otherwise train the default and be saved in config.json.
         """
-        overrides = json.loads(self.config_overrides) if self.config_overrides else {}
+        overrides = parse_overrides(self.config_overrides) if self.config_overrides else {}
         if config_class is not None:
             check_config_keys(config_class, overrides)
         return overrides
-
-
-def config_fields(config_class: type) -> set[str]:
-    """The keyword arguments a config class knows: its own and its base class's fields, and aliases."""
-    known = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
-    known |= set(config_class().to_dict()) | set(getattr(config_class, "attribute_map", {}))
-    if dataclasses.is_dataclass(PreTrainedConfig):
-        known |= {f.name for f in dataclasses.fields(PreTrainedConfig)}
-    return {name for name in known if not name.startswith("_")}
-
-
-def check_config_keys(config_class: type, overrides: dict) -> None:
-    """Raise `ValueError` for keys of `overrides` that `config_class` does not know, with a did-you-mean."""
-    known = config_fields(config_class)
-    unknown = [key for key in overrides if key not in known]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.6)
-            hints.append(f"{key!r}" + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""))
-        raise ValueError(
-            f"`config_overrides` has keys that {config_class.__name__} does not know: {', '.join(hints)}."
-        )
 
 
 @dataclass
@@ -705,7 +638,7 @@ class TrainArguments:
         optional_positive(self, "eval_batches", "keep_last")
         _choice("lr_scheduler", self.lr_scheduler, LR_SCHEDULERS)
         _choice("mixed_precision", self.mixed_precision, MIXED_PRECISIONS)
-        _choice("objective", self.objective, OBJECTIVES)
+        _choice("objective", self.objective, list(OBJECTIVES))
         _choice("masking", self.masking, MASKING_KINDS)
         _choice("scheduled_sampling", self.scheduled_sampling, SCHEDULED_SAMPLING)
         _choice("sampling", self.sampling, SAMPLINGS)
@@ -721,7 +654,7 @@ class TrainArguments:
             )
         if not self.metric_for_best_model.startswith("eval_"):
             self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
-        _choice("metric_for_best_model", self.metric_for_best_model, EVAL_METRICS[self.objective])
+        _choice("metric_for_best_model", self.metric_for_best_model, OBJECTIVES[self.objective].metrics)
         if self.greater_is_better is None:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
@@ -730,7 +663,7 @@ class TrainArguments:
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
-            self.sampling_probability(0)  # the schedule validates its constants
+            run_sampling_probability(self, 0)  # the schedule validates its constants
         _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
         _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
         _non_negative("electra_disc_weight", self.electra_disc_weight)
@@ -740,6 +673,10 @@ class TrainArguments:
         for name in self.report_to:
             if name not in REPORTERS:
                 raise ValueError(f"`report_to` entries must be among {list(REPORTERS)}, got {name!r}.")
+        self._check_optimization()
+
+    def _check_optimization(self) -> None:
+        """The schedule, the optimizer, the output folder and the divergence handling."""
         _non_negative_int("warmup_steps", self.warmup_steps)
         _positive("learning_rate", self.learning_rate)
         if self.max_train_seconds is not None:
@@ -767,15 +704,6 @@ class TrainArguments:
                     "`spike_threshold` detects spikes to roll back: it needs --rollback_on_divergence."
                 )
 
-    def sampling_probability(self, step: int) -> float | None:
-        """Scheduled sampling's probability of feeding the model's own sample at `step` (None when off)."""
-        if self.scheduled_sampling == "none":
-            return None
-        params = {} if self.scheduled_sampling_k is None else {"k": self.scheduled_sampling_k}
-        if self.scheduled_sampling == "linear":
-            params.update(c=self.scheduled_sampling_c, eps_min=self.scheduled_sampling_min)
-        return sampling_probability(step, self.scheduled_sampling, **params)
-
     @property
     def trackers(self) -> list[str]:
         """The requested trackers, "none" removed."""
@@ -783,106 +711,6 @@ class TrainArguments:
 
 
 ARGUMENT_CLASSES = (DataArguments, ModelArguments, TrainArguments)
-
-
-def _scalar_type(annotation):
-    """`bool`, `int`, `float` or `str` for a field typed as one of them (or as it or None); else None."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
-        annotation = kinds[0] if len(kinds) == 1 else None
-    return annotation if annotation in (bool, int, float, str) else None
-
-
-def _optional(annotation) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-        annotation
-    )
-
-
-_BOOL_WORDS = {"true": True, "yes": True, "y": True, "on": True, "1": True}
-_BOOL_WORDS |= {"false": False, "no": False, "n": False, "off": False, "0": False}
-
-
-def _coerced(name: str, value, annotation, path: str):
-    """`value` of the file `path` for the field `name` typed `annotation`, as its type.
-
-    A file says what a flag says: "1e-3" is a float (PyYAML reads YAML 1.1, where a number needs a
-    dot: `1e-3` is a string there, `1.0e-3` a float), "100" an int, "yes" a bool. A list or mapping
-    where a number, a bool or a string belongs is refused, naming the field and the file.
-    """
-    kind = _scalar_type(annotation)
-    if kind is None:
-        return value
-    if value is None:
-        if _optional(annotation):
-            return None
-        raise ValueError(f"{path}: `{name}` is empty (null); give it a value or leave the key out.")
-    expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
-    if isinstance(value, (list, dict)) and not (kind is str and isinstance(value, dict)):  # config_overrides
-        raise ValueError(
-            f"{path}: `{name}` must be {expected}, got a {'list' if isinstance(value, list) else 'mapping'} ({value!r})."
-        )
-    if kind is str:
-        # as a flag would be: `split: 1` is "1"; `resume: yes` (a YAML 1.1 bool) is "true"
-        return (
-            str(value).lower()
-            if isinstance(value, bool)
-            else value
-            if isinstance(value, (str, dict))
-            else str(value)
-        )
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        word = str(value).strip().lower()
-        if word in _BOOL_WORDS:
-            return _BOOL_WORDS[word]
-    elif not isinstance(value, bool):
-        try:
-            number = float(value) if isinstance(value, str) else value
-        except ValueError:
-            number = None
-        if kind is float and isinstance(number, (int, float)):
-            return float(number) if isinstance(value, str) else value
-        if kind is int and isinstance(number, (int, float)) and float(number).is_integer():
-            return int(number)
-    raise ValueError(f"{path}: `{name}` must be {expected}, got {value!r}.")
-
-
-def read_argument_file(path: str, classes) -> dict:
-    """The argument values of a .json/.yaml/.yml file for `classes`, each converted to its field's type.
-
-    Raises:
-        ValueError: naming the file, for a file that is not valid JSON/YAML, that holds no mapping
-            (a list, a string), with keys no class has (and the closest names), or a value of the
-            wrong kind for its field (`_coerced`).
-    """
-    json_file = path.endswith(".json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f) if json_file else yaml.safe_load(f)
-    except (ValueError, yaml.YAMLError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ValueError(f"{path} is not a valid {'JSON' if json_file else 'YAML'} file: {err}") from None
-    if not isinstance(values, dict):
-        kind = "nothing" if values is None else f"a {type(values).__name__}"
-        raise ValueError(
-            f"{path} must hold a mapping of argument names to values (`learning_rate: 3.0e-4`, one a line), got {kind}."
-        )
-    annotations = {}
-    for cls in classes:
-        try:
-            hints = typing.get_type_hints(cls)
-        except Exception:  # an annotation that does not resolve: its values go through unconverted
-            hints = {}
-        annotations |= {f.name: hints.get(f.name) for f in fields(cls) if f.init}
-    unknown = [str(key) for key in values if key not in annotations]
-    if unknown:
-        hints = []
-        for key in unknown:
-            close = difflib.get_close_matches(key, sorted(annotations), n=1, cutoff=0.6)
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ValueError(f"{path} has keys that are no arguments: {', '.join(hints)}.")
-    return {key: _coerced(key, value, annotations[key], path) for key, value in values.items()}
 
 
 def as_flags(values: dict) -> list[str]:
@@ -906,7 +734,7 @@ def _add_negative_flags(parser: HfArgumentParser, classes) -> None:
     for cls in classes:
         hints = typing.get_type_hints(cls)
         for f in fields(cls):
-            if not (f.init and f.default is None and _scalar_type(hints.get(f.name)) is bool):
+            if not (f.init and f.default is None and hints.get(f.name) in (bool, bool | None)):
                 continue
             positive = parser._option_string_actions[f"--{f.name}"]
             positive.nargs, positive.const = "?", True

@@ -17,28 +17,21 @@ from transformers import AutoConfig
 
 from hf_lm.families import FAMILIES
 
-from .data.tokenizer import minimum_vocab_size
-from .models import RECURRENT, TRANSFORMERS, check_preset, resolve_family
-from .objectives import objective_for
-from .sharding import not_shardable
+from ..data.tokenizer import minimum_vocab_size
+from ..models import (
+    FLAG_FIELDS,
+    RECURRENT,
+    TRANSFORMERS,
+    check_preset,
+    config_flags,
+    reads_flag,
+    resolve_family,
+)
+from ..objectives import objective_for
+from ..sharding import not_shardable
 
 logger = logging.getLogger(__name__)
 
-# the model flags only some families read (the T5 and BART families take their variants from
-# --config_overrides); a value other than the default elsewhere is ignored, and the run says so
-FAMILY_FLAGS = {
-    "position_embedding_type": ("gpt", "bert", "electra"),
-    "norm_type": ("gpt", "bert", "electra"),
-    "norm_position": ("gpt", "bert", "electra"),
-    "hidden_act": ("gpt", "bert", "electra"),
-    "num_attention_heads": TRANSFORMERS,
-    "num_key_value_heads": TRANSFORMERS,
-    "attention_dropout": TRANSFORMERS,
-    "max_position_embeddings": TRANSFORMERS,
-    "cell_type": RECURRENT,
-    "rnn_attention": ("rnn_seq2seq",),
-    "ngram_smoothing": ("ngram",),
-}
 # the flags of a tokenizer the run trains: unread when it loads one (`tokenizer_name_or_path`, or
 # the `init_from` checkpoint's own)
 TOKENIZER_TRAINING_FLAGS = (
@@ -138,10 +131,8 @@ def _flags_set(args, names) -> list[str]:
 
 
 def _warn_unread_flags(model_args, family: str) -> None:
-    """Log the model flags set away from their defaults that `family` does not read."""
-    unread = _flags_set(
-        model_args, [name for name, families in FAMILY_FLAGS.items() if family not in families]
-    )
+    """Log the config flags given that `family` does not read (`FLAG_FIELDS`)."""
+    unread = _flags_set(model_args, [name for name in FLAG_FIELDS if not reads_flag(family, name)])
     if unread and not model_args.init_from:
         logger.warning("Ignored: %s (not read by family %r).", ", ".join(unread), family)
 
@@ -163,10 +154,10 @@ def _check_positions(data_args, model_args, family: str) -> None:
             return  # loading it says what is missing
         limit = learned_position_limit(AutoConfig.from_pretrained(model_args.init_from))
         source = f"the `init_from` checkpoint {model_args.init_from!r}"
-    elif family in ("gpt", "bert", "electra") and model_args.max_position_embeddings:
+    elif reads_flag(family, "position_embedding_type") and model_args.max_position_embeddings:
         # the flag's positions, else the --preset's
         position = (
-            model_args.variants().get("position_embedding_type")
+            config_flags(model_args).get("position_embedding_type")
             or FAMILIES[family].config_from_preset(model_args.preset).position_embedding_type
         )
         limit = model_args.max_position_embeddings if position == "learned" else None

@@ -11,7 +11,7 @@ of a micro-batch, the evaluation, and the model card's results. The objectives:
 - `MaskedLM` ("mlm"): a fresh BERT mask for every micro-batch with
   `training.data.collators_mlm.DataCollatorForMaskedLM` (RoBERTa's dynamic masking).
 - `Electra` ("electra"): ELECTRA's replaced-token detection, a small masked-LM generator and the
-  discriminator trained jointly (`training.electra`).
+  discriminator trained jointly (`training.objectives.electra`).
 - `SpanCorruption` ("span_corruption", T5) and `BartDenoising` ("bart_denoising", BART): the
   encoder-decoder denoising objectives of `training.data.collators_seq2seq`.
 
@@ -40,12 +40,13 @@ from hf_lm.models.hflm_common import (
 )
 from hf_lm.models.hflm_rnn_blocks import RecurrentCache
 
+from ..data.collators_mlm import DataCollatorForMaskedLM
+from ..data.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
+from ..data.tokenizer import add_sentinel_tokens
+from ..models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
 from . import evaluation
-from .data.collators_mlm import DataCollatorForMaskedLM
-from .data.collators_seq2seq import DataCollatorForBartDenoising, DataCollatorForT5Pretraining
-from .data.tokenizer import add_sentinel_tokens
 from .electra import ElectraPretrainingModel, evaluate_electra
-from .models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
+from .scheduled_sampling import run_sampling_probability
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
@@ -89,9 +90,15 @@ class Objective:
     """What the training loop asks of an objective; subclasses fill in what differs.
 
     Built from the `TrainArguments` before the data (the tokenizer needs `special_tokens`), then
-    `bind` to the tokenizer and the eval blocks. The recurrent-state hooks (`start_update`,
-    `forward_inputs`, `after_forward`, `state_tensors`, `restore_state`, `reset_state`) do nothing
-    but for truncated BPTT.
+    `bind` to the tokenizer, the eval blocks and the process. What differs between objectives:
+
+    - the tokenizer and the model: `prepare_tokenizer`, `model_config`, `make_collator` (and
+      `build_model`, which only ELECTRA replaces), the blocks they can learn from
+      (`block_size_problem`, `min_block_size`);
+    - a micro-batch's inputs and labels (`inputs`); the loop's one call per micro-batch is `forward`;
+    - the evaluation (`evaluate`) and the model card (`card_metrics`, `describe`, `card_model`);
+    - a state carried across blocks (`state_tensors`, `restore_state`, `reset_state`): truncated
+      BPTT's recurrent state; every other objective carries none.
     """
 
     name = "clm"
@@ -102,11 +109,19 @@ class Objective:
     min_block_reason = (
         "a causal LM predicts each token of a block from the ones before it: one token has none"
     )
+    # the keys of its evaluation, which `metric_for_best_model` may name
+    metrics = (
+        "eval_loss",
+        "eval_perplexity",
+        "eval_bits_per_token",
+        "eval_bits_per_character",
+        "eval_bits_per_word",
+    )
 
     def __init__(self, train_args) -> None:
         self.args = train_args
         self.tokenizer = self.collator = None
-        self.num_eval_blocks = 0
+        self.num_eval_blocks, self.rank, self.device = 0, 0, torch.device("cpu")
 
     @property
     def special_tokens(self) -> dict | None:
@@ -158,20 +173,41 @@ class Objective:
     def make_collator(self, tokenizer):
         return None
 
-    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], world: int) -> None:
-        """Take the run's tokenizer and eval blocks: builds the collator (and what evaluation needs)."""
+    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], accelerator) -> None:
+        """Take the run's tokenizer, eval blocks and process (`accelerator`: its rank seeds the noise,
+        its device takes the inputs): builds the collator (and what evaluation needs)."""
         self.tokenizer, self.collator = tokenizer, self.make_collator(tokenizer)
+        self.rank, self.device = accelerator.process_index, accelerator.device
         self.num_eval_blocks = evaluation.eval_block_count(
-            len(eval_blocks["input_ids"]), self.args.per_device_batch_size, world, self.args.eval_batches
+            len(eval_blocks["input_ids"]),
+            self.args.per_device_batch_size,
+            accelerator.num_processes,
+            self.args.eval_batches,
         )
 
-    def inputs(
-        self, batch: dict[str, torch.Tensor], step: int, micro: int, rank: int
-    ) -> dict[str, torch.Tensor]:
-        """The model inputs with labels of micro-batch `micro` of update `step + 1` (blocks (b, T))."""
+    def inputs(self, batch: dict[str, torch.Tensor], position, micro: int) -> tuple[dict, dict]:
+        """The model inputs with labels of micro-batch `micro` of the update after `position` (blocks
+        (b, T)), and the further keyword arguments of the model's forward (none but a few objectives')."""
         raise NotImplementedError
 
-    def eval_noise(self, inputs):
+    def forward(
+        self, forward_loss, model, batch: dict[str, torch.Tensor], position, micro: int, labelled=False
+    ):
+        """The loop's one call per micro-batch: the outputs of `model` on micro-batch `micro` of the
+        update after `position` (a `DataPosition`: `step`, `update` within the epoch), run by
+        `forward_loss(model, inputs, extra_inputs)` (the loop's model call), `loss` their token mean.
+        A `labelled` batch (random windows, with their `shift_labels`) is taken as it is.
+
+        With scheduled sampling the model feeds its own samples with the schedule's probability of
+        the step (Bengio et al., 2015; `scheduled_sampling.run_sampling_probability`).
+        """
+        inputs, extra = (batch, {}) if labelled else self.inputs(batch, position, micro)
+        inputs = {k: v.to(self.device) for k, v in inputs.items()}  # (b, T)
+        sampling_p = run_sampling_probability(self.args, position.step)  # None without scheduled sampling
+        sampling = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
+        return forward_loss(model, inputs, sampling | extra)
+
+    def _eval_noise(self, inputs):
         """The evaluation's noise: `inputs` with the same seeds at every evaluation of the run."""
         seed = self.args.seed
         return lambda ids, i, rank: inputs(
@@ -182,13 +218,9 @@ class Objective:
     def evaluate(self, model, eval_blocks: dict[str, torch.Tensor], accelerator) -> dict[str, float | None]:
         raise NotImplementedError
 
-    def card_rows(self, evaluation: dict) -> dict[str, object]:
-        """The objective's rows of the card's evaluation table."""
+    def card_metrics(self, evaluation: dict) -> tuple[dict[str, object], dict[str, float]]:
+        """The objective's rows of the card's evaluation table, and the card's `model-index` results."""
         raise NotImplementedError
-
-    def eval_results(self, evaluation: dict) -> dict[str, float]:
-        """The card's `model-index` results."""
-        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_token_accuracy"]}
 
     def describe(self) -> str:
         """The card's "objective" row."""
@@ -199,16 +231,6 @@ class Objective:
         return model
 
     # --- state carried across blocks (truncated BPTT) ---
-    def start_update(self, update: int) -> None:
-        """Called before each update, with its index within the epoch."""
-
-    def forward_inputs(self, micro: int) -> dict:
-        """Extra model inputs of micro-batch `micro`."""
-        return {}
-
-    def after_forward(self, micro: int, outputs) -> None:
-        """Called with the outputs of micro-batch `micro`."""
-
     def state_tensors(self, rank: int) -> dict[str, torch.Tensor] | None:
         """This process's carried state for a checkpoint (None: the objective carries none)."""
         return None
@@ -228,8 +250,8 @@ class CausalLM(Objective):
         # the characters and words the causal loss scores (bits per character and word)
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
-    def inputs(self, batch, step, micro, rank):
-        return {**batch, "labels": batch["input_ids"]}
+    def inputs(self, batch, position, micro):
+        return {**batch, "labels": batch["input_ids"]}, {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args  # the model is compiled with --torch_compile: (b, T) batches, a smaller last one
@@ -238,17 +260,15 @@ class CausalLM(Objective):
         )
         return {"eval_loss": loss, "eval_perplexity": ppl, **evaluation.bits_metrics(loss, self.eval_units)}
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out loss (nats/token)": evaluation["eval_loss"],
             "held-out perplexity": evaluation["eval_perplexity"],
             "held-out bits per token": evaluation["eval_bits_per_token"],
             "held-out bits per character": evaluation["eval_bits_per_character"],
             "held-out bits per word (whitespace-separated)": evaluation["eval_bits_per_word"],
         }
-
-    def eval_results(self, evaluation):
-        return {"perplexity": evaluation["eval_perplexity"], "loss": evaluation["eval_loss"]}
+        return rows, {"perplexity": evaluation["eval_perplexity"], "loss": evaluation["eval_loss"]}
 
     def describe(self) -> str:
         return "causal LM (next token)"
@@ -266,15 +286,16 @@ class TruncatedBPTT(CausalLM):
         super().__init__(train_args)
         self.reset_state()
 
-    def start_update(self, update):
-        if update == 0:
+    def inputs(self, batch, position, micro):
+        if position.update == 0 and micro == 0:  # an epoch starts every lane afresh
             self.reset_state()
+        inputs, extra = super().inputs(batch, position, micro)
+        return inputs, extra | {"past_key_values": self.carried[micro], "use_cache": True}
 
-    def forward_inputs(self, micro):
-        return {"past_key_values": self.carried[micro], "use_cache": True}
-
-    def after_forward(self, micro, outputs):
+    def forward(self, forward_loss, model, batch, position, micro, labelled=False):
+        outputs = super().forward(forward_loss, model, batch, position, micro, labelled)
         self.carried[micro] = output_cache(outputs).detach()  # gradients stop at the block edge
+        return outputs
 
     def state_tensors(self, rank):
         tensors = {}
@@ -308,6 +329,7 @@ class MaskedLM(Objective):
 
     name = "mlm"  # [CLS] [SEP] [MASK] [PAD]; [SEP] also separates packed documents
     auto_class = AutoModelForMaskedLM
+    metrics = ("eval_loss", "eval_perplexity", "eval_mlm_accuracy", "eval_pseudo_perplexity")
     min_block_reason = "a block's first token becomes [CLS], which is never masked: it needs a token to mask"
     # above this chance that some micro-batch of the run masks no token at all (its loss would be
     # 0/0), the block is refused as too short for the batch
@@ -345,15 +367,17 @@ class MaskedLM(Objective):
         args = self.args
         return DataCollatorForMaskedLM(tokenizer, mlm_probability=args.mlm_probability, masking=args.masking)
 
-    def inputs(self, batch, step, micro, rank):
-        return mlm_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+    def inputs(self, batch, position, micro):
+        return mlm_inputs(
+            batch, self.collator, mask_seed(self.args.seed, position.step, micro, self.rank)
+        ), {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
         return evaluation.evaluate_masked_lm(
             model,
             eval_blocks,
-            self.eval_noise(mlm_inputs),
+            self._eval_noise(mlm_inputs),
             self.tokenizer,
             accelerator,
             args.per_device_batch_size,
@@ -361,17 +385,15 @@ class MaskedLM(Objective):
             args.pseudo_perplexity_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        pppl = evaluation["eval_pseudo_perplexity"]
+        rows = {
             "held-out masked-token loss (nats/token)": evaluation["eval_loss"],
             "held-out masked-token accuracy": evaluation["eval_mlm_accuracy"],
-            "held-out pseudo-perplexity (Salazar et al., 2020)": evaluation["eval_pseudo_perplexity"],
+            "held-out pseudo-perplexity (Salazar et al., 2020)": pppl,
         }
-
-    def eval_results(self, evaluation):
-        pppl = evaluation["eval_pseudo_perplexity"]
         results = {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_mlm_accuracy"]}
-        return results | ({"pseudo-perplexity": pppl} if pppl is not None else {})
+        return rows, results | ({"pseudo-perplexity": pppl} if pppl is not None else {})
 
     def describe(self) -> str:
         return (
@@ -381,7 +403,7 @@ class MaskedLM(Objective):
 
 
 class Electra(MaskedLM):
-    """ELECTRA's replaced-token detection (Clark et al., 2020; `training.electra`): BERT's dynamic
+    """ELECTRA's replaced-token detection (Clark et al., 2020; `training.objectives.electra`): BERT's dynamic
     masking feeds a small generator, whose samples fill the masked positions for the discriminator.
 
     The generator's samples are seeded like the masks (`mask_seed`, a second stream of the same
@@ -391,10 +413,7 @@ class Electra(MaskedLM):
     name = "electra"
     auto_class = AutoModelForPreTraining  # the discriminator: what final/ holds (the generator in generator/)
     SAMPLES = 1  # the `mask_seed` stream of the generator's samples
-
-    def __init__(self, train_args) -> None:
-        super().__init__(train_args)
-        self.sampling_seeds: dict[int, int] = {}
+    metrics = ("eval_loss", "eval_mlm_loss", "eval_mlm_accuracy", "eval_disc_loss", "eval_disc_accuracy")
 
     def model_config(self, tokenizer):
         return {"bos_token_id": None}
@@ -419,19 +438,18 @@ class Electra(MaskedLM):
         config = family_config(family, model_args, data_args, tokenizer, self.model_config(tokenizer))
         return ElectraPretrainingModel(config, **options)
 
-    def inputs(self, batch, step, micro, rank):
-        self.sampling_seeds[micro] = mask_seed(self.args.seed, step, micro, rank, self.SAMPLES)
-        return super().inputs(batch, step, micro, rank)
-
-    def forward_inputs(self, micro):
-        return {"sampling_seed": self.sampling_seeds[micro]}
+    def inputs(self, batch, position, micro):
+        inputs, _ = super().inputs(batch, position, micro)
+        return inputs, {
+            "sampling_seed": mask_seed(self.args.seed, position.step, micro, self.rank, self.SAMPLES)
+        }
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
         return evaluate_electra(
             model,
             eval_blocks,
-            self.eval_noise(mlm_inputs),
+            self._eval_noise(mlm_inputs),
             lambda i, rank: mask_seed(args.seed, EVAL_STEP, i, rank, self.SAMPLES),
             args.electra_disc_weight,
             accelerator,
@@ -439,8 +457,8 @@ class Electra(MaskedLM):
             self.num_eval_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out loss (MLM + λ · discriminator)": evaluation["eval_loss"],
             "held-out generator masked-token loss (nats/token)": evaluation["eval_mlm_loss"],
             "held-out generator masked-token accuracy": evaluation["eval_mlm_accuracy"],
@@ -448,9 +466,7 @@ class Electra(MaskedLM):
             "held-out discriminator accuracy (replaced vs original)": evaluation["eval_disc_accuracy"],
             "held-out share of tokens replaced": evaluation["eval_replaced_fraction"],
         }
-
-    def eval_results(self, evaluation):
-        return {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_disc_accuracy"]}
+        return rows, {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_disc_accuracy"]}
 
     def describe(self) -> str:
         args = self.args
@@ -469,30 +485,33 @@ class Denoising(Objective):
     """An encoder-decoder rebuilds a block from a noised copy of it."""
 
     auto_class = AutoModelForSeq2SeqLM
+    metrics = ("eval_loss", "eval_perplexity", "eval_token_accuracy")
 
     def model_config(self, tokenizer):
         # the id that starts the decoder: T5's <pad>, BART's </s> (whichever family is trained)
         role = FAMILIES[TRANSFORMER_FAMILIES[self.name]].decoder_start
         return {"decoder_start_token_id": getattr(tokenizer, f"{role}_id")}
 
-    def inputs(self, batch, step, micro, rank):
-        return seq2seq_inputs(batch, self.collator, mask_seed(self.args.seed, step, micro, rank))
+    def inputs(self, batch, position, micro):
+        seed = mask_seed(self.args.seed, position.step, micro, self.rank)
+        return seq2seq_inputs(batch, self.collator, seed), {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         return evaluation.evaluate_denoising(
             model,
             eval_blocks,
-            self.eval_noise(seq2seq_inputs),
+            self._eval_noise(seq2seq_inputs),
             accelerator,
             self.args.per_device_batch_size,
             self.num_eval_blocks,
         )
 
-    def card_rows(self, evaluation):
-        return {
+    def card_metrics(self, evaluation):
+        rows = {
             "held-out denoising loss (nats/target token)": evaluation["eval_loss"],
             "held-out target-token accuracy (teacher forced)": evaluation["eval_token_accuracy"],
         }
+        return rows, {"loss": evaluation["eval_loss"], "accuracy": evaluation["eval_token_accuracy"]}
 
 
 class SpanCorruption(Denoising):

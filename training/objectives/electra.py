@@ -33,8 +33,8 @@ from transformers.utils import ModelOutput
 from hf_lm.models.hflm_configuration_electra import HfLmElectraConfig
 from hf_lm.models.hflm_modeling_electra import HfLmElectraForMaskedLM, HfLmElectraForPreTraining
 
+from ..sharding import catch_up, plan_forwards
 from .evaluation import eval_shards
-from .sharding import catch_up, plan_forwards
 
 # the parts of the embeddings the generator takes from the discriminator (those with parameters)
 SHARED_EMBEDDINGS = ("embed_tokens", "positions", "token_type_embeddings", "embed_norm")
