@@ -303,7 +303,7 @@ def build_engine(engine: str, config: Mapping, seed: int, meta: bool = False):
     from torch.nn.parallel import DistributedDataParallel
 
     from hf_lm import HfLmGPTConfig, HfLmGPTForCausalLM
-    from training.optim import build_optimizer
+    from training.run.optimizer import build_optimizer
     from training.sharding import requested_plugin, shard_model
 
     if engine not in ENGINES:
@@ -532,7 +532,7 @@ def memory_worker(o) -> dict | None:
 
     rank, world = _setup(o)
     import hf_lm  # noqa: F401  (everything the model needs imported: the RSS before it is built)
-    import training.optim  # noqa: F401
+    import training.run.optimizer  # noqa: F401
     import training.sharding  # noqa: F401
 
     before = rss_bytes()

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from training.optim import tf32_restored
+from training.run.optimizer import tf32_restored
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRECISIONS = ("no", "bf16", "fp16")  # `--mixed_precision`'s names: "no" is fp32

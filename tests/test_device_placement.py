@@ -119,7 +119,9 @@ def test_the_loop_test_catches_a_cpu_tensor_in_the_evaluation(tmp_path, monkeypa
     @torch.no_grad()
     def evaluate_as_before(model, blocks, accelerator, batch_size, max_batches=None):
         model.eval()
-        n = training.objectives.evaluation.eval_block_count(len(blocks["input_ids"]), batch_size, 1, max_batches)
+        n = training.objectives.evaluation.eval_block_count(
+            len(blocks["input_ids"]), batch_size, 1, max_batches
+        )
         total = torch.zeros(2, dtype=torch.float64, device=accelerator.device)
         for start in range(0, n, batch_size):
             idx = torch.arange(start, min(start + batch_size, n))

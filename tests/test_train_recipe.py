@@ -28,7 +28,7 @@ from training.data.batches import BatchPlan, DataPosition, RandomWindows, window
 from training.data.packing import tokenize_and_pack
 from training.data.splits import tail_split
 from training.data.tokenizer import train_tokenizer
-from training.optim import build_optimizer, configure_tf32, optimizer_kwargs
+from training.run.optimizer import build_optimizer, configure_tf32, optimizer_kwargs
 from training.state.folders import list_checkpoints
 from training.train import train
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from hf_lm.cards import write_model_card
 from hf_lm.plots import plot_loss_curves
 
-from .objectives import objective_for
 from .state.atomic import atomic_folder, atomic_write_text, staging_path
 from .state.checkpoint import load_checkpoint
+from .state.resume import run_settings
 from .state.stateful import CheckpointState
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,11 @@ def export_run(
             | {"training steps": final_step, "training tokens seen": final_step * run.tokens_per_update}
             | best_card_rows(best, step, evaluation),
             hyperparameters=card_hyperparameters(
-                run.train_args, run.batch_plan, runtime=runtime, history=history
+                run_settings(run.data_args, run.train_args),
+                run.batch_plan,
+                run.objective.describe(),
+                runtime=runtime,
+                history=history,
             ),
             training_time_s=metrics["seconds"],
             eval_results=eval_results,
@@ -135,14 +139,17 @@ def best_card_rows(best, step: int, last: dict) -> dict[str, object]:
 
 
 def card_hyperparameters(
-    train_args,
+    settings: dict,
     batch_plan,
+    objective: str,
     runtime: dict[str, bool] | None = None,
     history: list[dict] | None = None,
 ) -> dict[str, object]:
     """The training settings a reader needs to reproduce the run, for the model card's table.
 
-    `batch_plan`: the run's `BatchPlan` (the batch rows and the data sampling).
+    `settings`: the run's arguments as its checkpoints record them (`run_settings`), so the card
+    shows what was recorded. `batch_plan`: the run's `BatchPlan` (the batch rows and the data
+    sampling). `objective`: what the objective trains (`Objective.describe`).
     `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
     `history`: settings changed when the run was resumed (`{"step", "changed": {name: [old, new]}}`);
     the table then shows the values the run ended with and, in one row, the earlier ones.
@@ -153,28 +160,30 @@ def card_hyperparameters(
         for name, (old, new) in entry["changed"].items()
     )
     return ({"settings changed on resume": changes} if changes else {}) | {
-        "training steps (optimizer updates)": train_args.max_steps,
+        "training steps (optimizer updates)": settings["max_steps"],
         "per-device batch size (blocks)": batch_plan.per_device,
         "gradient accumulation steps": batch_plan.accum,
         "world size (processes)": batch_plan.world,
         "global batch size (blocks)": batch_plan.global_batch,
         "block size (tokens)": batch_plan.block_size,
         "tokens per update": batch_plan.global_batch * batch_plan.block_size,
-        "optimizer": f"AdamW (betas {train_args.adam_beta1}, {train_args.adam_beta2})",
-        "peak learning rate": train_args.learning_rate,
-        "learning-rate schedule": train_args.lr_scheduler
-        + (f" to {train_args.min_lr_rate:g} x peak" if train_args.min_lr_rate else ""),
-        "warmup steps": train_args.warmup_steps,
-        "weight decay (matrices only)": train_args.weight_decay,
-        "gradient clipping (max norm)": train_args.max_grad_norm or "off",
-        "precision": "fp32" if train_args.mixed_precision == "no" else f"{train_args.mixed_precision} mixed",
-        "seed": train_args.seed,
+        "optimizer": f"AdamW (betas {settings['adam_beta1']}, {settings['adam_beta2']})",
+        "peak learning rate": settings["learning_rate"],
+        "learning-rate schedule": settings["lr_scheduler"]
+        + (f" to {settings['min_lr_rate']:g} x peak" if settings["min_lr_rate"] else ""),
+        "warmup steps": settings["warmup_steps"],
+        "weight decay (matrices only)": settings["weight_decay"],
+        "gradient clipping (max norm)": settings["max_grad_norm"] or "off",
+        "precision": "fp32"
+        if settings["mixed_precision"] == "no"
+        else f"{settings['mixed_precision']} mixed",
+        "seed": settings["seed"],
         "data sampling": batch_plan.describe(),
         "torch.compile": (
-            f"{train_args.torch_compile_backend}, mode {train_args.torch_compile_mode or 'default'}"
-            if train_args.torch_compile
+            f"{settings['torch_compile_backend']}, mode {settings['torch_compile_mode'] or 'default'}"
+            if settings["torch_compile"]
             else "off"
         ),
         **{name: "on" if value else "off" for name, value in (runtime or {}).items()},
-        "objective": objective_for(train_args).describe(),
+        "objective": objective,
     }

@@ -125,15 +125,15 @@ from .budget import agreed_seconds
 from .data.batches import DataPosition
 from .export import final_metrics
 from .ngram_fit import fit_ngram_run
-from .optim import (
+from .run import log as run_log
+from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
+from .run.log import projected_steps
+from .run.optimizer import (
     build_optimizer,
     compile_model,
     optimizer_kwargs,
     tf32_restored,
 )
-from .run import log as run_log
-from .run.folder import RunLock, claim_output_dir, nothing_to_resume, remove_staging_leftovers
-from .run.log import projected_steps
 from .run.processes import RunInterrupted, StopSignals, end_process_group, process_state
 from .run.setup import Run, finish_run, shared_run_id, start_run
 from .sharding import Lockstep, clip_grad_norm, consolidated_model, describe, memory_shares, shard_model

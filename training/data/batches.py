@@ -256,7 +256,7 @@ class BatchPlan:
 
     def data_order(self) -> dict:
         """What fixes the order of the blocks, for a checkpoint to record and a resume to compare
-        (`training.resume.DATA_ORDER`)."""
+        (`training.state.resume.DATA_ORDER`)."""
         return {
             "global_batch_size": self.global_batch,
             "seed": self.seed,

@@ -25,11 +25,11 @@ from ..data.prepare import prepare_data
 from ..export import export_run
 from ..models import resolve_family
 from ..objectives import Objective, objective_for
-from ..optim import configure_tf32
 from ..sharding import check_shardable, describe, requested_plugin
 from ..state.folders import new_run_id
 from . import log as run_log
 from .log import CsvLog
+from .optimizer import configure_tf32
 from .processes import cpu_only
 
 logger = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ import warnings
 
 from ..data.cleaning import CLEANING_SETTINGS
 from ..data.fingerprint import describe_fingerprint_change
-from ..optim import build_scheduler
+from ..run.optimizer import build_scheduler
 
 logger = logging.getLogger(__name__)
 
