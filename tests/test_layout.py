@@ -103,12 +103,6 @@ def test_a_training_step_crosses_few_rooms(tmp_path):
     assert len(rooms) <= MAX_ROOMS, f"{len(rooms)} rooms: {listing}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36, still open: `seed` (data/batches, data/prepare, objectives, run/setup) and `max_steps` "
-    "(objectives, run/optimizer, state/resume, train) are read in 4 files; the objectives read the arguments "
-    "themselves. Remove this mark when the test passes.",
-)
 def test_no_flag_is_read_in_more_than_three_files():
     fields = {
         f.name

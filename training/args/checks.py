@@ -76,7 +76,8 @@ def check_arguments(data_args, model_args, train_args) -> str:
 def _check_block_size(data_args, train_args) -> None:
     """Blocks too short for the objective to predict anything would train on an empty (NaN) loss and
     stop as a "divergence": refuse them now, naming `block_size` (`Objective.block_size_problem`)."""
-    problem = objective_for(train_args).block_size_problem(data_args.block_size)
+    micro_batches = train_args.max_steps * train_args.gradient_accumulation_steps
+    problem = objective_for(train_args).block_size_problem(data_args.block_size, micro_batches)
     if problem:
         raise ValueError(problem)
 

@@ -122,6 +122,7 @@ class Objective:
         self.args = train_args
         self.tokenizer = self.collator = None
         self.num_eval_blocks, self.rank, self.device = 0, 0, torch.device("cpu")
+        self.seed = None  # the run's seed, given by `bind`
 
     @property
     def special_tokens(self) -> dict | None:
@@ -157,8 +158,9 @@ class Objective:
         return build_family_model(family, self.auto_class, model_args, data_args, tokenizer, config)
 
     # --- data ---
-    def block_size_problem(self, block_size: int) -> str | None:
-        """Why blocks of `block_size` tokens leave the objective nothing to predict; None if they do not.
+    def block_size_problem(self, block_size: int, micro_batches: int) -> str | None:
+        """Why blocks of `block_size` tokens leave the objective nothing to predict in the run's
+        `micro_batches` (steps x accumulation); None if they do not.
 
         Without this check such blocks train on an empty loss, which is NaN, and the run stops as if
         it had diverged ("lower the learning rate").
@@ -173,10 +175,10 @@ class Objective:
     def make_collator(self, tokenizer):
         return None
 
-    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], accelerator) -> None:
-        """Take the run's tokenizer, eval blocks and process (`accelerator`: its rank seeds the noise,
-        its device takes the inputs): builds the collator (and what evaluation needs)."""
-        self.tokenizer, self.collator = tokenizer, self.make_collator(tokenizer)
+    def bind(self, tokenizer, eval_blocks: dict[str, torch.Tensor], accelerator, seed: int) -> None:
+        """Take the run's tokenizer, eval blocks, process (`accelerator`: its rank and the run's `seed`
+        seed the noise, its device takes the inputs): builds the collator (and what evaluation needs)."""
+        self.tokenizer, self.collator, self.seed = tokenizer, self.make_collator(tokenizer), seed
         self.rank, self.device = accelerator.process_index, accelerator.device
         self.num_eval_blocks = evaluation.eval_block_count(
             len(eval_blocks["input_ids"]),
@@ -209,7 +211,7 @@ class Objective:
 
     def _eval_noise(self, inputs):
         """The evaluation's noise: `inputs` with the same seeds at every evaluation of the run."""
-        seed = self.args.seed
+        seed = self.seed
         return lambda ids, i, rank: inputs(
             {"input_ids": ids}, self.collator, mask_seed(seed, EVAL_STEP, i, rank)
         )
@@ -245,8 +247,8 @@ class Objective:
 class CausalLM(Objective):
     """Next-token prediction: `labels = input_ids`, the model shifts."""
 
-    def bind(self, tokenizer, eval_blocks, world) -> None:
-        super().bind(tokenizer, eval_blocks, world)
+    def bind(self, tokenizer, eval_blocks, accelerator, seed) -> None:
+        super().bind(tokenizer, eval_blocks, accelerator, seed)
         # the characters and words the causal loss scores (bits per character and word)
         self.eval_units = evaluation.eval_text_units(tokenizer, eval_blocks, self.num_eval_blocks)
 
@@ -335,20 +337,19 @@ class MaskedLM(Objective):
     # 0/0), the block is refused as too short for the batch
     EMPTY_BATCH_RISK = 0.01
 
-    def block_size_problem(self, block_size):
+    def block_size_problem(self, block_size, micro_batches):
         """Also refuse blocks so short that a micro-batch would likely mask nothing.
 
         Each of the `per_device_batch_size * (block_size - 1)` maskable tokens of a micro-batch is
         selected with probability `mlm_probability`, so none is with probability about
         `(1 - mlm_probability) ** (b * (T - 1))`, for each of the run's micro-batches.
         """
-        problem = super().block_size_problem(block_size)
+        problem = super().block_size_problem(block_size, micro_batches)
         args = self.args
         if problem or args is None:
             return problem
         maskable = args.per_device_batch_size * (block_size - 1)
         empty = (1 - args.mlm_probability) ** maskable  # one micro-batch with no masked token
-        micro_batches = args.max_steps * args.gradient_accumulation_steps
         risk = -math.expm1(micro_batches * math.log1p(-empty)) if empty < 1 else 1.0  # 1 - (1 - empty)^n
         if risk <= self.EMPTY_BATCH_RISK:
             return None
@@ -368,9 +369,7 @@ class MaskedLM(Objective):
         return DataCollatorForMaskedLM(tokenizer, mlm_probability=args.mlm_probability, masking=args.masking)
 
     def inputs(self, batch, position, micro):
-        return mlm_inputs(
-            batch, self.collator, mask_seed(self.args.seed, position.step, micro, self.rank)
-        ), {}
+        return mlm_inputs(batch, self.collator, mask_seed(self.seed, position.step, micro, self.rank)), {}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
@@ -440,9 +439,7 @@ class Electra(MaskedLM):
 
     def inputs(self, batch, position, micro):
         inputs, _ = super().inputs(batch, position, micro)
-        return inputs, {
-            "sampling_seed": mask_seed(self.args.seed, position.step, micro, self.rank, self.SAMPLES)
-        }
+        return inputs, {"sampling_seed": mask_seed(self.seed, position.step, micro, self.rank, self.SAMPLES)}
 
     def evaluate(self, model, eval_blocks, accelerator):
         args = self.args
@@ -450,7 +447,7 @@ class Electra(MaskedLM):
             model,
             eval_blocks,
             self._eval_noise(mlm_inputs),
-            lambda i, rank: mask_seed(args.seed, EVAL_STEP, i, rank, self.SAMPLES),
+            lambda i, rank: mask_seed(self.seed, EVAL_STEP, i, rank, self.SAMPLES),
             args.electra_disc_weight,
             accelerator,
             args.per_device_batch_size,
@@ -493,7 +490,7 @@ class Denoising(Objective):
         return {"decoder_start_token_id": getattr(tokenizer, f"{role}_id")}
 
     def inputs(self, batch, position, micro):
-        seed = mask_seed(self.args.seed, position.step, micro, self.rank)
+        seed = mask_seed(self.seed, position.step, micro, self.rank)
         return seq2seq_inputs(batch, self.collator, seed), {}
 
     def evaluate(self, model, eval_blocks, accelerator):

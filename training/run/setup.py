@@ -171,7 +171,7 @@ def start_run(data_args: DataArguments, model_args: ModelArguments, train_args: 
         check_shardable(model, family)
     if train_args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    objective.bind(tokenizer, eval_blocks, accelerator)
+    objective.bind(tokenizer, eval_blocks, accelerator, train_args.seed)
     seed_process_rngs(train_args.seed, rank)  # then a dropout stream of each process's own
     return Run(
         data_args, model_args, train_args, accelerator, objective, family, tokenizer, train_blocks,
