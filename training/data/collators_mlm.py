@@ -33,6 +33,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .checks import check_positive_int, check_seed_and_generator, is_number
+
 logger = logging.getLogger(__name__)
 
 MASKING_KINDS = ("token", "whole_word", "span")
@@ -49,21 +51,9 @@ EXAMPLE_KEYS = (
 )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _check_probability(name: str, value: Any) -> None:
-    if not _is_number(value) or not 0.0 <= value <= 1.0:
+    if not is_number(value) or not 0.0 <= value <= 1.0:
         raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r}.")
-
-
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "None or a positive integer" if allow_none else "a positive integer"
-        raise ValueError(f"`{name}` must be {allowed}, got {value!r}.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,9 +75,9 @@ def span_length_probs(p: float = 0.2, max_span_length: int = 10) -> np.ndarray:
     Returns:
         (max_span_length,) float64 probabilities; entry k is P(length = k + 1).
     """
-    if not _is_number(p) or not 0.0 < p <= 1.0:
+    if not is_number(p) or not 0.0 < p <= 1.0:
         raise ValueError(f"`span_geometric_p` must be in (0, 1], got {p!r}.")
-    _check_positive_int("max_span_length", max_span_length)
+    check_positive_int("max_span_length", max_span_length)
     lengths = np.arange(1, max_span_length + 1)
     probs = p * (1.0 - p) ** (lengths - 1)
     return probs / probs.sum()
@@ -276,14 +266,8 @@ class DataCollatorForMaskedLM:
             raise ValueError(
                 f"`continuation_prefix` must be a non-empty string, got {self.continuation_prefix!r}."
             )
-        _check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
-        if self.seed is not None:
-            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-                raise ValueError(f"`seed` must be None or a non-negative integer, got {self.seed!r}.")
-            if self.generator is not None:
-                raise ValueError("`seed` and `generator` are mutually exclusive: give one of them.")
-        if self.generator is not None and not isinstance(self.generator, torch.Generator):
-            raise ValueError(f"`generator` must be a torch.Generator, got {type(self.generator).__name__}.")
+        check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+        check_seed_and_generator(self.seed, self.generator)
 
         vocab_size = len(self.tokenizer)
         special = torch.zeros(vocab_size, dtype=torch.bool)  # (V,)

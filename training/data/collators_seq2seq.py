@@ -53,11 +53,14 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .seq2seq_noise import (
+from .checks import (
     check_bool,
     check_positive_int,
     check_positive_number,
     check_probability,
+    check_seed_and_generator,
+)
+from .seq2seq_noise import (
     cmlm_mask,
     iid_noise_mask,
     noise_spans_to_sentinels,
@@ -119,13 +122,7 @@ class _Seq2SeqCollator:
         if self.add_eos_token and getattr(self.tokenizer, "eos_token_id", None) is None:
             raise ValueError("`tokenizer` has no eos_token, needed with add_eos_token=True.")
         check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
-        if self.seed is not None:
-            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-                raise ValueError(f"`seed` must be None or a non-negative integer, got {self.seed!r}.")
-            if self.generator is not None:
-                raise ValueError("`seed` and `generator` are mutually exclusive: give one of them.")
-        if self.generator is not None and not isinstance(self.generator, torch.Generator):
-            raise ValueError(f"`generator` must be a torch.Generator, got {type(self.generator).__name__}.")
+        check_seed_and_generator(self.seed, self.generator)
         self._vocab_size = len(self.tokenizer)
 
     # -- randomness ------------------------------------------------------------------------------

@@ -11,43 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------------
-# Argument checks
-# ----------------------------------------------------------------------------------------------
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_probability(name: str, value: Any, upper_open: bool = False) -> None:
-    ok = _is_number(value) and 0.0 <= value and (value < 1.0 if upper_open else value <= 1.0)
-    if not ok:
-        interval = "[0, 1)" if upper_open else "[0, 1]"
-        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}.")
-
-
-def check_positive_number(name: str, value: Any) -> None:
-    if not _is_number(value) or not value > 0 or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
-
-
-def check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "None or a positive integer" if allow_none else "a positive integer"
-        raise ValueError(f"`{name}` must be {allowed}, got {value!r}.")
-
-
-def check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-
+from .checks import check_positive_int, check_positive_number, check_probability
 
 # ----------------------------------------------------------------------------------------------
 # T5's noise masks and sentinels
