@@ -18,10 +18,11 @@ import argparse
 import importlib
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from training.state.atomic import atomic_write_text
 
 logger = logging.getLogger("benchmarks.render")
 
@@ -52,19 +53,13 @@ def rendered(folder: Path) -> str:
     return text
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_results(folder: Path, result: dict) -> Path:
     """Write `result` as folder/results.json and render folder/README.md from it; returns the README."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomically(folder / RESULT_FILE, json.dumps(result, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(folder / RESULT_FILE, json.dumps(result, indent=2, sort_keys=False) + "\n")
     readme = folder / README_FILE
-    _write_atomically(readme, rendered(folder))
+    atomic_write_text(readme, rendered(folder))
     logger.info("Wrote %s", readme)
     return readme
 
@@ -248,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             if not readme.exists() or readme.read_text() != text:
                 stale.append(str(readme))
         else:
-            _write_atomically(readme, text)
+            atomic_write_text(readme, text)
             logger.info("Rendered %s", readme)
     if stale:
         logger.error("Not the rendering of their results.json: %s", ", ".join(stale))
