@@ -102,9 +102,12 @@ def _choice(name: str, value, allowed) -> None:
         raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
 
 
-def _positive_int(name: str, value) -> None:
+def _positive_int(name: str, value, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        allowed = "None or a positive integer" if allow_none else "a positive integer"
+        raise ValueError(f"`{name}` must be {allowed}, got {value!r}.")
 
 
 def _number(

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .checks import check_positive_int, check_seed_and_generator, is_number
+from hf_lm.models.hflm_common import _number, _positive_int
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +51,15 @@ EXAMPLE_KEYS = (
 )
 
 
-def _check_probability(name: str, value: Any) -> None:
-    if not is_number(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"`{name}` must be a probability in [0, 1], got {value!r}.")
+def check_seed_and_generator(seed: Any, generator: Any) -> None:
+    """A collator's randomness: a non-negative `seed`, a `torch.Generator`, or neither (torch's global stream)."""
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`seed` must be None or a non-negative integer, got {seed!r}.")
+        if generator is not None:
+            raise ValueError("`seed` and `generator` are mutually exclusive: give one of them.")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"`generator` must be a torch.Generator, got {type(generator).__name__}.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,9 +81,8 @@ def span_length_probs(p: float = 0.2, max_span_length: int = 10) -> np.ndarray:
     Returns:
         (max_span_length,) float64 probabilities; entry k is P(length = k + 1).
     """
-    if not is_number(p) or not 0.0 < p <= 1.0:
-        raise ValueError(f"`span_geometric_p` must be in (0, 1], got {p!r}.")
-    check_positive_int("max_span_length", max_span_length)
+    _number("span_geometric_p", p, 0, 1, low_open=True)
+    _positive_int("max_span_length", max_span_length)
     lengths = np.arange(1, max_span_length + 1)
     probs = p * (1.0 - p) ** (lengths - 1)
     return probs / probs.sum()
@@ -248,9 +253,9 @@ class DataCollatorForMaskedLM:
             raise ValueError("`tokenizer` has no mask_token: masked-LM inputs need one (e.g. '[MASK]').")
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError("`tokenizer` has no pad_token: batches of different lengths need one.")
-        _check_probability("mlm_probability", self.mlm_probability)
-        _check_probability("mask_replace_prob", self.mask_replace_prob)
-        _check_probability("random_replace_prob", self.random_replace_prob)
+        _number("mlm_probability", self.mlm_probability, 0, 1)
+        _number("mask_replace_prob", self.mask_replace_prob, 0, 1)
+        _number("random_replace_prob", self.random_replace_prob, 0, 1)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
             raise ValueError(
                 "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
@@ -266,7 +271,7 @@ class DataCollatorForMaskedLM:
             raise ValueError(
                 f"`continuation_prefix` must be a non-empty string, got {self.continuation_prefix!r}."
             )
-        check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+        _positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
         check_seed_and_generator(self.seed, self.generator)
 
         vocab_size = len(self.tokenizer)
@@ -504,8 +509,8 @@ def _check_pair_arguments(
         )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"`seed` must be an integer, got {seed!r}.")
-    _check_probability("negative_prob", negative_prob)
-    _check_probability("short_seq_prob", short_seq_prob)
+    _number("negative_prob", negative_prob, 0, 1)
+    _number("short_seq_prob", short_seq_prob, 0, 1)
     cls_id, sep_id = getattr(tokenizer, "cls_token_id", None), getattr(tokenizer, "sep_token_id", None)
     if cls_id is None or sep_id is None:
         raise ValueError(

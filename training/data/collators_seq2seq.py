@@ -53,13 +53,9 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from .checks import (
-    check_bool,
-    check_positive_int,
-    check_positive_number,
-    check_probability,
-    check_seed_and_generator,
-)
+from hf_lm.models.hflm_common import _bool, _number, _positive, _positive_int
+
+from .collators_mlm import check_seed_and_generator
 from .seq2seq_noise import (
     cmlm_mask,
     iid_noise_mask,
@@ -118,10 +114,10 @@ class _Seq2SeqCollator:
             )
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError("`tokenizer` has no pad_token: batches of different lengths need one.")
-        check_bool("add_eos_token", self.add_eos_token)
+        _bool("add_eos_token", self.add_eos_token)
         if self.add_eos_token and getattr(self.tokenizer, "eos_token_id", None) is None:
             raise ValueError("`tokenizer` has no eos_token, needed with add_eos_token=True.")
-        check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+        _positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
         check_seed_and_generator(self.seed, self.generator)
         self._vocab_size = len(self.tokenizer)
 
@@ -302,16 +298,16 @@ class DataCollatorForT5Pretraining(_Seq2SeqCollator):
         self._check_common()
         # every field is checked whatever the objective, so a typo never waits for the day
         # someone switches objectives
-        check_probability("noise_density", self.noise_density, upper_open=True)
-        check_positive_number("mean_noise_span_length", self.mean_noise_span_length)
-        check_probability("mask_replace_prob", self.mask_replace_prob)
-        check_probability("random_replace_prob", self.random_replace_prob)
+        _number("noise_density", self.noise_density, 0, 1, high_open=True)
+        _positive("mean_noise_span_length", self.mean_noise_span_length)
+        _number("mask_replace_prob", self.mask_replace_prob, 0, 1)
+        _number("random_replace_prob", self.random_replace_prob, 0, 1)
         if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
             raise ValueError(
                 "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
                 f"{self.mask_replace_prob} + {self.random_replace_prob}."
             )
-        check_bool("final_sentinel", self.final_sentinel)
+        _bool("final_sentinel", self.final_sentinel)
 
         self._sentinel_ids = sentinel_token_ids(self.tokenizer)
         if self.objective in _SPAN_OBJECTIVES and not self._sentinel_ids:
@@ -468,9 +464,9 @@ class DataCollatorForBartDenoising(_Seq2SeqCollator):
             "token_deletion_ratio",
             "document_rotation_prob",
         ):
-            check_probability(name, getattr(self, name))
-        check_positive_number("poisson_lambda", self.poisson_lambda)
-        check_bool("add_bos_token", self.add_bos_token)
+            _number(name, getattr(self, name), 0, 1)
+        _positive("poisson_lambda", self.poisson_lambda)
+        _bool("add_bos_token", self.add_bos_token)
         if self.add_bos_token and getattr(self.tokenizer, "bos_token_id", None) is None:
             raise ValueError("`tokenizer` has no bos_token, needed with add_bos_token=True.")
         if (self.text_infilling_ratio > 0 or self.token_masking_ratio > 0) and getattr(

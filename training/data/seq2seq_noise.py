@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .checks import check_positive_int, check_positive_number, check_probability
+from hf_lm.models.hflm_common import _number, _positive, _positive_int
 
 # ----------------------------------------------------------------------------------------------
 # T5's noise masks and sentinels
@@ -62,8 +62,8 @@ def random_spans_noise_mask(
     """
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
         raise ValueError(f"`length` must be a non-negative integer, got {length!r}.")
-    check_probability("noise_density", noise_density, upper_open=True)
-    check_positive_number("mean_noise_span_length", mean_noise_span_length)
+    _number("noise_density", noise_density, 0, 1, high_open=True)
+    _positive("mean_noise_span_length", mean_noise_span_length)
     rng = np.random.default_rng() if rng is None else rng
     if noise_density == 0.0:
         return np.zeros(length, dtype=bool)
@@ -96,7 +96,7 @@ def iid_noise_mask(length: int, noise_density: float, rng: np.random.Generator |
     """
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
         raise ValueError(f"`length` must be a non-negative integer, got {length!r}.")
-    check_probability("noise_density", noise_density)
+    _number("noise_density", noise_density, 0, 1)
     rng = np.random.default_rng() if rng is None else rng
     return rng.random(int(length)) < noise_density
 
@@ -190,9 +190,9 @@ def span_corruption_lengths(
         (tokens_length, targets_length): the largest raw length whose corrupted input fits in
         `inputs_length`, and the length of its targets.
     """
-    check_positive_int("inputs_length", inputs_length)
-    check_probability("noise_density", noise_density, upper_open=True)
-    check_positive_number("mean_noise_span_length", mean_noise_span_length)
+    _positive_int("inputs_length", inputs_length)
+    _number("noise_density", noise_density, 0, 1, high_open=True)
+    _positive("mean_noise_span_length", mean_noise_span_length)
     eos = int(bool(add_eos_token))
 
     def lengths(tokens_length: int) -> tuple[int, int]:
@@ -260,8 +260,8 @@ def text_infilling(
         spans: (start, length) of each span in `ids`, left to right; the j-th mask of `noised`
             replaces `ids[start:start + length]` (nothing for a 0-length span).
     """
-    check_probability("mask_ratio", mask_ratio)
-    check_positive_number("poisson_lambda", poisson_lambda)
+    _number("mask_ratio", mask_ratio, 0, 1)
+    _positive("poisson_lambda", poisson_lambda)
     rng = np.random.default_rng() if rng is None else rng
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     T = ids.size
@@ -322,7 +322,7 @@ def permute_sentences(
         permuted: (T,) int64, the sentences in the new order.
         order: (num_sentences,) int64, permuted = concatenation of sentences[order].
     """
-    check_probability("sentence_permutation_ratio", ratio)
+    _number("sentence_permutation_ratio", ratio, 0, 1)
     rng = np.random.default_rng() if rng is None else rng
     sentences = split_sentences_ids(ids, sentence_end_ids)
     n = len(sentences)
