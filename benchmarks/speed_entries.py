@@ -53,11 +53,12 @@ def random_ids(batch: int, seq: int, vocab: int, seed: int, low: int = 0):
     return torch.randint(low, vocab, (batch, seq), generator=g)
 
 
-def gpt_reference_config(o):
-    from transformers import GPT2Config, LlamaConfig
+def reference_config(family: str, o, dropout: float | None = None):
+    """The transformers config of `family`'s reference at the entry's sizes (`dropout`: BERT's, else `o.dropout`)."""
+    import transformers
 
-    if o.family == "llama":
-        return LlamaConfig(
+    if family == "llama":
+        return transformers.LlamaConfig(
             vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
             num_key_value_heads=o.kv_heads, intermediate_size=o.intermediate, hidden_act="silu",  # SwiGLU
             max_position_embeddings=o.context, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
@@ -65,65 +66,71 @@ def gpt_reference_config(o):
             tie_word_embeddings=False, pad_token_id=None,
             bos_token_id=None, eos_token_id=None,  # Llama's defaults would be real tokens of this vocabulary
         )  # fmt: skip
-    return GPT2Config(
-        vocab_size=o.vocab, n_positions=o.context, n_embd=o.hidden, n_layer=o.layers, n_head=o.heads,
-        n_inner=o.intermediate, activation_function="gelu_new",  # GPT-2's own tanh-GELU
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=None,  # GPT-2's defaults (50256) lie outside this vocabulary
+    if family == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=o.vocab, n_positions=o.context, n_embd=o.hidden, n_layer=o.layers, n_head=o.heads,
+            n_inner=o.intermediate, activation_function="gelu_new",  # GPT-2's own tanh-GELU
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+            bos_token_id=None, eos_token_id=None,  # GPT-2's defaults (50256) lie outside this vocabulary
+        )  # fmt: skip
+    if family == "bert":
+        dropout = o.dropout if dropout is None else dropout
+        return transformers.BertConfig(
+            vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
+            intermediate_size=o.intermediate, max_position_embeddings=o.max_positions, type_vocab_size=2,
+            hidden_act="gelu", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+            layer_norm_eps=1e-12, pad_token_id=PAD_ID, tie_word_embeddings=True,
+        )  # fmt: skip
+    if family == "t5":
+        return transformers.T5Config(
+            vocab_size=o.vocab, d_model=o.hidden, d_kv=o.hidden // o.heads, d_ff=o.intermediate,
+            num_layers=o.layers, num_decoder_layers=o.layers, num_heads=o.heads,
+            relative_attention_num_buckets=32, relative_attention_max_distance=128,
+            feed_forward_proj="relu",  # T5 v1.0
+            dropout_rate=0.0, layer_norm_epsilon=1e-6, tie_word_embeddings=True,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        )  # fmt: skip
+    return transformers.BartConfig(
+        vocab_size=o.vocab, d_model=o.hidden, encoder_layers=o.layers, decoder_layers=o.layers,
+        encoder_attention_heads=o.heads, decoder_attention_heads=o.heads, encoder_ffn_dim=o.intermediate,
+        decoder_ffn_dim=o.intermediate, max_position_embeddings=o.max_positions, activation_function="gelu",
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=False,
+        tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        forced_eos_token_id=None,
     )  # fmt: skip
 
 
-def build_gpt_reference(o):
+def build_reference(family: str, o, dropout: float | None = None):
+    """transformers' `REFERENCES[family]` from the seed `o.seed`, SDPA attention, in training mode."""
     import torch
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM
+    import transformers
 
     torch.manual_seed(o.seed)
-    cls = LlamaForCausalLM if o.family == "llama" else GPT2LMHeadModel
-    model = cls._from_config(gpt_reference_config(o), attn_implementation="sdpa")
-    model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
-    return model
-
-
-def build_gpt_hflm(o):
-    """hf_lm's GPT computing the reference's function: the reference converted by `from_transformers`."""
-    from hf_lm.convert import from_transformers
-
-    model = from_transformers(build_gpt_reference(o))
-    model.config._attn_implementation = "sdpa"
+    cls = getattr(transformers, REFERENCES[family])
+    model = cls._from_config(reference_config(family, o, dropout), attn_implementation="sdpa")
+    if kind(family) == "gpt":
+        model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
+    elif (
+        kind(family) == "seq2seq"
+    ):  # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
+        model.generation_config.forced_eos_token_id = None
     return model.train()
 
 
-def bert_reference_config(o, dropout: float | None = None):
-    from transformers import BertConfig
-
-    dropout = o.dropout if dropout is None else dropout
-    return BertConfig(
-        vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
-        intermediate_size=o.intermediate, max_position_embeddings=o.max_positions, type_vocab_size=2,
-        hidden_act="gelu", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-        layer_norm_eps=1e-12, pad_token_id=PAD_ID, tie_word_embeddings=True,
-    )  # fmt: skip
-
-
-def build_bert_reference(o, dropout: float | None = None):
-    import torch
-    from transformers import BertForMaskedLM
-
-    torch.manual_seed(o.seed)
-    return BertForMaskedLM._from_config(bert_reference_config(o, dropout), attn_implementation="sdpa").train()
-
-
-def build_bert_hflm(o, sparse: bool, dropout: float | None = None):
-    """hf_lm's BERT computing the reference's function: the reference converted by `from_transformers`,
-    then (for the sparse side) the same weights in a model whose config has `sparse_prediction=True`."""
+def build_hflm(family: str, o, sparse: bool = False, dropout: float | None = None):
+    """hf_lm's model computing the reference's function: the reference converted by `from_transformers`
+    (which copies its generation config); BERT's the same weights in a model whose config has
+    `sparse_prediction=sparse`."""
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
     from hf_lm.convert import from_transformers
 
-    converted = from_transformers(build_bert_reference(o, dropout))
-    config = HfLmBertConfig.from_dict({**converted.config.to_dict(), "sparse_prediction": sparse})
-    model = HfLmBertForMaskedLM._from_config(config, attn_implementation="sdpa")
-    model.load_state_dict(converted.state_dict())
-    assert model.lm_head.decoder.weight is model.model.embed_tokens.weight  # still tied
+    model = from_transformers(build_reference(family, o, dropout))
+    if family == "bert":
+        config = HfLmBertConfig.from_dict({**model.config.to_dict(), "sparse_prediction": sparse})
+        converted, model = model, HfLmBertForMaskedLM._from_config(config, attn_implementation="sdpa")
+        model.load_state_dict(converted.state_dict())
+        assert model.lm_head.decoder.weight is model.model.embed_tokens.weight  # still tied
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
     return model.train()
 
 
@@ -156,49 +163,6 @@ def mlm_batch(o, seed: int) -> dict:
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def seq2seq_reference_config(family: str, o):
-    from transformers import BartConfig, T5Config
-
-    if family == "t5":
-        return T5Config(
-            vocab_size=o.vocab, d_model=o.hidden, d_kv=o.hidden // o.heads, d_ff=o.intermediate,
-            num_layers=o.layers, num_decoder_layers=o.layers, num_heads=o.heads,
-            relative_attention_num_buckets=32, relative_attention_max_distance=128,
-            feed_forward_proj="relu",  # T5 v1.0
-            dropout_rate=0.0, layer_norm_epsilon=1e-6, tie_word_embeddings=True,
-            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-        )  # fmt: skip
-    return BartConfig(
-        vocab_size=o.vocab, d_model=o.hidden, encoder_layers=o.layers, decoder_layers=o.layers,
-        encoder_attention_heads=o.heads, decoder_attention_heads=o.heads, encoder_ffn_dim=o.intermediate,
-        decoder_ffn_dim=o.intermediate, max_position_embeddings=o.max_positions, activation_function="gelu",
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=False,
-        tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
-        forced_eos_token_id=None,
-    )  # fmt: skip
-
-
-def build_seq2seq_reference(family: str, o):
-    import torch
-    from transformers import BartForConditionalGeneration, T5ForConditionalGeneration
-
-    torch.manual_seed(o.seed)
-    cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
-    model = cls._from_config(seq2seq_reference_config(family, o), attn_implementation="sdpa")
-    # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
-    model.generation_config.forced_eos_token_id = None
-    return model.train()
-
-
-def build_seq2seq_hflm(family: str, o):
-    """hf_lm's model computing the reference's function (`from_transformers` copies its generation config)."""
-    from hf_lm.convert import from_transformers
-
-    model = from_transformers(build_seq2seq_reference(family, o))
-    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
-    return model.train()
-
-
 def seq2seq_train_batch(o, seed: int) -> dict:
     import torch
 
@@ -222,13 +186,9 @@ def sides(family: str) -> tuple[str, ...]:
 
 
 def build_side(family: str, side: str, o, dropout: float | None = None):
-    if kind(family) == "gpt":
-        return build_gpt_hflm(o) if side == "hf_lm" else build_gpt_reference(o)
-    if family == "bert":
-        if side == "transformers":
-            return build_bert_reference(o, dropout)
-        return build_bert_hflm(o, sparse=side == "hf_lm_sparse", dropout=dropout)
-    return build_seq2seq_hflm(family, o) if side == "hf_lm" else build_seq2seq_reference(family, o)
+    if side == "transformers":
+        return build_reference(family, o, dropout)
+    return build_hflm(family, o, sparse=side == "hf_lm_sparse", dropout=dropout)
 
 
 def train_batch(family: str, o) -> tuple[dict, int, str, str]:
@@ -573,7 +533,7 @@ def run_compile(o) -> dict:
     import torch
     from torch._dynamo.utils import counters
 
-    eager = build_gpt_hflm(o)
+    eager = build_hflm(o.family, o)
     ids = random_ids(o.batch, o.seq, o.vocab, o.seed)
     result = {"backend": o.compile_backend, "phases": {}}
     result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
