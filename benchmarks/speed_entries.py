@@ -593,16 +593,13 @@ def peak_report(data: dict, result: dict) -> list[str]:
 # --- Reports ---
 
 
-def _num(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+def _na(value: float | None, form: str = "{:.3f}") -> str:
+    """`value` in `form`, "n/a" where it is missing or not finite."""
+    return "n/a" if value is None or not math.isfinite(value) else form.format(value)
 
 
 def _pct(value: float | None) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
-
-
-def _count(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f}"
+    return _na(value, "{:.1%}")
 
 
 def utilization(rec: dict, peak_flops: float | None) -> dict:
@@ -626,27 +623,27 @@ def suite_tables(result: dict) -> list[str]:
     peak = result["entries"].get("peak") or {}
     summary, details = [], []
     for family, rec in families.items():
-        ref = REFERENCES[family]
         if rec.get("error"):
-            summary.append([family, ref, "", f"failed: {rec['error']}", "", "", ""])
+            summary.append([family, REFERENCES[family], "", f"failed: {rec['error']}", "", "", ""])
             details.append([family, "(all)", "", f"failed: {rec['error']}", "", ""])
             continue
         use = utilization(rec, peak.get("peak_flops"))
         mfu, hfu, ach, fl = use["mfu"], use["hfu"], use["achieved_flops"], rec["flops_per_step"]
-        gen = "; ".join(f"{g['short']} {_num(g['ratio'])}" for g in rec["generate"])
-        summary.append([family, ref, f"{rec['params'] / 1e6:.2f}M", _num(rec["train"]["ratio"]), gen,
+        t = rec["train"]
+        gen = "; ".join(f"{g['short']} {_na(g['ratio'])}" for g in rec["generate"])
+        summary.append([family, REFERENCES[family], f"{rec['params'] / 1e6:.2f}M", _na(t["ratio"]), gen,
                         _pct(mfu.get("hf_lm")), _pct(mfu.get("transformers"))])  # fmt: skip
-        for row in [rec["train"], *rec["generate"]]:
-            details.append([family, row["name"], row["unit"], _count(row["hf_lm"]), _count(row["transformers"]), _num(row["ratio"])])  # fmt: skip
-        if "hf_lm_sparse" in rec["train"]:
-            t = rec["train"]
-            details.append([family, "train, hf_lm with sparse_prediction=True", t["unit"], _count(t["hf_lm_sparse"]),
-                            _count(t["transformers"]), _num(t["ratio_hf_lm_sparse"])])  # fmt: skip
+        rows = [t, *rec["generate"]]
+        if "hf_lm_sparse" in t:
+            name = "train, hf_lm with sparse_prediction=True"
+            rows.append({**t, "name": name, "hf_lm": t["hf_lm_sparse"], "ratio": t["ratio_hf_lm_sparse"]})
+        for r in rows:
+            details.append([family, r["name"], r["unit"], _na(r["hf_lm"], "{:,.0f}"), _na(r["transformers"], "{:,.0f}"), _na(r["ratio"])])  # fmt: skip
         details += [
             [family, "training FLOPs per step (fwd + bwd, counted)", "GFLOP", f"{fl['hf_lm'] / 1e9:.3f}",
-             f"{fl['transformers'] / 1e9:.3f}", _num(ratio(fl["hf_lm"], fl["transformers"]))],
+             f"{fl['transformers'] / 1e9:.3f}", _na(ratio(fl["hf_lm"], fl["transformers"]))],
             [family, "train model FLOP/s (reference FLOPs / step time)", "GFLOP/s", f"{ach['hf_lm'] / 1e9:.2f}",
-             f"{ach['transformers'] / 1e9:.2f}", _num(ratio(ach["hf_lm"], ach["transformers"]))],
+             f"{ach['transformers'] / 1e9:.2f}", _na(ratio(ach["hf_lm"], ach["transformers"]))],
             [family, "train MFU (HFU)", "% of peak", f"{_pct(mfu.get('hf_lm'))} ({_pct(hfu.get('hf_lm'))})",
              f"{_pct(mfu.get('transformers'))} ({_pct(hfu.get('transformers'))})", ""],
         ]  # fmt: skip
@@ -703,10 +700,9 @@ def pair_report(data: dict, result: dict) -> list[str]:
         cells = [f"{name} [{row['unit']}, {'higher' if row['higher_is_better'] else 'lower'} is better]",
                  metric_cell(row["transformers"], row["unit"])]  # fmt: skip
         for s in names:
-            r = ratio(row.get(s), row["transformers"])
             cells += [
                 metric_cell(row.get(s), row["unit"]),
-                "" if s not in row else "n/a" if r is None else f"{r:.3f}",
+                "" if s not in row else _na(ratio(row[s], row["transformers"])),
             ]
         body.append(cells)
     return lines + [markdown_table(header, body, align="l" + "r" * (len(header) - 1)), ""]
@@ -730,7 +726,7 @@ def compile_report(data: dict, result: dict) -> list[str]:
             mfu = " / ".join(
                 _pct(data["flops_per_step"] / r["step_s"][s] / peak) for s in ("eager", "compiled")
             )
-        body.append([name, label, _count(r["eager"]), _count(r["compiled"]), _num(r["speedup"]), f"{r['compile_s']:.1f} s", mfu])  # fmt: skip
+        body.append([name, label, _na(r["eager"], "{:,.0f}"), _na(r["compiled"], "{:,.0f}"), _na(r["speedup"]), f"{r['compile_s']:.1f} s", mfu])  # fmt: skip
     lines = [
         f"## torch.compile (CPU, {data.get('backend', 'inductor')})",
         "",
