@@ -25,9 +25,11 @@ from pathlib import Path
 from .measure import (
     REPO_ROOT,
     Contention,
+    alternating_rounds,
     busy_note,
     device_synchronizer,
     error_text,
+    make_train_step,
     peak_rss_bytes,
     ratio,
     reset_peak_rss,
@@ -223,12 +225,6 @@ def mask_build_s(model, L: int, device) -> float | None:
     return statistics.median(times)
 
 
-def train_step(model, ids, optimizer) -> None:
-    model(ids, labels=ids, use_cache=False).loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
     import torch
 
@@ -253,12 +249,10 @@ def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
         row[f"{side}_prefill_speedup"] = row["dense_sdpa_prefill_s"] / row[f"{side}_prefill_s"]
     row["rounds"] = len(samples["dense_sdpa"])
     if train:
-        states = {side: m.state_dict() for side, m in models.items()}
-        optimizers = {side: torch.optim.AdamW(m.parameters(), lr=1e-5) for side, m in models.items()}
-        fns = {side: (lambda s=side: train_step(models[s].train(), ids, optimizers[s])) for side in models}
-        steps = {s: x["wall_s"] for s, x in time_alternating(fns, o.rounds, 1, 1, sync).items()}
+        batch = {"input_ids": ids, "labels": ids, "use_cache": False}
+        fns = {side: make_train_step(m, batch, 1e-5) for side, m in models.items()}
+        steps = alternating_rounds(fns, o.rounds, 1, 1, sync)
         for side, m in models.items():
-            m.load_state_dict(states[side])
             m.eval()
             row[f"{side}_train_s"] = statistics.median(steps[side])
         for side in models:
@@ -371,23 +365,6 @@ def prepare_corpora(o, folder: Path) -> dict:
     return corpora
 
 
-def perplexity(model, ids, block: int) -> float:
-    """exp(mean NLL) of ids[1:], each token with its full n - 1 token context (blocks overlap)."""
-    import torch
-
-    context, total, count = model.config.order - 1, 0.0, 0
-    with torch.no_grad():
-        for start in range(1, len(ids), block):
-            stop = min(start + block, len(ids))
-            first = max(0, start - context)
-            x = ids[first:stop][None]  # (1, L)
-            labels = x.clone()
-            labels[:, : start - first] = -100  # context only: scored by the previous block
-            total += model(x, labels=labels).loss.item() * (stop - start)
-            count += stop - start
-    return math.exp(total / count)
-
-
 def ngram_worker(o, corpus: str, order: str) -> dict:
     """One fit in a fresh process: its time, the peak RSS above the RSS before it, the n-gram counts,
     the table bytes, the validation perplexity."""
@@ -395,6 +372,7 @@ def ngram_worker(o, corpus: str, order: str) -> dict:
     import torch
 
     from hf_lm import HfLmNGramConfig, HfLmNGramForCausalLM
+    from hf_lm.metrics import sliding_window_perplexity
 
     torch.set_num_threads(o.threads)
     folder = Path(o.data_dir)
@@ -410,7 +388,8 @@ def ngram_worker(o, corpus: str, order: str) -> dict:
     fit_s = time.perf_counter() - t0
     peak = peak_rss_bytes(reset_ok)
     t0 = time.perf_counter()
-    ppl = perplexity(model.eval(), val, o.eval_block)
+    # windows of `eval_block` scored tokens, each with at least its full n - 1 token context
+    ppl = sliding_window_perplexity(model, val, o.eval_block + int(order), o.eval_block)["perplexity"]
     return {
         "corpus": corpus, "order": int(order), "smoothing": o.smoothing, "train_tokens": len(train),
         "val_tokens": len(val), "num_ngrams": model.config.num_ngrams,
