@@ -227,11 +227,11 @@ def make_generate(model, ids, new_tokens: int, num_beams: int = 1):
     return torch.no_grad()(lambda: generate(model, ids, new_tokens, num_beams))
 
 
-def make_forward(model, batch: dict):
+def make_forward(model, batch: dict, keys: tuple[str, ...] = ("input_ids", "attention_mask")):
     import torch
 
     model.eval()
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    inputs = {key: batch[key] for key in keys}
     return torch.no_grad()(lambda: model(**inputs).logits)
 
 
@@ -536,19 +536,16 @@ def run_compile(o) -> dict:
     eager = build_hflm(o.family, o)
     ids = random_ids(o.batch, o.seq, o.vocab, o.seed)
     result = {"backend": o.compile_backend, "phases": {}}
-    result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
+    batch = {"input_ids": ids, "labels": ids}
+    result["flops_per_step"] = count_train_step_flops(eager, batch)["total"]
     try:
         models = {"eager": eager, "compiled": torch.compile(copy.deepcopy(eager), backend=o.compile_backend)}
     except Exception as exc:  # noqa: BLE001  (any failure is a result to report)
         return {**result, "error": error_text(exc)}
 
-    def make_forward(model):
-        model.eval()
-        return torch.no_grad()(lambda: model(input_ids=ids).logits)
-
     makers = {
-        "train": lambda m: make_train_step(m, {"input_ids": ids, "labels": ids}, o.lr),
-        "forward": make_forward,
+        "train": lambda m: make_train_step(m, batch, o.lr),
+        "forward": lambda m: make_forward(m, batch, ("input_ids",)),
     }
     for name, make in makers.items():
         fns = {side: make(m) for side, m in models.items()}

@@ -286,21 +286,13 @@ def flex_report(data: dict, result: dict) -> list[str]:
     o, names = data["options"], data["sides"]
     flex = [side for side in names if side.endswith("_flex")]
     train = data["training_step"] == "timed"
-    header = ["context"]
+    columns = [["context", "context", "f0"]]
     for side in names:
-        header += [f"{side} prefill s"] + ([] if side == "dense_sdpa" else [f"{side} vs dense"])
-    header += [f"{side} mask build s" for side in flex] + (
-        [f"{side} train s" for side in names] if train else []
-    )
-    cells = []
-    for r in data["rows"]:
-        row = [fmt(r["context"])]
-        for side in names:
-            row += [fmt(r[f"{side}_prefill_s"], 3)] + (
-                [] if side == "dense_sdpa" else [f"{r[f'{side}_prefill_speedup']:.2f}x"]
-            )
-        row += [fmt(r[f"{side}_mask_s"], 3) for side in flex]
-        cells.append(row + ([fmt(r.get(f"{side}_train_s"), 3) for side in names] if train else []))
+        columns.append([f"{side} prefill s", f"{side}_prefill_s", "f3"])
+        if side != "dense_sdpa":
+            columns.append([f"{side} vs dense", f"{side}_prefill_speedup", "{:.2f}x"])
+    columns += [[f"{side} mask build s", f"{side}_mask_s", "f3"] for side in flex]
+    columns += [[f"{side} train s", f"{side}_train_s", "f3"] for side in names if train]
     return [
         "## Sparse attention on flex_attention vs dense SDPA: prefill",
         "",
@@ -312,7 +304,7 @@ def flex_report(data: dict, result: dict) -> list[str]:
         "",
         f"Training step: {data['training_step']}",
         "",
-        markdown_table(header, cells, align="r" * len(header)),
+        table(columns, data["rows"], "r" * len(columns)),
         "",
         "All sides are the same GPT (same weights); only attention_pattern and attn_implementation differ. "
         "Prefill: a batch-1 forward of L tokens without a cache, logits of the last token; one warm-up call per "
