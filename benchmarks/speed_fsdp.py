@@ -306,8 +306,6 @@ def build_engine(engine: str, config: Mapping, seed: int, meta: bool = False):
     from training.run.optimizer import build_optimizer
     from training.sharding import requested_plugin, shard_model
 
-    if engine not in ENGINES:
-        raise ValueError(f"`engine` must be one of {ENGINES}, got {engine!r}.")
     cfg = HfLmGPTConfig(**config)
     if engine == "fsdp" and meta:
         with torch.device("meta"):
