@@ -260,9 +260,7 @@ def worst_process(per_rank: list[dict]) -> dict:
         worst["peak_bytes"][name] = top["peak_bytes"][name]
         worst["peak_parts"][name] = top["peak_parts"][name]
     worst["sum_of_peaks_bytes"] = sum(worst["peak_bytes"].values())
-    keys = ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes",
-            "rss_after_step_trimmed_bytes")  # fmt: skip
-    for key in keys:
+    for key in WORST:  # the figures of the memory table's last columns
         if key in per_rank[0]:
             worst[key] = max(r[key] for r in per_rank)
     return worst
