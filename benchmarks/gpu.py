@@ -262,8 +262,8 @@ def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, na
     """hf_lm, GPT2LMHeadModel and (with `nanogpt`) the nanoGPT-shaped model, one set of weights."""
     ns = argparse.Namespace(family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
                             layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed)  # fmt: skip
-    reference = pairs.build_gpt_reference(ns)
-    models = {"hf_lm": pairs.build_gpt_hflm(ns), "transformers": reference}  # the reference, converted
+    reference = pairs.build_reference("gpt2", ns)
+    models = {"hf_lm": pairs.build_hflm("gpt2", ns), "transformers": reference}  # the reference, converted
     if nanogpt:
         models["nanogpt"] = NanoGPT.from_gpt2(reference)
     return {name: m.to(device=device, dtype=dtype) for name, m in models.items()}
@@ -399,9 +399,9 @@ def run_encoders(rows: dict, ctx: dict) -> None:
         intermediate=s["t5_intermediate"], max_positions=max(s["t5_source_len"], s["t5_target_len"]), seed=seed,
         batch=s["t5_batch"], source_len=s["t5_source_len"], target_len=s["t5_target_len"],
     )  # fmt: skip
-    bert = {"hf_lm": pairs.build_bert_hflm(bns, sparse=False), "hf_lm_sparse": pairs.build_bert_hflm(bns, sparse=True),
-            "transformers": pairs.build_bert_reference(bns)}  # fmt: skip
-    t5 = {"hf_lm": pairs.build_seq2seq_hflm("t5", tns), "transformers": pairs.build_seq2seq_reference("t5", tns)}  # fmt: skip
+    bert = {"hf_lm": pairs.build_hflm("bert", bns), "hf_lm_sparse": pairs.build_hflm("bert", bns, sparse=True),
+            "transformers": pairs.build_reference("bert", bns)}  # fmt: skip
+    t5 = {"hf_lm": pairs.build_hflm("t5", tns), "transformers": pairs.build_reference("t5", tns)}  # fmt: skip
     bert_batch = {k: v.to(device) for k, v in pairs.mlm_batch(bns, seed).items()}
     t5_batch = {k: v.to(device) for k, v in pairs.seq2seq_train_batch(tns, seed).items()}
     units = {"bert": s["bert_batch"] * s["bert_seq"], "t5": s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])}  # fmt: skip

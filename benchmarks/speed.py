@@ -127,14 +127,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run_entry(name: str, options: dict) -> dict:
-    """Run one entry in this process (`--_entry`): its numbers, as its `run` returns them."""
-    import torch
-
-    torch.set_num_threads(options["threads"])
-    return entries()[name].run(SimpleNamespace(**options))
-
-
 def run_in_process(name: str, options: dict, out: Path, timeout: float) -> dict:
     """Run one entry in a fresh process; its numbers, or `{"error": ...}`, with the run's wall time."""
     path = out / f"{name}.json"
@@ -155,8 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         options = json.loads(args._options)
         if args._worker:
             data = entries()[args._worker[0]].worker(SimpleNamespace(**options), *args._worker[1:])
-        else:
-            data = run_entry(args._entry, options)
+        else:  # an entry, in this process
+            import torch
+
+            torch.set_num_threads(options["threads"])
+            data = entries()[args._entry].run(SimpleNamespace(**options))
         if data is not None:  # None: a torchrun process other than the first
             text = json.dumps(data, default=str)
             if args._out:

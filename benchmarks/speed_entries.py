@@ -53,11 +53,12 @@ def random_ids(batch: int, seq: int, vocab: int, seed: int, low: int = 0):
     return torch.randint(low, vocab, (batch, seq), generator=g)
 
 
-def gpt_reference_config(o):
-    from transformers import GPT2Config, LlamaConfig
+def reference_config(family: str, o, dropout: float | None = None):
+    """The transformers config of `family`'s reference at the entry's sizes (`dropout`: BERT's, else `o.dropout`)."""
+    import transformers
 
-    if o.family == "llama":
-        return LlamaConfig(
+    if family == "llama":
+        return transformers.LlamaConfig(
             vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
             num_key_value_heads=o.kv_heads, intermediate_size=o.intermediate, hidden_act="silu",  # SwiGLU
             max_position_embeddings=o.context, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
@@ -65,65 +66,71 @@ def gpt_reference_config(o):
             tie_word_embeddings=False, pad_token_id=None,
             bos_token_id=None, eos_token_id=None,  # Llama's defaults would be real tokens of this vocabulary
         )  # fmt: skip
-    return GPT2Config(
-        vocab_size=o.vocab, n_positions=o.context, n_embd=o.hidden, n_layer=o.layers, n_head=o.heads,
-        n_inner=o.intermediate, activation_function="gelu_new",  # GPT-2's own tanh-GELU
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
-        bos_token_id=None, eos_token_id=None,  # GPT-2's defaults (50256) lie outside this vocabulary
+    if family == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=o.vocab, n_positions=o.context, n_embd=o.hidden, n_layer=o.layers, n_head=o.heads,
+            n_inner=o.intermediate, activation_function="gelu_new",  # GPT-2's own tanh-GELU
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5, tie_word_embeddings=True,
+            bos_token_id=None, eos_token_id=None,  # GPT-2's defaults (50256) lie outside this vocabulary
+        )  # fmt: skip
+    if family == "bert":
+        dropout = o.dropout if dropout is None else dropout
+        return transformers.BertConfig(
+            vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
+            intermediate_size=o.intermediate, max_position_embeddings=o.max_positions, type_vocab_size=2,
+            hidden_act="gelu", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+            layer_norm_eps=1e-12, pad_token_id=PAD_ID, tie_word_embeddings=True,
+        )  # fmt: skip
+    if family == "t5":
+        return transformers.T5Config(
+            vocab_size=o.vocab, d_model=o.hidden, d_kv=o.hidden // o.heads, d_ff=o.intermediate,
+            num_layers=o.layers, num_decoder_layers=o.layers, num_heads=o.heads,
+            relative_attention_num_buckets=32, relative_attention_max_distance=128,
+            feed_forward_proj="relu",  # T5 v1.0
+            dropout_rate=0.0, layer_norm_epsilon=1e-6, tie_word_embeddings=True,
+            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+        )  # fmt: skip
+    return transformers.BartConfig(
+        vocab_size=o.vocab, d_model=o.hidden, encoder_layers=o.layers, decoder_layers=o.layers,
+        encoder_attention_heads=o.heads, decoder_attention_heads=o.heads, encoder_ffn_dim=o.intermediate,
+        decoder_ffn_dim=o.intermediate, max_position_embeddings=o.max_positions, activation_function="gelu",
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=False,
+        tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        forced_eos_token_id=None,
     )  # fmt: skip
 
 
-def build_gpt_reference(o):
+def build_reference(family: str, o, dropout: float | None = None):
+    """transformers' `REFERENCES[family]` from the seed `o.seed`, SDPA attention, in training mode."""
     import torch
-    from transformers import GPT2LMHeadModel, LlamaForCausalLM
+    import transformers
 
     torch.manual_seed(o.seed)
-    cls = LlamaForCausalLM if o.family == "llama" else GPT2LMHeadModel
-    model = cls._from_config(gpt_reference_config(o), attn_implementation="sdpa")
-    model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
-    return model
-
-
-def build_gpt_hflm(o):
-    """hf_lm's GPT computing the reference's function: the reference converted by `from_transformers`."""
-    from hf_lm.convert import from_transformers
-
-    model = from_transformers(build_gpt_reference(o))
-    model.config._attn_implementation = "sdpa"
+    cls = getattr(transformers, REFERENCES[family])
+    model = cls._from_config(reference_config(family, o, dropout), attn_implementation="sdpa")
+    if kind(family) == "gpt":
+        model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
+    elif (
+        kind(family) == "seq2seq"
+    ):  # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
+        model.generation_config.forced_eos_token_id = None
     return model.train()
 
 
-def bert_reference_config(o, dropout: float | None = None):
-    from transformers import BertConfig
-
-    dropout = o.dropout if dropout is None else dropout
-    return BertConfig(
-        vocab_size=o.vocab, hidden_size=o.hidden, num_hidden_layers=o.layers, num_attention_heads=o.heads,
-        intermediate_size=o.intermediate, max_position_embeddings=o.max_positions, type_vocab_size=2,
-        hidden_act="gelu", hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-        layer_norm_eps=1e-12, pad_token_id=PAD_ID, tie_word_embeddings=True,
-    )  # fmt: skip
-
-
-def build_bert_reference(o, dropout: float | None = None):
-    import torch
-    from transformers import BertForMaskedLM
-
-    torch.manual_seed(o.seed)
-    return BertForMaskedLM._from_config(bert_reference_config(o, dropout), attn_implementation="sdpa").train()
-
-
-def build_bert_hflm(o, sparse: bool, dropout: float | None = None):
-    """hf_lm's BERT computing the reference's function: the reference converted by `from_transformers`,
-    then (for the sparse side) the same weights in a model whose config has `sparse_prediction=True`."""
+def build_hflm(family: str, o, sparse: bool = False, dropout: float | None = None):
+    """hf_lm's model computing the reference's function: the reference converted by `from_transformers`
+    (which copies its generation config); BERT's the same weights in a model whose config has
+    `sparse_prediction=sparse`."""
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM
     from hf_lm.convert import from_transformers
 
-    converted = from_transformers(build_bert_reference(o, dropout))
-    config = HfLmBertConfig.from_dict({**converted.config.to_dict(), "sparse_prediction": sparse})
-    model = HfLmBertForMaskedLM._from_config(config, attn_implementation="sdpa")
-    model.load_state_dict(converted.state_dict())
-    assert model.lm_head.decoder.weight is model.model.embed_tokens.weight  # still tied
+    model = from_transformers(build_reference(family, o, dropout))
+    if family == "bert":
+        config = HfLmBertConfig.from_dict({**model.config.to_dict(), "sparse_prediction": sparse})
+        converted, model = model, HfLmBertForMaskedLM._from_config(config, attn_implementation="sdpa")
+        model.load_state_dict(converted.state_dict())
+        assert model.lm_head.decoder.weight is model.model.embed_tokens.weight  # still tied
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
     return model.train()
 
 
@@ -156,49 +163,6 @@ def mlm_batch(o, seed: int) -> dict:
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def seq2seq_reference_config(family: str, o):
-    from transformers import BartConfig, T5Config
-
-    if family == "t5":
-        return T5Config(
-            vocab_size=o.vocab, d_model=o.hidden, d_kv=o.hidden // o.heads, d_ff=o.intermediate,
-            num_layers=o.layers, num_decoder_layers=o.layers, num_heads=o.heads,
-            relative_attention_num_buckets=32, relative_attention_max_distance=128,
-            feed_forward_proj="relu",  # T5 v1.0
-            dropout_rate=0.0, layer_norm_epsilon=1e-6, tie_word_embeddings=True,
-            pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-        )  # fmt: skip
-    return BartConfig(
-        vocab_size=o.vocab, d_model=o.hidden, encoder_layers=o.layers, decoder_layers=o.layers,
-        encoder_attention_heads=o.heads, decoder_attention_heads=o.heads, encoder_ffn_dim=o.intermediate,
-        decoder_ffn_dim=o.intermediate, max_position_embeddings=o.max_positions, activation_function="gelu",
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=False,
-        tie_word_embeddings=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
-        forced_eos_token_id=None,
-    )  # fmt: skip
-
-
-def build_seq2seq_reference(family: str, o):
-    import torch
-    from transformers import BartForConditionalGeneration, T5ForConditionalGeneration
-
-    torch.manual_seed(o.seed)
-    cls = T5ForConditionalGeneration if family == "t5" else BartForConditionalGeneration
-    model = cls._from_config(seq2seq_reference_config(family, o), attn_implementation="sdpa")
-    # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
-    model.generation_config.forced_eos_token_id = None
-    return model.train()
-
-
-def build_seq2seq_hflm(family: str, o):
-    """hf_lm's model computing the reference's function (`from_transformers` copies its generation config)."""
-    from hf_lm.convert import from_transformers
-
-    model = from_transformers(build_seq2seq_reference(family, o))
-    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
-    return model.train()
-
-
 def seq2seq_train_batch(o, seed: int) -> dict:
     import torch
 
@@ -222,13 +186,9 @@ def sides(family: str) -> tuple[str, ...]:
 
 
 def build_side(family: str, side: str, o, dropout: float | None = None):
-    if kind(family) == "gpt":
-        return build_gpt_hflm(o) if side == "hf_lm" else build_gpt_reference(o)
-    if family == "bert":
-        if side == "transformers":
-            return build_bert_reference(o, dropout)
-        return build_bert_hflm(o, sparse=side == "hf_lm_sparse", dropout=dropout)
-    return build_seq2seq_hflm(family, o) if side == "hf_lm" else build_seq2seq_reference(family, o)
+    if side == "transformers":
+        return build_reference(family, o, dropout)
+    return build_hflm(family, o, sparse=side == "hf_lm_sparse", dropout=dropout)
 
 
 def train_batch(family: str, o) -> tuple[dict, int, str, str]:
@@ -267,11 +227,11 @@ def make_generate(model, ids, new_tokens: int, num_beams: int = 1):
     return torch.no_grad()(lambda: generate(model, ids, new_tokens, num_beams))
 
 
-def make_forward(model, batch: dict):
+def make_forward(model, batch: dict, keys: tuple[str, ...] = ("input_ids", "attention_mask")):
     import torch
 
     model.eval()
-    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    inputs = {key: batch[key] for key in keys}
     return torch.no_grad()(lambda: model(**inputs).logits)
 
 
@@ -573,22 +533,19 @@ def run_compile(o) -> dict:
     import torch
     from torch._dynamo.utils import counters
 
-    eager = build_gpt_hflm(o)
+    eager = build_hflm(o.family, o)
     ids = random_ids(o.batch, o.seq, o.vocab, o.seed)
     result = {"backend": o.compile_backend, "phases": {}}
-    result["flops_per_step"] = count_train_step_flops(eager, {"input_ids": ids, "labels": ids})["total"]
+    batch = {"input_ids": ids, "labels": ids}
+    result["flops_per_step"] = count_train_step_flops(eager, batch)["total"]
     try:
         models = {"eager": eager, "compiled": torch.compile(copy.deepcopy(eager), backend=o.compile_backend)}
     except Exception as exc:  # noqa: BLE001  (any failure is a result to report)
         return {**result, "error": error_text(exc)}
 
-    def make_forward(model):
-        model.eval()
-        return torch.no_grad()(lambda: model(input_ids=ids).logits)
-
     makers = {
-        "train": lambda m: make_train_step(m, {"input_ids": ids, "labels": ids}, o.lr),
-        "forward": make_forward,
+        "train": lambda m: make_train_step(m, batch, o.lr),
+        "forward": lambda m: make_forward(m, batch, ("input_ids",)),
     }
     for name, make in makers.items():
         fns = {side: make(m) for side, m in models.items()}
@@ -633,16 +590,13 @@ def peak_report(data: dict, result: dict) -> list[str]:
 # --- Reports ---
 
 
-def _num(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
+def _na(value: float | None, form: str = "{:.3f}") -> str:
+    """`value` in `form`, "n/a" where it is missing or not finite."""
+    return "n/a" if value is None or not math.isfinite(value) else form.format(value)
 
 
 def _pct(value: float | None) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{100 * value:.1f}%"
-
-
-def _count(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f}"
+    return _na(value, "{:.1%}")
 
 
 def utilization(rec: dict, peak_flops: float | None) -> dict:
@@ -666,27 +620,27 @@ def suite_tables(result: dict) -> list[str]:
     peak = result["entries"].get("peak") or {}
     summary, details = [], []
     for family, rec in families.items():
-        ref = REFERENCES[family]
         if rec.get("error"):
-            summary.append([family, ref, "", f"failed: {rec['error']}", "", "", ""])
+            summary.append([family, REFERENCES[family], "", f"failed: {rec['error']}", "", "", ""])
             details.append([family, "(all)", "", f"failed: {rec['error']}", "", ""])
             continue
         use = utilization(rec, peak.get("peak_flops"))
         mfu, hfu, ach, fl = use["mfu"], use["hfu"], use["achieved_flops"], rec["flops_per_step"]
-        gen = "; ".join(f"{g['short']} {_num(g['ratio'])}" for g in rec["generate"])
-        summary.append([family, ref, f"{rec['params'] / 1e6:.2f}M", _num(rec["train"]["ratio"]), gen,
+        t = rec["train"]
+        gen = "; ".join(f"{g['short']} {_na(g['ratio'])}" for g in rec["generate"])
+        summary.append([family, REFERENCES[family], f"{rec['params'] / 1e6:.2f}M", _na(t["ratio"]), gen,
                         _pct(mfu.get("hf_lm")), _pct(mfu.get("transformers"))])  # fmt: skip
-        for row in [rec["train"], *rec["generate"]]:
-            details.append([family, row["name"], row["unit"], _count(row["hf_lm"]), _count(row["transformers"]), _num(row["ratio"])])  # fmt: skip
-        if "hf_lm_sparse" in rec["train"]:
-            t = rec["train"]
-            details.append([family, "train, hf_lm with sparse_prediction=True", t["unit"], _count(t["hf_lm_sparse"]),
-                            _count(t["transformers"]), _num(t["ratio_hf_lm_sparse"])])  # fmt: skip
+        rows = [t, *rec["generate"]]
+        if "hf_lm_sparse" in t:
+            name = "train, hf_lm with sparse_prediction=True"
+            rows.append({**t, "name": name, "hf_lm": t["hf_lm_sparse"], "ratio": t["ratio_hf_lm_sparse"]})
+        for r in rows:
+            details.append([family, r["name"], r["unit"], _na(r["hf_lm"], "{:,.0f}"), _na(r["transformers"], "{:,.0f}"), _na(r["ratio"])])  # fmt: skip
         details += [
             [family, "training FLOPs per step (fwd + bwd, counted)", "GFLOP", f"{fl['hf_lm'] / 1e9:.3f}",
-             f"{fl['transformers'] / 1e9:.3f}", _num(ratio(fl["hf_lm"], fl["transformers"]))],
+             f"{fl['transformers'] / 1e9:.3f}", _na(ratio(fl["hf_lm"], fl["transformers"]))],
             [family, "train model FLOP/s (reference FLOPs / step time)", "GFLOP/s", f"{ach['hf_lm'] / 1e9:.2f}",
-             f"{ach['transformers'] / 1e9:.2f}", _num(ratio(ach["hf_lm"], ach["transformers"]))],
+             f"{ach['transformers'] / 1e9:.2f}", _na(ratio(ach["hf_lm"], ach["transformers"]))],
             [family, "train MFU (HFU)", "% of peak", f"{_pct(mfu.get('hf_lm'))} ({_pct(hfu.get('hf_lm'))})",
              f"{_pct(mfu.get('transformers'))} ({_pct(hfu.get('transformers'))})", ""],
         ]  # fmt: skip
@@ -743,10 +697,9 @@ def pair_report(data: dict, result: dict) -> list[str]:
         cells = [f"{name} [{row['unit']}, {'higher' if row['higher_is_better'] else 'lower'} is better]",
                  metric_cell(row["transformers"], row["unit"])]  # fmt: skip
         for s in names:
-            r = ratio(row.get(s), row["transformers"])
             cells += [
                 metric_cell(row.get(s), row["unit"]),
-                "" if s not in row else "n/a" if r is None else f"{r:.3f}",
+                "" if s not in row else _na(ratio(row[s], row["transformers"])),
             ]
         body.append(cells)
     return lines + [markdown_table(header, body, align="l" + "r" * (len(header) - 1)), ""]
@@ -770,7 +723,7 @@ def compile_report(data: dict, result: dict) -> list[str]:
             mfu = " / ".join(
                 _pct(data["flops_per_step"] / r["step_s"][s] / peak) for s in ("eager", "compiled")
             )
-        body.append([name, label, _count(r["eager"]), _count(r["compiled"]), _num(r["speedup"]), f"{r['compile_s']:.1f} s", mfu])  # fmt: skip
+        body.append([name, label, _na(r["eager"], "{:,.0f}"), _na(r["compiled"], "{:,.0f}"), _na(r["speedup"]), f"{r['compile_s']:.1f} s", mfu])  # fmt: skip
     lines = [
         f"## torch.compile (CPU, {data.get('backend', 'inductor')})",
         "",

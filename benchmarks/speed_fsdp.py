@@ -260,9 +260,7 @@ def worst_process(per_rank: list[dict]) -> dict:
         worst["peak_bytes"][name] = top["peak_bytes"][name]
         worst["peak_parts"][name] = top["peak_parts"][name]
     worst["sum_of_peaks_bytes"] = sum(worst["peak_bytes"].values())
-    keys = ("total_peak_bytes", "allocator_peak_bytes", "peak_rss_bytes", "rss_before_model_bytes",
-            "rss_after_step_trimmed_bytes")  # fmt: skip
-    for key in keys:
+    for key in WORST:  # the figures of the memory table's last columns
         if key in per_rank[0]:
             worst[key] = max(r[key] for r in per_rank)
     return worst
@@ -306,8 +304,6 @@ def build_engine(engine: str, config: Mapping, seed: int, meta: bool = False):
     from training.run.optimizer import build_optimizer
     from training.sharding import requested_plugin, shard_model
 
-    if engine not in ENGINES:
-        raise ValueError(f"`engine` must be one of {ENGINES}, got {engine!r}.")
     cfg = HfLmGPTConfig(**config)
     if engine == "fsdp" and meta:
         with torch.device("meta"):
@@ -481,15 +477,6 @@ class StepAccounting:
         self.depth += step
 
 
-def _setup(o):
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(o.threads_per_process)
-    dist.init_process_group("gloo")
-    return dist.get_rank(), dist.get_world_size()
-
-
 def _gather(value):
     import torch.distributed as dist
 
@@ -525,12 +512,9 @@ def measure_memory(engine: str, config: Mapping, o, rank: int, meta: bool = Fals
     return result
 
 
-def memory_worker(o) -> dict | None:
+def memory_worker(o, rank: int, world: int) -> dict:
     """One process of a memory launch: the reference's memory (with the process's peak RSS), the cost model, and
     the largest shape in the budget, built and measured."""
-    import torch.distributed as dist
-
-    rank, world = _setup(o)
     import hf_lm  # noqa: F401  (everything the model needs imported: the RSS before it is built)
     import training.run.optimizer  # noqa: F401
     import training.sharding  # noqa: F401
@@ -576,32 +560,25 @@ def memory_worker(o) -> dict | None:
         if row["fits"]:
             break
         k -= 1
-    report = None
-    if rank == 0:
-        nxt = None if chosen is None or chosen + 1 not in shapes else chosen + 1
-        report = {
-            "engine": o.engine,
-            "processes": world,
-            "reference": {"k": o.size, "config": ref_config, "numels": ref_shape, "worst": reference},
-            "per_rank": per_rank,
-            "budget_bytes": budget,
-            "predicted_sum_of_peaks_bytes": {k: sum(p.values()) for k, p in predictions.items()},
-            "shapes": shapes,
-            "largest_predicted_k": chosen,
-            "next_k": nxt,
-            "verification": tried,
-        }
-    dist.barrier()
-    dist.destroy_process_group()
-    return report
+    return {
+        "engine": o.engine,
+        "processes": world,
+        "reference": {"k": o.size, "config": ref_config, "numels": ref_shape, "worst": reference},
+        "per_rank": per_rank,
+        "budget_bytes": budget,
+        "predicted_sum_of_peaks_bytes": {k: sum(p.values()) for k, p in predictions.items()},
+        "shapes": shapes,
+        "largest_predicted_k": chosen,
+        "next_k": None if chosen is None or chosen + 1 not in shapes else chosen + 1,
+        "verification": tried,
+    }
 
 
-def timing_worker(o) -> dict | None:
+def timing_worker(o, rank: int, world: int) -> dict:
     """One process of a timing launch: DDP and FSDP2 side by side in the same processes, steps alternating."""
     import torch
     import torch.distributed as dist
 
-    rank, world = _setup(o)
     config = family_config(o.size, o.vocab, o.block)
     sides = {engine: build_engine(engine, config, o.seed) for engine in ENGINES}
     batch = make_batch(o.vocab, o.batch, o.block, o.seed, rank)
@@ -623,19 +600,14 @@ def timing_worker(o) -> dict | None:
                 times[engine].append(float(slowest))
     gap = torch.tensor([max(abs(a - b) for a, b in zip(losses["ddp"], losses["fsdp"]))], dtype=torch.float64)
     dist.all_reduce(gap, op=dist.ReduceOp.MAX)
-    report = None
-    if rank == 0:
-        report = {
-            "processes": world,
-            "step_s": times,
-            "median_s": {e: statistics.median(t) for e, t in times.items()},
-            "losses_rank0": losses,
-            "max_loss_gap": float(gap),
-            "contention": busy.result,
-        }
-    dist.barrier()
-    dist.destroy_process_group()
-    return report
+    return {
+        "processes": world,
+        "step_s": times,
+        "median_s": {e: statistics.median(t) for e, t in times.items()},
+        "losses_rank0": losses,
+        "max_loss_gap": float(gap),
+        "contention": busy.result,
+    }
 
 
 def mib(n: int | None) -> str:
@@ -792,8 +764,17 @@ def cost_lines(memory: dict, tokens: int) -> list[str]:
 
 def worker(o, kind: str, engine: str | None = None) -> dict | None:
     """`--_worker fsdp memory ENGINE|timing`: one process of a launch (the first returns the figures)."""
+    import torch
+    import torch.distributed as dist
+
     o.engine = engine
-    return {"memory": memory_worker, "timing": timing_worker}[kind](o)
+    torch.set_num_threads(o.threads_per_process)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    report = {"memory": memory_worker, "timing": timing_worker}[kind](o, rank, dist.get_world_size())
+    dist.barrier()
+    dist.destroy_process_group()
+    return report if rank == 0 else None
 
 
 def launch(o, processes: int, work: list[str], folder: Path) -> dict:

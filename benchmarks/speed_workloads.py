@@ -9,7 +9,6 @@ import json
 import math
 import os
 import random
-import resource
 import socket
 import statistics
 import string
@@ -25,9 +24,11 @@ from pathlib import Path
 from .measure import (
     REPO_ROOT,
     Contention,
+    alternating_rounds,
     busy_note,
     device_synchronizer,
     error_text,
+    make_train_step,
     peak_rss_bytes,
     ratio,
     reset_peak_rss,
@@ -50,18 +51,16 @@ def gpt_sizes(o, positions: int) -> dict:
                 max_position_embeddings=positions, **ROPE_GPT)  # fmt: skip
 
 
-def clocks() -> tuple[float, float]:
-    """(wall seconds, this process's CPU seconds, user + system)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), usage.ru_utime + usage.ru_stime
-
-
 def decode_run(model, prompt, n: int) -> tuple[dict, object]:
     """A greedy decode as generate() runs it (forward with the cache, one token a step): the
-    prefill's wall and CPU seconds, the wall and CPU seconds per new token, and the cache."""
+    prefill's wall and CPU seconds (this process's, user + system), the wall and CPU seconds per new
+    token, and the cache."""
     import torch
 
     from hf_lm.models.hflm_common import output_cache
+
+    def clocks() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
 
     with torch.no_grad():
         t0 = clocks()
@@ -223,12 +222,6 @@ def mask_build_s(model, L: int, device) -> float | None:
     return statistics.median(times)
 
 
-def train_step(model, ids, optimizer) -> None:
-    model(ids, labels=ids, use_cache=False).loss.backward()
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
 def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
     import torch
 
@@ -253,12 +246,10 @@ def flex_context(models: dict, L: int, o, t_start: float, train: bool) -> dict:
         row[f"{side}_prefill_speedup"] = row["dense_sdpa_prefill_s"] / row[f"{side}_prefill_s"]
     row["rounds"] = len(samples["dense_sdpa"])
     if train:
-        states = {side: m.state_dict() for side, m in models.items()}
-        optimizers = {side: torch.optim.AdamW(m.parameters(), lr=1e-5) for side, m in models.items()}
-        fns = {side: (lambda s=side: train_step(models[s].train(), ids, optimizers[s])) for side in models}
-        steps = {s: x["wall_s"] for s, x in time_alternating(fns, o.rounds, 1, 1, sync).items()}
+        batch = {"input_ids": ids, "labels": ids, "use_cache": False}
+        fns = {side: make_train_step(m, batch, 1e-5) for side, m in models.items()}
+        steps = alternating_rounds(fns, o.rounds, 1, 1, sync)
         for side, m in models.items():
-            m.load_state_dict(states[side])
             m.eval()
             row[f"{side}_train_s"] = statistics.median(steps[side])
         for side in models:
@@ -292,21 +283,13 @@ def flex_report(data: dict, result: dict) -> list[str]:
     o, names = data["options"], data["sides"]
     flex = [side for side in names if side.endswith("_flex")]
     train = data["training_step"] == "timed"
-    header = ["context"]
+    columns = [["context", "context", "f0"]]
     for side in names:
-        header += [f"{side} prefill s"] + ([] if side == "dense_sdpa" else [f"{side} vs dense"])
-    header += [f"{side} mask build s" for side in flex] + (
-        [f"{side} train s" for side in names] if train else []
-    )
-    cells = []
-    for r in data["rows"]:
-        row = [fmt(r["context"])]
-        for side in names:
-            row += [fmt(r[f"{side}_prefill_s"], 3)] + (
-                [] if side == "dense_sdpa" else [f"{r[f'{side}_prefill_speedup']:.2f}x"]
-            )
-        row += [fmt(r[f"{side}_mask_s"], 3) for side in flex]
-        cells.append(row + ([fmt(r.get(f"{side}_train_s"), 3) for side in names] if train else []))
+        columns.append([f"{side} prefill s", f"{side}_prefill_s", "f3"])
+        if side != "dense_sdpa":
+            columns.append([f"{side} vs dense", f"{side}_prefill_speedup", "{:.2f}x"])
+    columns += [[f"{side} mask build s", f"{side}_mask_s", "f3"] for side in flex]
+    columns += [[f"{side} train s", f"{side}_train_s", "f3"] for side in names if train]
     return [
         "## Sparse attention on flex_attention vs dense SDPA: prefill",
         "",
@@ -318,7 +301,7 @@ def flex_report(data: dict, result: dict) -> list[str]:
         "",
         f"Training step: {data['training_step']}",
         "",
-        markdown_table(header, cells, align="r" * len(header)),
+        table(columns, data["rows"], "r" * len(columns)),
         "",
         "All sides are the same GPT (same weights); only attention_pattern and attn_implementation differ. "
         "Prefill: a batch-1 forward of L tokens without a cache, logits of the last token; one warm-up call per "
@@ -371,23 +354,6 @@ def prepare_corpora(o, folder: Path) -> dict:
     return corpora
 
 
-def perplexity(model, ids, block: int) -> float:
-    """exp(mean NLL) of ids[1:], each token with its full n - 1 token context (blocks overlap)."""
-    import torch
-
-    context, total, count = model.config.order - 1, 0.0, 0
-    with torch.no_grad():
-        for start in range(1, len(ids), block):
-            stop = min(start + block, len(ids))
-            first = max(0, start - context)
-            x = ids[first:stop][None]  # (1, L)
-            labels = x.clone()
-            labels[:, : start - first] = -100  # context only: scored by the previous block
-            total += model(x, labels=labels).loss.item() * (stop - start)
-            count += stop - start
-    return math.exp(total / count)
-
-
 def ngram_worker(o, corpus: str, order: str) -> dict:
     """One fit in a fresh process: its time, the peak RSS above the RSS before it, the n-gram counts,
     the table bytes, the validation perplexity."""
@@ -395,6 +361,7 @@ def ngram_worker(o, corpus: str, order: str) -> dict:
     import torch
 
     from hf_lm import HfLmNGramConfig, HfLmNGramForCausalLM
+    from hf_lm.metrics import sliding_window_perplexity
 
     torch.set_num_threads(o.threads)
     folder = Path(o.data_dir)
@@ -410,7 +377,8 @@ def ngram_worker(o, corpus: str, order: str) -> dict:
     fit_s = time.perf_counter() - t0
     peak = peak_rss_bytes(reset_ok)
     t0 = time.perf_counter()
-    ppl = perplexity(model.eval(), val, o.eval_block)
+    # windows of `eval_block` scored tokens, each with at least its full n - 1 token context
+    ppl = sliding_window_perplexity(model, val, o.eval_block + int(order), o.eval_block)["perplexity"]
     return {
         "corpus": corpus, "order": int(order), "smoothing": o.smoothing, "train_tokens": len(train),
         "val_tokens": len(val), "num_ngrams": model.config.num_ngrams,
