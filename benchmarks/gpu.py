@@ -54,29 +54,28 @@ LOGIT_TOLERANCE = 1e-3  # fp32, same weights: differences come from kernel order
 
 
 class NanoBlock(nn.Module):
-    """nanoGPT's pre-norm block: one fused q/k/v matmul and SDPA, then GPT-2's tanh-GELU MLP."""
+    """nanoGPT's pre-norm block, under its module names: one fused q/k/v matmul and SDPA, then GPT-2's
+    tanh-GELU MLP."""
 
-    def __init__(self, hidden: int, heads: int, eps: float):
+    def __init__(self, d: int, heads: int, eps: float):
         super().__init__()
         self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(hidden, eps=eps), nn.LayerNorm(hidden, eps=eps)
-        self.c_attn, self.attn_proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-        self.c_fc, self.mlp_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.ln_1, self.ln_2 = nn.LayerNorm(d, eps=eps), nn.LayerNorm(d, eps=eps)
+        self.attn = nn.ModuleDict(dict(c_attn=nn.Linear(d, 3 * d), c_proj=nn.Linear(d, d)))
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(d, 4 * d), c_proj=nn.Linear(4 * d, d)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        qkv = self.c_attn(self.ln_1(x)).split(C, 2)
+        qkv = self.attn.c_attn(self.ln_1(x)).split(C, 2)
         q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in qkv)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class NanoGPT(nn.Module):
     """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head): the side-by-side
     reference of "eager >= nanoGPT"; its loss shifts `labels` as `GPT2LMHeadModel`'s does."""
-
-    RENAMES = dict(zip(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), ("c_attn", "attn_proj", "c_fc", "mlp_proj")))  # fmt: skip
 
     def __init__(self, vocab: int, context: int, hidden: int, layers: int, heads: int, eps: float = 1e-5):
         super().__init__()
@@ -98,17 +97,13 @@ class NanoGPT(nn.Module):
 
     @classmethod
     def from_gpt2(cls, ref: GPT2LMHeadModel) -> NanoGPT:
-        """`ref`'s weights: GPT-2's Conv1D stores (in, out), an `nn.Linear` (out, in)."""
+        """`ref`'s weights, under the same names (a KeyError names a missing one): GPT-2's Conv1D stores
+        (in, out), an `nn.Linear` (out, in)."""
         c = ref.config
         model = cls(c.vocab_size, c.n_positions, c.n_embd, c.n_layer, c.n_head, c.layer_norm_epsilon)
-        state = {}
-        for key, value in ref.state_dict().items():
-            name = key.removeprefix("transformer.")
-            for old, new in cls.RENAMES.items():
-                name = name.replace(old, new)
-            conv = name.endswith(tuple(f"{n}.weight" for n in cls.RENAMES.values()))
-            state[name] = value.t() if conv else value
-        model.load_state_dict({k: state[k] for k in model.state_dict()})  # a KeyError names a missing weight
+        state = {key.removeprefix("transformer."): value for key, value in ref.state_dict().items()}
+        conv = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+        model.load_state_dict({k: state[k].t() if k.endswith(conv) else state[k] for k in model.state_dict()})
         return model
 
 
@@ -217,7 +212,8 @@ def make_step(model: nn.Module, loss_fn, device: torch.device, lr: float | None 
 
 def train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, forward=None):
     """A training step of `model` on `batch`: `forward` (default `model`) and a fused AdamW update."""
-    return make_step(model, lambda: (forward or model)(**batch).loss, device, lr)
+    forward = model if forward is None else forward
+    return make_step(model, lambda: forward(**batch).loss, device, lr)
 
 
 def unpadded_head(fn):
@@ -743,9 +739,12 @@ def entry_row(name: str, status: str, summary: str, seconds: float = 0.0, comman
     return dict(name=name, section=section, status=status, seconds=seconds, command=command, summary=summary)
 
 
-def run_entry(name: str, ctx: dict, time_left: float) -> dict:
-    """Run one entry with min(its limit, the time left), its process group killed at the limit; its
-    reader's line is its summary."""
+def run_entry(name: str, ctx: dict, deadline: float) -> dict:
+    """Run one entry with min(its limit, the time left before `deadline`), its process group killed at
+    the limit (not run with less than `MIN_ENTRY_S` left); its reader's line is its summary."""
+    time_left = deadline - time.perf_counter()
+    if time_left < MIN_ENTRY_S:
+        return entry_row(name, "not run", "the budget was spent")
     try:
         cmd = entry_command(name, ctx)
     except Exception as err:  # noqa: BLE001 - an entry that cannot even start is that entry's failure
@@ -767,16 +766,10 @@ def run_entry(name: str, ctx: dict, time_left: float) -> dict:
 
 
 def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda rows: None) -> list[dict]:
-    """The entries in order within `budget` seconds (None: each to its own limit); those that no
-    longer fit are `not run`."""
-    deadline = time.perf_counter() + (math.inf if budget is None else budget)
-    rows = []
+    """The entries in order within `budget` seconds (None: each to its own limit)."""
+    deadline, rows = time.perf_counter() + (math.inf if budget is None else budget), []
     for name in names:
-        time_left = deadline - time.perf_counter()
-        if time_left < MIN_ENTRY_S:
-            rows.append(entry_row(name, "not run", "the budget was spent"))
-        else:
-            rows.append(run_entry(name, ctx, time_left))
+        rows.append(run_entry(name, ctx, deadline))
         on_row(rows)
     return rows
 
