@@ -336,6 +336,8 @@ def test_the_readers_read_what_the_tools_write(tmp_path):
         gpu.read_entry(ctx, "t", "translation")
         == "transformer: BLEU 37.50 greedy / 38.25 beam, 20.0 epochs in 301 s"
     )
+    readings = [gpu.read_entry(ctx, "absent", reads) for reads in ("nanogpt", "measured", "check")]
+    assert readings == ["no log", "no results.json", "0 of 0 checks passed"]
 
 
 @pytest.mark.slow
