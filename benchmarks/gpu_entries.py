@@ -108,8 +108,9 @@ IMPL_NAMES = {  # the others by their own name
     "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
     "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
 }
-# the decoding rows (implementation/mode); a mode says how it calls generate(): the cache (dynamic or static),
-# generate()'s own compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
+# the decoding rows (implementation/mode); a mode says how it calls generate(): the cache (dynamic or
+# static), generate()'s own compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k
+# 50, generate()'s default)
 DECODE_ROWS = (
     "hf_lm/dynamic hf_lm/static hf_lm/static_compiled hf_lm/static_compiled_loop hf_lm/static_compiled_sample "
     "hf_lm/static_compiled_loop_sample transformers/dynamic transformers/static_compiled"
