@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -53,29 +54,28 @@ LOGIT_TOLERANCE = 1e-3  # fp32, same weights: differences come from kernel order
 
 
 class NanoBlock(nn.Module):
-    """nanoGPT's pre-norm block: one fused q/k/v matmul and SDPA, then GPT-2's tanh-GELU MLP."""
+    """nanoGPT's pre-norm block, under its module names: one fused q/k/v matmul and SDPA, then GPT-2's
+    tanh-GELU MLP."""
 
-    def __init__(self, hidden: int, heads: int, eps: float):
+    def __init__(self, d: int, heads: int, eps: float):
         super().__init__()
         self.heads = heads
-        self.ln_1, self.ln_2 = nn.LayerNorm(hidden, eps=eps), nn.LayerNorm(hidden, eps=eps)
-        self.c_attn, self.attn_proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
-        self.c_fc, self.mlp_proj = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+        self.ln_1, self.ln_2 = nn.LayerNorm(d, eps=eps), nn.LayerNorm(d, eps=eps)
+        self.attn = nn.ModuleDict(dict(c_attn=nn.Linear(d, 3 * d), c_proj=nn.Linear(d, d)))
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(d, 4 * d), c_proj=nn.Linear(4 * d, d)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
-        qkv = self.c_attn(self.ln_1(x)).split(C, 2)
+        qkv = self.attn.c_attn(self.ln_1(x)).split(C, 2)
         q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in qkv)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        x = x + self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        x = x + self.attn.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class NanoGPT(nn.Module):
     """GPT-2 in the shape of Karpathy's nanoGPT (learned positions, tied head): the side-by-side
     reference of "eager >= nanoGPT"; its loss shifts `labels` as `GPT2LMHeadModel`'s does."""
-
-    RENAMES = dict(zip(("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"), ("c_attn", "attn_proj", "c_fc", "mlp_proj")))  # fmt: skip
 
     def __init__(self, vocab: int, context: int, hidden: int, layers: int, heads: int, eps: float = 1e-5):
         super().__init__()
@@ -97,17 +97,13 @@ class NanoGPT(nn.Module):
 
     @classmethod
     def from_gpt2(cls, ref: GPT2LMHeadModel) -> NanoGPT:
-        """`ref`'s weights: GPT-2's Conv1D stores (in, out), an `nn.Linear` (out, in)."""
+        """`ref`'s weights, under the same names (a KeyError names a missing one): GPT-2's Conv1D stores
+        (in, out), an `nn.Linear` (out, in)."""
         c = ref.config
         model = cls(c.vocab_size, c.n_positions, c.n_embd, c.n_layer, c.n_head, c.layer_norm_epsilon)
-        state = {}
-        for key, value in ref.state_dict().items():
-            name = key.removeprefix("transformer.")
-            for old, new in cls.RENAMES.items():
-                name = name.replace(old, new)
-            conv = name.endswith(tuple(f"{n}.weight" for n in cls.RENAMES.values()))
-            state[name] = value.t() if conv else value
-        model.load_state_dict({k: state[k] for k in model.state_dict()})  # a KeyError names a missing weight
+        state = {key.removeprefix("transformer."): value for key, value in ref.state_dict().items()}
+        conv = ("c_attn.weight", "c_proj.weight", "c_fc.weight")
+        model.load_state_dict({k: state[k].t() if k.endswith(conv) else state[k] for k in model.state_dict()})
         return model
 
 
@@ -194,35 +190,35 @@ def time_group(rows: dict, fns: dict, settings: dict, device: torch.device, reps
     return samples
 
 
-def make_train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, compiled=None):
-    """One bf16-autocast training step: forward (`compiled`, if given, shares `model`'s parameters),
-    backward, fused AdamW, `zero_grad`."""
+def make_step(model: nn.Module, loss_fn, device: torch.device, lr: float | None = None, inputs=()):
+    """One bf16-autocast step: `loss_fn()` (which may run a compiled twin sharing `model`'s parameters),
+    backward, with `lr` a fused AdamW update, then the gradients of `model` and of `inputs` cleared."""
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
-    forward = compiled if compiled is not None else model
+    opt = None if lr is None else torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
 
     def step():
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = forward(**batch).loss
+            loss = loss_fn()
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if opt is not None:
+            opt.step()
+        model.zero_grad(set_to_none=True)
+        for tensor in inputs:
+            tensor.grad = None
         return loss
 
     return step
 
 
+def train_step(model: nn.Module, batch: dict, device: torch.device, lr: float, forward=None):
+    """A training step of `model` on `batch`: `forward` (default `model`) and a fused AdamW update."""
+    forward = model if forward is None else forward
+    return make_step(model, lambda: forward(**batch).loss, device, lr)
+
+
 def unpadded_head(fn):
     """`fn` with hf_lm's head product on the unpadded (V, C) weight: what the padding buys."""
-
-    def run():
-        saved, VocabProjection.ALIGN = VocabProjection.ALIGN, 1
-        try:
-            return fn()
-        finally:
-            VocabProjection.ALIGN = saved
-
-    return run
+    return mock.patch.object(VocabProjection, "ALIGN", 1)(fn)
 
 
 def kernel_time_us(events) -> float:
@@ -231,6 +227,20 @@ def kernel_time_us(events) -> float:
     from torch.autograd import DeviceType
 
     return sum(e.self_device_time_total for e in events if e.device_type != DeviceType.CPU)
+
+
+def profiled(fn, device: torch.device, **options):
+    """torch.profiler's record of one call of `fn` (with a GPU's kernels), the device synchronized."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync, activities = measure.device_synchronizer(device), [ProfilerActivity.CPU]
+    sync()
+    with profile(
+        activities=activities + [ProfilerActivity.CUDA] * (device.type == "cuda"), **options
+    ) as prof:
+        fn()
+        sync()
+    return prof
 
 
 @torch.no_grad()
@@ -258,19 +268,35 @@ def gpt_model_flops(model: GPT2LMHeadModel, batch: int, seq: int) -> int:
     return measure.analytic_decoder_train_flops(n, cfg.n_layer, cfg.n_embd, batch, seq, fused_attention=False)
 
 
+def sizes(s: dict, prefix: str, seed: int, **extra) -> argparse.Namespace:
+    """The sizes `{prefix}_*` of `s` under their short names, as `speed_entries`' builders take them."""
+    o = {"family": prefix, "seed": seed, "dropout": 0.0, "mask_prob": 0.15, **extra}
+    return argparse.Namespace(
+        **{k.removeprefix(f"{prefix}_"): v for k, v in s.items() if k.startswith(prefix)}, **o
+    )
+
+
 def gpt_models(s: dict, seed: int, device: torch.device, dtype=torch.float32, nanogpt: bool = True) -> dict:
     """hf_lm, GPT2LMHeadModel and (with `nanogpt`) the nanoGPT-shaped model, one set of weights."""
-    ns = argparse.Namespace(family="gpt2", vocab=s["gpt_vocab"], context=s["gpt_context"], hidden=s["gpt_hidden"],
-                            layers=s["gpt_layers"], heads=s["gpt_heads"], intermediate=4 * s["gpt_hidden"], seed=seed)  # fmt: skip
-    reference = pairs.build_reference("gpt2", ns)
-    models = {"hf_lm": pairs.build_hflm("gpt2", ns), "transformers": reference}  # the reference, converted
+    o = sizes(s, "gpt", seed, family="gpt2", intermediate=4 * s["gpt_hidden"])
+    reference = pairs.build_reference("gpt2", o)
+    models = {"hf_lm": pairs.build_hflm("gpt2", o), "transformers": reference}  # the reference, converted
     if nanogpt:
         models["nanogpt"] = NanoGPT.from_gpt2(reference)
     return {name: m.to(device=device, dtype=dtype) for name, m in models.items()}
 
 
-def random_ids(batch: int, seq: int, vocab: int, seed: int, device: torch.device) -> torch.Tensor:
-    return pairs.random_ids(batch, seq, vocab, seed).to(device)  # drawn on the CPU: the same ids everywhere
+def time_train(rows: dict, ctx: dict, fns: dict, units: int, flops: int, **extra) -> dict:
+    """`time_group` of training steps (and of `fns`' other rows); a step's row gets its throughput
+    (`units` per step) and its MFU (`flops` per step against the measured peak)."""
+    s, peak = ctx["settings"], ctx["peak_flops"]
+    samples = time_group(rows, fns, s, ctx["device"], s["reps"], s["rounds"])
+    for row_id in samples:
+        if "_train/" in row_id:
+            row = rows[row_id]
+            mfu = flops / row["median_s"] / peak if peak else None
+            row.update(value=units / row["median_s"], model_flops_per_step=flops, mfu=mfu, **extra)
+    return samples
 
 
 def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
@@ -288,18 +314,9 @@ def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
     def ref_head_loss(h):
         return ref.loss_function(ref.lm_head(h), ids, vocab_size=V)
 
-    def make(model: nn.Module, head_loss, h: torch.Tensor):
-        h = h.detach().clone().requires_grad_(True)
-
-        def fn():
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = head_loss(h)
-            loss.backward()
-            h.grad = None
-            model.zero_grad(set_to_none=True)
-            return loss
-
-        return fn
+    def make(model: nn.Module, head_loss, hidden: torch.Tensor):
+        h = hidden.detach().clone().requires_grad_(True)
+        return make_step(model, lambda: head_loss(h), device, inputs=(h,))
 
     fns = {
         "gpt2_head_loss/hf_lm/eager": make(hf, hf_head_loss, hf_hidden),
@@ -315,13 +332,13 @@ def head_loss_fns(ctx: dict, models: dict, ids: torch.Tensor) -> dict:
 def run_gpt(rows: dict, ctx: dict) -> None:
     """GPT-2 training steps of the three implementations, eager and compiled; with `head_loss` the
     head + loss alone too, in the same rounds, as a share of the same row's step."""
-    s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
+    s, device, seed = ctx["settings"], ctx["device"], ctx["seed"]
     B, T, lr = s["gpt_batch"], s["gpt_seq"], s["learning_rate"]
     with_head_loss = "head_loss" in ctx["sections"]
     models = gpt_models(s, seed, device)
-    check_ids = random_ids(2, min(64, T), s["gpt_vocab"], seed + 1, device)
+    check_ids = pairs.random_ids(2, min(64, T), s["gpt_vocab"], seed + 1).to(device)  # drawn on the CPU
     ctx["checks"]["gpt2_logits"] = logit_check(models, {"input_ids": check_ids})
-    ids = random_ids(B, T, s["gpt_vocab"], seed, device)
+    ids = pairs.random_ids(B, T, s["gpt_vocab"], seed).to(device)
     batch = {"input_ids": ids, "labels": ids}
     model_flops = gpt_model_flops(models["transformers"], B, T)
     try:
@@ -332,44 +349,32 @@ def run_gpt(rows: dict, ctx: dict) -> None:
     ctx["gpt_flops"] = {"model_flops_per_step": model_flops, "counted_flops_per_step": counted}
     fns = head_loss_fns(ctx, models, ids) if with_head_loss else {}
     for impl in spec.GPT_IMPLS:
-        fns[f"gpt2_train/{impl}/eager"] = make_train_step(models[impl], batch, device, lr)
+        fns[f"gpt2_train/{impl}/eager"] = train_step(models[impl], batch, device, lr)
         if ctx["compile"]:  # a copy: the compiled and eager rows train their own parameters
             twin = copy.deepcopy(models[impl])
             compiled = torch.compile(twin, backend=ctx["compile_backend"])
-            fns[f"gpt2_train/{impl}/compiled"] = make_train_step(twin, batch, device, lr, compiled)
+            fns[f"gpt2_train/{impl}/compiled"] = train_step(twin, batch, device, lr, compiled)
     # the same hf_lm model with the head's product unpadded, eager only (compiled graphs pad it themselves)
-    step = make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr)
+    step = train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr)
     fns["gpt2_train/hf_lm_unpadded/eager"] = unpadded_head(step)
-    for row_id in fns:
-        if row_id.startswith("gpt2_train/"):
-            rows[row_id]["optimizer"] = "AdamW(fused=True)"
-    for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
-        row = rows[row_id]
-        if row_id.startswith("gpt2_train/"):
-            row.update(value=B * T / row["median_s"], batch=B, seq=T, model_flops_per_step=model_flops,
-                       counted_flops_per_step=counted, mfu=model_flops / row["median_s"] / peak if peak else None)  # fmt: skip
-            continue
-        step_s = value(rows, row_id.replace("gpt2_head_loss/", "gpt2_train/"), "median_s")
-        row.update(value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
-                   share_of_step=measure.ratio(row["median_s"], step_s))  # fmt: skip
+    extra = dict(batch=B, seq=T, counted_flops_per_step=counted, optimizer="AdamW(fused=True)")
+    for row_id in time_train(rows, ctx, fns, B * T, model_flops, **extra):
+        if row_id.startswith("gpt2_head_loss/"):
+            row, step_s = rows[row_id], value(rows, row_id.replace("_head_loss/", "_train/"), "median_s")
+            row.update(value=row["median_s"], batch=B, seq=T, vocab=s["gpt_vocab"], step_median_s=step_s,
+                       share_of_step=measure.ratio(row["median_s"], step_s))  # fmt: skip
     del fns
     if with_head_loss:
-        ctx["profile"] = profile_step(make_train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr), ctx)
+        ctx["profile"] = profile_step(train_step(copy.deepcopy(models["hf_lm"]), batch, device, lr), ctx)
 
 
 def profile_step(step, ctx: dict) -> dict:
     """torch.profiler of one hf_lm GPT-2 training step: the operator table and the share of time in
     operators on vocabulary-sized tensors (head, loss, tied embedding's gradient and AdamW update)."""
-    from torch.profiler import ProfilerActivity, profile
-
     device, s = ctx["device"], ctx["settings"]
     cuda = device.type == "cuda"
     step()  # warm (the AdamW state exists)
-    sync = measure.device_synchronizer(device)
-    sync()
-    with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda, record_shapes=True) as prof:  # fmt: skip
-        step()
-        sync()
+    prof = profiled(step, device, record_shapes=True)
     attr = "self_device_time_total" if cuda else "self_cpu_time_total"
     by_shape = prof.key_averages(group_by_input_shape=True)
     total = kernel_time_us(by_shape) if cuda else sum(e.self_cpu_time_total for e in by_shape)
@@ -388,58 +393,44 @@ def profile_step(step, ctx: dict) -> dict:
 
 def run_encoders(rows: dict, ctx: dict) -> None:
     """BERT (hf_lm, hf_lm sparse, BertForMaskedLM) and T5 training steps, eager."""
-    s, device, peak, seed = ctx["settings"], ctx["device"], ctx["peak_flops"], ctx["seed"]
-    bns = argparse.Namespace(
-        vocab=s["bert_vocab"], hidden=s["bert_hidden"], layers=s["bert_layers"], heads=s["bert_heads"],
-        intermediate=s["bert_intermediate"], max_positions=s["bert_max_positions"], dropout=0.0, seed=seed,
-        batch=s["bert_batch"], seq=s["bert_seq"], pad_fraction=s["bert_pad_fraction"], mask_prob=0.15,
-    )  # fmt: skip
-    tns = argparse.Namespace(
-        vocab=s["t5_vocab"], hidden=s["t5_hidden"], layers=s["t5_layers"], heads=s["t5_heads"],
-        intermediate=s["t5_intermediate"], max_positions=max(s["t5_source_len"], s["t5_target_len"]), seed=seed,
-        batch=s["t5_batch"], source_len=s["t5_source_len"], target_len=s["t5_target_len"],
-    )  # fmt: skip
-    bert = {"hf_lm": pairs.build_hflm("bert", bns), "hf_lm_sparse": pairs.build_hflm("bert", bns, sparse=True),
-            "transformers": pairs.build_reference("bert", bns)}  # fmt: skip
-    t5 = {"hf_lm": pairs.build_hflm("t5", tns), "transformers": pairs.build_reference("t5", tns)}  # fmt: skip
-    bert_batch = {k: v.to(device) for k, v in pairs.mlm_batch(bns, seed).items()}
-    t5_batch = {k: v.to(device) for k, v in pairs.seq2seq_train_batch(tns, seed).items()}
-    units = {"bert": s["bert_batch"] * s["bert_seq"], "t5": s["t5_batch"] * (s["t5_source_len"] + s["t5_target_len"])}  # fmt: skip
-    for family, models, batch in (("bert", bert, bert_batch), ("t5", t5, t5_batch)):
-        models = {k: m.to(device) for k, m in models.items()}
+    s, device = ctx["settings"], ctx["device"]
+    for family in ("bert", "t5"):
+        o = sizes(s, family, ctx["seed"])
+        models = {side: pairs.build_side(family, side, o).to(device) for side in pairs.sides(family)}
+        batch, units, _, _ = pairs.train_batch(family, o)
+        batch = {k: v.to(device) for k, v in batch.items()}
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask")} if family == "bert" else batch
         pair = {k: models[k] for k in ("hf_lm", "transformers")}
         ctx["checks"][f"{family}_logits"] = logit_check(pair, inputs)
         flops = counted_flops(models["transformers"], batch)
-        fns = {f"{family}_train/{k}/eager": make_train_step(m, batch, device, s["learning_rate"])
+        fns = {f"{family}_train/{k}/eager": train_step(m, batch, device, s["learning_rate"])
                for k, m in models.items()}  # fmt: skip
-        for row_id in time_group(rows, fns, s, device, s["reps"], s["rounds"]):
-            row = rows[row_id]
-            row.update(value=units[family] / row["median_s"], model_flops_per_step=flops,
-                       mfu=flops / row["median_s"] / peak if peak else None)  # fmt: skip
-        del fns, models
+        time_train(rows, ctx, fns, units, flops)
+        del fns, models, pair
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
 
-def decode_fn(
-    model, prompt, outputs: dict, row_id: str, ctx: dict, static, compiled, loop=False, sample=False
-):
-    """One `generate()` call of a decoding row; its tokens go to `outputs[row_id]`."""
-    N = ctx["settings"]["new_tokens"]
+def decode_fn(models: dict, prompt, outputs: dict, row_id: str, ctx: dict):
+    """One `generate()` call of a decoding row, as its mode says (`gpu_entries.DECODE_ROWS`); its tokens
+    go to `outputs[row_id]`."""
+    _, impl, mode = row_id.split("/")
+    N, sample = ctx["settings"]["new_tokens"], mode.endswith("_sample")
     kwargs = dict(attention_mask=torch.ones_like(prompt), max_new_tokens=N, min_new_tokens=N, do_sample=sample,
                   pad_token_id=0)  # fmt: skip
-    if static:
-        kwargs["cache_implementation"] = "static"
-        kwargs.update({"compile_config": ctx["compile_config"]} if compiled else {"disable_compile": True})
-    if loop:  # hf_lm's own decoding loop for generate(): no per-step input preparation or sync
+    if mode.startswith("static"):
+        compiled = (
+            {"compile_config": ctx["compile_config"]} if "compiled" in mode else {"disable_compile": True}
+        )
+        kwargs.update(cache_implementation="static", **compiled)
+    if "_loop" in mode:  # hf_lm's own decoding loop for generate(): no per-step input preparation or sync
         kwargs["custom_generate"] = static_decode
 
     @torch.no_grad()
     def fn():
         if sample:  # every sampling call draws the same tokens (both loops draw them alike)
             torch.manual_seed(ctx["seed"] + 4)
-        out = model.generate(prompt, **kwargs)
+        out = models[impl].generate(prompt, **kwargs)
         assert out.shape == (prompt.shape[0], prompt.shape[1] + N), out.shape
         outputs[row_id] = out
         return out
@@ -450,10 +441,10 @@ def decode_fn(
 def token_check(outputs: dict, key: str) -> dict:
     """Every greedy static row's tokens against its dynamic row's; both sampling loops' against each other."""
     check = {}
-    for row_key, how in spec.DECODE_ROWS.items():
+    for row_key in spec.DECODE_ROWS:
         impl, mode = row_key.split("/")
         dyn, out = outputs.get(f"{key}/{impl}/dynamic"), outputs.get(f"{key}/{row_key}")
-        if how["static"] and not how.get("sample") and dyn is not None and out is not None:
+        if mode.startswith("static") and not mode.endswith("_sample") and dyn is not None and out is not None:
             check[f"{impl} {mode} == dynamic"] = bool(torch.equal(dyn.cpu(), out.cpu()))
     drawn = [outputs.get(f"{key}/hf_lm/static_compiled{loop}_sample") for loop in ("", "_loop")]
     if all(out is not None for out in drawn):
@@ -482,9 +473,10 @@ def run_decode(rows: dict, ctx: dict) -> None:
     outputs: dict[str, torch.Tensor] = {}
     for b in s["decode_batches"]:
         key = f"gpt2_decode_b{b}"
-        prompt = random_ids(b, s["prompt_len"], s["gpt_vocab"], ctx["seed"] + 3, device)
-        fns = {f"{key}/{rk}": decode_fn(hf if rk.startswith("hf_lm/") else ref, prompt, outputs, f"{key}/{rk}", ctx, **how)
-               for rk, how in spec.DECODE_ROWS.items()}  # fmt: skip
+        prompt = pairs.random_ids(b, s["prompt_len"], s["gpt_vocab"], ctx["seed"] + 3).to(device)
+        fns = {
+            f"{key}/{rk}": decode_fn(models, prompt, outputs, f"{key}/{rk}", ctx) for rk in spec.DECODE_ROWS
+        }
         samples = time_group(rows, fns, s, device, 1, s["decode_rounds"])
         if b == 1:
             profiled = {r: fns[r] for r in samples if "static_compiled" in r and not r.endswith("_sample")}
@@ -514,16 +506,10 @@ def profile_decode(fns: dict, rows: dict, ctx: dict) -> dict:
     import io
     import pstats
 
-    from torch.profiler import ProfilerActivity, profile
-
-    sync, cuda = measure.device_synchronizer(ctx["device"]), ctx["device"].type == "cuda"
+    sync = measure.device_synchronizer(ctx["device"])
     found, text = {}, []
     for row_id, fn in fns.items():
-        sync()
-        with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
-            fn()
-            sync()
-        events = prof.key_averages()
+        events = profiled(fn, ctx["device"]).key_averages()
         host = cProfile.Profile()
         host.enable()
         fn()
@@ -648,16 +634,9 @@ def run_measure(ctx: dict) -> dict:
     return write(True)
 
 
-def _json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_check(ctx: dict, name: str) -> str:
+def read_check(ctx: dict, name: str, summary: dict) -> str:
     """The cuda tests' table (`tests/gpu_summary.py`'s summary.json) in one line."""
-    rows = (_json(ctx["out"] / name / "summary.json") or {}).get("rows", [])
+    rows = summary.get("rows", [])
     ran = [r for r in rows if r["result"] != "skipped"]
     failed = [f"{r['group']}/{r['check']} ({r['precision']})" for r in ran if r["result"] != "pass"]
     text = f"{len(ran) - len(failed)} of {len(ran)} checks passed"
@@ -665,11 +644,8 @@ def read_check(ctx: dict, name: str) -> str:
     return text + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
-def read_measured(ctx: dict, name: str) -> str:
+def read_measured(ctx: dict, name: str, result: dict) -> str:
     """The targets and rows of a `--measure` entry; its measurement joins this run's results."""
-    result = _json(ctx["out"] / name / "results.json")
-    if not result:
-        return "no results.json"
     m = {**result["measurements"][0], "entry": name}
     ctx["measurements"].append(m)
     parts = [f"{t['key']} " + (_pct(t["measured"]) if t["unit"] == "%" else f"{t['measured']:.2f}x")
@@ -679,10 +655,7 @@ def read_measured(ctx: dict, name: str) -> str:
     return "; ".join([*parts, f"{ok} rows ok" + (f", failed: {', '.join(failed)}" if failed else "")])
 
 
-def read_train_run(ctx: dict, name: str) -> str:
-    metrics = _json(ctx["out"] / name / "final_metrics.json")
-    if not metrics:
-        return "no final_metrics.json"
+def read_train_run(ctx: dict, name: str, metrics: dict) -> str:
     best = metrics.get("best") or {}
     loss, step = best.get("eval_loss", metrics.get("eval_loss")), best.get("step", metrics.get("step"))
     return f"best eval_loss {loss:.4f} at step {step}; {metrics.get('seconds', 0):.0f} s in the loop"
@@ -691,11 +664,7 @@ def read_train_run(ctx: dict, name: str) -> str:
 NANOGPT_EVAL = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 
 
-def read_nanogpt(ctx: dict, name: str) -> str:
-    try:
-        log = (ctx["out"] / f"{name}.log").read_text()
-    except OSError:
-        return "no log"
+def read_nanogpt(ctx: dict, name: str, log: str) -> str:
     evals = [(float(v), int(s)) for s, _, v in NANOGPT_EVAL.findall(log)]
     if not evals:
         return "no evaluation in the log"
@@ -703,10 +672,7 @@ def read_nanogpt(ctx: dict, name: str) -> str:
     return f"best val loss {best:.4f} at step {step} (nanoGPT's {2 if ctx['smoke'] else 200}-batch estimate)"
 
 
-def read_translation(ctx: dict, name: str) -> str:
-    result = _json(ctx["out"] / name / "results.json")
-    if not result:
-        return "no results.json"
+def read_translation(ctx: dict, name: str, result: dict) -> str:
     return "; ".join(
         f"{r['name']}: failed ({r['error'][:80]})" if "error" in r else
         f"{r['name']}: BLEU {r.get('test_bleu_greedy', 0):.2f} greedy / {r.get('test_bleu_beam', 0):.2f} beam, "
@@ -715,8 +681,22 @@ def read_translation(ctx: dict, name: str) -> str:
     )  # fmt: skip
 
 
-READERS = {"check": read_check, "measured": read_measured, "train_run": read_train_run, "nanogpt": read_nanogpt,
-           "translation": read_translation}  # fmt: skip
+# an entry's `reads`: the file it writes in its folder ("log": its log beside it) and that file's reader
+READERS = {"check": ("summary.json", read_check), "measured": ("results.json", read_measured),
+           "train_run": ("final_metrics.json", read_train_run), "nanogpt": ("log", read_nanogpt),
+           "translation": ("results.json", read_translation)}  # fmt: skip
+
+
+def read_entry(ctx: dict, name: str, reads: str) -> str:
+    """What an entry wrote, in one line, by its reader `reads` (`READERS`); "no <file>" if it is missing
+    (the cuda tests' reader reads no file as no checks)."""
+    file, reader = READERS[reads]
+    try:
+        text = (ctx["out"] / (f"{name}.log" if file == "log" else f"{name}/{file}")).read_text()
+        found = text if file == "log" else json.loads(text)
+    except (OSError, ValueError):
+        found = None
+    return reader(ctx, name, found or {}) if found or reads == "check" else f"no {file}"
 
 
 def prepare_nanogpt(nanogpt_dir: str) -> Path:
@@ -759,9 +739,12 @@ def entry_row(name: str, status: str, summary: str, seconds: float = 0.0, comman
     return dict(name=name, section=section, status=status, seconds=seconds, command=command, summary=summary)
 
 
-def run_entry(name: str, ctx: dict, time_left: float) -> dict:
-    """Run one entry with min(its limit, the time left), its process group killed at the limit; its
-    reader's line is its summary."""
+def run_entry(name: str, ctx: dict, deadline: float) -> dict:
+    """Run one entry with min(its limit, the time left before `deadline`), its process group killed at
+    the limit (not run with less than `MIN_ENTRY_S` left); its reader's line is its summary."""
+    time_left = deadline - time.perf_counter()
+    if time_left < MIN_ENTRY_S:
+        return entry_row(name, "not run", "the budget was spent")
     try:
         cmd = entry_command(name, ctx)
     except Exception as err:  # noqa: BLE001 - an entry that cannot even start is that entry's failure
@@ -774,7 +757,7 @@ def run_entry(name: str, ctx: dict, time_left: float) -> dict:
     status = "ok" if done["error"] is None else "timeout" if timeout else "failed"
     row = entry_row(name, status, "", done["wall_s"], " ".join(cmd))
     try:
-        row["summary"] = READERS[spec.ENTRIES[name]["reads"]](ctx, name)
+        row["summary"] = read_entry(ctx, name, spec.ENTRIES[name]["reads"])
     except Exception as err:  # noqa: BLE001 - a summary must not lose the other entries' results
         row["summary"] = f"(no summary: {err!r})"
     if timeout:
@@ -783,16 +766,10 @@ def run_entry(name: str, ctx: dict, time_left: float) -> dict:
 
 
 def run_entries(names: list[str], ctx: dict, budget: float | None, on_row=lambda rows: None) -> list[dict]:
-    """The entries in order within `budget` seconds (None: each to its own limit); those that no
-    longer fit are `not run`."""
-    deadline = time.perf_counter() + (math.inf if budget is None else budget)
-    rows = []
+    """The entries in order within `budget` seconds (None: each to its own limit)."""
+    deadline, rows = time.perf_counter() + (math.inf if budget is None else budget), []
     for name in names:
-        time_left = deadline - time.perf_counter()
-        if time_left < MIN_ENTRY_S:
-            rows.append(entry_row(name, "not run", "the budget was spent"))
-        else:
-            rows.append(run_entry(name, ctx, time_left))
+        rows.append(run_entry(name, ctx, deadline))
         on_row(rows)
     return rows
 

@@ -103,25 +103,18 @@ TARGETS = [
 
 # --- the rows of `--measure`, and its README's tables ---
 GPT_IMPLS = ("hf_lm", "transformers", "nanogpt")
-IMPL_NAMES = {
-    "hf_lm": "hf_lm",
+IMPL_NAMES = {  # the others by their own name
     "hf_lm_sparse": "hf_lm (sparse_prediction=True)",
     "hf_lm_unpadded": "hf_lm, head product not padded (VocabProjection.ALIGN = 1)",
-    "transformers": "transformers",
     "nanogpt": "nanoGPT-shaped (benchmarks/gpu.py)",
 }
-# the decoding rows (implementation/mode) and how each calls generate(): the cache, generate()'s own
-# compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k 50, generate()'s default)
-DECODE_ROWS = {
-    "hf_lm/dynamic": dict(static=False, compiled=False),
-    "hf_lm/static": dict(static=True, compiled=False),
-    "hf_lm/static_compiled": dict(static=True, compiled=True),
-    "hf_lm/static_compiled_loop": dict(static=True, compiled=True, loop=True),
-    "hf_lm/static_compiled_sample": dict(static=True, compiled=True, sample=True),
-    "hf_lm/static_compiled_loop_sample": dict(static=True, compiled=True, loop=True, sample=True),
-    "transformers/dynamic": dict(static=False, compiled=False),
-    "transformers/static_compiled": dict(static=True, compiled=True),
-}
+# the decoding rows (implementation/mode); a mode says how it calls generate(): the cache (dynamic or
+# static), generate()'s own compilation, hf_lm's loop (`custom_generate=static_decode`), sampling (top-k
+# 50, generate()'s default)
+DECODE_ROWS = (
+    "hf_lm/dynamic hf_lm/static hf_lm/static_compiled hf_lm/static_compiled_loop hf_lm/static_compiled_sample "
+    "hf_lm/static_compiled_loop_sample transformers/dynamic transformers/static_compiled"
+).split()
 SAMPLED = "hf_lm static_compiled_loop_sample == static_compiled_sample"
 TRAIN_KEYS = ["hf_lm/eager", "transformers/eager", "nanogpt/eager", "hf_lm_unpadded/eager"]
 PLAN = [  # (row id prefix, section, workload, unit, implementation/mode of each row)

@@ -110,9 +110,8 @@ def build_reference(family: str, o, dropout: float | None = None):
     model = cls._from_config(reference_config(family, o, dropout), attn_implementation="sdpa")
     if kind(family) == "gpt":
         model.loss_type = "ForCausalLM"  # what it falls back to anyway, minus a warning
-    elif (
-        kind(family) == "seq2seq"
-    ):  # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
+    elif kind(family) == "seq2seq":
+        # off: with min_new_tokens == max_new_tokens it would fight the minimum-length processor
         model.generation_config.forced_eos_token_id = None
     return model.train()
 

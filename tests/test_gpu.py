@@ -56,10 +56,10 @@ def test_the_measurements_at_smoke_size(tmp_path):
     for key in ("hf_lm/eager", "hf_lm_unpadded/eager", "hf_lm/compiled", "transformers/eager"):
         head = rows[f"gpt2_head_loss/{key}"]
         assert head["share_of_step"] > 0 and head["step_median_s"] == rows[f"gpt2_train/{key}"]["median_s"]
-    for key, how in DECODE_ROWS.items():
-        row = rows[f"gpt2_decode_b1/{key}"]
-        assert row.get("tokens_identical_to_dynamic", how["static"]) is how["static"], key
-        assert row.get("compiled", how["compiled"]) is how["compiled"], key
+    for key in DECODE_ROWS:
+        row, static, compiled = rows[f"gpt2_decode_b1/{key}"], "/static" in key, "compiled" in key
+        assert row.get("tokens_identical_to_dynamic", static) is static, key
+        assert row.get("compiled", compiled) is compiled, key
     # the FLOP count of the reference is the fused-attention closed form; MFU uses PaLM's (12 L d T^2)
     s, flops = m["settings"], m["gpt_flops"]
     ref = GPT2LMHeadModel(GPT2Config(n_embd=s["gpt_hidden"], n_layer=s["gpt_layers"], n_head=s["gpt_heads"],
@@ -120,7 +120,7 @@ def test_decode_writes_each_batch_size_before_the_next(tmp_path, monkeypatch):
 
     monkeypatch.setattr(gpu, "time_group", spy)
     keep = ("hf_lm/dynamic", "hf_lm/static", "transformers/dynamic")
-    monkeypatch.setattr(gpu_entries, "DECODE_ROWS", {k: DECODE_ROWS[k] for k in keep})
+    monkeypatch.setattr(gpu_entries, "DECODE_ROWS", list(keep))
     with pytest.raises(TimeLimit):
         gpu.main(["--measure", "decode", *SMOKE, "--set", "decode_rounds=1", "--output_dir", str(tmp_path)])
     rows = {row["id"]: row for row in on_disk["rows"]}
@@ -304,7 +304,9 @@ def test_the_readers_read_what_the_tools_write(tmp_path):
         {"group": "loop", "check": "ddp_2_processes", "precision": "bf16", "result": "skipped"},
     ]
     (tmp_path / "chk" / "summary.json").write_text(json.dumps({"device": "cpu", "rows": rows}))
-    assert gpu.read_check(ctx, "chk") == "1 of 2 checks passed, 1 skipped; failed: families/t5 (fp16)"
+    assert (
+        gpu.read_entry(ctx, "chk", "check") == "1 of 2 checks passed, 1 skipped; failed: families/t5 (fp16)"
+    )
     (tmp_path / "b").mkdir()
     targets = [
         {"key": "eager_vs_nanogpt", "unit": "x", "measured": 1.04, "met": True},
@@ -314,7 +316,7 @@ def test_the_readers_read_what_the_tools_write(tmp_path):
     m = {"targets": targets, "rows": [{"id": "a", "status": "ok"}, {"id": "b", "status": "error"}]}
     (tmp_path / "b" / "results.json").write_text(json.dumps({"kind": "gpu", "measurements": [m]}))
     assert (
-        gpu.read_measured(ctx, "b")
+        gpu.read_entry(ctx, "b", "measured")
         == "eager_vs_nanogpt 1.04x (met); compiled_mfu 38.3% (NOT met); 1 rows ok, failed: b"
     )
     assert ctx["measurements"] == [{**m, "entry": "b"}]
@@ -322,14 +324,20 @@ def test_the_readers_read_what_the_tools_write(tmp_path):
         "step 0: train loss 4.2, val loss 4.3\nstep 250: train loss 1.9, val loss 2.01\n"
         "step 500: train loss 1.5, val loss 1.71\nstep 750: train loss 1.2, val loss 1.75\n"
     )
-    assert gpu.read_nanogpt(ctx, "n") == "best val loss 1.7100 at step 500 (nanoGPT's 200-batch estimate)"
+    assert (
+        gpu.read_entry(ctx, "n", "nanogpt")
+        == "best val loss 1.7100 at step 500 (nanoGPT's 200-batch estimate)"
+    )
     (tmp_path / "t").mkdir()
     entry = {"name": "transformer", "test_bleu_greedy": 37.5, "test_bleu_beam": 38.25}
     entry.update(train_epochs=20.0, train_seconds=301.0)
     (tmp_path / "t" / "results.json").write_text(json.dumps({"entries": [entry]}))
     assert (
-        gpu.read_translation(ctx, "t") == "transformer: BLEU 37.50 greedy / 38.25 beam, 20.0 epochs in 301 s"
+        gpu.read_entry(ctx, "t", "translation")
+        == "transformer: BLEU 37.50 greedy / 38.25 beam, 20.0 epochs in 301 s"
     )
+    readings = [gpu.read_entry(ctx, "absent", reads) for reads in ("nanogpt", "measured", "check")]
+    assert readings == ["no log", "no results.json", "0 of 0 checks passed"]
 
 
 @pytest.mark.slow
