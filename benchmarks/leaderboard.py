@@ -464,41 +464,26 @@ def curve(rows: list[dict]) -> dict:
             "eval_loss": [points[s][1] for s in steps]}  # fmt: skip
 
 
-def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
-    """Mean next-token loss over `ids` in non-overlapping blocks (the tail that fills none dropped), as
-    `training.objectives.evaluation.evaluate` scores: `{"loss", "scored_tokens", "blocks"}`."""
-    import torch
-    import torch.nn.functional as F
-
-    n_blocks = len(ids) // block_size
-    if n_blocks == 0:
-        raise ValueError(f"{len(ids)} validation tokens are fewer than one block of {block_size}.")
-    blocks = ids[: n_blocks * block_size].view(n_blocks, block_size)  # (N, T)
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for start in range(0, n_blocks, batch_size):
-            batch = blocks[start : start + batch_size]  # (b, T)
-            logits = model(input_ids=batch).logits[:, :-1].float()  # (b, T - 1, V)
-            targets = batch[:, 1:]  # (b, T - 1)
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum").item()  # fmt: skip
-            count += targets.numel()
-    return {"loss": total / count, "scored_tokens": count, "blocks": n_blocks}
-
-
 def score_validation(model_dir: Path, val_ids, block_size: int) -> dict:
-    """`score_ids` of a saved model with perplexity, bits per character, parameters (None for an n-gram
-    model, which stores counts) and n-grams."""
+    """A saved model's mean next-token loss over `val_ids` in non-overlapping blocks (the tail that fills
+    none dropped, as `training.objectives.evaluation.evaluate` scores), with perplexity, bits per
+    token (a character here), parameters (None for an n-gram model, which stores counts) and n-grams."""
     import torch
     from transformers import AutoModelForCausalLM
 
     import hf_lm  # noqa: F401  (registers the Auto classes)
+    from hf_lm.metrics.sliding_window import sliding_window_perplexity
 
+    n_blocks = len(val_ids) // block_size
+    if n_blocks == 0:
+        raise ValueError(f"{len(val_ids)} validation tokens are fewer than one block of {block_size}.")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    result, num_ngrams = score_ids(model, val_ids, block_size), getattr(model.config, "num_ngrams", None)
-    return {**result, "perplexity": math.exp(result["loss"]), "bits_per_character": result["loss"] / math.log(2),
-            "parameters": None if num_ngrams is not None else sum(p.numel() for p in model.parameters()),
-            "ngrams": sum(num_ngrams) if num_ngrams is not None else None}  # fmt: skip
+    scored = sliding_window_perplexity(
+        model, val_ids[: n_blocks * block_size], block_size, block_size, batch_size=64
+    )
+    num_ngrams = getattr(model.config, "num_ngrams", None)
+    parameters = None if num_ngrams is not None else sum(p.numel() for p in model.parameters())
+    return {**scored, "parameters": parameters, "ngrams": sum(num_ngrams) if num_ngrams is not None else None}
 
 
 def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_ids) -> dict:
@@ -509,7 +494,7 @@ def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_
         "name": name, "label": entry.label, "kind": entry.kind, "parameters": scored["parameters"],
         "steps": final["step"], "tokens_seen": final["tokens_seen"], "train_seconds": train_seconds(run["rows"]),
         "wall_seconds": run["wall_seconds"], "val_loss": scored["loss"], "perplexity": scored["perplexity"],
-        "bits_per_character": scored["bits_per_character"], "scored_characters": scored["scored_tokens"],
+        "bits_per_character": scored["bits_per_token"], "scored_characters": scored["n_tokens"],
         "eval_block_size": block_size, "learning_rate": entry.learning_rate,
         "curve_eval_loss_last": final.get("eval_loss"),  # training.train's own, on the curve subset
         "curve": curve(run["rows"]), "command": run["command"],
@@ -535,7 +520,7 @@ def lm_ngram(b: Board, name: str, ctx: dict) -> dict:
         scored = score_validation(run_dir / "final", ctx["val_ids"], s["block_size"])
         orders.append({
             "order": order, "val_loss": scored["loss"], "perplexity": scored["perplexity"],
-            "bits_per_character": scored["bits_per_character"], "ngrams": scored["ngrams"],
+            "bits_per_character": scored["bits_per_token"], "ngrams": scored["ngrams"],
             "fit_seconds": float(fit.group(1)) if fit else None,
             "wall_seconds": run["wall_seconds"], "command": run["command"],
         })  # fmt: skip

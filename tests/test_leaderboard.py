@@ -235,18 +235,20 @@ def test_probe_timings_curve_and_train_time_from_metrics_rows():
     assert curve["seconds"] == pytest.approx([5.0, 11.5])  # from about when step 1 began
 
 
-def test_score_ids_is_the_token_mean_of_the_model_loss():
+def test_score_validation_is_the_token_mean_of_the_model_loss(tmp_path):
     torch.manual_seed(0)
     model = HfLmGPTForCausalLM(tiny_gpt_config()).eval()
-    ids = torch.randint(0, 97, (16 * 6 + 5,))  # 6 blocks of 16 and a 5-token tail that is dropped
-    scored = lb.score_ids(model, ids, block_size=16, batch_size=4)  # batches of 4 and 2 blocks
-    blocks = ids[: 6 * 16].view(6, 16)
+    model.save_pretrained(tmp_path)
+    ids = torch.randint(0, 97, (16 * 70 + 5,))  # 70 blocks of 16 (batches of 64 and 6) and a dropped tail
+    scored = lb.score_validation(tmp_path, ids, block_size=16)
+    blocks = ids[: 70 * 16].view(70, 16)
     with torch.no_grad():
         expected = model(input_ids=blocks, labels=blocks).loss.item()
-    assert (scored["blocks"], scored["scored_tokens"]) == (6, 6 * 15)
-    assert scored["loss"] == pytest.approx(expected, rel=1e-5)
+    assert scored["n_tokens"] == 70 * 15 and scored["parameters"] == model.num_parameters()
+    assert scored["loss"] == pytest.approx(expected, rel=1e-5) and scored["ngrams"] is None
+    assert scored["bits_per_token"] == pytest.approx(expected / math.log(2), rel=1e-5)
     with pytest.raises(ValueError, match="fewer than one block"):
-        lb.score_ids(model, ids[:10], block_size=16)
+        lb.score_validation(tmp_path, ids[:10], block_size=16)
 
 
 @pytest.mark.parametrize("smoke", [False, True])
