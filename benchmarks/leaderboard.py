@@ -51,7 +51,7 @@ from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_resu
 logger = logging.getLogger("benchmarks.leaderboard")
 
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-TRAIN_FRACTION = 0.9  # nanoGPT's shakespeare_char/prepare.py: data[:int(n * 0.9)] / data[int(n * 0.9):]
+EVAL_FRACTION = 0.1  # nanoGPT's shakespeare_char/prepare.py: data[:int(n * 0.9)] / data[int(n * 0.9):]
 CALIBRATION_MARGIN = 0.95  # share of the predicted budget the calibrated step count aims for
 MAX_EVAL_SHARE = 0.25  # periodic evaluations may use at most this share of the budget
 NEVER = str(10**9)  # a step count no run reaches (`--save_every`, open-ended `--max_steps`)
@@ -213,23 +213,17 @@ def hardware(num_threads: int | None) -> dict:
             "platform": platform.platform(), "python": platform.python_version(), **versions("torch", "transformers")}  # fmt: skip
 
 
-def split_text(text: str, train_fraction: float = TRAIN_FRACTION) -> tuple[str, str]:
-    """nanoGPT's split: the first `int(len(text) * train_fraction)` characters train, the rest validate."""
-    if not 0 < train_fraction < 1:
-        raise ValueError(f"`train_fraction` must be in (0, 1), got {train_fraction!r}.")
-    n = int(len(text) * train_fraction)
-    if n == 0 or n == len(text):
-        raise ValueError(f"A text of {len(text)} characters leaves an empty split at {train_fraction:.0%}.")
-    return text[:n], text[n:]
-
-
 def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None, eval_chars=None) -> dict:
-    """Split `data_file`'s first `max_chars` characters, write the halves' first `train_chars` / `eval_chars`
-    (`newline=""`: the files hold exactly the split)."""
+    """Split `data_file`'s first `max_chars` characters as nanoGPT does (`training.data.splits.tail_split`),
+    write the halves' first `train_chars` / `eval_chars` (`newline=""`: the files hold exactly the split)."""
+    from datasets import Dataset
+
+    from training.data.splits import tail_split
+
     with open(data_file, encoding="utf-8", newline="") as f:
         text = f.read()[:max_chars]
-    train, val = split_text(text)
-    train, val = train[:train_chars], val[:eval_chars]
+    parts = tail_split(Dataset.from_dict({"text": [text]}), EVAL_FRACTION)
+    train, val = parts["train"]["text"][0][:train_chars], parts["eval"]["text"][0][:eval_chars]
     folder.mkdir(parents=True, exist_ok=True)
     files = {"train_file": folder / "train.txt", "val_file": folder / "val.txt"}
     for key, part in (("train_file", train), ("val_file", val)):

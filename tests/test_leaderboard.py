@@ -127,22 +127,6 @@ def test_select_entries():
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("length", [10, 1001, 4567])
-def test_split_is_exactly_90_10_by_characters(length):
-    text = "".join("aé\nZ\r\t$ü"[(i * 7) % 8] for i in range(length))  # multi-byte, CR and newlines
-    train, val = lb.split_text(text)
-    n = int(length * 0.9)
-    assert (train, val) == (text[:n], text[n:])
-
-
-def test_split_rejects_degenerate_inputs():
-    for text in ("", "a"):  # int(1 * 0.9) = 0: nothing to train on
-        with pytest.raises(ValueError, match="empty split"):
-            lb.split_text(text)
-    with pytest.raises(ValueError, match="train_fraction"):
-        lb.split_text("abcdef", train_fraction=1.0)
-
-
 def test_written_split_concatenates_to_the_file(tmp_path):
     text = (
         "First Citizen:\r\nBefore we proceed any further, hear me speak.\n\nAll: Speak, speak.\n" * 7 + "ü$"
