@@ -250,15 +250,23 @@ def char_tokenizer(text: str, folder: Path, block_size: int, vocab_size: int, ch
     return tokenizer
 
 
-def reuse_or_train_tokenizer(folder: Path, stamp: dict, train) -> tuple[object, bool]:
-    """`(tokenizer, reused)`: the one in `folder` if trained with the settings `stamp`, else `train()`'s."""
+def shared_tokenizer(b: Board, kind: str, texts, length_key: str, finish, **options) -> tuple[object, bool]:
+    """`(tokenizer, reused)`: the one in `out/tokenizer` if trained on the same data with the same
+    settings, else one trained on `texts()` (right padding), passed to `finish` and saved there."""
     from transformers import AutoTokenizer
 
+    from training.data.tokenizer import train_tokenizer
+
+    s, folder = b.settings, b.out / "tokenizer"
+    keys = ("vocab_size", "max_train_samples", length_key)
+    stamp = {"data_dir": str(Path(b.data).resolve()), "kind": kind, **{k: s[k] for k in keys}}
     record = folder / "leaderboard_settings.json"
     if record.is_file() and json.loads(record.read_text()) == stamp:
         logger.info("Reusing the tokenizer in %s (same settings).", folder)
         return AutoTokenizer.from_pretrained(folder), True
-    tokenizer = train()
+    options.update(model_max_length=s[length_key], padding_side="right")
+    tokenizer = train_tokenizer(texts(), kind, s["vocab_size"], **options)
+    finish(tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(folder)
     record.write_text(json.dumps(stamp, indent=2))
@@ -328,28 +336,6 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
         row["error"] = repr(err)
     row["command"] = command
     return row
-
-
-def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple[object, bool]:
-    """Train (or reuse) the joint byte-level BPE tokenizer (BART's specials, `<mask>` included) on both
-    sides of the training pairs; returns `(tokenizer, reused)`."""
-    from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
-    from training.finetune_translation import TranslationDataArguments as DataArgs
-    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
-
-    keys = ("vocab_size", "max_train_samples", "max_length")
-    stamp = {"data_dir": str(Path(data_dir).resolve()), "kind": "byte_bpe", **{k: settings[k] for k in keys}}
-
-    def train():
-        data_args = DataArgs(data_dir=str(data_dir), validation_split="", test_split="", max_train_samples=settings["max_train_samples"])  # fmt: skip
-        pairs = load_translation_dataset(data_args)["train"]
-        tokenizer = train_tokenizer(sides(pairs, "de") + sides(pairs, "en"), kind="byte_bpe", vocab_size=settings["vocab_size"],
-                                    special_tokens=BART_SPECIAL_TOKENS, model_max_length=settings["max_length"],
-                                    padding_side="right")  # fmt: skip
-        ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
-        return tokenizer
-
-    return reuse_or_train_tokenizer(folder, stamp, train)
 
 
 def command_line(template: str, values: dict, **lists) -> list[str]:
@@ -670,9 +656,26 @@ def metric_fields(board: str, metrics: dict) -> dict:
     }
 
 
+def translation_tokenizer(b: Board) -> tuple[object, bool]:
+    """The joint byte-level BPE tokenizer (BART's specials, `<mask>` included) of both sides of the
+    training pairs, saved with EOS appended: every entry encodes "... </s>" identically."""
+    from training.data.tokenizer import BART_SPECIAL_TOKENS
+    from training.finetune_translation import TranslationDataArguments as DataArgs
+    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
+
+    def texts():
+        data_args = DataArgs(data_dir=str(b.data), validation_split="", test_split="", max_train_samples=b.settings["max_train_samples"])  # fmt: skip
+        pairs = load_translation_dataset(data_args)["train"]
+        return sides(pairs, "de") + sides(pairs, "en")
+
+    return shared_tokenizer(
+        b, "byte_bpe", texts, "max_length", ensure_eos, special_tokens=BART_SPECIAL_TOKENS
+    )
+
+
 def run_translation(b: Board) -> dict:
     s, references = b.settings, BOARDS["translation"]["references"]
-    tokenizer, reused = translation_tokenizer(b.data, s, b.out / "tokenizer")
+    tokenizer, reused = translation_tokenizer(b)
     rows = []
     for name in b.names:
         entry = BOARDS["translation"]["entries"][name]
@@ -709,7 +712,7 @@ def translation_label(row: dict, cell_type: str) -> str:
 
 def run_mask_predict(b: Board) -> dict:
     s = b.settings
-    translation_tokenizer(b.data, s, b.out / "tokenizer")
+    translation_tokenizer(b)
     rows = []
     for name, entry in BOARDS["mask_predict"]["entries"].items():
         argv = mask_predict_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
@@ -820,23 +823,9 @@ def save_initialization(folder: Path, tokenizer, s: dict, seed: int, objective: 
     return sum(p.numel() for p in model.parameters()) if objective == "electra" else model.num_parameters()
 
 
-def sst2_tokenizer(sentences: list[str], s: dict, data: Path, folder: Path):
-    """Train (or reuse) the WordPiece tokenizer: BERT's specials, [SEP] also as EOS for packing."""
-    from training.data.tokenizer import train_tokenizer
-    from training.finetune_classification import SPECIAL_TOKENS
-
-    keys = ("vocab_size", "max_train_samples", "max_seq_length")
-    stamp = {"data_dir": str(Path(data).resolve()), "kind": "wordpiece", **{k: s[k] for k in keys}}
-
-    def train():
-        tokenizer = train_tokenizer(sentences, kind="wordpiece", vocab_size=s["vocab_size"],
-                                    special_tokens={**SPECIAL_TOKENS, "eos_token": "[SEP]"},
-                                    model_max_length=s["max_seq_length"], padding_side="right")  # fmt: skip
-        if tokenizer("a")["input_ids"][:1] != [tokenizer.cls_token_id]:
-            raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
-        return tokenizer
-
-    return reuse_or_train_tokenizer(folder, stamp, train)
+def _starts_with_cls(tokenizer) -> None:
+    if tokenizer("a")["input_ids"][:1] != [tokenizer.cls_token_id]:
+        raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
 
 
 def pretrain_argv(s: dict, text_file, init_dir, tokenizer_dir, run_dir, objective: str, seed: int) -> list:
@@ -887,13 +876,21 @@ def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) 
 
 
 def run_sst2(b: Board) -> dict:
-    from training.finetune_classification import ClassificationDataArguments, load_classification_dataset
+    from training.finetune_classification import (
+        SPECIAL_TOKENS,
+        ClassificationDataArguments,
+        load_classification_dataset,
+    )
 
     s, entries = b.settings, BOARDS["sst2"]["entries"]
     data_args = ClassificationDataArguments(data_dir=str(b.data), max_train_samples=s["max_train_samples"])
     raw = load_classification_dataset(data_args)["train"]["sentence"]  # labels unused
     sentences = list(dict.fromkeys(t for t in (text.strip() for text in raw) if t))
-    tokenizer, reused = sst2_tokenizer(sentences, s, b.data, b.out / "tokenizer")
+    # WordPiece with BERT's specials, [SEP] also as EOS for packing
+    special = {"special_tokens": {**SPECIAL_TOKENS, "eos_token": "[SEP]"}}
+    tokenizer, reused = shared_tokenizer(
+        b, "wordpiece", lambda: sentences, "max_seq_length", _starts_with_cls, **special
+    )
     num_parameters = save_initialization(b.out / "init", tokenizer, s, b.seed)
     objectives = dict.fromkeys(entries[name].pretraining for name in b.names if entries[name].pretraining)
     pretrainings = {obj: sst2_pretraining(b, obj, sentences, tokenizer) for obj in objectives}

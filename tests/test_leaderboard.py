@@ -168,20 +168,22 @@ def test_char_tokenizer_is_one_token_per_character(tmp_path):
         lb.char_tokenizer("abcabc", tmp_path / "tok2", 8, 10_000, check="abz")
 
 
-def test_reuse_or_train_tokenizer(tmp_path):
-    from training.data.tokenizer import train_tokenizer
-
+def test_shared_tokenizer_is_reused_only_with_the_same_settings(tmp_path):
     calls = []
+    b = lb.Board(
+        settings={"vocab_size": 40, "max_train_samples": None, "length": 16}, data=tmp_path, out=tmp_path
+    )
 
-    def train():
-        calls.append(1)
-        return train_tokenizer(["ein hund", "a dog"] * 5, kind="char", vocab_size=40)
+    def tokenizer():
+        return lb.shared_tokenizer(
+            b, "char", lambda: calls.append(1) or ["ein hund", "a dog"] * 5, "length", calls.append
+        )
 
-    first, reused = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
-    again, reused_again = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
-    assert (reused, reused_again, len(calls)) == (False, True, 1) and again.get_vocab() == first.get_vocab()
-    _, reused = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 41}, train)
-    assert not reused and len(calls) == 2  # other settings: trained anew
+    (first, reused), (again, reused_again) = tokenizer(), tokenizer()
+    assert (reused, reused_again, len(calls)) == (False, True, 2) and again.get_vocab() == first.get_vocab()
+    assert first.model_max_length == 16 and first.padding_side == "right" and calls[1] is first  # finished
+    b.settings["vocab_size"] = 41
+    assert not tokenizer()[1] and len(calls) == 4  # other settings: trained anew
 
 
 # ----------------------------------------------------------------------------------------------
@@ -558,7 +560,7 @@ def test_sst2_tables_without_training(tmp_path, monkeypatch):
         "training.finetune_classification.load_classification_dataset",
         lambda *a: {"train": {"sentence": ["good ", "bad", "good"]}},
     )
-    monkeypatch.setattr(lb, "sst2_tokenizer", lambda *a: (_FakeTokenizer(), False))
+    monkeypatch.setattr(lb, "shared_tokenizer", lambda *a, **k: (_FakeTokenizer(), False))
     monkeypatch.setattr(lb, "save_initialization", lambda *a: 1234)
     monkeypatch.setattr("training.train.main", lambda argv: {"step": 7, "seconds": 9.0, "eval_loss": 5.0})
     (tmp_path / "tokenizer").mkdir()
