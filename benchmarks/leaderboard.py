@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -36,16 +35,7 @@ from types import SimpleNamespace
 
 import yaml
 
-from benchmarks.measure import (
-    REPO_ROOT,
-    available_cores,
-    comma_list,
-    cpu_model,
-    git_revision,
-    load_average,
-    resolve_device,
-    versions,
-)
+from benchmarks.measure import REPO_ROOT, comma_list, environment, git_revision, load_average, resolve_device
 from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
@@ -205,12 +195,11 @@ def check_settings(board: str, s: dict) -> None:
 
 
 def hardware(num_threads: int | None) -> dict:
-    """The machine and software a board ran on; `torch_threads`: what each run uses."""
+    """`measure.environment` (`threads`: what each run uses) and the GPU torch sees."""
     import torch
 
-    return {"cpu_model": cpu_model(), "cores_available": available_cores(), "torch_threads": num_threads or torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "loadavg_start": load_average(),
-            "platform": platform.platform(), "python": platform.python_version(), **versions("torch", "transformers")}  # fmt: skip
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {**environment(num_threads or torch.get_num_threads()), "gpu": gpu}
 
 
 def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None, eval_chars=None) -> dict:
@@ -1245,7 +1234,7 @@ def prose(board: str, name: str, **values) -> str:
 
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
-    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
+    threads = hw.get("threads", hw.get("torch_threads_per_run", hw.get("torch_threads")))
     cores, gpu = hw.get("cores_available", hw.get("usable_cores")), f", GPU {hw['gpu']}" if hw.get("gpu") else ""  # fmt: skip
     started = f" Started {result['started']}, {result['total_seconds']:.0f} s in all." if "started" in result else ""  # fmt: skip
     return (f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads{gpu}; torch {hw['torch']}, "
@@ -1375,7 +1364,7 @@ def ablations_markdown(result: dict, folder: Path) -> list[str]:
             "seeds": f"{r['final_loss']['n']}/{len(r['runs'])}",
         })  # fmt: skip
     drop = () if any(r.get("flops_per_token") for r in result["variants"]) else ("flops_per_token",)
-    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
+    threads = hw.get("threads", hw.get("torch_threads_per_run", hw.get("torch_threads")))
     return page(
         "GPT-style ablations on Tiny Shakespeare (character level)", result, folder,
         f"{ablations_title(result)}; mean ± std across seeds. Validation loss in nats per character; step time is the "
