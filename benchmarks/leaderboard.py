@@ -29,7 +29,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -916,47 +915,43 @@ def run_sst2(b: Board) -> dict:
 # ---- ablations and length_extrapolation: GPT variants on Tiny Shakespeare
 
 
-@dataclass(frozen=True)
-class ModelSize:
+def model_size(s: dict) -> dict:
     """The baseline's sizes, from which some variants derive theirs (GQA's heads, E, GLU width)."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-
-    @property
-    def glu_intermediate_size(self) -> int:
-        # Shazeer (2020): a gated feed-forward has 3 matrices, so 2/3 of the width keeps the parameters
-        return max(8, round(2 * self.intermediate_size / 3 / 8) * 8)
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+    return {
+        **{k: s[k] for k in keys},
+        "intermediate_size": s.get("intermediate_size") or 4 * s["hidden_size"],
+    }
 
 
-def model_size(s: dict) -> ModelSize:
-    hidden, intermediate = s["hidden_size"], s.get("intermediate_size") or 4 * s["hidden_size"]
-    return ModelSize(hidden, s["num_hidden_layers"], s["num_attention_heads"], intermediate)
+def glu_width(size: dict) -> int:
+    # Shazeer (2020): a gated feed-forward has 3 matrices, so 2/3 of the width keeps the parameters
+    return max(8, round(2 * size["intermediate_size"] / 3 / 8) * 8)
 
 
-def variant_fields(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> dict:
+def variant_fields(variant: SimpleNamespace, size: dict, match_glu: bool = True) -> dict:
     """All config fields a variant's run sets beyond the sizes: the baseline's, then its own."""
     fields = dict(variant.fields)
     if variant.glu and match_glu:
-        fields["intermediate_size"] = size.glu_intermediate_size
+        fields["intermediate_size"] = glu_width(size)
     if variant.derived == "kv_half":
-        fields["num_key_value_heads"] = max(1, size.num_attention_heads // 2)
+        fields["num_key_value_heads"] = max(1, size["num_attention_heads"] // 2)
     elif variant.derived == "embedding_quarter":
-        fields["embedding_size"] = max(2, size.hidden_size // 4)
-    return {**BASELINE, "intermediate_size": size.intermediate_size, **fields}
+        fields["embedding_size"] = max(2, size["hidden_size"] // 4)
+    return {**BASELINE, "intermediate_size": size["intermediate_size"], **fields}
 
 
-def variant_config(variant, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True):
+def variant_config(variant, size: dict, vocab_size: int, block_size: int, match_glu: bool = True):
     """The `HfLmGPTConfig` `training.train` builds for this variant (special tokens aside)."""
     from hf_lm import HfLmGPTConfig
 
-    return HfLmGPTConfig(
-        vocab_size=vocab_size, hidden_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads, max_position_embeddings=block_size,
-        hidden_dropout=0.0, attention_dropout=0.0, **variant_fields(variant, size, match_glu),
-    )  # fmt: skip
+    fields = {
+        **size,
+        **variant_fields(variant, size, match_glu),
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
+    return HfLmGPTConfig(vocab_size=vocab_size, max_position_embeddings=block_size, **fields)
 
 
 def forward_flops_per_token(config, context: int) -> int:
@@ -985,7 +980,7 @@ _TRAIN_FLAGS = set(
 )
 
 
-def variant_flags(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> list[str]:
+def variant_flags(variant: SimpleNamespace, size: dict, match_glu: bool = True) -> list[str]:
     """The `training.train` flags that select a variant's architecture."""
     flags, overrides = [], {}
     for name, value in variant_fields(variant, size, match_glu).items():
@@ -1101,7 +1096,7 @@ def run_ablations(b: Board) -> dict:
             "learning_rate": s["learning_rate"], "warmup_steps": s["warmup_steps"], "lr_scheduler": "cosine",
             "early_loss_step": early_step, "eval_batches": s["eval_batches"],
         },
-        "baseline": {**size.__dict__, "glu_intermediate_size": size.glu_intermediate_size if s["match_glu_params"] else None, **BASELINE},
+        "baseline": {**size, "glu_intermediate_size": glu_width(size) if s["match_glu_params"] else None, **BASELINE},
         "data": data, "wall_seconds": round(time.perf_counter() - start, 1), "variants": rows,
     }  # fmt: skip
     plot_ablations(rows, b.out / "ablations.png", ablations_title(result))
@@ -1180,7 +1175,7 @@ def run_length_extrapolation(b: Board) -> dict:
     result = {
         "task": "length extrapolation: train at context L, score validation perplexity at 1x-8x L",
         "block_size": s["block_size"], "validation_tokens": len(stream), "xpos_scale_base": s["xpos_scale_base"],
-        "model": {"hidden_size": size.hidden_size, "num_hidden_layers": size.num_hidden_layers, "max_steps": s["max_steps"]},
+        "model": {"hidden_size": s["hidden_size"], "num_hidden_layers": s["num_hidden_layers"], "max_steps": s["max_steps"]},
         "data": data, "wall_seconds": round(time.perf_counter() - start, 1), "schemes": rows,
     }  # fmt: skip
     plot_length_extrapolation(rows, s["block_size"], b.out / "length_extrapolation.png", extrapolation_title(result))  # fmt: skip

@@ -277,7 +277,7 @@ def test_every_lm_entry_is_a_valid_training_command(tmp_path, smoke):
 # ablations and length_extrapolation: the grid, its flags, its bookkeeping
 # ----------------------------------------------------------------------------------------------
 
-SIZE = lb.ModelSize(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128)
+SIZE = {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 128}
 V, BLOCK = 67, 32
 # the config fields each component may change: a variant that changes others is not one component away
 COMPONENT_FIELDS = {
@@ -320,7 +320,7 @@ def test_every_variant_builds_and_differs_from_the_baseline_in_one_component(nam
 
 
 def test_parameter_count_relations():
-    H, L, P, E = SIZE.hidden_size, SIZE.num_hidden_layers, BLOCK, 4
+    H, L, P, E = SIZE["hidden_size"], SIZE["num_hidden_layers"], BLOCK, 4
     base = params("baseline")
     assert params("untied") == base + V * H and params("mqa") < params("gqa") < base
     per_block = sum(p.numel() for p in build("baseline").model.layers[0].parameters())
@@ -333,7 +333,7 @@ def test_parameter_count_relations():
     for name in ("swiglu", "geglu", "reglu"):  # 2/3 width keeps the parameters; full width grows them
         assert abs(params(name) - base) / base < 0.03 and params(name, match_glu=False) > base * 1.1, name
     # the mixtures: parameters grow with every expert, FLOPs per token only with the k routed to
-    F = SIZE.intermediate_size
+    F = SIZE["intermediate_size"]
     expert = 2 * H * F + F + H  # up and down projections with biases
     assert params("moe") == params("switch") == base + L * ((E - 1) * expert + H * E)
     flops = {
