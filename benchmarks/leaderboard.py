@@ -326,29 +326,28 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
     return row
 
 
-def command_line(template: str, values: dict, **lists) -> list[str]:
+def command_line(template: str, values: dict, caps=(), **lists) -> list[str]:
     """A command line from a leaderboard.yaml `argv` template: each (shell-quoted) word formatted with
-    `values`, a word `*name` replaced by the list `lists[name]`."""
+    `values`, a word `*name` replaced by the list `lists[name]`; then `--key value` for each of the `caps`
+    keys whose value is not None."""
     words = []
     for word in shlex.split(template):
         words += list(lists[word[1:]]) if word.startswith("*") else [word.format(**values)]
-    return words
+    given = [key for key in caps if values.get(key) is not None]
+    return words + [arg for key in given for arg in (f"--{key}", str(values[key]))]
 
 
-def _translation_argv(template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values):  # fmt: skip
-    """A `training.finetune_translation` command line: `template` with the shared head and tail (no validation)."""
-    argv = BOARDS["translation"]["argv"]
-    values = {"logging_steps": 50, **s, "data": data, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir, "seed": seed, **values}  # fmt: skip
-    head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
-    return command_line(template, values, head=head, tail=tail, **values.pop("lists", {}))
-
-
-def _sample_caps(s: dict, keys=("max_train_samples", "max_eval_samples", "max_test_samples")) -> list[str]:
-    return [arg for key in keys if s.get(key) is not None for arg in (f"--{key}", str(s[key]))]
+SAMPLE_CAPS = ("max_train_samples", "max_eval_samples", "max_test_samples")
 
 
 # one run of a board: its parsed command line (`parse_args`), the board as `name`, its folder as `out`
 Board = argparse.Namespace
+
+
+def run_values(b: Board, run: str) -> dict:
+    """What the command lines of the board's run `run` are formatted with: the settings, data, seed and folders."""
+    folders = {"tokenizer_dir": b.out / "tokenizer", "run_dir": b.out / "runs" / run}
+    return {**b.settings, "data": b.data, **folders, "seed": b.seed}
 
 
 # ---- lm: the language-modeling leaderboard
@@ -365,9 +364,7 @@ def train_command(entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, se
     values = {**data, "tokenizer_dir": tokenizer_dir, "block": block, "batch": batch, "never": NEVER,
               "learning_rate": entry.learning_rate, "lr_scheduler": "cosine", **run, "seed": seed, "out": out,
               "eval_batches": max(1, math.ceil(s["curve_eval_blocks"] / batch))}  # fmt: skip
-    args = command_line(BOARDS["lm"]["argv"], values, model_args=model_args)
-    if run.get("max_train_seconds") is not None:
-        args += ["--max_train_seconds", str(run["max_train_seconds"])]
+    args = command_line(BOARDS["lm"]["argv"], values, ["max_train_seconds"], model_args=model_args)
     if reference:  # nanoGPT's recipe: its get_batch windows, its cosine ending at a tenth, its best model
         args += ["--sampling", "random_windows", "--min_lr_rate", "0.1"]
         args += ["--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss"]
@@ -617,23 +614,22 @@ def _save(plt, fig, ax, path: Path, fontsize: int = 8, **legend) -> None:
 # ---- translation and mask_predict: Multi30k De->En
 
 
-def translation_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
-    """The `training.finetune_translation` arguments of one translation entry."""
-    entry, argv = BOARDS["translation"]["entries"][name], BOARDS["translation"]["argv"]
-    values = {**s, "attention": entry.attention, "family": entry.family}
-    model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
-    argv = _translation_argv(argv["entry"], values, data, tokenizer_dir, run_dir, seed, lists={"model": model})  # fmt: skip
-    # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
-    argv += ["--use_cpu", "true"] if s["device"] == "cpu" else []
-    argv += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
-    return argv + _sample_caps(s)
-
-
-def mask_predict_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
-    """The `training.finetune_translation` arguments of one mask_predict model."""
-    argv = _translation_argv(BOARDS["mask_predict"]["argv"], s, data, tokenizer_dir, run_dir, seed, name=name)
-    argv += ["--test_split", ""] if name == "mask_predict" else []  # mask_predict_decoding: once per T
-    return argv + _sample_caps(s)
+def translation_argv(b: Board, name: str) -> list[str]:
+    """The `training.finetune_translation` arguments of a translation entry or a mask_predict model: the
+    board's template with the shared head and tail (no validation)."""
+    argv, model, extra, board, s = BOARDS["translation"]["argv"], [], [], b.name, b.settings
+    values = {"logging_steps": 50, **run_values(b, name), "name": name}
+    if board == "translation":
+        entry = BOARDS[board]["entries"][name]
+        values.update(attention=entry.attention, family=entry.family)
+        model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
+        # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
+        extra += ["--use_cpu", "true"] if s["device"] == "cpu" else []
+        extra += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
+    extra += ["--test_split", ""] if name == "mask_predict" else []  # mask_predict_decoding: once per T
+    head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
+    template = argv["entry"] if board == "translation" else BOARDS[board]["argv"]
+    return command_line(template, values, SAMPLE_CAPS, head=head, tail=tail, model=model) + extra
 
 
 def metric_fields(board: str, metrics: dict) -> dict:
@@ -667,7 +663,7 @@ def run_translation(b: Board) -> dict:
     rows = []
     for name in b.names:
         entry = BOARDS["translation"]["entries"][name]
-        argv = translation_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = translation_argv(b, name)
         row = finetune_row(name, "training.finetune_translation", argv,
                            {"label": entry.label, "family": entry.family, "attention": entry.attention})  # fmt: skip
         row.update(metric_fields("translation", row.get("metrics", {})), published_bleu=entry.published)
@@ -703,7 +699,7 @@ def run_mask_predict(b: Board) -> dict:
     translation_tokenizer(b)
     rows = []
     for name, entry in BOARDS["mask_predict"]["entries"].items():
-        argv = mask_predict_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = translation_argv(b, name)
         rows.append(finetune_row(name, "training.finetune_translation", argv, {"label": entry.label}))
         if "error" in rows[-1]:
             raise SystemExit(f"{name} failed: {rows[-1]['error']}")
@@ -816,21 +812,19 @@ def _starts_with_cls(tokenizer) -> None:
         raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
 
 
-def pretrain_argv(s: dict, text_file, init_dir, tokenizer_dir, run_dir, objective: str, seed: int) -> list:
+def pretrain_argv(b: Board, objective: str, text_file: Path, init_dir: Path) -> list[str]:
     """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
-    values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir, "seed": seed}
-    values.update(text_file=text_file, run_dir=run_dir)
-    return command_line(BOARDS["sst2"]["argv"]["pretrain"], values)
+    values = {**run_values(b, f"{objective}_pretrain"), "objective": objective, "init_dir": init_dir}
+    return command_line(BOARDS["sst2"]["argv"]["pretrain"], {**values, "text_file": text_file})
 
 
-def sst2_finetune_argv(name: str, s: dict, data, start_dir, tokenizer_dir, run_dir, seed: int) -> list:
+def sst2_finetune_argv(b: Board, name: str, start_dir: Path) -> list[str]:
     """The `training.finetune_classification` arguments of one entry."""
-    entry = BOARDS["sst2"]["entries"][name]
+    entry, s = BOARDS["sst2"]["entries"][name], b.settings
     budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
     lr = s["pretrained_learning_rate"] if entry.pretraining else s["scratch_learning_rate"]
-    values = {**s, "data": data, "start_dir": start_dir, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir}
-    values.update(lr=lr, budget=budget, seed=seed)
-    return command_line(BOARDS["sst2"]["argv"]["finetune"], values) + _sample_caps(s)
+    values = {**run_values(b, name), "start_dir": start_dir, "lr": lr, "budget": budget}
+    return command_line(BOARDS["sst2"]["argv"]["finetune"], values, SAMPLE_CAPS)
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
@@ -843,7 +837,7 @@ def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) 
     text_file = b.out / "pretraining_text.txt"
     text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
     run_dir = b.out / "runs" / f"{objective}_pretrain"
-    argv = pretrain_argv(s, text_file, init_dir, tokenizer_dir, run_dir, objective, b.seed)
+    argv = pretrain_argv(b, objective, text_file, init_dir)
     stamp = {"argv": argv, "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text())}
     record, final = run_dir / "leaderboard_settings.json", run_dir / "final_metrics.json"
     done = record.is_file() and final.is_file() and json.loads(record.read_text()) == stamp
@@ -886,7 +880,7 @@ def run_sst2(b: Board) -> dict:
     for name in b.names:
         objective = entries[name].pretraining
         start = b.out / "runs" / f"{objective}_pretrain" / "final" if objective else b.out / "init"
-        argv = sst2_finetune_argv(name, s, b.data, start, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = sst2_finetune_argv(b, name, start)
         fields = {"label": entries[name].label, "pretrained": bool(objective)}
         row = finetune_row(name, "training.finetune_classification", argv, fields)
         row.update(metric_fields("sst2", row.get("metrics", {})))
@@ -998,9 +992,8 @@ def variant_argv(
 ) -> list[str]:
     """The `training.train` arguments of one (variant, seed) run; it evaluates at `early_step` for the early loss."""
     values = {**s, **data, "tokenizer_dir": tokenizer_dir, "seed": seed, "early_step": early_step}
-    argv = command_line(BOARDS["ablations"]["argv"], {**values, "log_every": log_every, "out": out})
-    for key in ("eval_batches", "max_train_seconds"):
-        argv += [f"--{key}", str(s[key])] if s[key] is not None else []
+    values.update(log_every=log_every, out=out)
+    argv = command_line(BOARDS["ablations"]["argv"], values, ["eval_batches", "max_train_seconds"])
     return argv + variant_flags(variant, model_size(s), s.get("match_glu_params", True))
 
 

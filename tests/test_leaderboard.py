@@ -96,6 +96,8 @@ def test_setting_choices_and_command_line_templates():
     # a template's words are formatted one by one (a value with spaces stays one word), '' is an empty word
     words = lb.command_line("--a {x} --b '' *rest --c {y}", {"x": 1.5, "y": "p q"}, rest=["--d", "e"])
     assert words == ["--a", "1.5", "--b", "", "--d", "e", "--c", "p q"]
+    # caps: `--key value` for each key set, None left out
+    assert lb.command_line("--a {x}", {"x": 1, "c": None, "d": 0}, ["c", "d"]) == ["--a", "1", "--d", "0"]
 
 
 def test_select_entries():
@@ -427,9 +429,8 @@ def test_translation_entry_arguments_parse(tmp_path, preset):
     if preset == "gpu":
         s.update(batch_size=128, mixed_precision="bf16")
     for name, entry in TRANSLATION_ENTRIES.items():
-        data_args, model_args, training_args = parse_args(
-            lb.translation_argv(name, s, tmp_path, tmp_path / "tok", tmp_path / name, 0)
-        )
+        b = lb.Board(name="translation", settings=s, data=tmp_path, out=tmp_path, seed=0)
+        data_args, model_args, training_args = parse_args(lb.translation_argv(b, name))
         assert model_args.family == entry.family and model_args.from_scratch
         assert data_args.source_prefix == "" and data_args.split_stems()["validation"] == []
         assert (
@@ -456,26 +457,21 @@ def test_sst2_entry_arguments_parse(tmp_path):
 
     (tmp_path / "init").mkdir()
     (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\n")
-    s = settings("sst2")
-    argv = lb.pretrain_argv(
-        s, tmp_path / "text.txt", tmp_path / "init", tmp_path / "tok", tmp_path / "pre", "mlm", 0
-    )
+    b = lb.Board(name="sst2", settings=settings("sst2"), data=tmp_path, out=tmp_path, seed=0)
+    argv = lb.pretrain_argv(b, "mlm", tmp_path / "text.txt", tmp_path / "init")
     data_args, model_args, train_args = parse_train_args(argv)
     assert train_args.objective == "mlm" and model_args.init_from == str(tmp_path / "init")
     assert (train_args.max_train_seconds, data_args.block_size, data_args.sample_by) == (900, 128, "line")
-    electra = lb.pretrain_argv(
-        s, tmp_path / "text.txt", tmp_path / "ie", tmp_path / "tok", tmp_path / "pre", "electra", 0
-    )
+    electra = lb.pretrain_argv(b, "electra", tmp_path / "text.txt", tmp_path / "ie")
     assert parse_train_args(electra)[2].objective == "electra"  # the same command but the objective and start
-    assert [x for x in electra if x not in ("electra", str(tmp_path / "ie"))] == [
-        x for x in argv if x not in ("mlm", str(tmp_path / "init"))
+    ours = ("electra", str(tmp_path / "ie"), str(tmp_path / "runs" / "electra_pretrain"))
+    assert [x for x in electra if x not in ours] == [
+        x for x in argv if x not in ("mlm", str(tmp_path / "init"), str(tmp_path / "runs" / "mlm_pretrain"))
     ]
     budgets = {}
     for name, entry in SST2_ENTRIES.items():
         start = tmp_path / ("pre" if entry.pretraining else "init")
-        _, model_args, training_args = parse_args(
-            lb.sst2_finetune_argv(name, s, tmp_path, start, tmp_path / "tok", tmp_path / name, 0)
-        )
+        _, model_args, training_args = parse_args(lb.sst2_finetune_argv(b, name, start))
         assert model_args.model_name_or_path == str(start)
         assert training_args.learning_rate == (1e-4 if entry.pretraining else 5e-4)
         budgets[name] = training_args.max_train_seconds
