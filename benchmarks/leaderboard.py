@@ -270,15 +270,18 @@ def read_metrics(path: Path) -> list[dict]:
         return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]  # fmt: skip
 
 
-def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False) -> dict:
+def train_run(
+    argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False, stamp=None
+) -> dict:
     """`python -m training.train argv` in a fresh process, logged to `run_dir/train.log` (with `reuse`, a
-    folder holding the same command's final metrics is kept): status ok/reused/failed, metrics, rows."""
-    record, final = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json"
+    folder holding the final metrics of the same `stamp`, default the command, is kept): status
+    ok/reused/failed, metrics, rows."""
+    record, final, stamp = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json", stamp or argv
     result = {
         "command": shlex.join(["python", "-m", "training.train", *argv]),
         "loadavg_before": load_average(),
     }
-    if reuse and final.is_file() and record.is_file() and json.loads(record.read_text()) == argv:
+    if reuse and final.is_file() and record.is_file() and json.loads(record.read_text()) == stamp:
         result.update(status="reused", returncode=0, wall_seconds=None)
     else:
         shutil.rmtree(run_dir, ignore_errors=True)  # a stale folder's checkpoints must not mix in
@@ -294,7 +297,7 @@ def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bo
         result.update(status="ok" if ok else "failed", returncode=returncode)
         result["wall_seconds"] = round(time.perf_counter() - start, 2)
         if ok:
-            record.write_text(json.dumps(argv))
+            record.write_text(json.dumps(stamp))
         else:
             result["error_tail"] = (run_dir / "train.log").read_text(errors="replace")[-3000:]
             logger.error("%s failed (exit %s); log tail:\n%s", run_dir, returncode, result["error_tail"])
@@ -828,31 +831,20 @@ def sst2_finetune_argv(b: Board, name: str, start_dir: Path) -> list[str]:
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
-    """Pretrain with `objective` for `pretrain_seconds` into `runs/<objective>_pretrain/` (or reuse one
-    with the same settings); its record."""
+    """Pretrain with `objective` for `pretrain_seconds` into `runs/<objective>_pretrain/` in a fresh process
+    (or reuse one made with the same command and tokenizer); its record."""
     s, tokenizer_dir, init_dir = b.settings, b.out / "tokenizer", b.out / "init"
     if objective == "electra":
         init_dir = b.out / "init_electra"
         save_initialization(init_dir, tokenizer, s, b.seed, "electra")
     text_file = b.out / "pretraining_text.txt"
     text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
-    run_dir = b.out / "runs" / f"{objective}_pretrain"
-    argv = pretrain_argv(b, objective, text_file, init_dir)
+    run_dir, argv = b.out / "runs" / f"{objective}_pretrain", pretrain_argv(b, objective, text_file, init_dir)
     stamp = {"argv": argv, "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text())}
-    record, final = run_dir / "leaderboard_settings.json", run_dir / "final_metrics.json"
-    done = record.is_file() and final.is_file() and json.loads(record.read_text()) == stamp
-    reused = s["reuse_pretraining"] and done
-    if reused:
-        logger.info("Reusing the pretraining in %s (same settings).", run_dir)
-        metrics = json.loads(final.read_text())
-    else:
-        from training.train import main as train_main
-
-        metrics = train_main(argv)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(stamp, indent=2))
+    run = train_run(argv, run_dir, s["num_threads"], s["reuse_pretraining"], stamp)
+    metrics = _checked(run, run_dir, "the pretraining")["final_metrics"]
     keys = "train_loss eval_loss eval_mlm_accuracy eval_disc_loss eval_disc_accuracy tokens_seen".split()
-    return {"objective": objective, "command": shlex.join(["python", "-m", "training.train", *argv]), "reused": reused,
+    return {"objective": objective, "command": run["command"], "reused": run["status"] == "reused",
             "steps": metrics["step"], "seconds": metrics["seconds"], "budget_seconds": s["pretrain_seconds"],
             **{key: metrics.get(key) for key in keys}, "metrics": metrics}  # fmt: skip
 

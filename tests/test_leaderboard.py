@@ -558,7 +558,12 @@ def test_sst2_tables_without_training(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(lb, "shared_tokenizer", lambda *a, **k: (_FakeTokenizer(), False))
     monkeypatch.setattr(lb, "save_initialization", lambda *a: 1234)
-    monkeypatch.setattr("training.train.main", lambda argv: {"step": 7, "seconds": 9.0, "eval_loss": 5.0})
+    pretrained = {
+        "status": "ok",
+        "command": "python -m training.train",
+        "final_metrics": {"step": 7, "seconds": 9.0},
+    }
+    monkeypatch.setattr(lb, "train_run", lambda *a: pretrained)
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "leaderboard_settings.json").write_text("{}")
     result = lb.main(
