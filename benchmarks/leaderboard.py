@@ -1025,11 +1025,13 @@ def mean_std(values: list) -> dict:
     return {"mean": statistics.fmean(present), "std": std, "n": len(present)}
 
 
-def run_grid(jobs: list[tuple], s: dict) -> list[dict]:
-    """Train (or reuse) every `(name, seed, folder, argv)` job, `jobs` at a time; each one's `train_run`."""
+def run_grid(b: Board, jobs: list, variants: dict, data: dict, early_step: int, log_every: int) -> list:
+    """Train (or reuse) every `(name, seed, folder)` job of `variants`, `jobs` at a time; each one's `train_run`."""
+    s = b.settings
 
     def work(job):
-        name, seed, out, argv = job
+        name, seed, out = job
+        argv = variant_argv(s, variants[name], seed, data, b.out / "tokenizer", out, early_step, log_every)
         run = train_run(argv, out, s["num_threads"], reuse=not s["rerun"])
         logger.info("%-22s seed %d: %s", name, seed, run["status"])
         return run
@@ -1038,33 +1040,31 @@ def run_grid(jobs: list[tuple], s: dict) -> list[dict]:
         return list(pool.map(work, jobs))
 
 
-def _gpt_data(b: Board) -> tuple[dict, Path, int]:
+def _gpt_data(b: Board) -> dict:
     """The split (first characters of each part kept) and the character tokenizer, trained on the whole
-    text as nanoGPT builds its vocabulary; returns (data, tokenizer folder, vocabulary size)."""
+    text as nanoGPT builds its vocabulary."""
     s = b.settings
     data = write_split(b.data, b.out / "data", None, s["train_chars"], s["eval_chars"])
     whole = Path(b.data).read_text(encoding="utf-8")
     vocab_size = len(char_tokenizer(whole, b.out / "tokenizer", s["block_size"], 512))
-    return {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size}, b.out / "tokenizer", vocab_size  # fmt: skip
+    return {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size}
 
 
 def run_ablations(b: Board) -> dict:
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
-    data, tokenizer_dir, vocab_size = _gpt_data(b)
-    variants = {name: VARIANTS[name] for name in b.names}
-    configs = {n: variant_config(v, size, vocab_size, s["block_size"], s["match_glu_params"]) for n, v in variants.items()}  # fmt: skip
+    data, variants = _gpt_data(b), {name: VARIANTS[name] for name in b.names}
+    configs = {n: variant_config(v, size, data["vocab_size"], s["block_size"], s["match_glu_params"]) for n, v in variants.items()}  # fmt: skip
     early_step = max(1, round(s["max_steps"] * s["early_fraction"]))
     # at most every 10 steps, and at least 5 logs before the early evaluation, so steps can be timed
     log_every = s["log_every"] or max(1, min(10, early_step // 5))
-    jobs = [(name, seed, out, variant_argv(s, variant, seed, data, tokenizer_dir, out, early_step, log_every))
-            for name, variant in variants.items() for seed in s["seeds"] for out in [b.out / "runs" / name / f"seed{seed}"]]  # fmt: skip
-    runs = run_grid(jobs, s)
+    jobs = [(name, seed, b.out / "runs" / name / f"seed{seed}") for name in variants for seed in s["seeds"]]
+    runs = run_grid(b, jobs, variants, data, early_step, log_every)
     rows = []
     for name, variant in variants.items():
         seeds = [
             {"seed": seed, "status": run["status"], "output_dir": str(out), "command": run["command"],
              **(read_run(out, early_step) if run["status"] != "failed" else {"error_tail": run["error_tail"]})}
-            for (job_name, seed, out, _), run in zip(jobs, runs) if job_name == name
+            for (job_name, seed, out), run in zip(jobs, runs) if job_name == name
         ]  # fmt: skip
         rows.append({
             "name": name, "component": variant.component, "description": variant.description,
@@ -1136,21 +1136,19 @@ def run_length_extrapolation(b: Board) -> dict:
 
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
     torch.set_num_threads(s["num_threads"] or torch.get_num_threads())
-    data, tokenizer_dir, vocab_size = _gpt_data(b)
-    variants = {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
+    data, variants = _gpt_data(b), {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
     if "xpos" in variants:
         xpos = variants["xpos"]
         variants["xpos"] = SimpleNamespace(**{**vars(xpos), "fields": {**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}})  # fmt: skip
     for variant in variants.values():  # every scheme must build before training starts
-        variant_config(variant, size, vocab_size, s["block_size"])
+        variant_config(variant, size, data["vocab_size"], s["block_size"])
     early_step, log_every = max(1, round(s["max_steps"] * 0.5)), max(1, min(10, s["max_steps"] // 10))
-    jobs = [(name, b.seed, b.out / "runs" / name, variant_argv(s, variant, b.seed, data, tokenizer_dir, b.out / "runs" / name, early_step, log_every))
-            for name, variant in variants.items()]  # fmt: skip
-    runs = run_grid(jobs, s)
+    jobs = [(name, b.seed, b.out / "runs" / name) for name in variants]
+    runs = run_grid(b, jobs, variants, data, early_step, log_every)
     text = Path(data["val_file"]).read_text(encoding="utf-8")
-    stream = torch.tensor(AutoTokenizer.from_pretrained(tokenizer_dir)(text, add_special_tokens=False)["input_ids"])  # fmt: skip
+    stream = torch.tensor(AutoTokenizer.from_pretrained(data["tokenizer"])(text, add_special_tokens=False)["input_ids"])  # fmt: skip
     rows = []
-    for (name, _, out, _), run in zip(jobs, runs):
+    for (name, _, out), run in zip(jobs, runs):
         row = {"scheme": name, "status": run["status"], "output_dir": str(out), "command": run["command"]}
         if run["status"] == "failed":
             row["error_tail"] = run["error_tail"]
