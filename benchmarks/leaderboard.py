@@ -34,7 +34,8 @@ from types import SimpleNamespace
 
 import yaml
 
-from benchmarks.measure import REPO_ROOT, comma_list, environment, git_revision, load_average, resolve_device
+from benchmarks import measure
+from benchmarks.measure import REPO_ROOT, comma_list, git_revision, load_average, resolve_device
 from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
@@ -162,12 +163,8 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     entries = BOARDS[board]["entries"]
     if not spec:
         return list(BOARDS[board].get("default_entries", entries))
-    names = list(dict.fromkeys(comma_list(spec)))
-    components = {v.component for v in entries.values()} if board == "ablations" else set()
-    unknown = [name for name in names if name not in entries and name not in components]
-    if unknown or not names:
-        groups = f"; components: {sorted(components - {'baseline'})}" if components else ""
-        raise ValueError(f"--entries: unknown {unknown}; choose from {list(entries)}{groups} (comma-separated).")  # fmt: skip
+    components = {v.component: None for v in entries.values()} if board == "ablations" else {}
+    names = measure.parse_entries(spec, {**entries, **components})  # a component: its variants
     if board == "ablations":
         chosen = {"baseline", *names}
         return [n for n, v in entries.items() if n in chosen or v.component in chosen]
@@ -198,7 +195,7 @@ def hardware(num_threads: int | None) -> dict:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {**environment(num_threads or torch.get_num_threads()), "gpu": gpu}
+    return {**measure.environment(num_threads or torch.get_num_threads()), "gpu": gpu}
 
 
 def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None, eval_chars=None) -> dict:
