@@ -957,23 +957,16 @@ def forward_flops_per_token(config, context: int) -> int:
     return round(2 * macs + attention)
 
 
-# config fields that `training.train` has a flag for; the others go through --config_overrides
-_TRAIN_FLAGS = set(
-    "hidden_act norm_type norm_position position_embedding_type num_key_value_heads intermediate_size".split()
-)
-
-
 def variant_flags(variant: SimpleNamespace, size: dict, match_glu: bool = True) -> list[str]:
-    """The `training.train` flags that select a variant's architecture."""
-    flags, overrides = [], {}
-    for name, value in variant_fields(variant, size, match_glu).items():
-        if name == "tie_word_embeddings":
-            flags += [] if value else ["--no_tie_word_embeddings"]
-        elif name in _TRAIN_FLAGS:
-            flags += [f"--{name}", str(value)]
-        else:
-            overrides[name] = value
-    return flags + (["--config_overrides", json.dumps(overrides, sort_keys=True)] if overrides else [])
+    """The `training.train` flags that select a variant's architecture: a field's own flag where
+    `training.train` has one, the others through `--config_overrides`."""
+    from training.args import as_flags
+    from training.models import FLAG_FIELDS
+
+    fields = variant_fields(variant, size, match_glu)
+    flags = {name: value for name, value in fields.items() if name in FLAG_FIELDS}
+    overrides = {name: value for name, value in fields.items() if name not in FLAG_FIELDS}
+    return as_flags({**flags, "config_overrides": overrides or None})
 
 
 def variant_argv(

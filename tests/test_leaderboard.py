@@ -77,6 +77,7 @@ def test_entries_settings_and_presets(tmp_path):
         if not torch.cuda.is_available()
         else ["translation", "--cell_type", "x"],
         ["lm", "--ngram_orders", "1,6"],
+        ["ablations", "--rerun", "maybe"],
         ["ablations", "--entries", "swish"],
         ["mask_predict", "--entries", "mask_predict"],
         ["lm", "--data", str(tmp_path / "missing")],
