@@ -267,17 +267,12 @@ def read_metrics(path: Path) -> list[dict]:
         return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]  # fmt: skip
 
 
-def train_run(
-    argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False, stamp=None
-) -> dict:
+def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse=False, stamp=None) -> dict:
     """`python -m training.train argv` in a fresh process, logged to `run_dir/train.log` (with `reuse`, a
     folder holding the final metrics of the same `stamp`, default the command, is kept): status
     ok/reused/failed, metrics, rows."""
     record, final, stamp = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json", stamp or argv
-    result = {
-        "command": shlex.join(["python", "-m", "training.train", *argv]),
-        "loadavg_before": load_average(),
-    }
+    result = {"command": measure.command_line("training.train", argv), "loadavg_before": load_average()}
     if reuse and final.is_file() and record.is_file() and json.loads(record.read_text()) == stamp:
         result.update(status="reused", returncode=0, wall_seconds=None)
     else:
@@ -309,7 +304,7 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
     command); a failing entry's row holds the error, so the others' results are kept."""
     import importlib
 
-    command = shlex.join(["python", "-m", module, *argv])
+    command = measure.command_line(module, argv)
     logger.info("=== %s: %s", name, command)
     row = {"name": name, **fields}
     try:
@@ -1402,7 +1397,7 @@ def main(argv: list[str] | None = None) -> dict:
     b.out.mkdir(parents=True, exist_ok=True)
     start, started = time.perf_counter(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # fmt: skip
     logger.info("%s: entries %s, preset %s, under %s", b.board, b.names, b.preset, b.out)
-    command = shlex.join(["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
+    command = measure.command_line("benchmarks.leaderboard", argv)
     result = {"kind": "leaderboard", "board": b.board, "preset": b.preset, "smoke": b.smoke, "seed": b.seed, "settings": s,
               "started": started, "command": command, "hardware": hardware(s.get("num_threads")), "git_revision": git_revision()}  # fmt: skip
     hw = result["hardware"]
