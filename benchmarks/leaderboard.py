@@ -790,16 +790,15 @@ def save_initialization(folder: Path, tokenizer, s: dict, seed: int, objective: 
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmElectraConfig
     from training.objectives.electra import ElectraPretrainingModel
 
-    if objective == "electra":
-        config = _encoder_config(HfLmElectraConfig, tokenizer, s, embedding_size=s["hidden_size"])
-        torch.manual_seed(seed)
-        model = ElectraPretrainingModel(config)
-    else:
-        torch.manual_seed(seed)
-        model = HfLmBertForMaskedLM(_encoder_config(HfLmBertConfig, tokenizer, s))
+    config_class, model_class, extra = {
+        "mlm": (HfLmBertConfig, HfLmBertForMaskedLM, {}),
+        "electra": (HfLmElectraConfig, ElectraPretrainingModel, {"embedding_size": s["hidden_size"]}),
+    }[objective]
+    torch.manual_seed(seed)
+    model = model_class(_encoder_config(config_class, tokenizer, s, **extra))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters()) if objective == "electra" else model.num_parameters()
+    return sum(p.numel() for p in model.parameters())
 
 
 def _starts_with_cls(tokenizer) -> None:
