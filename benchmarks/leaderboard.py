@@ -212,8 +212,7 @@ def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None,
     folder.mkdir(parents=True, exist_ok=True)
     files = {"train_file": folder / "train.txt", "val_file": folder / "val.txt"}
     for key, part in (("train_file", train), ("val_file", val)):
-        with open(files[key], "w", encoding="utf-8", newline="") as f:
-            f.write(part)
+        files[key].write_text(part, encoding="utf-8", newline="")
     return {"source": str(data_file), **{key: str(path) for key, path in files.items()}, "characters": len(text),
             "train_characters": len(train), "val_characters": len(val)}  # fmt: skip
 
