@@ -546,25 +546,17 @@ def run_lm(b: Board) -> dict:
     ctx = {"data": data, "tokenizer": b.out / "tokenizer", "val_ids": torch.tensor(ids, dtype=torch.long)}
     rows = []
     for name in b.names:
-        kind = BOARDS["lm"]["entries"][name].kind
-        rows.append(_guarded(b, name, lm_ngram if kind == "ngram" else lm_trained, ctx))
+        entry, start = BOARDS["lm"]["entries"][name], time.perf_counter()
+        try:  # one broken entry must not cost the others: its row holds the error
+            rows.append((lm_ngram if entry.kind == "ngram" else lm_trained)(b, name, ctx))
+            logger.info("%s: done in %.0f s", name, time.perf_counter() - start)
+        except Exception as err:
+            logger.exception("%s failed", name)
+            rows.append({"name": name, "label": entry.label, "error": repr(err)})
     result = {"budget_seconds": s["budget_seconds"], "schedule": s["schedule"], "data": data, "entries": rows,
               "reference": [NANOGPT_REFERENCE]}  # fmt: skip
     plot_lm(rows, b.out)
     return result
-
-
-def _guarded(b: Board, name: str, run, ctx: dict) -> dict:
-    """`run(b, name, ctx)`'s row, or a row holding the error: one broken entry must not cost the others."""
-    start = time.perf_counter()
-    try:
-        row = run(b, name, ctx)
-    except Exception as err:
-        logger.exception("%s failed", name)
-        entry = BOARDS[b.name]["entries"][name]
-        return {"name": name, "label": getattr(entry, "label", name), "error": repr(err)}
-    logger.info("%s: done in %.0f s", name, time.perf_counter() - start)
-    return row
 
 
 def plot_lm(rows: list[dict], folder: Path) -> None:
@@ -689,7 +681,6 @@ def translation_label(row: dict, cell_type: str) -> str:
 
 
 def run_mask_predict(b: Board) -> dict:
-    s = b.settings
     translation_tokenizer(b)
     rows = []
     for name, entry in BOARDS["mask_predict"]["entries"].items():
@@ -698,7 +689,7 @@ def run_mask_predict(b: Board) -> dict:
         if "error" in rows[-1]:
             raise SystemExit(f"{name} failed: {rows[-1]['error']}")
     result = {"entries": rows, "mask_predict": mask_predict_decoding(b)}
-    plot_mask_predict_bleu(result, b.out / "bleu_vs_iterations.png", s["budget_seconds"])
+    plot_mask_predict_bleu(result, b.out / "bleu_vs_iterations.png", b.settings["budget_seconds"])
     return result
 
 

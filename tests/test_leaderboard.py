@@ -240,6 +240,26 @@ def test_score_validation_is_the_token_mean_of_the_model_loss(tmp_path):
         lb.score_validation(tmp_path, ids[:10], block_size=16)
 
 
+def test_a_failing_lm_entry_keeps_the_others(tmp_path, monkeypatch):
+    (tmp_path / "input.txt").write_text("To be, or not to be: that is the question.\n" * 200)
+
+    def trained(b, name, ctx):
+        if name == "lstm":
+            raise RuntimeError("boom")
+        curve = {"seconds": [1.0], "eval_loss": [2.0]}
+        return {"name": name, "label": name, "kind": "budget", "val_loss": 2.0, "curve": curve}
+
+    monkeypatch.setattr(lb, "lm_trained", trained)
+    argv = ["lm", "--smoke", "--data", str(tmp_path / "input.txt"), "--entries", "lstm,gru"]
+    b = lb.parse_args(argv)
+    b.name, b.out = b.board, tmp_path / "out"
+    rows = lb.run_lm(b)["entries"]
+    assert (
+        rows[0] == {"name": "lstm", "label": "LSTM", "error": "RuntimeError('boom')"}
+        and rows[1]["val_loss"] == 2.0
+    )
+
+
 @pytest.mark.parametrize("smoke", [False, True])
 def test_every_lm_entry_is_a_valid_training_command(tmp_path, smoke):
     text = (string.ascii_letters + " .,;:!?'-\n")[:65] * 4  # 65 characters, as Tiny Shakespeare
