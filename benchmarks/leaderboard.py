@@ -21,7 +21,6 @@ import json
 import logging
 import math
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -30,28 +29,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
 
-from benchmarks.measure import (
-    REPO_ROOT,
-    available_cores,
-    comma_list,
-    cpu_model,
-    git_revision,
-    load_average,
-    resolve_device,
-    versions,
-)
+from benchmarks import measure
+from benchmarks.measure import REPO_ROOT, comma_list, git_revision, load_average, resolve_device
 from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
 
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
-TRAIN_FRACTION = 0.9  # nanoGPT's shakespeare_char/prepare.py: data[:int(n * 0.9)] / data[int(n * 0.9):]
+EVAL_FRACTION = 0.1  # nanoGPT's shakespeare_char/prepare.py: data[:int(n * 0.9)] / data[int(n * 0.9):]
 CALIBRATION_MARGIN = 0.95  # share of the predicted budget the calibrated step count aims for
 MAX_EVAL_SHARE = 0.25  # periodic evaluations may use at most this share of the budget
 NEVER = str(10**9)  # a step count no run reaches (`--save_every`, open-ended `--max_steps`)
@@ -173,12 +163,8 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     entries = BOARDS[board]["entries"]
     if not spec:
         return list(BOARDS[board].get("default_entries", entries))
-    names = list(dict.fromkeys(comma_list(spec)))
-    components = {v.component for v in entries.values()} if board == "ablations" else set()
-    unknown = [name for name in names if name not in entries and name not in components]
-    if unknown or not names:
-        groups = f"; components: {sorted(components - {'baseline'})}" if components else ""
-        raise ValueError(f"--entries: unknown {unknown}; choose from {list(entries)}{groups} (comma-separated).")  # fmt: skip
+    components = {v.component: None for v in entries.values()} if board == "ablations" else {}
+    names = measure.parse_entries(spec, {**entries, **components})  # a component: its variants
     if board == "ablations":
         chosen = {"baseline", *names}
         return [n for n, v in entries.items() if n in chosen or v.component in chosen]
@@ -205,36 +191,28 @@ def check_settings(board: str, s: dict) -> None:
 
 
 def hardware(num_threads: int | None) -> dict:
-    """The machine and software a board ran on; `torch_threads`: what each run uses."""
+    """`measure.environment` (`threads`: what each run uses) and the GPU torch sees."""
     import torch
 
-    return {"cpu_model": cpu_model(), "cores_available": available_cores(), "torch_threads": num_threads or torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "loadavg_start": load_average(),
-            "platform": platform.platform(), "python": platform.python_version(), **versions("torch", "transformers")}  # fmt: skip
-
-
-def split_text(text: str, train_fraction: float = TRAIN_FRACTION) -> tuple[str, str]:
-    """nanoGPT's split: the first `int(len(text) * train_fraction)` characters train, the rest validate."""
-    if not 0 < train_fraction < 1:
-        raise ValueError(f"`train_fraction` must be in (0, 1), got {train_fraction!r}.")
-    n = int(len(text) * train_fraction)
-    if n == 0 or n == len(text):
-        raise ValueError(f"A text of {len(text)} characters leaves an empty split at {train_fraction:.0%}.")
-    return text[:n], text[n:]
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {**measure.environment(num_threads or torch.get_num_threads()), "gpu": gpu}
 
 
 def write_split(data_file: Path, folder: Path, max_chars=None, train_chars=None, eval_chars=None) -> dict:
-    """Split `data_file`'s first `max_chars` characters, write the halves' first `train_chars` / `eval_chars`
-    (`newline=""`: the files hold exactly the split)."""
+    """Split `data_file`'s first `max_chars` characters as nanoGPT does (`training.data.splits.tail_split`),
+    write the halves' first `train_chars` / `eval_chars` (`newline=""`: the files hold exactly the split)."""
+    from datasets import Dataset
+
+    from training.data.splits import tail_split
+
     with open(data_file, encoding="utf-8", newline="") as f:
         text = f.read()[:max_chars]
-    train, val = split_text(text)
-    train, val = train[:train_chars], val[:eval_chars]
+    parts = tail_split(Dataset.from_dict({"text": [text]}), EVAL_FRACTION)
+    train, val = parts["train"]["text"][0][:train_chars], parts["eval"]["text"][0][:eval_chars]
     folder.mkdir(parents=True, exist_ok=True)
     files = {"train_file": folder / "train.txt", "val_file": folder / "val.txt"}
     for key, part in (("train_file", train), ("val_file", val)):
-        with open(files[key], "w", encoding="utf-8", newline="") as f:
-            f.write(part)
+        files[key].write_text(part, encoding="utf-8", newline="")
     return {"source": str(data_file), **{key: str(path) for key, path in files.items()}, "characters": len(text),
             "train_characters": len(train), "val_characters": len(val)}  # fmt: skip
 
@@ -256,15 +234,23 @@ def char_tokenizer(text: str, folder: Path, block_size: int, vocab_size: int, ch
     return tokenizer
 
 
-def reuse_or_train_tokenizer(folder: Path, stamp: dict, train) -> tuple[object, bool]:
-    """`(tokenizer, reused)`: the one in `folder` if trained with the settings `stamp`, else `train()`'s."""
+def shared_tokenizer(b: Board, kind: str, texts, length_key: str, finish, **options) -> tuple[object, bool]:
+    """`(tokenizer, reused)`: the one in `out/tokenizer` if trained on the same data with the same
+    settings, else one trained on `texts()` (right padding), passed to `finish` and saved there."""
     from transformers import AutoTokenizer
 
+    from training.data.tokenizer import train_tokenizer
+
+    s, folder = b.settings, b.out / "tokenizer"
+    keys = ("vocab_size", "max_train_samples", length_key)
+    stamp = {"data_dir": str(Path(b.data).resolve()), "kind": kind, **{k: s[k] for k in keys}}
     record = folder / "leaderboard_settings.json"
     if record.is_file() and json.loads(record.read_text()) == stamp:
         logger.info("Reusing the tokenizer in %s (same settings).", folder)
         return AutoTokenizer.from_pretrained(folder), True
-    tokenizer = train()
+    options.update(model_max_length=s[length_key], padding_side="right")
+    tokenizer = train_tokenizer(texts(), kind, s["vocab_size"], **options)
+    finish(tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(folder)
     record.write_text(json.dumps(stamp, indent=2))
@@ -280,15 +266,13 @@ def read_metrics(path: Path) -> list[dict]:
         return [{k: float(v) if v not in ("", None) else None for k, v in row.items()} for row in csv.DictReader(f)]  # fmt: skip
 
 
-def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bool = False) -> dict:
+def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse=False, stamp=None) -> dict:
     """`python -m training.train argv` in a fresh process, logged to `run_dir/train.log` (with `reuse`, a
-    folder holding the same command's final metrics is kept): status ok/reused/failed, metrics, rows."""
-    record, final = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json"
-    result = {
-        "command": shlex.join(["python", "-m", "training.train", *argv]),
-        "loadavg_before": load_average(),
-    }
-    if reuse and final.is_file() and record.is_file() and json.loads(record.read_text()) == argv:
+    folder holding the final metrics of the same `stamp`, default the command, is kept): status
+    ok/reused/failed, metrics, rows."""
+    record, final, stamp = run_dir / "leaderboard_command.json", run_dir / "final_metrics.json", stamp or argv
+    result = {"command": measure.command_line("training.train", argv), "loadavg_before": load_average()}
+    if reuse and final.is_file() and record.is_file() and json.loads(record.read_text()) == stamp:
         result.update(status="reused", returncode=0, wall_seconds=None)
     else:
         shutil.rmtree(run_dir, ignore_errors=True)  # a stale folder's checkpoints must not mix in
@@ -304,7 +288,7 @@ def train_run(argv: list[str], run_dir: Path, num_threads: int | None, reuse: bo
         result.update(status="ok" if ok else "failed", returncode=returncode)
         result["wall_seconds"] = round(time.perf_counter() - start, 2)
         if ok:
-            record.write_text(json.dumps(argv))
+            record.write_text(json.dumps(stamp))
         else:
             result["error_tail"] = (run_dir / "train.log").read_text(errors="replace")[-3000:]
             logger.error("%s failed (exit %s); log tail:\n%s", run_dir, returncode, result["error_tail"])
@@ -319,7 +303,7 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
     command); a failing entry's row holds the error, so the others' results are kept."""
     import importlib
 
-    command = shlex.join(["python", "-m", module, *argv])
+    command = measure.command_line(module, argv)
     logger.info("=== %s: %s", name, command)
     row = {"name": name, **fields}
     try:
@@ -336,51 +320,28 @@ def finetune_row(name: str, module: str, argv: list[str], fields: dict) -> dict:
     return row
 
 
-def translation_tokenizer(data_dir: Path, settings: dict, folder: Path) -> tuple[object, bool]:
-    """Train (or reuse) the joint byte-level BPE tokenizer (BART's specials, `<mask>` included) on both
-    sides of the training pairs; returns `(tokenizer, reused)`."""
-    from training.data.tokenizer import BART_SPECIAL_TOKENS, train_tokenizer
-    from training.finetune_translation import TranslationDataArguments as DataArgs
-    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
-
-    keys = ("vocab_size", "max_train_samples", "max_length")
-    stamp = {"data_dir": str(Path(data_dir).resolve()), "kind": "byte_bpe", **{k: settings[k] for k in keys}}
-
-    def train():
-        data_args = DataArgs(data_dir=str(data_dir), validation_split="", test_split="", max_train_samples=settings["max_train_samples"])  # fmt: skip
-        pairs = load_translation_dataset(data_args)["train"]
-        tokenizer = train_tokenizer(sides(pairs, "de") + sides(pairs, "en"), kind="byte_bpe", vocab_size=settings["vocab_size"],
-                                    special_tokens=BART_SPECIAL_TOKENS, model_max_length=settings["max_length"],
-                                    padding_side="right")  # fmt: skip
-        ensure_eos(tokenizer)  # saved with it: every entry encodes "... </s>" identically
-        return tokenizer
-
-    return reuse_or_train_tokenizer(folder, stamp, train)
-
-
-def command_line(template: str, values: dict, **lists) -> list[str]:
+def command_line(template: str, values: dict, caps=(), **lists) -> list[str]:
     """A command line from a leaderboard.yaml `argv` template: each (shell-quoted) word formatted with
-    `values`, a word `*name` replaced by the list `lists[name]`."""
+    `values`, a word `*name` replaced by the list `lists[name]`; then `--key value` for each of the `caps`
+    keys whose value is not None."""
     words = []
     for word in shlex.split(template):
         words += list(lists[word[1:]]) if word.startswith("*") else [word.format(**values)]
-    return words
+    given = [key for key in caps if values.get(key) is not None]
+    return words + [arg for key in given for arg in (f"--{key}", str(values[key]))]
 
 
-def _translation_argv(template: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int, **values):  # fmt: skip
-    """A `training.finetune_translation` command line: `template` with the shared head and tail (no validation)."""
-    argv = BOARDS["translation"]["argv"]
-    values = {"logging_steps": 50, **s, "data": data, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir, "seed": seed, **values}  # fmt: skip
-    head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
-    return command_line(template, values, head=head, tail=tail, **values.pop("lists", {}))
-
-
-def _sample_caps(s: dict, keys=("max_train_samples", "max_eval_samples", "max_test_samples")) -> list[str]:
-    return [arg for key in keys if s.get(key) is not None for arg in (f"--{key}", str(s[key]))]
+SAMPLE_CAPS = ("max_train_samples", "max_eval_samples", "max_test_samples")
 
 
 # one run of a board: its parsed command line (`parse_args`), the board as `name`, its folder as `out`
 Board = argparse.Namespace
+
+
+def run_values(b: Board, run: str) -> dict:
+    """What the command lines of the board's run `run` are formatted with: the settings, data, seed and folders."""
+    folders = {"tokenizer_dir": b.out / "tokenizer", "run_dir": b.out / "runs" / run}
+    return {**b.settings, "data": b.data, **folders, "seed": b.seed}
 
 
 # ---- lm: the language-modeling leaderboard
@@ -397,9 +358,7 @@ def train_command(entry, s: dict, data: dict, tokenizer_dir: Path, out: Path, se
     values = {**data, "tokenizer_dir": tokenizer_dir, "block": block, "batch": batch, "never": NEVER,
               "learning_rate": entry.learning_rate, "lr_scheduler": "cosine", **run, "seed": seed, "out": out,
               "eval_batches": max(1, math.ceil(s["curve_eval_blocks"] / batch))}  # fmt: skip
-    args = command_line(BOARDS["lm"]["argv"], values, model_args=model_args)
-    if run.get("max_train_seconds") is not None:
-        args += ["--max_train_seconds", str(run["max_train_seconds"])]
+    args = command_line(BOARDS["lm"]["argv"], values, ["max_train_seconds"], model_args=model_args)
     if reference:  # nanoGPT's recipe: its get_batch windows, its cosine ending at a tenth, its best model
         args += ["--sampling", "random_windows", "--min_lr_rate", "0.1"]
         args += ["--load_best_model_at_end", "true", "--metric_for_best_model", "eval_loss"]
@@ -464,41 +423,26 @@ def curve(rows: list[dict]) -> dict:
             "eval_loss": [points[s][1] for s in steps]}  # fmt: skip
 
 
-def score_ids(model, ids, block_size: int, batch_size: int = 64) -> dict:
-    """Mean next-token loss over `ids` in non-overlapping blocks (the tail that fills none dropped), as
-    `training.objectives.evaluation.evaluate` scores: `{"loss", "scored_tokens", "blocks"}`."""
-    import torch
-    import torch.nn.functional as F
-
-    n_blocks = len(ids) // block_size
-    if n_blocks == 0:
-        raise ValueError(f"{len(ids)} validation tokens are fewer than one block of {block_size}.")
-    blocks = ids[: n_blocks * block_size].view(n_blocks, block_size)  # (N, T)
-    model.eval()
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for start in range(0, n_blocks, batch_size):
-            batch = blocks[start : start + batch_size]  # (b, T)
-            logits = model(input_ids=batch).logits[:, :-1].float()  # (b, T - 1, V)
-            targets = batch[:, 1:]  # (b, T - 1)
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum").item()  # fmt: skip
-            count += targets.numel()
-    return {"loss": total / count, "scored_tokens": count, "blocks": n_blocks}
-
-
 def score_validation(model_dir: Path, val_ids, block_size: int) -> dict:
-    """`score_ids` of a saved model with perplexity, bits per character, parameters (None for an n-gram
-    model, which stores counts) and n-grams."""
+    """A saved model's mean next-token loss over `val_ids` in non-overlapping blocks (the tail that fills
+    none dropped, as `training.objectives.evaluation.evaluate` scores), with perplexity, bits per
+    token (a character here), parameters (None for an n-gram model, which stores counts) and n-grams."""
     import torch
     from transformers import AutoModelForCausalLM
 
     import hf_lm  # noqa: F401  (registers the Auto classes)
+    from hf_lm.metrics.sliding_window import sliding_window_perplexity
 
+    n_blocks = len(val_ids) // block_size
+    if n_blocks == 0:
+        raise ValueError(f"{len(val_ids)} validation tokens are fewer than one block of {block_size}.")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    result, num_ngrams = score_ids(model, val_ids, block_size), getattr(model.config, "num_ngrams", None)
-    return {**result, "perplexity": math.exp(result["loss"]), "bits_per_character": result["loss"] / math.log(2),
-            "parameters": None if num_ngrams is not None else sum(p.numel() for p in model.parameters()),
-            "ngrams": sum(num_ngrams) if num_ngrams is not None else None}  # fmt: skip
+    scored = sliding_window_perplexity(
+        model, val_ids[: n_blocks * block_size], block_size, block_size, batch_size=64
+    )
+    num_ngrams = getattr(model.config, "num_ngrams", None)
+    parameters = None if num_ngrams is not None else sum(p.numel() for p in model.parameters())
+    return {**scored, "parameters": parameters, "ngrams": sum(num_ngrams) if num_ngrams is not None else None}
 
 
 def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_ids) -> dict:
@@ -509,7 +453,7 @@ def _lm_row(b: Board, name: str, run: dict, run_dir: Path, block_size: int, val_
         "name": name, "label": entry.label, "kind": entry.kind, "parameters": scored["parameters"],
         "steps": final["step"], "tokens_seen": final["tokens_seen"], "train_seconds": train_seconds(run["rows"]),
         "wall_seconds": run["wall_seconds"], "val_loss": scored["loss"], "perplexity": scored["perplexity"],
-        "bits_per_character": scored["bits_per_character"], "scored_characters": scored["scored_tokens"],
+        "bits_per_character": scored["bits_per_token"], "scored_characters": scored["n_tokens"],
         "eval_block_size": block_size, "learning_rate": entry.learning_rate,
         "curve_eval_loss_last": final.get("eval_loss"),  # training.train's own, on the curve subset
         "curve": curve(run["rows"]), "command": run["command"],
@@ -535,7 +479,7 @@ def lm_ngram(b: Board, name: str, ctx: dict) -> dict:
         scored = score_validation(run_dir / "final", ctx["val_ids"], s["block_size"])
         orders.append({
             "order": order, "val_loss": scored["loss"], "perplexity": scored["perplexity"],
-            "bits_per_character": scored["bits_per_character"], "ngrams": scored["ngrams"],
+            "bits_per_character": scored["bits_per_token"], "ngrams": scored["ngrams"],
             "fit_seconds": float(fit.group(1)) if fit else None,
             "wall_seconds": run["wall_seconds"], "command": run["command"],
         })  # fmt: skip
@@ -602,25 +546,17 @@ def run_lm(b: Board) -> dict:
     ctx = {"data": data, "tokenizer": b.out / "tokenizer", "val_ids": torch.tensor(ids, dtype=torch.long)}
     rows = []
     for name in b.names:
-        kind = BOARDS["lm"]["entries"][name].kind
-        rows.append(_guarded(b, name, lm_ngram if kind == "ngram" else lm_trained, ctx))
+        entry, start = BOARDS["lm"]["entries"][name], time.perf_counter()
+        try:  # one broken entry must not cost the others: its row holds the error
+            rows.append((lm_ngram if entry.kind == "ngram" else lm_trained)(b, name, ctx))
+            logger.info("%s: done in %.0f s", name, time.perf_counter() - start)
+        except Exception as err:
+            logger.exception("%s failed", name)
+            rows.append({"name": name, "label": entry.label, "error": repr(err)})
     result = {"budget_seconds": s["budget_seconds"], "schedule": s["schedule"], "data": data, "entries": rows,
               "reference": [NANOGPT_REFERENCE]}  # fmt: skip
     plot_lm(rows, b.out)
     return result
-
-
-def _guarded(b: Board, name: str, run, ctx: dict) -> dict:
-    """`run(b, name, ctx)`'s row, or a row holding the error: one broken entry must not cost the others."""
-    start = time.perf_counter()
-    try:
-        row = run(b, name, ctx)
-    except Exception as err:
-        logger.exception("%s failed", name)
-        entry = BOARDS[b.name]["entries"][name]
-        return {"name": name, "label": getattr(entry, "label", name), "error": repr(err)}
-    logger.info("%s: done in %.0f s", name, time.perf_counter() - start)
-    return row
 
 
 def plot_lm(rows: list[dict], folder: Path) -> None:
@@ -664,23 +600,22 @@ def _save(plt, fig, ax, path: Path, fontsize: int = 8, **legend) -> None:
 # ---- translation and mask_predict: Multi30k De->En
 
 
-def translation_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
-    """The `training.finetune_translation` arguments of one translation entry."""
-    entry, argv = BOARDS["translation"]["entries"][name], BOARDS["translation"]["argv"]
-    values = {**s, "attention": entry.attention, "family": entry.family}
-    model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
-    argv = _translation_argv(argv["entry"], values, data, tokenizer_dir, run_dir, seed, lists={"model": model})  # fmt: skip
-    # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
-    argv += ["--use_cpu", "true"] if s["device"] == "cpu" else []
-    argv += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
-    return argv + _sample_caps(s)
-
-
-def mask_predict_argv(name: str, s: dict, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int) -> list:
-    """The `training.finetune_translation` arguments of one mask_predict model."""
-    argv = _translation_argv(BOARDS["mask_predict"]["argv"], s, data, tokenizer_dir, run_dir, seed, name=name)
-    argv += ["--test_split", ""] if name == "mask_predict" else []  # mask_predict_decoding: once per T
-    return argv + _sample_caps(s)
+def translation_argv(b: Board, name: str) -> list[str]:
+    """The `training.finetune_translation` arguments of a translation entry or a mask_predict model: the
+    board's template with the shared head and tail (no validation)."""
+    argv, model, extra, board, s = BOARDS["translation"]["argv"], [], [], b.name, b.settings
+    values = {"logging_steps": 50, **run_values(b, name), "name": name}
+    if board == "translation":
+        entry = BOARDS[board]["entries"][name]
+        values.update(attention=entry.attention, family=entry.family)
+        model = command_line(argv["rnn_seq2seq" if entry.family == "rnn_seq2seq" else "transformer"], values)
+        # "cuda" is Trainer's own default; "cpu" is said, which also lets Trainer autocast bf16 on a CPU
+        extra += ["--use_cpu", "true"] if s["device"] == "cpu" else []
+        extra += [f"--{s['mixed_precision']}", "true"] if s["mixed_precision"] != "no" else []
+    extra += ["--test_split", ""] if name == "mask_predict" else []  # mask_predict_decoding: once per T
+    head, tail = (command_line(argv[part], values) for part in ("head", "tail"))
+    template = argv["entry"] if board == "translation" else BOARDS[board]["argv"]
+    return command_line(template, values, SAMPLE_CAPS, head=head, tail=tail, model=model) + extra
 
 
 def metric_fields(board: str, metrics: dict) -> dict:
@@ -691,13 +626,30 @@ def metric_fields(board: str, metrics: dict) -> dict:
     }
 
 
+def translation_tokenizer(b: Board) -> tuple[object, bool]:
+    """The joint byte-level BPE tokenizer (BART's specials, `<mask>` included) of both sides of the
+    training pairs, saved with EOS appended: every entry encodes "... </s>" identically."""
+    from training.data.tokenizer import BART_SPECIAL_TOKENS
+    from training.finetune_translation import TranslationDataArguments as DataArgs
+    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
+
+    def texts():
+        data_args = DataArgs(data_dir=str(b.data), validation_split="", test_split="", max_train_samples=b.settings["max_train_samples"])  # fmt: skip
+        pairs = load_translation_dataset(data_args)["train"]
+        return sides(pairs, "de") + sides(pairs, "en")
+
+    return shared_tokenizer(
+        b, "byte_bpe", texts, "max_length", ensure_eos, special_tokens=BART_SPECIAL_TOKENS
+    )
+
+
 def run_translation(b: Board) -> dict:
     s, references = b.settings, BOARDS["translation"]["references"]
-    tokenizer, reused = translation_tokenizer(b.data, s, b.out / "tokenizer")
+    tokenizer, reused = translation_tokenizer(b)
     rows = []
     for name in b.names:
         entry = BOARDS["translation"]["entries"][name]
-        argv = translation_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = translation_argv(b, name)
         row = finetune_row(name, "training.finetune_translation", argv,
                            {"label": entry.label, "family": entry.family, "attention": entry.attention})  # fmt: skip
         row.update(metric_fields("translation", row.get("metrics", {})), published_bleu=entry.published)
@@ -729,16 +681,15 @@ def translation_label(row: dict, cell_type: str) -> str:
 
 
 def run_mask_predict(b: Board) -> dict:
-    s = b.settings
-    translation_tokenizer(b.data, s, b.out / "tokenizer")
+    translation_tokenizer(b)
     rows = []
     for name, entry in BOARDS["mask_predict"]["entries"].items():
-        argv = mask_predict_argv(name, s, b.data, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = translation_argv(b, name)
         rows.append(finetune_row(name, "training.finetune_translation", argv, {"label": entry.label}))
         if "error" in rows[-1]:
             raise SystemExit(f"{name} failed: {rows[-1]['error']}")
     result = {"entries": rows, "mask_predict": mask_predict_decoding(b)}
-    plot_mask_predict_bleu(result, b.out / "bleu_vs_iterations.png", s["budget_seconds"])
+    plot_mask_predict_bleu(result, b.out / "bleu_vs_iterations.png", b.settings["budget_seconds"])
     return result
 
 
@@ -829,92 +780,72 @@ def save_initialization(folder: Path, tokenizer, s: dict, seed: int, objective: 
     from hf_lm import HfLmBertConfig, HfLmBertForMaskedLM, HfLmElectraConfig
     from training.objectives.electra import ElectraPretrainingModel
 
-    if objective == "electra":
-        config = _encoder_config(HfLmElectraConfig, tokenizer, s, embedding_size=s["hidden_size"])
-        torch.manual_seed(seed)
-        model = ElectraPretrainingModel(config)
-    else:
-        torch.manual_seed(seed)
-        model = HfLmBertForMaskedLM(_encoder_config(HfLmBertConfig, tokenizer, s))
+    config_class, model_class, extra = {
+        "mlm": (HfLmBertConfig, HfLmBertForMaskedLM, {}),
+        "electra": (HfLmElectraConfig, ElectraPretrainingModel, {"embedding_size": s["hidden_size"]}),
+    }[objective]
+    torch.manual_seed(seed)
+    model = model_class(_encoder_config(config_class, tokenizer, s, **extra))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return sum(p.numel() for p in model.parameters()) if objective == "electra" else model.num_parameters()
+    return sum(p.numel() for p in model.parameters())
 
 
-def sst2_tokenizer(sentences: list[str], s: dict, data: Path, folder: Path):
-    """Train (or reuse) the WordPiece tokenizer: BERT's specials, [SEP] also as EOS for packing."""
-    from training.data.tokenizer import train_tokenizer
-    from training.finetune_classification import SPECIAL_TOKENS
-
-    keys = ("vocab_size", "max_train_samples", "max_seq_length")
-    stamp = {"data_dir": str(Path(data).resolve()), "kind": "wordpiece", **{k: s[k] for k in keys}}
-
-    def train():
-        tokenizer = train_tokenizer(sentences, kind="wordpiece", vocab_size=s["vocab_size"],
-                                    special_tokens={**SPECIAL_TOKENS, "eos_token": "[SEP]"},
-                                    model_max_length=s["max_seq_length"], padding_side="right")  # fmt: skip
-        if tokenizer("a")["input_ids"][:1] != [tokenizer.cls_token_id]:
-            raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
-        return tokenizer
-
-    return reuse_or_train_tokenizer(folder, stamp, train)
+def _starts_with_cls(tokenizer) -> None:
+    if tokenizer("a")["input_ids"][:1] != [tokenizer.cls_token_id]:
+        raise RuntimeError("The WordPiece tokenizer does not start its encodings with [CLS].")
 
 
-def pretrain_argv(s: dict, text_file, init_dir, tokenizer_dir, run_dir, objective: str, seed: int) -> list:
+def pretrain_argv(b: Board, objective: str, text_file: Path, init_dir: Path) -> list[str]:
     """The `training.train` arguments of the pretraining with `objective` ("mlm" or "electra")."""
-    values = {**s, "objective": objective, "init_dir": init_dir, "tokenizer_dir": tokenizer_dir, "seed": seed}
-    values.update(text_file=text_file, run_dir=run_dir)
-    return command_line(BOARDS["sst2"]["argv"]["pretrain"], values)
+    values = {**run_values(b, f"{objective}_pretrain"), "objective": objective, "init_dir": init_dir}
+    return command_line(BOARDS["sst2"]["argv"]["pretrain"], {**values, "text_file": text_file})
 
 
-def sst2_finetune_argv(name: str, s: dict, data, start_dir, tokenizer_dir, run_dir, seed: int) -> list:
+def sst2_finetune_argv(b: Board, name: str, start_dir: Path) -> list[str]:
     """The `training.finetune_classification` arguments of one entry."""
-    entry = BOARDS["sst2"]["entries"][name]
+    entry, s = BOARDS["sst2"]["entries"][name], b.settings
     budget = s["budget_seconds"] + (s["pretrain_seconds"] if entry.extra_time else 0.0)
     lr = s["pretrained_learning_rate"] if entry.pretraining else s["scratch_learning_rate"]
-    values = {**s, "data": data, "start_dir": start_dir, "tokenizer_dir": tokenizer_dir, "run_dir": run_dir}
-    values.update(lr=lr, budget=budget, seed=seed)
-    return command_line(BOARDS["sst2"]["argv"]["finetune"], values) + _sample_caps(s)
+    values = {**run_values(b, name), "start_dir": start_dir, "lr": lr, "budget": budget}
+    return command_line(BOARDS["sst2"]["argv"]["finetune"], values, SAMPLE_CAPS)
 
 
 def sst2_pretraining(b: Board, objective: str, sentences: list[str], tokenizer) -> dict:
-    """Pretrain with `objective` for `pretrain_seconds` into `runs/<objective>_pretrain/` (or reuse one
-    with the same settings); its record."""
+    """Pretrain with `objective` for `pretrain_seconds` into `runs/<objective>_pretrain/` in a fresh process
+    (or reuse one made with the same command and tokenizer); its record."""
     s, tokenizer_dir, init_dir = b.settings, b.out / "tokenizer", b.out / "init"
     if objective == "electra":
         init_dir = b.out / "init_electra"
         save_initialization(init_dir, tokenizer, s, b.seed, "electra")
     text_file = b.out / "pretraining_text.txt"
     text_file.write_text("".join(sentence + "\n" for sentence in sentences), encoding="utf-8")
-    run_dir = b.out / "runs" / f"{objective}_pretrain"
-    argv = pretrain_argv(s, text_file, init_dir, tokenizer_dir, run_dir, objective, b.seed)
+    run_dir, argv = b.out / "runs" / f"{objective}_pretrain", pretrain_argv(b, objective, text_file, init_dir)
     stamp = {"argv": argv, "tokenizer": json.loads((tokenizer_dir / "leaderboard_settings.json").read_text())}
-    record, final = run_dir / "leaderboard_settings.json", run_dir / "final_metrics.json"
-    done = record.is_file() and final.is_file() and json.loads(record.read_text()) == stamp
-    reused = s["reuse_pretraining"] and done
-    if reused:
-        logger.info("Reusing the pretraining in %s (same settings).", run_dir)
-        metrics = json.loads(final.read_text())
-    else:
-        from training.train import main as train_main
-
-        metrics = train_main(argv)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        record.write_text(json.dumps(stamp, indent=2))
+    run = train_run(argv, run_dir, s["num_threads"], s["reuse_pretraining"], stamp)
+    metrics = _checked(run, run_dir, "the pretraining")["final_metrics"]
     keys = "train_loss eval_loss eval_mlm_accuracy eval_disc_loss eval_disc_accuracy tokens_seen".split()
-    return {"objective": objective, "command": shlex.join(["python", "-m", "training.train", *argv]), "reused": reused,
+    return {"objective": objective, "command": run["command"], "reused": run["status"] == "reused",
             "steps": metrics["step"], "seconds": metrics["seconds"], "budget_seconds": s["pretrain_seconds"],
             **{key: metrics.get(key) for key in keys}, "metrics": metrics}  # fmt: skip
 
 
 def run_sst2(b: Board) -> dict:
-    from training.finetune_classification import ClassificationDataArguments, load_classification_dataset
+    from training.finetune_classification import (
+        SPECIAL_TOKENS,
+        ClassificationDataArguments,
+        load_classification_dataset,
+    )
 
     s, entries = b.settings, BOARDS["sst2"]["entries"]
     data_args = ClassificationDataArguments(data_dir=str(b.data), max_train_samples=s["max_train_samples"])
     raw = load_classification_dataset(data_args)["train"]["sentence"]  # labels unused
     sentences = list(dict.fromkeys(t for t in (text.strip() for text in raw) if t))
-    tokenizer, reused = sst2_tokenizer(sentences, s, b.data, b.out / "tokenizer")
+    # WordPiece with BERT's specials, [SEP] also as EOS for packing
+    special = {"special_tokens": {**SPECIAL_TOKENS, "eos_token": "[SEP]"}}
+    tokenizer, reused = shared_tokenizer(
+        b, "wordpiece", lambda: sentences, "max_seq_length", _starts_with_cls, **special
+    )
     num_parameters = save_initialization(b.out / "init", tokenizer, s, b.seed)
     objectives = dict.fromkeys(entries[name].pretraining for name in b.names if entries[name].pretraining)
     pretrainings = {obj: sst2_pretraining(b, obj, sentences, tokenizer) for obj in objectives}
@@ -922,7 +853,7 @@ def run_sst2(b: Board) -> dict:
     for name in b.names:
         objective = entries[name].pretraining
         start = b.out / "runs" / f"{objective}_pretrain" / "final" if objective else b.out / "init"
-        argv = sst2_finetune_argv(name, s, b.data, start, b.out / "tokenizer", b.out / "runs" / name, b.seed)
+        argv = sst2_finetune_argv(b, name, start)
         fields = {"label": entries[name].label, "pretrained": bool(objective)}
         row = finetune_row(name, "training.finetune_classification", argv, fields)
         row.update(metric_fields("sst2", row.get("metrics", {})))
@@ -951,47 +882,43 @@ def run_sst2(b: Board) -> dict:
 # ---- ablations and length_extrapolation: GPT variants on Tiny Shakespeare
 
 
-@dataclass(frozen=True)
-class ModelSize:
+def model_size(s: dict) -> dict:
     """The baseline's sizes, from which some variants derive theirs (GQA's heads, E, GLU width)."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-
-    @property
-    def glu_intermediate_size(self) -> int:
-        # Shazeer (2020): a gated feed-forward has 3 matrices, so 2/3 of the width keeps the parameters
-        return max(8, round(2 * self.intermediate_size / 3 / 8) * 8)
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+    return {
+        **{k: s[k] for k in keys},
+        "intermediate_size": s.get("intermediate_size") or 4 * s["hidden_size"],
+    }
 
 
-def model_size(s: dict) -> ModelSize:
-    hidden, intermediate = s["hidden_size"], s.get("intermediate_size") or 4 * s["hidden_size"]
-    return ModelSize(hidden, s["num_hidden_layers"], s["num_attention_heads"], intermediate)
+def glu_width(size: dict) -> int:
+    # Shazeer (2020): a gated feed-forward has 3 matrices, so 2/3 of the width keeps the parameters
+    return max(8, round(2 * size["intermediate_size"] / 3 / 8) * 8)
 
 
-def variant_fields(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> dict:
+def variant_fields(variant: SimpleNamespace, size: dict, match_glu: bool = True) -> dict:
     """All config fields a variant's run sets beyond the sizes: the baseline's, then its own."""
     fields = dict(variant.fields)
     if variant.glu and match_glu:
-        fields["intermediate_size"] = size.glu_intermediate_size
+        fields["intermediate_size"] = glu_width(size)
     if variant.derived == "kv_half":
-        fields["num_key_value_heads"] = max(1, size.num_attention_heads // 2)
+        fields["num_key_value_heads"] = max(1, size["num_attention_heads"] // 2)
     elif variant.derived == "embedding_quarter":
-        fields["embedding_size"] = max(2, size.hidden_size // 4)
-    return {**BASELINE, "intermediate_size": size.intermediate_size, **fields}
+        fields["embedding_size"] = max(2, size["hidden_size"] // 4)
+    return {**BASELINE, "intermediate_size": size["intermediate_size"], **fields}
 
 
-def variant_config(variant, size: ModelSize, vocab_size: int, block_size: int, match_glu: bool = True):
+def variant_config(variant, size: dict, vocab_size: int, block_size: int, match_glu: bool = True):
     """The `HfLmGPTConfig` `training.train` builds for this variant (special tokens aside)."""
     from hf_lm import HfLmGPTConfig
 
-    return HfLmGPTConfig(
-        vocab_size=vocab_size, hidden_size=size.hidden_size, num_hidden_layers=size.num_hidden_layers,
-        num_attention_heads=size.num_attention_heads, max_position_embeddings=block_size,
-        hidden_dropout=0.0, attention_dropout=0.0, **variant_fields(variant, size, match_glu),
-    )  # fmt: skip
+    fields = {
+        **size,
+        **variant_fields(variant, size, match_glu),
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+    }
+    return HfLmGPTConfig(vocab_size=vocab_size, max_position_embeddings=block_size, **fields)
 
 
 def forward_flops_per_token(config, context: int) -> int:
@@ -1014,23 +941,16 @@ def forward_flops_per_token(config, context: int) -> int:
     return round(2 * macs + attention)
 
 
-# config fields that `training.train` has a flag for; the others go through --config_overrides
-_TRAIN_FLAGS = set(
-    "hidden_act norm_type norm_position position_embedding_type num_key_value_heads intermediate_size".split()
-)
+def variant_flags(variant: SimpleNamespace, size: dict, match_glu: bool = True) -> list[str]:
+    """The `training.train` flags that select a variant's architecture: a field's own flag where
+    `training.train` has one, the others through `--config_overrides`."""
+    from training.args import as_flags
+    from training.models import FLAG_FIELDS
 
-
-def variant_flags(variant: SimpleNamespace, size: ModelSize, match_glu: bool = True) -> list[str]:
-    """The `training.train` flags that select a variant's architecture."""
-    flags, overrides = [], {}
-    for name, value in variant_fields(variant, size, match_glu).items():
-        if name == "tie_word_embeddings":
-            flags += [] if value else ["--no_tie_word_embeddings"]
-        elif name in _TRAIN_FLAGS:
-            flags += [f"--{name}", str(value)]
-        else:
-            overrides[name] = value
-    return flags + (["--config_overrides", json.dumps(overrides, sort_keys=True)] if overrides else [])
+    fields = variant_fields(variant, size, match_glu)
+    flags = {name: value for name, value in fields.items() if name in FLAG_FIELDS}
+    overrides = {name: value for name, value in fields.items() if name not in FLAG_FIELDS}
+    return as_flags({**flags, "config_overrides": overrides or None})
 
 
 def variant_argv(
@@ -1038,9 +958,8 @@ def variant_argv(
 ) -> list[str]:
     """The `training.train` arguments of one (variant, seed) run; it evaluates at `early_step` for the early loss."""
     values = {**s, **data, "tokenizer_dir": tokenizer_dir, "seed": seed, "early_step": early_step}
-    argv = command_line(BOARDS["ablations"]["argv"], {**values, "log_every": log_every, "out": out})
-    for key in ("eval_batches", "max_train_seconds"):
-        argv += [f"--{key}", str(s[key])] if s[key] is not None else []
+    values.update(log_every=log_every, out=out)
+    argv = command_line(BOARDS["ablations"]["argv"], values, ["eval_batches", "max_train_seconds"])
     return argv + variant_flags(variant, model_size(s), s.get("match_glu_params", True))
 
 
@@ -1080,11 +999,13 @@ def mean_std(values: list) -> dict:
     return {"mean": statistics.fmean(present), "std": std, "n": len(present)}
 
 
-def run_grid(jobs: list[tuple], s: dict) -> list[dict]:
-    """Train (or reuse) every `(name, seed, folder, argv)` job, `jobs` at a time; each one's `train_run`."""
+def run_grid(b: Board, jobs: list, variants: dict, data: dict, early_step: int, log_every: int) -> list:
+    """Train (or reuse) every `(name, seed, folder)` job of `variants`, `jobs` at a time; each one's `train_run`."""
+    s = b.settings
 
     def work(job):
-        name, seed, out, argv = job
+        name, seed, out = job
+        argv = variant_argv(s, variants[name], seed, data, b.out / "tokenizer", out, early_step, log_every)
         run = train_run(argv, out, s["num_threads"], reuse=not s["rerun"])
         logger.info("%-22s seed %d: %s", name, seed, run["status"])
         return run
@@ -1093,33 +1014,31 @@ def run_grid(jobs: list[tuple], s: dict) -> list[dict]:
         return list(pool.map(work, jobs))
 
 
-def _gpt_data(b: Board) -> tuple[dict, Path, int]:
+def _gpt_data(b: Board) -> dict:
     """The split (first characters of each part kept) and the character tokenizer, trained on the whole
-    text as nanoGPT builds its vocabulary; returns (data, tokenizer folder, vocabulary size)."""
+    text as nanoGPT builds its vocabulary."""
     s = b.settings
     data = write_split(b.data, b.out / "data", None, s["train_chars"], s["eval_chars"])
     whole = Path(b.data).read_text(encoding="utf-8")
     vocab_size = len(char_tokenizer(whole, b.out / "tokenizer", s["block_size"], 512))
-    return {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size}, b.out / "tokenizer", vocab_size  # fmt: skip
+    return {**data, "tokenizer": str(b.out / "tokenizer"), "vocab_size": vocab_size}
 
 
 def run_ablations(b: Board) -> dict:
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
-    data, tokenizer_dir, vocab_size = _gpt_data(b)
-    variants = {name: VARIANTS[name] for name in b.names}
-    configs = {n: variant_config(v, size, vocab_size, s["block_size"], s["match_glu_params"]) for n, v in variants.items()}  # fmt: skip
+    data, variants = _gpt_data(b), {name: VARIANTS[name] for name in b.names}
+    configs = {n: variant_config(v, size, data["vocab_size"], s["block_size"], s["match_glu_params"]) for n, v in variants.items()}  # fmt: skip
     early_step = max(1, round(s["max_steps"] * s["early_fraction"]))
     # at most every 10 steps, and at least 5 logs before the early evaluation, so steps can be timed
     log_every = s["log_every"] or max(1, min(10, early_step // 5))
-    jobs = [(name, seed, out, variant_argv(s, variant, seed, data, tokenizer_dir, out, early_step, log_every))
-            for name, variant in variants.items() for seed in s["seeds"] for out in [b.out / "runs" / name / f"seed{seed}"]]  # fmt: skip
-    runs = run_grid(jobs, s)
+    jobs = [(name, seed, b.out / "runs" / name / f"seed{seed}") for name in variants for seed in s["seeds"]]
+    runs = run_grid(b, jobs, variants, data, early_step, log_every)
     rows = []
     for name, variant in variants.items():
         seeds = [
             {"seed": seed, "status": run["status"], "output_dir": str(out), "command": run["command"],
              **(read_run(out, early_step) if run["status"] != "failed" else {"error_tail": run["error_tail"]})}
-            for (job_name, seed, out, _), run in zip(jobs, runs) if job_name == name
+            for (job_name, seed, out), run in zip(jobs, runs) if job_name == name
         ]  # fmt: skip
         rows.append({
             "name": name, "component": variant.component, "description": variant.description,
@@ -1136,7 +1055,7 @@ def run_ablations(b: Board) -> dict:
             "learning_rate": s["learning_rate"], "warmup_steps": s["warmup_steps"], "lr_scheduler": "cosine",
             "early_loss_step": early_step, "eval_batches": s["eval_batches"],
         },
-        "baseline": {**size.__dict__, "glu_intermediate_size": size.glu_intermediate_size if s["match_glu_params"] else None, **BASELINE},
+        "baseline": {**size, "glu_intermediate_size": glu_width(size) if s["match_glu_params"] else None, **BASELINE},
         "data": data, "wall_seconds": round(time.perf_counter() - start, 1), "variants": rows,
     }  # fmt: skip
     plot_ablations(rows, b.out / "ablations.png", ablations_title(result))
@@ -1191,21 +1110,19 @@ def run_length_extrapolation(b: Board) -> dict:
 
     s, size, start = b.settings, model_size(b.settings), time.perf_counter()
     torch.set_num_threads(s["num_threads"] or torch.get_num_threads())
-    data, tokenizer_dir, vocab_size = _gpt_data(b)
-    variants = {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
+    data, variants = _gpt_data(b), {name: BOARDS["length_extrapolation"]["entries"][name] for name in b.names}
     if "xpos" in variants:
         xpos = variants["xpos"]
         variants["xpos"] = SimpleNamespace(**{**vars(xpos), "fields": {**xpos.fields, "xpos_scale_base": s["xpos_scale_base"]}})  # fmt: skip
     for variant in variants.values():  # every scheme must build before training starts
-        variant_config(variant, size, vocab_size, s["block_size"])
+        variant_config(variant, size, data["vocab_size"], s["block_size"])
     early_step, log_every = max(1, round(s["max_steps"] * 0.5)), max(1, min(10, s["max_steps"] // 10))
-    jobs = [(name, b.seed, b.out / "runs" / name, variant_argv(s, variant, b.seed, data, tokenizer_dir, b.out / "runs" / name, early_step, log_every))
-            for name, variant in variants.items()]  # fmt: skip
-    runs = run_grid(jobs, s)
+    jobs = [(name, b.seed, b.out / "runs" / name) for name in variants]
+    runs = run_grid(b, jobs, variants, data, early_step, log_every)
     text = Path(data["val_file"]).read_text(encoding="utf-8")
-    stream = torch.tensor(AutoTokenizer.from_pretrained(tokenizer_dir)(text, add_special_tokens=False)["input_ids"])  # fmt: skip
+    stream = torch.tensor(AutoTokenizer.from_pretrained(data["tokenizer"])(text, add_special_tokens=False)["input_ids"])  # fmt: skip
     rows = []
-    for (name, _, out, _), run in zip(jobs, runs):
+    for (name, _, out), run in zip(jobs, runs):
         row = {"scheme": name, "status": run["status"], "output_dir": str(out), "command": run["command"]}
         if run["status"] == "failed":
             row["error_tail"] = run["error_tail"]
@@ -1215,7 +1132,7 @@ def run_length_extrapolation(b: Board) -> dict:
     result = {
         "task": "length extrapolation: train at context L, score validation perplexity at 1x-8x L",
         "block_size": s["block_size"], "validation_tokens": len(stream), "xpos_scale_base": s["xpos_scale_base"],
-        "model": {"hidden_size": size.hidden_size, "num_hidden_layers": size.num_hidden_layers, "max_steps": s["max_steps"]},
+        "model": {"hidden_size": s["hidden_size"], "num_hidden_layers": s["num_hidden_layers"], "max_steps": s["max_steps"]},
         "data": data, "wall_seconds": round(time.perf_counter() - start, 1), "schemes": rows,
     }  # fmt: skip
     plot_length_extrapolation(rows, s["block_size"], b.out / "length_extrapolation.png", extrapolation_title(result))  # fmt: skip
@@ -1269,7 +1186,7 @@ def prose(board: str, name: str, **values) -> str:
 
 def hardware_line(result: dict) -> str:
     hw = result["hardware"]
-    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
+    threads = hw.get("threads", hw.get("torch_threads_per_run", hw.get("torch_threads")))
     cores, gpu = hw.get("cores_available", hw.get("usable_cores")), f", GPU {hw['gpu']}" if hw.get("gpu") else ""  # fmt: skip
     started = f" Started {result['started']}, {result['total_seconds']:.0f} s in all." if "started" in result else ""  # fmt: skip
     return (f"Hardware: {hw['cpu_model']}, {cores} cores available, {threads} torch threads{gpu}; torch {hw['torch']}, "
@@ -1399,7 +1316,7 @@ def ablations_markdown(result: dict, folder: Path) -> list[str]:
             "seeds": f"{r['final_loss']['n']}/{len(r['runs'])}",
         })  # fmt: skip
     drop = () if any(r.get("flops_per_token") for r in result["variants"]) else ("flops_per_token",)
-    threads = hw.get("torch_threads_per_run", hw.get("torch_threads"))
+    threads = hw.get("threads", hw.get("torch_threads_per_run", hw.get("torch_threads")))
     return page(
         "GPT-style ablations on Tiny Shakespeare (character level)", result, folder,
         f"{ablations_title(result)}; mean ± std across seeds. Validation loss in nats per character; step time is the "
@@ -1469,7 +1386,7 @@ def main(argv: list[str] | None = None) -> dict:
     b.out.mkdir(parents=True, exist_ok=True)
     start, started = time.perf_counter(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")  # fmt: skip
     logger.info("%s: entries %s, preset %s, under %s", b.board, b.names, b.preset, b.out)
-    command = shlex.join(["python", "-m", "benchmarks.leaderboard", *(sys.argv[1:] if argv is None else argv)])  # fmt: skip
+    command = measure.command_line("benchmarks.leaderboard", argv)
     result = {"kind": "leaderboard", "board": b.board, "preset": b.preset, "smoke": b.smoke, "seed": b.seed, "settings": s,
               "started": started, "command": command, "hardware": hardware(s.get("num_threads")), "git_revision": git_revision()}  # fmt: skip
     hw = result["hardware"]

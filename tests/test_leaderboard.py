@@ -77,6 +77,7 @@ def test_entries_settings_and_presets(tmp_path):
         if not torch.cuda.is_available()
         else ["translation", "--cell_type", "x"],
         ["lm", "--ngram_orders", "1,6"],
+        ["ablations", "--rerun", "maybe"],
         ["ablations", "--entries", "swish"],
         ["mask_predict", "--entries", "mask_predict"],
         ["lm", "--data", str(tmp_path / "missing")],
@@ -96,6 +97,8 @@ def test_setting_choices_and_command_line_templates():
     # a template's words are formatted one by one (a value with spaces stays one word), '' is an empty word
     words = lb.command_line("--a {x} --b '' *rest --c {y}", {"x": 1.5, "y": "p q"}, rest=["--d", "e"])
     assert words == ["--a", "1.5", "--b", "", "--d", "e", "--c", "p q"]
+    # caps: `--key value` for each key set, None left out
+    assert lb.command_line("--a {x}", {"x": 1, "c": None, "d": 0}, ["c", "d"]) == ["--a", "1", "--d", "0"]
 
 
 def test_select_entries():
@@ -125,22 +128,6 @@ def test_select_entries():
 # ----------------------------------------------------------------------------------------------
 # Data and tokenizers
 # ----------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("length", [10, 1001, 4567])
-def test_split_is_exactly_90_10_by_characters(length):
-    text = "".join("aé\nZ\r\t$ü"[(i * 7) % 8] for i in range(length))  # multi-byte, CR and newlines
-    train, val = lb.split_text(text)
-    n = int(length * 0.9)
-    assert (train, val) == (text[:n], text[n:])
-
-
-def test_split_rejects_degenerate_inputs():
-    for text in ("", "a"):  # int(1 * 0.9) = 0: nothing to train on
-        with pytest.raises(ValueError, match="empty split"):
-            lb.split_text(text)
-    with pytest.raises(ValueError, match="train_fraction"):
-        lb.split_text("abcdef", train_fraction=1.0)
 
 
 def test_written_split_concatenates_to_the_file(tmp_path):
@@ -184,20 +171,22 @@ def test_char_tokenizer_is_one_token_per_character(tmp_path):
         lb.char_tokenizer("abcabc", tmp_path / "tok2", 8, 10_000, check="abz")
 
 
-def test_reuse_or_train_tokenizer(tmp_path):
-    from training.data.tokenizer import train_tokenizer
-
+def test_shared_tokenizer_is_reused_only_with_the_same_settings(tmp_path):
     calls = []
+    b = lb.Board(
+        settings={"vocab_size": 40, "max_train_samples": None, "length": 16}, data=tmp_path, out=tmp_path
+    )
 
-    def train():
-        calls.append(1)
-        return train_tokenizer(["ein hund", "a dog"] * 5, kind="char", vocab_size=40)
+    def tokenizer():
+        return lb.shared_tokenizer(
+            b, "char", lambda: calls.append(1) or ["ein hund", "a dog"] * 5, "length", calls.append
+        )
 
-    first, reused = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
-    again, reused_again = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 40}, train)
-    assert (reused, reused_again, len(calls)) == (False, True, 1) and again.get_vocab() == first.get_vocab()
-    _, reused = lb.reuse_or_train_tokenizer(tmp_path / "tok", {"vocab": 41}, train)
-    assert not reused and len(calls) == 2  # other settings: trained anew
+    (first, reused), (again, reused_again) = tokenizer(), tokenizer()
+    assert (reused, reused_again, len(calls)) == (False, True, 2) and again.get_vocab() == first.get_vocab()
+    assert first.model_max_length == 16 and first.padding_side == "right" and calls[1] is first  # finished
+    b.settings["vocab_size"] = 41
+    assert not tokenizer()[1] and len(calls) == 4  # other settings: trained anew
 
 
 # ----------------------------------------------------------------------------------------------
@@ -235,18 +224,40 @@ def test_probe_timings_curve_and_train_time_from_metrics_rows():
     assert curve["seconds"] == pytest.approx([5.0, 11.5])  # from about when step 1 began
 
 
-def test_score_ids_is_the_token_mean_of_the_model_loss():
+def test_score_validation_is_the_token_mean_of_the_model_loss(tmp_path):
     torch.manual_seed(0)
     model = HfLmGPTForCausalLM(tiny_gpt_config()).eval()
-    ids = torch.randint(0, 97, (16 * 6 + 5,))  # 6 blocks of 16 and a 5-token tail that is dropped
-    scored = lb.score_ids(model, ids, block_size=16, batch_size=4)  # batches of 4 and 2 blocks
-    blocks = ids[: 6 * 16].view(6, 16)
+    model.save_pretrained(tmp_path)
+    ids = torch.randint(0, 97, (16 * 70 + 5,))  # 70 blocks of 16 (batches of 64 and 6) and a dropped tail
+    scored = lb.score_validation(tmp_path, ids, block_size=16)
+    blocks = ids[: 70 * 16].view(70, 16)
     with torch.no_grad():
         expected = model(input_ids=blocks, labels=blocks).loss.item()
-    assert (scored["blocks"], scored["scored_tokens"]) == (6, 6 * 15)
-    assert scored["loss"] == pytest.approx(expected, rel=1e-5)
+    assert scored["n_tokens"] == 70 * 15 and scored["parameters"] == model.num_parameters()
+    assert scored["loss"] == pytest.approx(expected, rel=1e-5) and scored["ngrams"] is None
+    assert scored["bits_per_token"] == pytest.approx(expected / math.log(2), rel=1e-5)
     with pytest.raises(ValueError, match="fewer than one block"):
-        lb.score_ids(model, ids[:10], block_size=16)
+        lb.score_validation(tmp_path, ids[:10], block_size=16)
+
+
+def test_a_failing_lm_entry_keeps_the_others(tmp_path, monkeypatch):
+    (tmp_path / "input.txt").write_text("To be, or not to be: that is the question.\n" * 200)
+
+    def trained(b, name, ctx):
+        if name == "lstm":
+            raise RuntimeError("boom")
+        curve = {"seconds": [1.0], "eval_loss": [2.0]}
+        return {"name": name, "label": name, "kind": "budget", "val_loss": 2.0, "curve": curve}
+
+    monkeypatch.setattr(lb, "lm_trained", trained)
+    argv = ["lm", "--smoke", "--data", str(tmp_path / "input.txt"), "--entries", "lstm,gru"]
+    b = lb.parse_args(argv)
+    b.name, b.out = b.board, tmp_path / "out"
+    rows = lb.run_lm(b)["entries"]
+    assert (
+        rows[0] == {"name": "lstm", "label": "LSTM", "error": "RuntimeError('boom')"}
+        and rows[1]["val_loss"] == 2.0
+    )
 
 
 @pytest.mark.parametrize("smoke", [False, True])
@@ -289,7 +300,7 @@ def test_every_lm_entry_is_a_valid_training_command(tmp_path, smoke):
 # ablations and length_extrapolation: the grid, its flags, its bookkeeping
 # ----------------------------------------------------------------------------------------------
 
-SIZE = lb.ModelSize(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128)
+SIZE = {"hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "intermediate_size": 128}
 V, BLOCK = 67, 32
 # the config fields each component may change: a variant that changes others is not one component away
 COMPONENT_FIELDS = {
@@ -332,7 +343,7 @@ def test_every_variant_builds_and_differs_from_the_baseline_in_one_component(nam
 
 
 def test_parameter_count_relations():
-    H, L, P, E = SIZE.hidden_size, SIZE.num_hidden_layers, BLOCK, 4
+    H, L, P, E = SIZE["hidden_size"], SIZE["num_hidden_layers"], BLOCK, 4
     base = params("baseline")
     assert params("untied") == base + V * H and params("mqa") < params("gqa") < base
     per_block = sum(p.numel() for p in build("baseline").model.layers[0].parameters())
@@ -345,7 +356,7 @@ def test_parameter_count_relations():
     for name in ("swiglu", "geglu", "reglu"):  # 2/3 width keeps the parameters; full width grows them
         assert abs(params(name) - base) / base < 0.03 and params(name, match_glu=False) > base * 1.1, name
     # the mixtures: parameters grow with every expert, FLOPs per token only with the k routed to
-    F = SIZE.intermediate_size
+    F = SIZE["intermediate_size"]
     expert = 2 * H * F + F + H  # up and down projections with biases
     assert params("moe") == params("switch") == base + L * ((E - 1) * expert + H * E)
     flops = {
@@ -439,9 +450,8 @@ def test_translation_entry_arguments_parse(tmp_path, preset):
     if preset == "gpu":
         s.update(batch_size=128, mixed_precision="bf16")
     for name, entry in TRANSLATION_ENTRIES.items():
-        data_args, model_args, training_args = parse_args(
-            lb.translation_argv(name, s, tmp_path, tmp_path / "tok", tmp_path / name, 0)
-        )
+        b = lb.Board(name="translation", settings=s, data=tmp_path, out=tmp_path, seed=0)
+        data_args, model_args, training_args = parse_args(lb.translation_argv(b, name))
         assert model_args.family == entry.family and model_args.from_scratch
         assert data_args.source_prefix == "" and data_args.split_stems()["validation"] == []
         assert (
@@ -468,26 +478,21 @@ def test_sst2_entry_arguments_parse(tmp_path):
 
     (tmp_path / "init").mkdir()
     (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\n")
-    s = settings("sst2")
-    argv = lb.pretrain_argv(
-        s, tmp_path / "text.txt", tmp_path / "init", tmp_path / "tok", tmp_path / "pre", "mlm", 0
-    )
+    b = lb.Board(name="sst2", settings=settings("sst2"), data=tmp_path, out=tmp_path, seed=0)
+    argv = lb.pretrain_argv(b, "mlm", tmp_path / "text.txt", tmp_path / "init")
     data_args, model_args, train_args = parse_train_args(argv)
     assert train_args.objective == "mlm" and model_args.init_from == str(tmp_path / "init")
     assert (train_args.max_train_seconds, data_args.block_size, data_args.sample_by) == (900, 128, "line")
-    electra = lb.pretrain_argv(
-        s, tmp_path / "text.txt", tmp_path / "ie", tmp_path / "tok", tmp_path / "pre", "electra", 0
-    )
+    electra = lb.pretrain_argv(b, "electra", tmp_path / "text.txt", tmp_path / "ie")
     assert parse_train_args(electra)[2].objective == "electra"  # the same command but the objective and start
-    assert [x for x in electra if x not in ("electra", str(tmp_path / "ie"))] == [
-        x for x in argv if x not in ("mlm", str(tmp_path / "init"))
+    ours = ("electra", str(tmp_path / "ie"), str(tmp_path / "runs" / "electra_pretrain"))
+    assert [x for x in electra if x not in ours] == [
+        x for x in argv if x not in ("mlm", str(tmp_path / "init"), str(tmp_path / "runs" / "mlm_pretrain"))
     ]
     budgets = {}
     for name, entry in SST2_ENTRIES.items():
         start = tmp_path / ("pre" if entry.pretraining else "init")
-        _, model_args, training_args = parse_args(
-            lb.sst2_finetune_argv(name, s, tmp_path, start, tmp_path / "tok", tmp_path / name, 0)
-        )
+        _, model_args, training_args = parse_args(lb.sst2_finetune_argv(b, name, start))
         assert model_args.model_name_or_path == str(start)
         assert training_args.learning_rate == (1e-4 if entry.pretraining else 5e-4)
         budgets[name] = training_args.max_train_seconds
@@ -572,9 +577,14 @@ def test_sst2_tables_without_training(tmp_path, monkeypatch):
         "training.finetune_classification.load_classification_dataset",
         lambda *a: {"train": {"sentence": ["good ", "bad", "good"]}},
     )
-    monkeypatch.setattr(lb, "sst2_tokenizer", lambda *a: (_FakeTokenizer(), False))
+    monkeypatch.setattr(lb, "shared_tokenizer", lambda *a, **k: (_FakeTokenizer(), False))
     monkeypatch.setattr(lb, "save_initialization", lambda *a: 1234)
-    monkeypatch.setattr("training.train.main", lambda argv: {"step": 7, "seconds": 9.0, "eval_loss": 5.0})
+    pretrained = {
+        "status": "ok",
+        "command": "python -m training.train",
+        "final_metrics": {"step": 7, "seconds": 9.0},
+    }
+    monkeypatch.setattr(lb, "train_run", lambda *a: pretrained)
     (tmp_path / "tokenizer").mkdir()
     (tmp_path / "tokenizer" / "leaderboard_settings.json").write_text("{}")
     result = lb.main(
