@@ -630,8 +630,8 @@ def translation_tokenizer(b: Board) -> tuple[object, bool]:
     """The joint byte-level BPE tokenizer (BART's specials, `<mask>` included) of both sides of the
     training pairs, saved with EOS appended: every entry encodes "... </s>" identically."""
     from training.data.tokenizer import BART_SPECIAL_TOKENS
-    from training.finetune_translation import TranslationDataArguments as DataArgs
-    from training.finetune_translation import ensure_eos, load_translation_dataset, sides
+    from training.translation_data import TranslationDataArguments as DataArgs
+    from training.translation_data import ensure_eos, load_translation_dataset, sides
 
     def texts():
         data_args = DataArgs(data_dir=str(b.data), validation_split="", test_split="", max_train_samples=b.settings["max_train_samples"])  # fmt: skip
@@ -698,8 +698,9 @@ def mask_predict_decoding(b: Board) -> dict:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from hf_lm.plots import plot_mask_predict
-    from training.finetune_translation import TranslationDataArguments as DataArgs
-    from training.finetune_translation import bleu_metric, load_translation_dataset, sides
+    from training.finetune_translation import bleu_metric
+    from training.translation_data import TranslationDataArguments as DataArgs
+    from training.translation_data import load_translation_dataset, sides
 
     s, final = b.settings, b.out / "runs" / "mask_predict" / "final"
     model, tokenizer = AutoModelForMaskedLM.from_pretrained(final).eval(), AutoTokenizer.from_pretrained(final)  # fmt: skip
