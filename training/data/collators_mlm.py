@@ -51,6 +51,18 @@ EXAMPLE_KEYS = (
 )
 
 
+def check_replace_probs(mask_replace_prob: Any, random_replace_prob: Any) -> None:
+    """BERT's 80/10/10 rule as two probabilities of a selected token: replaced by the mask token, by a
+    random token; the rest are kept, so the two sum to at most 1."""
+    _number("mask_replace_prob", mask_replace_prob, 0, 1)
+    _number("random_replace_prob", random_replace_prob, 0, 1)
+    if mask_replace_prob + random_replace_prob > 1.0 + 1e-12:
+        raise ValueError(
+            "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
+            f"{mask_replace_prob} + {random_replace_prob}."
+        )
+
+
 def check_seed_and_generator(seed: Any, generator: Any) -> None:
     """A collator's randomness: a non-negative `seed`, a `torch.Generator`, or neither (torch's global stream)."""
     if seed is not None:
@@ -254,13 +266,7 @@ class DataCollatorForMaskedLM:
         if getattr(self.tokenizer, "pad_token_id", None) is None:
             raise ValueError("`tokenizer` has no pad_token: batches of different lengths need one.")
         _number("mlm_probability", self.mlm_probability, 0, 1)
-        _number("mask_replace_prob", self.mask_replace_prob, 0, 1)
-        _number("random_replace_prob", self.random_replace_prob, 0, 1)
-        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
-            raise ValueError(
-                "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
-                f"{self.mask_replace_prob} + {self.random_replace_prob}."
-            )
+        check_replace_probs(self.mask_replace_prob, self.random_replace_prob)
         if self.masking not in MASKING_KINDS:
             raise ValueError(f"`masking` must be one of {list(MASKING_KINDS)}, got {self.masking!r}.")
         if self.masking == "span":

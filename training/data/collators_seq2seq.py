@@ -55,7 +55,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hf_lm.models.hflm_common import _bool, _number, _positive, _positive_int
 
-from .collators_mlm import check_seed_and_generator
+from .collators_mlm import check_replace_probs, check_seed_and_generator
 from .seq2seq_noise import (
     cmlm_mask,
     iid_noise_mask,
@@ -300,13 +300,7 @@ class DataCollatorForT5Pretraining(_Seq2SeqCollator):
         # someone switches objectives
         _number("noise_density", self.noise_density, 0, 1, high_open=True)
         _positive("mean_noise_span_length", self.mean_noise_span_length)
-        _number("mask_replace_prob", self.mask_replace_prob, 0, 1)
-        _number("random_replace_prob", self.random_replace_prob, 0, 1)
-        if self.mask_replace_prob + self.random_replace_prob > 1.0 + 1e-12:
-            raise ValueError(
-                "`mask_replace_prob` + `random_replace_prob` must be <= 1 (the rest are kept), got "
-                f"{self.mask_replace_prob} + {self.random_replace_prob}."
-            )
+        check_replace_probs(self.mask_replace_prob, self.random_replace_prob)
         _bool("final_sentinel", self.final_sentinel)
 
         self._sentinel_ids = sentinel_token_ids(self.tokenizer)
