@@ -488,13 +488,7 @@ def tokenize_dataset(
         encoded["labels"] = [value_to_id[value] for value in batch[data_args.label_column]]
         return encoded
 
-    return raw.map(
-        encode,
-        batched=True,
-        remove_columns=raw["train"].column_names,
-        desc="Tokenizing",
-        load_from_cache_file=False,
-    )
+    return common.tokenize_splits(raw, encode)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -320,6 +320,18 @@ def split_limits(data_args) -> dict[str, int | None]:
     }
 
 
+def tokenize_splits(raw: datasets.DatasetDict, encode: Callable) -> datasets.DatasetDict:
+    """Every split of `raw` through the batched `encode`, its text columns replaced by the encoding
+    (never a stale cached map of another tokenizer)."""
+    return raw.map(
+        encode,
+        batched=True,
+        remove_columns=raw["train"].column_names,
+        desc="Tokenizing",
+        load_from_cache_file=False,
+    )
+
+
 def require_validation(raw: datasets.DatasetDict, args: TrainingArguments, how: str) -> None:
     """Refuse evaluation during training without a validation split; `how` says how to give one."""
     if "validation" not in raw and args.eval_strategy != "no":

@@ -254,13 +254,7 @@ def tokenize_dataset(
             "labels": labels["input_ids"],
         }
 
-    return raw.map(
-        encode,
-        batched=True,
-        remove_columns=raw["train"].column_names,
-        desc="Tokenizing",
-        load_from_cache_file=False,
-    )
+    return common.tokenize_splits(raw, encode)
 
 
 def ensure_eos(tokenizer) -> bool:
