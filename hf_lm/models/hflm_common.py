@@ -102,12 +102,21 @@ def _choice(name: str, value, allowed) -> None:
         raise ValueError(f"`{name}` must be one of {sorted(allowed)}, got {value!r}.")
 
 
-def _positive_int(name: str, value, allow_none: bool = False) -> None:
+def _integer(name: str, value, low: int, allow_none: bool = False) -> None:
+    """An int (not a bool) >= `low`; None too with `allow_none`."""
     if allow_none and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "None or a positive integer" if allow_none else "a positive integer"
-        raise ValueError(f"`{name}` must be {allowed}, got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        allowed = {1: "a positive integer", 0: "a non-negative integer"}.get(low, f"an integer >= {low}")
+        raise ValueError(f"`{name}` must be {'None or ' if allow_none else ''}{allowed}, got {value!r}.")
+
+
+def _positive_int(name: str, value, allow_none: bool = False) -> None:
+    _integer(name, value, 1, allow_none)
+
+
+def _non_negative_int(name: str, value) -> None:
+    _integer(name, value, 0)
 
 
 def _number(

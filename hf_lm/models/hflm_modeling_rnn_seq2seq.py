@@ -31,6 +31,7 @@ from transformers.modeling_outputs import (
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .hflm_common import (
+    _number,
     cache_argument,
     output_cache,
     returned_cache,
@@ -652,8 +653,7 @@ def _check_sampling_probability(p) -> float:
         return 0.0
     if torch.is_tensor(p) and p.numel() == 1:
         p = p.item()
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"`scheduled_sampling_probability` must be None or a number in [0, 1], got {p!r}.")
+    _number("scheduled_sampling_probability", p, 0, 1)
     return float(p)
 
 

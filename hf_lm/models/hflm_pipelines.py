@@ -29,6 +29,7 @@ from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import ChunkPipeline
 
+from .hflm_common import _bool, _non_negative_int, _positive_int
 from .hflm_inputs import (
     check_unicode_text,
 )
@@ -42,16 +43,6 @@ QA_TASK_ALIAS = "extractive-question-answering"
 DEFAULT_MAX_SEQ_LEN = 384
 DEFAULT_MAX_DOC_STRIDE = 128
 DEFAULT_MAX_ANSWER_LEN = 15
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
 
 
 def _example(item: Any) -> dict[str, str]:
@@ -193,22 +184,22 @@ class HfLmQuestionAnsweringPipeline(ChunkPipeline):
             )
         preprocess, postprocess = {}, {}
         if max_seq_len is not None:
-            _check_int("max_seq_len", max_seq_len, 1)
+            _positive_int("max_seq_len", max_seq_len)
             preprocess["max_seq_len"] = max_seq_len
         if doc_stride is not None:
-            _check_int("doc_stride", doc_stride, 0)
+            _non_negative_int("doc_stride", doc_stride)
             preprocess["doc_stride"] = doc_stride
         if top_k is not None:
-            _check_int("top_k", top_k, 1)
+            _positive_int("top_k", top_k)
             postprocess["top_k"] = top_k
         if max_answer_len is not None:
-            _check_int("max_answer_len", max_answer_len, 1)
+            _positive_int("max_answer_len", max_answer_len)
             postprocess["max_answer_len"] = max_answer_len
         if handle_impossible_answer is not None:
-            _check_bool("handle_impossible_answer", handle_impossible_answer)
+            _bool("handle_impossible_answer", handle_impossible_answer)
             postprocess["handle_impossible_answer"] = handle_impossible_answer
         if align_to_words is not None:
-            _check_bool("align_to_words", align_to_words)
+            _bool("align_to_words", align_to_words)
             postprocess["align_to_words"] = align_to_words
         return preprocess, {}, postprocess
 

@@ -43,9 +43,7 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.pipelines.base import Pipeline
 from transformers.utils import ModelOutput
 
-from .hflm_common import (
-    device_memory_bytes,
-)
+from .hflm_common import _bool, device_memory_bytes
 from .hflm_inputs import (
     check_unicode_text,
 )
@@ -88,11 +86,6 @@ T5_TRANSLATION_PAIRS = (("en", "de"), ("en", "fr"), ("en", "ro"))
 # "hflm-translation_en_to_de"; non-greedy so that codes such as mBART's "en_XX" also parse
 _TRANSLATION_NAME = re.compile(rf"^{re.escape(TRANSLATION_TASK)}_(.+?)_to_(.+)$")
 _TRUNCATION_STRATEGIES = ("longest_first", "only_first", "do_not_truncate")
-
-
-def _check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
 
 
 def _check_text(text: Any, where: str = "The input") -> None:
@@ -432,7 +425,7 @@ class HfLmText2TextGenerationPipeline(Pipeline):
             ("clean_up_tokenization_spaces", clean_up_tokenization_spaces),
         ):
             if value is not None:
-                _check_bool(name, value)
+                _bool(name, value)
                 postprocess[name] = value
         if return_text is False and return_tensors is False:
             raise ValueError("`return_text` and `return_tensors` are both False: there is nothing to return.")

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field, fields
 from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
-from hf_lm.models.hflm_common import _choice, _non_negative, _number, _positive, _positive_int, _probability
+from hf_lm.models.hflm_common import (
+    _choice,
+    _non_negative,
+    _non_negative_int,
+    _number,
+    _positive,
+    _positive_int,
+    _probability,
+)
 from hf_lm.models.hflm_configuration_ngram import MAX_ORDER, SMOOTHINGS
 from hf_lm.models.hflm_configuration_rnn_seq2seq import ATTENTION_TYPES
 from hf_lm.models.hflm_rnn_blocks import RNN_CELLS
@@ -65,13 +73,7 @@ def _positive_ints(obj, *names: str) -> None:
 def optional_positive(obj, *names: str) -> None:
     """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
     for name in names:
-        if getattr(obj, name) is not None:
-            _positive_int(name, getattr(obj, name))
-
-
-def _non_negative_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
+        _positive_int(name, getattr(obj, name), allow_none=True)
 
 
 def _finite_floats(obj) -> None:

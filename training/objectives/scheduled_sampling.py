@@ -21,17 +21,7 @@ from __future__ import annotations
 
 import math
 
-
-def _number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
-    return float(value)
-
-
-def _check_step(step) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"`step` must be a non-negative integer (the training step i), got {step!r}.")
-    return step
+from hf_lm.models.hflm_common import _non_negative, _non_negative_int, _number
 
 
 def linear_decay(step: int, k: float = 1.0, c: float = 1e-4, eps_min: float = 0.0) -> float:
@@ -43,33 +33,25 @@ def linear_decay(step: int, k: float = 1.0, c: float = 1e-4, eps_min: float = 0.
         c: the decrease per step, >= 0.
         eps_min: the floor in [0, 1], "the minimum amount of truth to be given to the model".
     """
-    step = _check_step(step)
-    k, c, eps_min = _number("k", k), _number("c", c), _number("eps_min", eps_min)
-    if not 0.0 < k <= 1.0:
-        raise ValueError(f"`k` of the linear schedule must be in (0, 1], got {k!r}.")
-    if c < 0:
-        raise ValueError(f"`c` of the linear schedule must be >= 0, got {c!r}.")
-    if not 0.0 <= eps_min <= 1.0:
-        raise ValueError(f"`eps_min` must be in [0, 1], got {eps_min!r}.")
-    return max(eps_min, k - c * step)
+    _non_negative_int("step", step)
+    _number("k", k, 0, 1, low_open=True)
+    _non_negative("c", c)
+    _number("eps_min", eps_min, 0, 1)
+    return float(max(eps_min, k - c * step))
 
 
 def exponential_decay(step: int, k: float = 0.9999) -> float:
     """eps_i = k ** i with 0 < k < 1: teacher forcing shrinks by the factor `k` every step."""
-    step = _check_step(step)
-    k = _number("k", k)
-    if not 0.0 < k < 1.0:
-        raise ValueError(f"`k` of the exponential schedule must be in (0, 1), got {k!r}.")
+    _non_negative_int("step", step)
+    _number("k", k, 0, 1, low_open=True, high_open=True)
     return k**step
 
 
 def inverse_sigmoid_decay(step: int, k: float = 1000.0) -> float:
     """eps_i = k / (k + exp(i / k)) with k >= 1: flat near k/(k+1) at first, then a sigmoid-shaped
     drop centred at i = k * ln(k), reaching 0 asymptotically."""
-    step = _check_step(step)
-    k = _number("k", k)
-    if k < 1.0:
-        raise ValueError(f"`k` of the inverse sigmoid schedule must be >= 1, got {k!r}.")
+    _non_negative_int("step", step)
+    _number("k", k, 1)
     # k / (k + e^(i/k)) = sigmoid(-z) with z = i/k - ln k; evaluated without overflowing exp for large i
     z = step / k - math.log(k)
     if z >= 0:
