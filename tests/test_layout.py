@@ -20,6 +20,9 @@ MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 80
 MAX_ROOMS = 8  # training modules or subpackages whose functions run before the first optimizer step
 MAX_READERS = 3  # training files that read one flag
+# one update, from the loop's `update()` to optimizer.step(): the loop, the batches, the objective's
+# forward and the divergence guard
+MAX_UPDATE_FILES = 4
 # separate command lines with arguments of their own (transformers' TrainingArguments, the demo's parser)
 OTHER_CLIS = ("finetune_", "trainer_common", "demo")
 
@@ -56,7 +59,8 @@ class _FirstStep(Exception):
 
 
 def test_a_training_step_crosses_few_rooms(tmp_path):
-    """From `train()` to the first optimizer.step() of `--family gpt`, functions of at most 8 rooms run."""
+    """From `train()` to the first optimizer.step() of `--family gpt`, functions of at most 8 rooms run;
+    within the update itself, functions of at most 4 training files."""
     flags = [
         "--family",
         "gpt",
@@ -82,9 +86,12 @@ def test_a_training_step_crosses_few_rooms(tmp_path):
     arguments = parse_args(flags)
     rooms: dict[str, set[str]] = defaultdict(set)
     functions: dict[str, set[str]] = defaultdict(set)
+    update_files: set[str] = set()
 
     def tracer(frame, event, arg):
         code = frame.f_code
+        if code.co_name == "update" and code.co_filename.endswith(str(Path("training", "train.py"))):
+            update_files.add("train.py")
         # the optimizer's step, not the LR scheduler's (LambdaLR steps once when it is built)
         if (
             code.co_name == "step"
@@ -96,6 +103,8 @@ def test_a_training_step_crosses_few_rooms(tmp_path):
         if room is not None and code.co_name != "<module>":
             rooms[room].add(Path(code.co_filename).name)
             functions[room].add(code.co_name)
+            if update_files:  # inside the update
+                update_files.add(str(Path(code.co_filename).resolve().relative_to(ROOT / "training")))
 
     sys.settrace(tracer)
     try:
@@ -107,6 +116,7 @@ def test_a_training_step_crosses_few_rooms(tmp_path):
     # the loop ran a micro-batch: the objective's forward and the batches were reached
     assert "forward_backward" in functions["train.py"] and "forward" in functions["objectives/"], listing
     assert len(rooms) <= MAX_ROOMS, f"{len(rooms)} rooms: {listing}"
+    assert len(update_files) <= MAX_UPDATE_FILES, f"one update runs code of {sorted(update_files)}"
 
 
 def test_no_flag_is_read_in_more_than_three_files():

@@ -77,3 +77,30 @@ def test_validation():
         exponential_decay(1, k=float("nan"))
     with pytest.raises(TypeError):
         teacher_forcing_ratio(1, "exponential", c=0.1)  # a constant of another schedule
+
+
+@pytest.mark.parametrize("schedule", ["none", "linear"])
+def test_the_objective_feeds_the_run_schedule_to_the_model(schedule):
+    """The loop's one call per micro-batch passes the schedule's probability at the update's step
+    (none without scheduled sampling): a run whose flag is silently dropped fails here."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from training.args import TrainArguments
+    from training.objectives import objective_for
+
+    objective = objective_for(
+        TrainArguments(output_dir="unused", scheduled_sampling=schedule, scheduled_sampling_c=0.01)
+    )
+    seen = {}
+
+    def forward_loss(model, inputs, extra):
+        seen.update(extra)
+
+    batch = {"input_ids": torch.zeros(1, 4, dtype=torch.long), "labels": torch.zeros(1, 4, dtype=torch.long)}
+    objective.forward(forward_loss, None, batch, SimpleNamespace(step=30), 0, labelled=True)
+    if schedule == "none":
+        assert seen == {}
+    else:  # eps_30 = 1 - 0.01 * 30; the model samples with 1 - eps
+        assert seen == {"scheduled_sampling_probability": pytest.approx(0.3)}

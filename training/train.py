@@ -455,7 +455,7 @@ class TrainingLoop:
             micro_losses.append(loss.detach().float())
         # every process sees the same mean, so a divergence stops all of them together
         mean = torch.stack(micro_losses).mean()
-        if run.world == 1:
+        if accelerator.num_processes == 1:
             return accelerator.reduce(mean, reduction="mean").item()
         # the signals each process received ride along (no collective of their own): every process
         # learns of them at the same update, and they all stop at the same step boundary

@@ -42,7 +42,7 @@ from ..data.loading import SAMPLE_BY
 from ..data.tokenizer import TOKENIZER_KINDS
 from ..models import FAMILY_NAMES, check_config_keys, check_preset, config_flags, parse_overrides
 from ..objectives import OBJECTIVES
-from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_probability
+from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_schedule
 from ..sharding import parse_fsdp
 from .files import read_argument_file
 
@@ -665,7 +665,7 @@ class TrainArguments:
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
-            run_sampling_probability(self, 0)  # the schedule validates its constants
+            run_sampling_schedule(self)(0)  # the schedule validates its constants
         _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
         _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
         _non_negative("electra_disc_weight", self.electra_disc_weight)

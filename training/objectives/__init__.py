@@ -46,7 +46,7 @@ from ..data.tokenizer import add_sentinel_tokens
 from ..models import DENOISING, TRANSFORMER_FAMILIES, build_family_model, family_config, resolve_family
 from . import evaluation
 from .electra import ElectraPretrainingModel, evaluate_electra
-from .scheduled_sampling import run_sampling_probability
+from .scheduled_sampling import run_sampling_schedule
 
 SEQ2SEQ_OBJECTIVES = DENOISING
 EVAL_STEP = 2**31 - 1  # the "step" of the evaluation's noise: never a training step
@@ -120,6 +120,7 @@ class Objective:
 
     def __init__(self, train_args) -> None:
         self.args = train_args
+        self.sampling_schedule = run_sampling_schedule(train_args)  # None without scheduled sampling
         self.tokenizer = self.collator = None
         self.num_eval_blocks, self.rank, self.device = 0, 0, torch.device("cpu")
         self.seed = None  # the run's seed, given by `bind`
@@ -201,13 +202,13 @@ class Objective:
         A `labelled` batch (random windows, with their `shift_labels`) is taken as it is.
 
         With scheduled sampling the model feeds its own samples with the schedule's probability of
-        the step (Bengio et al., 2015; `scheduled_sampling.run_sampling_probability`).
+        the step (Bengio et al., 2015; `scheduled_sampling.run_sampling_schedule`).
         """
         inputs, extra = (batch, {}) if labelled else self.inputs(batch, position, micro)
         inputs = {k: v.to(self.device) for k, v in inputs.items()}  # (b, T)
-        sampling_p = run_sampling_probability(self.args, position.step)  # None without scheduled sampling
-        sampling = {} if sampling_p is None else {"scheduled_sampling_probability": sampling_p}
-        return forward_loss(model, inputs, sampling | extra)
+        if self.sampling_schedule is not None:
+            extra = {"scheduled_sampling_probability": self.sampling_schedule(position.step), **extra}
+        return forward_loss(model, inputs, extra)
 
     def _eval_noise(self, inputs):
         """The evaluation's noise: `inputs` with the same seeds at every evaluation of the run."""

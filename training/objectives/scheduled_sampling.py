@@ -19,7 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 
 from hf_lm.models.hflm_common import _non_negative, _non_negative_int, _number
 
@@ -86,15 +88,15 @@ def sampling_probability(step: int, schedule: str, **params) -> float:
     return 1.0 - teacher_forcing_ratio(step, schedule, **params)
 
 
-def run_sampling_probability(train_args, step: int) -> float | None:
-    """A run's probability of feeding the model's own sample at `step`, from its `scheduled_sampling*`
-    arguments (None when it trains with teacher forcing only)."""
+def run_sampling_schedule(train_args) -> Callable[[int], float] | None:
+    """A run's schedule, from its `scheduled_sampling*` arguments: training step -> the probability
+    of feeding the model's own sample (None when it trains with teacher forcing only)."""
     if train_args.scheduled_sampling == "none":
         return None
     params = {} if train_args.scheduled_sampling_k is None else {"k": train_args.scheduled_sampling_k}
     if train_args.scheduled_sampling == "linear":
         params.update(c=train_args.scheduled_sampling_c, eps_min=train_args.scheduled_sampling_min)
-    return sampling_probability(step, train_args.scheduled_sampling, **params)
+    return functools.partial(sampling_probability, schedule=train_args.scheduled_sampling, **params)
 
 
 __all__ = [
@@ -102,7 +104,7 @@ __all__ = [
     "exponential_decay",
     "inverse_sigmoid_decay",
     "linear_decay",
-    "run_sampling_probability",
+    "run_sampling_schedule",
     "sampling_probability",
     "teacher_forcing_ratio",
 ]
