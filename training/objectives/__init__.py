@@ -120,7 +120,8 @@ class Objective:
 
     def __init__(self, train_args) -> None:
         self.args = train_args
-        self.sampling_schedule = run_sampling_schedule(train_args)  # None without scheduled sampling
+        # step -> sampling probability; None without scheduled sampling, or with no run (`build_model`)
+        self.sampling_schedule = None if train_args is None else run_sampling_schedule(train_args)
         self.tokenizer = self.collator = None
         self.num_eval_blocks, self.rank, self.device = 0, 0, torch.device("cpu")
         self.seed = None  # the run's seed, given by `bind`
