@@ -906,8 +906,7 @@ def setting(text: str) -> tuple[str, object]:
     key, _, raw = text.partition("=")
     if key not in spec.SIZES["full"] or not raw:
         raise argparse.ArgumentTypeError(f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}")  # fmt: skip
-    like = spec.SIZES["full"][key]
-    return key, [int(v) for v in measure.comma_list(raw)] if isinstance(like, list) else type(like)(raw)
+    return key, measure.typed(raw, spec.SIZES["full"][key])
 
 
 def build_parser() -> argparse.ArgumentParser:

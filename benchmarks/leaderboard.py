@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import yaml
 
 from benchmarks import measure
-from benchmarks.measure import REPO_ROOT, comma_list, git_revision, load_average, resolve_device
+from benchmarks.measure import REPO_ROOT, git_revision, load_average, resolve_device
 from benchmarks.render import bar_chart, fmt, percent, pyplot, table, write_results
 
 logger = logging.getLogger("benchmarks.leaderboard")
@@ -84,17 +84,11 @@ NANOGPT_REFERENCE = {**BOARDS["lm"]["references"][0], "perplexity": math.exp(BOA
 
 
 def setting_value(text: str, full, smoke):
-    """A setting's command-line text as the type of its preset values ("none" is None)."""
-    like = full if full is not None else smoke
-    if text.lower() == "none":
-        return None
-    if isinstance(like, bool):
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-        return text.lower() in ("true", "1", "yes")
-    if isinstance(like, tuple):
-        return tuple(int(item) for item in comma_list(text))
-    return (type(like) if like is not None else float)(text)
+    """A setting's command-line text as the type of its preset values (`measure.typed`)."""
+    try:
+        return measure.typed(text, full if full is not None else smoke)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _parser(board: str | None) -> argparse.ArgumentParser:

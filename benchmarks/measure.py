@@ -554,6 +554,23 @@ def comma_list(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
+def typed(text: str, like):
+    """A command-line value as the type of `like`, its default: "none" is None (but for text); a bool
+    from true/false/1/0/yes/no; a list or tuple from comma-separated items typed like its first; a
+    number, an int where the text reads as one, for a default of None."""
+    if text.lower() == "none" and not isinstance(like, str):
+        return None
+    if isinstance(like, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"expected true or false, got {text!r}")
+        return text.lower() in ("true", "1", "yes")
+    if isinstance(like, (list, tuple)):
+        return type(like)(typed(item, like[0] if like else "") for item in comma_list(text))
+    if like is None:
+        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    return type(like)(text)
+
+
 def parse_entries(value: str | None, known: Mapping) -> list[str]:
     """`--entries`: comma-separated names of `known` (all of them when empty), in the order given."""
     if not value:

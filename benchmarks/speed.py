@@ -25,11 +25,11 @@ from types import SimpleNamespace
 
 from .measure import (
     available_cores,
-    comma_list,
     environment,
     git_revision,
     parse_entries,
     run_process,
+    typed,
 )
 from .render import write_results
 
@@ -64,17 +64,6 @@ def entries() -> dict[str, Entry]:
     from .speed_entries import ENTRIES
 
     return ENTRIES
-
-
-def typed(text: str, like):
-    """`text` as the type of `like` (a list: comma-separated items typed like its first)."""
-    if isinstance(like, bool):
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"expected true or false, got {text!r}")
-        return text.lower() in ("true", "1", "yes")
-    if isinstance(like, (list, tuple)):
-        return [typed(item, like[0] if like else "") for item in comma_list(text)]
-    return text if like is None or isinstance(like, str) else type(like)(text)
 
 
 def entry_options(name: str, smoke: bool, common: dict, overrides: dict[str, str]) -> dict:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from conftest import VARIANTS, tiny_gpt_config
 from transformers import LlamaForCausalLM
 
-from benchmarks import speed, speed_entries, speed_workloads
+from benchmarks import measure, speed, speed_entries, speed_workloads
 from benchmarks.measure import (
     analytic_decoder_train_flops,
     count_flops,
@@ -179,7 +179,9 @@ def test_run_process_reports_failures_and_timeouts(tmp_path):
 def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
     o = speed.entry_options("sparse", True, {"threads": 3}, {"contexts": "64,96", "window": "8"})
     assert (o["contexts"], o["window"], o["threads"], o["rounds"]) == ([64, 96], 8, 3, 1)
-    assert speed.typed("false", True) is False and speed.typed("0.5", 1.0) == 0.5
+    assert measure.typed("false", True) is False and measure.typed("0.5", 1.0) == 0.5
+    assert measure.typed("8,16", [1]) == [8, 16] and measure.typed("none", "x") == "none"
+    assert measure.typed("2", None) == 2 and isinstance(measure.typed("2", None), int)
     for name, entry in speed_entries.ENTRIES.items():  # a smoke option the entry does not have is a typo
         assert set(entry.smoke) <= set(entry.options) | set(speed.COMMON), name
     with pytest.raises(SystemExit):

@@ -70,6 +70,15 @@ def test_entries_settings_and_presets(tmp_path):
     )
     assert lb.parse_args(["sst2", "--data", str(tmp_path)]).names == ["scratch", "mlm"]  # its default
     assert lb.parse_args(["lm", "--data", str(tmp_path), "--max_chars", "none"]).settings["max_chars"] is None
+    # a setting whose presets are both None takes an int where it reads as one (threads, widths), and a
+    # text setting keeps "none" (its choice) rather than becoming None
+    s = lb.parse_args(
+        ["ablations", "--data", str(tmp_path), "--num_threads", "2", "--intermediate_size", "96"]
+    )
+    assert (s.settings["num_threads"], s.settings["intermediate_size"]) == (2, 96)
+    assert isinstance(s.settings["num_threads"], int) and isinstance(s.settings["intermediate_size"], int)
+    args = lb.parse_args(["translation", "--data", str(tmp_path), "--budget_schedule", "none"])
+    assert args.settings["budget_schedule"] == "none"
     for bad in (
         ["translation", "--entries", "t5,gpt"],
         ["translation", "--smoke", "--preset", "gpu"],
