@@ -69,10 +69,17 @@ def entries() -> dict[str, Entry]:
 def entry_options(name: str, smoke: bool, common: dict, overrides: dict[str, str]) -> dict:
     """An entry's options: its full run's, `--smoke`'s on top, the common flags, then `--set`."""
     entry = entries()[name]
-    options = {**COMMON, **entry.options, **(entry.smoke if smoke else {}), **common}
+    return overridden({**COMMON, **entry.options, **(entry.smoke if smoke else {}), **common}, overrides)
+
+
+def overridden(options: dict, overrides: dict[str, str]) -> dict:
+    """`options` with the `--set` values of the keys it has, each typed like the value it replaces."""
     for key, text in overrides.items():
         if key in options:
-            options[key] = typed(text, options[key])
+            try:
+                options[key] = typed(text, options[key])
+            except ValueError as err:
+                raise ValueError(f"`--set {key}={text}`: {err}") from None
     return options
 
 
@@ -98,15 +105,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--_options", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.common = {k: getattr(args, k) for k in COMMON if getattr(args, k) is not None}
     try:
         args.names = parse_entries(args.entries, entries())
-        args.overrides = dict(item.split("=", 1) for item in args.set)
+        args.overrides = dict(item.partition("=")[::2] for item in args.set)
+        # `--set threads=1` is `--threads 1` (the README's environment too); every value typed here, not mid-run
+        args.common.update(overridden({k: COMMON[k] for k in args.overrides if k in COMMON}, args.overrides))
+        for name in args.names:
+            entry_options(name, args.smoke, args.common, args.overrides)
     except ValueError as err:
-        p.error(f"{err} (`--set` takes key=value)")
-    args.common = {
-        k: getattr(args, k) for k in ("threads", "seed", "wait_idle", "no_memory", "profile")
-        if getattr(args, k) is not None
-    }  # fmt: skip
+        p.error(str(err))
+    if args.common.get("threads", 1) < 1:
+        p.error(f"`--threads` must be at least 1, got {args.common['threads']}.")
     known = {key for name in args.names for key in entry_options(name, args.smoke, {}, {})}
     unknown = set(args.overrides) - known
     if unknown:

@@ -190,6 +190,19 @@ def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
         speed.parse_args(["--entries", "gpt3"])
 
 
+@pytest.mark.parametrize(
+    "bad, says",
+    [("--set rounds=abc", "--set rounds=abc"), ("--set no_memory=maybe", "--set no_memory=maybe"),
+     ("--set rounds", "--set rounds="), ("--threads 0", "--threads"), ("--set threads=-1", "--threads")],
+)  # fmt: skip
+def test_a_bad_value_is_refused_by_name_before_any_entry_runs(bad, says, capsys):
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--entries", "peak,gpt2", *bad.split()])
+    assert says in capsys.readouterr().err
+    args = speed.parse_args(["--entries", "gpt2", "--set", "threads=1"])  # as --threads 1: the README's too
+    assert args.common["threads"] == 1
+
+
 def test_sparse_decoding_keeps_a_window_of_keys_and_the_same_tokens(no_gc):
     o = options("sparse", contexts=[40, 80], window=8, new_tokens=3, layers=1, hidden=32, heads=2, vocab=64)
     data = speed_workloads.run_sparse(o)
