@@ -170,8 +170,13 @@ def select_entries(board: str, spec: str | None) -> list[str]:
 def check_settings(board: str, s: dict) -> None:
     """Refuse settings the runs cannot use (`choices` in leaderboard.yaml), before any training starts."""
     for key in ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs"):
-        if key in s and not s[key] > 0:
+        if key in s and not (s[key] or 0) > 0:  # `none` too
             raise ValueError(f"--{key} must be > 0, got {s[key]!r}.")
+    for key in ("max_chars", "train_chars", "eval_chars", *SAMPLE_CAPS, "max_train_seconds"):
+        if s.get(key) is not None and not s[key] > 0:  # a negative cap would cut from the end
+            raise ValueError(f"--{key} must be > 0 or none, got {s[key]!r}.")
+    if (s.get("num_threads") or 0) < 0:  # none or 0: torch's default
+        raise ValueError(f"--num_threads must be >= 0, got {s['num_threads']}.")
     for key, allowed in BOARDS[board].get("choices", {}).items():
         if not set(s[key] if isinstance(s[key], tuple) else [s[key]]) <= set(allowed):
             raise ValueError(f"--{key} must be within {allowed}, got {s[key]!r}.")

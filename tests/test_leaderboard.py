@@ -96,6 +96,20 @@ def test_entries_settings_and_presets(tmp_path):
     assert "--budget_seconds" in lb._parser("lm").format_help()  # renders: no unescaped % in a help string
 
 
+@pytest.mark.parametrize(
+    "bad",
+    ["lm --budget_seconds none", "lm --max_chars -5", "translation --num_threads -1", "ablations --train_chars 0",
+     "sst2 --max_test_samples 0"],
+)  # fmt: skip
+def test_a_setting_no_run_can_use_is_refused_by_name(bad, tmp_path, capsys):
+    """Before any training: not a traceback, not a silent misreading (a negative cap cut from the end)."""
+    with pytest.raises(SystemExit):
+        lb.parse_args([*bad.split(), "--data", str(tmp_path)])
+    assert f"error: {bad.split()[1]}" in capsys.readouterr().err
+    args = lb.parse_args(["ablations", "--data", str(tmp_path), "--num_threads", "0"])  # 0: torch's default
+    assert (args.settings["num_threads"], args.seed) == (0, 0)
+
+
 def test_setting_choices_and_command_line_templates():
     from training.trainer_common import BUDGET_SCHEDULES
 
