@@ -99,7 +99,7 @@ def _parser(board: str | None) -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="full, smoke, or a board's own (translation: gpu).")
     p.add_argument("--data", type=Path, default=None, help="The board's data (default under ../shared/data).")
     p.add_argument("--output_dir", type=Path, default=None, help="Default out/<board>[_smoke].")
-    p.add_argument("--seed", type=int, default=0, help="Seed of every run (ablations: --seeds).")
+    p.add_argument("--seed", type=int, default=None, help="Seed of every run (ablations: --seeds).")
     p.add_argument("--list", action="store_true", help="Print the board's entries and exit.")
     group = p.add_argument_group(f"{board} settings (default: the preset's)")
     for key, (full, smoke, text) in BOARDS[board]["settings"].items() if board in BOARDS else ():
@@ -119,6 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     table = board["settings"]
     if args.smoke and args.preset not in (None, "smoke"):
         parser.error(f"--smoke contradicts --preset {args.preset}.")
+    if args.seed is not None and "seeds" in table:  # it would be ignored, and results.json would claim it
+        parser.error(f"--seed: {args.board} runs every seed of --seeds (e.g. --seeds {args.seed}).")
+    args.seed = args.seed or 0
     given = {key: getattr(args, key) for key in table if hasattr(args, key)}
     if args.preset is None:
         device = given.get("device", "auto")

@@ -99,10 +99,11 @@ def test_entries_settings_and_presets(tmp_path):
 @pytest.mark.parametrize(
     "bad",
     ["lm --budget_seconds none", "lm --max_chars -5", "translation --num_threads -1", "ablations --train_chars 0",
-     "sst2 --max_test_samples 0"],
+     "sst2 --max_test_samples 0", "ablations --seed 3"],
 )  # fmt: skip
 def test_a_setting_no_run_can_use_is_refused_by_name(bad, tmp_path, capsys):
-    """Before any training: not a traceback, not a silent misreading (a negative cap cut from the end)."""
+    """Before any training: not a traceback, not a silent misreading (a negative cap cut from the end,
+    ablations' --seed ignored while results.json recorded it)."""
     with pytest.raises(SystemExit):
         lb.parse_args([*bad.split(), "--data", str(tmp_path)])
     assert f"error: {bad.split()[1]}" in capsys.readouterr().err
