@@ -904,7 +904,7 @@ def markdown(result: dict, folder: Path) -> list[str]:
 def setting(text: str) -> tuple[str, object]:
     """`--set key=value`: a size, typed like its value in `gpu_entries.SIZES["full"]` (lists: commas)."""
     key, _, raw = text.partition("=")
-    if key not in spec.SIZES["full"] or not raw:
+    if key not in spec.SIZES["full"] or raw.lower() in ("", "none"):  # no size is None
         raise argparse.ArgumentTypeError(f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}")  # fmt: skip
     return key, measure.typed(raw, spec.SIZES["full"][key])
 
@@ -925,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--set", action="append", type=setting, default=[], metavar="KEY=VALUE",
                        help="a size of gpu_entries.SIZES (repeatable), e.g. gpt_batch=32 or decode_batches=1,8")  # fmt: skip
     group.add_argument("--no_compile", action="store_true", help="no torch.compile training rows")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=None, help="default 0")
     group.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
 
@@ -975,6 +975,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
+    if not args.measure and any([args.set, args.no_compile, args.seed is not None, args.threads is not None]):
+        parser.error("--set, --no_compile, --seed and --threads are --measure's (the entries run their own).")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}.")
+    args.seed = args.seed or 0
     try:
         device = torch.device(measure.resolve_device(args.device))
         names = selected_entries(args.sections, args.entries)

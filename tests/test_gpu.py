@@ -202,12 +202,16 @@ def test_peak_probe_takes_a_dtype_and_a_device():
 
 def test_without_cuda_it_says_so_and_exits_0(monkeypatch, caplog, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gpu, "run_entries", lambda *args, **kwargs: [])  # a --smoke run of entries runs none
     caplog.set_level(logging.INFO, logger="benchmarks.gpu")
     assert gpu.main(["--output_dir", str(tmp_path)]) == 0
     assert gpu.main(["--measure", "decode", "--output_dir", str(tmp_path)]) == 0
     assert "needs CUDA" in caplog.text and not (tmp_path / "results.json").exists()
     for bad in (["--device", "cuda"], ["--sections", "train,bogus"], ["--entries", "bogus"], ["--set", "bogus=1"],
-                [*SMOKE, "--measure", "gpt_train,bogus"], [*SMOKE, "--measure", "decode", "--set", "new_tokens=999"]):  # fmt: skip
+                [*SMOKE, "--measure", "gpt_train,bogus"], [*SMOKE, "--measure", "decode", "--set", "new_tokens=999"],
+                # --measure's flags on a run of entries (which ignored them), a size of none, no threads
+                ["--smoke", "--entries", "decode", "--set", "decode_batches=8"], ["--smoke", "--threads", "1"],
+                [*SMOKE, "--measure", "decode", "--set", "gpt_seq=none"], [*SMOKE[:-1], "0", "--measure", "decode"]):  # fmt: skip
         with pytest.raises(SystemExit):
             gpu.main([*bad, "--output_dir", str(tmp_path)])
 
