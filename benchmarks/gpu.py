@@ -916,7 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget_s", type=float, default=None,
                    help="wall-clock budget of the whole run: the entry running at its end is stopped, the later "
                    "ones are not run (default: none, each entry runs to its own limit)")  # fmt: skip
-    p.add_argument("--output_dir", default="out/gpu")
+    p.add_argument("--output_dir", help="default out/gpu[_measure][_smoke]: one folder per kind of run")
     p.add_argument("--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)")  # fmt: skip
     p.add_argument("--device", choices=measure.DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
@@ -980,6 +980,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}.")
     args.seed = args.seed or 0
+    args.output_dir = args.output_dir or "out/gpu" + "_measure" * bool(args.measure) + "_smoke" * args.smoke
     try:
         device = torch.device(measure.resolve_device(args.device))
         names = selected_entries(args.sections, args.entries)

@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no_memory", action="store_true", default=None, help="skip the memory subprocesses")
     p.add_argument("--profile", default=None, metavar="DIR", help="also write profiler tables to DIR")
     p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
-    p.add_argument("--output_dir", default="out/speed", help="results.json, README.md, logs")
+    p.add_argument("--output_dir", help="results.json, README.md, logs (default out/speed[_smoke])")
     p.add_argument("--title", default=None, help="the README's title (default: the folder's)")
     p.add_argument("--list", action="store_true", help="list the entries and their options")
     p.add_argument("--_entry", help=argparse.SUPPRESS)
@@ -123,6 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"`--set`: no selected entry has the option(s) {sorted(unknown)}.")
     if args.timeout is None:
         args.timeout = 600.0 if args.smoke else 3600.0
+    args.output_dir = args.output_dir or "out/speed" + "_smoke" * args.smoke  # a full run's folder stays
     return args
 
 

@@ -188,6 +188,11 @@ def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
         speed.parse_args(["--entries", "sparse", "--set", "no_such_option=1"])
     with pytest.raises(SystemExit):
         speed.parse_args(["--entries", "gpt3"])
+    # a smoke run's default folder is its own: it must not overwrite a full run's results
+    assert (speed.parse_args([]).output_dir, speed.parse_args(["--smoke"]).output_dir) == (
+        "out/speed",
+        "out/speed_smoke",
+    )
 
 
 @pytest.mark.parametrize(

@@ -216,6 +216,20 @@ def test_without_cuda_it_says_so_and_exits_0(monkeypatch, caplog, tmp_path):
             gpu.main([*bad, "--output_dir", str(tmp_path)])
 
 
+def test_each_kind_of_run_has_its_own_default_folder(monkeypatch, tmp_path):
+    """A smoke or a --measure run must not overwrite a full run's results.json in out/gpu."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu, "main_measure", lambda args, parser, device: args.output_dir)
+    assert gpu.main(["--measure", "decode", "--smoke", "--device", "cpu"]) == "out/gpu_measure_smoke"
+    assert gpu.main(["--measure", "decode", "--device", "cpu"]) == "out/gpu_measure"
+    folders = []
+    monkeypatch.setattr(
+        gpu, "run_entries", lambda names, ctx, budget, on_row: folders.append(ctx["out"]) or []
+    )
+    assert gpu.main(["--smoke", "--entries", "decode"]) == 0
+    assert folders == [(tmp_path / "out" / "gpu_smoke").resolve()]
+
+
 # --------------------------------------------------------------------------------------------
 # The entries under a budget
 # --------------------------------------------------------------------------------------------
