@@ -933,6 +933,8 @@ def build_parser() -> argparse.ArgumentParser:
 def selected_entries(sections: str, names: str | None) -> list[str]:
     """`--entries` (in the table's order), else every entry of the sections but the on-demand ones."""
     if names:
+        if sections != "all":  # it would be ignored
+            raise ValueError("`--entries` names entries of any section: give it or `--sections`, not both")
         wanted = measure.parse_entries(names, spec.ENTRIES)
         return [n for n in spec.ENTRIES if n in wanted]
     picked = spec.SECTIONS if sections == "all" else measure.comma_list(sections)
