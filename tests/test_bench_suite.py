@@ -182,6 +182,8 @@ def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
     assert measure.typed("false", True) is False and measure.typed("0.5", 1.0) == 0.5
     assert measure.typed("8,16", [1]) == [8, 16] and measure.typed("none", "x") == "none"
     assert measure.typed("2", None) == 2 and isinstance(measure.typed("2", None), int)
+    with pytest.raises(ValueError, match="true or false"):  # a switch never becomes None
+        measure.typed("none", False)
     for name, entry in speed_entries.ENTRIES.items():  # a smoke option the entry does not have is a typo
         assert set(entry.smoke) <= set(entry.options) | set(speed.COMMON), name
     with pytest.raises(SystemExit):
