@@ -170,10 +170,15 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     return names
 
 
+POSITIVE = ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs", "evals",
+            "ngram_orders", "iterations", "trace_iterations", "length_beam", "num_beams")  # fmt: skip
+
+
 def check_settings(board: str, s: dict) -> None:
     """Refuse settings the runs cannot use (`choices` in leaderboard.yaml), before any training starts."""
-    for key in ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs"):
-        if key in s and not (s[key] or 0) > 0:  # `none` too
+    for key in POSITIVE:  # a list: every item, and not empty
+        values = s.get(key, 1) if isinstance(s.get(key), tuple) else (s.get(key, 1),)
+        if not values or not all((v or 0) > 0 for v in values):  # `none` too
             raise ValueError(f"--{key} must be > 0, got {s[key]!r}.")
     for key in ("max_chars", "train_chars", "eval_chars", *SAMPLE_CAPS, "max_train_seconds"):
         if s.get(key) is not None and not s[key] > 0:  # a negative cap would cut from the end

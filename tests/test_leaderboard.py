@@ -99,7 +99,8 @@ def test_entries_settings_and_presets(tmp_path):
 @pytest.mark.parametrize(
     "bad",
     ["lm --budget_seconds none", "lm --max_chars -5", "translation --num_threads -1", "ablations --train_chars 0",
-     "sst2 --max_test_samples 0", "ablations --seed 3"],
+     "sst2 --max_test_samples 0", "ablations --seed 3", "lm --evals 0", "lm --ngram_orders ,",
+     "mask_predict --iterations 1,none", "mask_predict --trace_iterations 0"],
 )  # fmt: skip
 def test_a_setting_no_run_can_use_is_refused_by_name(bad, tmp_path, capsys):
     """Before any training: not a traceback, not a silent misreading (a negative cap cut from the end,
