@@ -99,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
     p.add_argument("--output_dir", help="results.json, README.md, logs (default out/speed[_smoke])")
     p.add_argument("--title", default=None, help="the README's title (default: the folder's)")
-    p.add_argument("--list", action="store_true", help="list the entries and their options")
+    p.add_argument("--list", action="store_true", help="list the entries and the options they would run with")
     p.add_argument("--_entry", help=argparse.SUPPRESS)
     p.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--_options", help=argparse.SUPPRESS)
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.list:
         for name, entry in entries().items():
-            print(f"{name}: {entry.about}\n  {entry_options(name, False, {}, {})}")
+            print(f"{name}: {entry.about}\n  {entry_options(name, args.smoke, args.common, args.overrides)}")
         return 0
     import torch
 

@@ -176,7 +176,7 @@ def test_run_process_reports_failures_and_timeouts(tmp_path):
     assert slow["error"] == "timed out after 1s" and slow["wall_s"] < 30
 
 
-def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
+def test_options_come_from_the_entry_then_smoke_then_flags_then_set(capsys):
     o = speed.entry_options("sparse", True, {"threads": 3}, {"contexts": "64,96", "window": "8"})
     assert (o["contexts"], o["window"], o["threads"], o["rounds"]) == ([64, 96], 8, 3, 1)
     assert measure.typed("false", True) is False and measure.typed("0.5", 1.0) == 0.5
@@ -190,6 +190,8 @@ def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
         speed.parse_args(["--entries", "sparse", "--set", "no_such_option=1"])
     with pytest.raises(SystemExit):
         speed.parse_args(["--entries", "gpt3"])
+    speed.main(["--list", "--smoke", "--entries", "sparse", "--set", "window=8"])  # what would run
+    assert str(speed.entry_options("sparse", True, {}, {"window": "8"})) in capsys.readouterr().out
     # a smoke run's default folder is its own: it must not overwrite a full run's results
     assert (speed.parse_args([]).output_dir, speed.parse_args(["--smoke"]).output_dir) == (
         "out/speed",
