@@ -167,8 +167,10 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    threads = args.common.get("threads", COMMON["threads"])
-    torch.set_num_threads(threads)
+    options = {name: entry_options(name, args.smoke, args.common, args.overrides) for name in args.names}
+    threads = sorted({o["threads"] for o in options.values()})  # what the entries run with (serve: 1)
+    torch.set_num_threads(threads[-1])
+    threads = threads[0] if len(threads) == 1 else "/".join(map(str, threads))
     previous = out / "results.json"  # a folder re-run keeps its title
     title = args.title or (json.loads(previous.read_text()).get("title") if previous.exists() else None)
     result = {
@@ -184,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in args.names:
         logger.info("%s: %s", name, entries()[name].about)
-        options = entry_options(name, args.smoke, args.common, args.overrides)
-        data = result["entries"][name] = run_in_process(name, options, out, args.timeout)
+        data = result["entries"][name] = run_in_process(name, options[name], out, args.timeout)
         if data.get("error"):
             logger.warning("%s failed: %s (log: %s)", name, data["error"], out / "logs" / f"{name}.log")
         else:

@@ -212,6 +212,18 @@ def test_a_bad_value_is_refused_by_name_before_any_entry_runs(bad, says, capsys)
     assert args.common["threads"] == 1
 
 
+def test_the_readme_reports_the_threads_the_entries_ran_with(tmp_path, monkeypatch):
+    """serve runs with 1 thread of its own; the README said the default count (2 here, or more)."""
+    monkeypatch.setattr(
+        speed, "run_in_process", lambda name, o, out, timeout: {"options": o, "error": "stub"}
+    )
+    for entries, threads in (("serve", 1), ("cleaning,serve", f"1/{speed.COMMON['threads']}")):
+        speed.main(["--entries", entries, "--output_dir", str(tmp_path)])
+        result = json.loads((tmp_path / "results.json").read_text())
+        assert result["environment"]["threads"] == (1 if speed.COMMON["threads"] == 1 else threads)
+        assert f", {result['environment']['threads']} threads," in (tmp_path / "README.md").read_text()
+
+
 def test_sparse_decoding_keeps_a_window_of_keys_and_the_same_tokens(no_gc):
     o = options("sparse", contexts=[40, 80], window=8, new_tokens=3, layers=1, hidden=32, heads=2, vocab=64)
     data = speed_workloads.run_sparse(o)
