@@ -142,8 +142,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.settings["device"] = _device(parser, args.settings["device"])
     args.data = args.data or SHARED_DATA / board["data"]
     args.output_dir = args.output_dir or REPO_ROOT / "out" / (args.board + ("_smoke" if args.smoke else ""))
-    if not args.list and not args.data.exists():
-        parser.error(f"--data {str(args.data)!r} does not exist.")
+    kind = "file" if Path(board["data"]).suffix else "folder"  # as its default: input.txt, multi30k
+    if not args.list and not (args.data.is_file() if kind == "file" else args.data.is_dir()):
+        parser.error(f"--data {str(args.data)!r} is not a {kind} (the board reads one: {board['data']}).")
     return args
 
 
