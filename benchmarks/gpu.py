@@ -977,8 +977,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
-    if not args.measure and any([args.set, args.no_compile, args.seed is not None, args.threads is not None]):
-        parser.error("--set, --no_compile, --seed and --threads are --measure's (the entries run their own).")
+    # a flag of one mode given to the other would be ignored: the entries run with their own flags
+    of_measure = {"--set": args.set, "--no_compile": args.no_compile, "--seed": args.seed is not None, "--threads": args.threads is not None}  # fmt: skip
+    of_entries = {"--entries": args.entries, "--sections": args.sections != "all", "--budget_s": args.budget_s is not None, "--nanogpt_dir": args.nanogpt_dir}  # fmt: skip
+    ignored = [flag for flag, given in (of_entries if args.measure else of_measure).items() if given]
+    if ignored:
+        parser.error(f"{', '.join(ignored)}: {'a run of entries' if args.measure else '--measure'} only.")
     if args.threads is not None and args.threads < 1:
         parser.error(f"--threads must be at least 1, got {args.threads}.")
     args.seed = args.seed or 0

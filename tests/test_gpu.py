@@ -211,7 +211,8 @@ def test_without_cuda_it_says_so_and_exits_0(monkeypatch, caplog, tmp_path):
                 [*SMOKE, "--measure", "gpt_train,bogus"], [*SMOKE, "--measure", "decode", "--set", "new_tokens=999"],
                 # --measure's flags on a run of entries (which ignored them), a size of none, no threads
                 ["--smoke", "--entries", "decode", "--set", "decode_batches=8"], ["--smoke", "--threads", "1"],
-                [*SMOKE, "--measure", "decode", "--set", "gpt_seq=none"], [*SMOKE[:-1], "0", "--measure", "decode"]):  # fmt: skip
+                [*SMOKE, "--measure", "decode", "--set", "gpt_seq=none"], [*SMOKE[:-1], "0", "--measure", "decode"],
+                [*SMOKE, "--measure", "decode", "--budget_s", "60"]):  # a budget --measure ignored  # fmt: skip
         with pytest.raises(SystemExit):
             gpu.main([*bad, "--output_dir", str(tmp_path)])
 
