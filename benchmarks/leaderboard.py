@@ -166,7 +166,7 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     if board == "ablations":
         chosen = {"baseline", *names}
         return [n for n, v in entries.items() if n in chosen or v.component in chosen]
-    if board == "mask_predict" and names != list(entries):
+    if board == "mask_predict" and set(names) != set(entries):  # in either order
         raise ValueError("--entries: mask_predict compares both models; run both.")
     return names
 

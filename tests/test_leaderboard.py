@@ -157,6 +157,10 @@ def test_select_entries():
     ]
     with pytest.raises(ValueError, match=r"unknown \['swish'\]"):
         lb.select_entries("ablations", "swish")
+    assert set(lb.select_entries("mask_predict", "mask_predict,autoregressive")) == {
+        "autoregressive",
+        "mask_predict",
+    }
 
 
 # ----------------------------------------------------------------------------------------------
