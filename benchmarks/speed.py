@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             entry_options(name, args.smoke, args.common, args.overrides)
     except ValueError as err:
         p.error(str(err))
-    if args.common.get("threads", 1) < 1:
+    if (args.common.get("threads", 1) or 0) < 1:  # `none` too
         p.error(f"`--threads` must be at least 1, got {args.common['threads']}.")
     known = {key for name in args.names for key in entry_options(name, args.smoke, {}, {})}
     unknown = set(args.overrides) - known

@@ -202,7 +202,8 @@ def test_options_come_from_the_entry_then_smoke_then_flags_then_set(capsys):
 @pytest.mark.parametrize(
     "bad, says",
     [("--set rounds=abc", "--set rounds=abc"), ("--set no_memory=maybe", "--set no_memory=maybe"),
-     ("--set rounds", "--set rounds="), ("--threads 0", "--threads"), ("--set threads=-1", "--threads")],
+     ("--set rounds", "--set rounds="), ("--threads 0", "--threads"), ("--set threads=-1", "--threads"),
+     ("--set threads=none", "--threads")],
 )  # fmt: skip
 def test_a_bad_value_is_refused_by_name_before_any_entry_runs(bad, says, capsys):
     with pytest.raises(SystemExit):
