@@ -904,7 +904,7 @@ def markdown(result: dict, folder: Path) -> list[str]:
 def setting(text: str) -> tuple[str, object]:
     """`--set key=value`: a size, typed like its value in `gpu_entries.SIZES["full"]` (lists: commas)."""
     key, _, raw = text.partition("=")
-    if key not in spec.SIZES["full"] or not raw:
+    if key not in spec.SIZES["full"] or raw.lower() in ("", "none"):  # no size is None
         raise argparse.ArgumentTypeError(f"`--set key=value` with a key of {sorted(spec.SIZES['full'])}, got {text!r}")  # fmt: skip
     return key, measure.typed(raw, spec.SIZES["full"][key])
 
@@ -916,7 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget_s", type=float, default=None,
                    help="wall-clock budget of the whole run: the entry running at its end is stopped, the later "
                    "ones are not run (default: none, each entry runs to its own limit)")  # fmt: skip
-    p.add_argument("--output_dir", default="out/gpu")
+    p.add_argument("--output_dir", help="default out/gpu[_measure][_smoke]: one folder per kind of run")
     p.add_argument("--nanogpt_dir", default=None, help="a karpathy/nanoGPT checkout (the recipe's side by side)")  # fmt: skip
     p.add_argument("--smoke", action="store_true", help="every entry (measurement) at tiny size on the CPU (CI)")  # fmt: skip
     p.add_argument("--device", choices=measure.DEVICE_CHOICES, default="auto", help="auto: CUDA if available")
@@ -925,7 +925,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--set", action="append", type=setting, default=[], metavar="KEY=VALUE",
                        help="a size of gpu_entries.SIZES (repeatable), e.g. gpt_batch=32 or decode_batches=1,8")  # fmt: skip
     group.add_argument("--no_compile", action="store_true", help="no torch.compile training rows")
-    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--seed", type=int, default=None, help="default 0")
     group.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
 
@@ -933,6 +933,8 @@ def build_parser() -> argparse.ArgumentParser:
 def selected_entries(sections: str, names: str | None) -> list[str]:
     """`--entries` (in the table's order), else every entry of the sections but the on-demand ones."""
     if names:
+        if sections != "all":  # it would be ignored
+            raise ValueError("`--entries` names entries of any section: give it or `--sections`, not both")
         wanted = measure.parse_entries(names, spec.ENTRIES)
         return [n for n in spec.ENTRIES if n in wanted]
     picked = spec.SECTIONS if sections == "all" else measure.comma_list(sections)
@@ -975,6 +977,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = argv
+    # a flag of one mode given to the other would be ignored: the entries run with their own flags
+    of_measure = {"--set": args.set, "--no_compile": args.no_compile, "--seed": args.seed is not None, "--threads": args.threads is not None}  # fmt: skip
+    of_entries = {"--entries": args.entries, "--sections": args.sections != "all", "--budget_s": args.budget_s is not None, "--nanogpt_dir": args.nanogpt_dir}  # fmt: skip
+    ignored = [flag for flag, given in (of_entries if args.measure else of_measure).items() if given]
+    if ignored:
+        parser.error(f"{', '.join(ignored)}: {'a run of entries' if args.measure else '--measure'} only.")
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}.")
+    args.seed = args.seed or 0
+    args.output_dir = args.output_dir or "out/gpu" + "_measure" * bool(args.measure) + "_smoke" * args.smoke
     try:
         device = torch.device(measure.resolve_device(args.device))
         names = selected_entries(args.sections, args.entries)

@@ -99,7 +99,7 @@ def _parser(board: str | None) -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="full, smoke, or a board's own (translation: gpu).")
     p.add_argument("--data", type=Path, default=None, help="The board's data (default under ../shared/data).")
     p.add_argument("--output_dir", type=Path, default=None, help="Default out/<board>[_smoke].")
-    p.add_argument("--seed", type=int, default=0, help="Seed of every run (ablations: --seeds).")
+    p.add_argument("--seed", type=int, default=None, help="Seed of every run (ablations: --seeds).")
     p.add_argument("--list", action="store_true", help="Print the board's entries and exit.")
     group = p.add_argument_group(f"{board} settings (default: the preset's)")
     for key, (full, smoke, text) in BOARDS[board]["settings"].items() if board in BOARDS else ():
@@ -119,6 +119,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     table = board["settings"]
     if args.smoke and args.preset not in (None, "smoke"):
         parser.error(f"--smoke contradicts --preset {args.preset}.")
+    if args.seed is not None and "seeds" in table:  # it would be ignored, and results.json would claim it
+        parser.error(f"--seed: {args.board} runs every seed of --seeds (e.g. --seeds {args.seed}).")
+    args.seed = args.seed or 0
     given = {key: getattr(args, key) for key in table if hasattr(args, key)}
     if args.preset is None:
         device = given.get("device", "auto")
@@ -139,8 +142,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.settings["device"] = _device(parser, args.settings["device"])
     args.data = args.data or SHARED_DATA / board["data"]
     args.output_dir = args.output_dir or REPO_ROOT / "out" / (args.board + ("_smoke" if args.smoke else ""))
-    if not args.list and not args.data.exists():
-        parser.error(f"--data {str(args.data)!r} does not exist.")
+    kind = "file" if Path(board["data"]).suffix else "folder"  # as its default: input.txt, multi30k
+    if not args.list and not (args.data.is_file() if kind == "file" else args.data.is_dir()):
+        parser.error(f"--data {str(args.data)!r} is not a {kind} (the board reads one: {board['data']}).")
     return args
 
 
@@ -162,16 +166,26 @@ def select_entries(board: str, spec: str | None) -> list[str]:
     if board == "ablations":
         chosen = {"baseline", *names}
         return [n for n, v in entries.items() if n in chosen or v.component in chosen]
-    if board == "mask_predict" and names != list(entries):
+    if board == "mask_predict" and set(names) != set(entries):  # in either order
         raise ValueError("--entries: mask_predict compares both models; run both.")
     return names
 
 
+POSITIVE = ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs", "evals",
+            "ngram_orders", "iterations", "trace_iterations", "length_beam", "num_beams")  # fmt: skip
+
+
 def check_settings(board: str, s: dict) -> None:
     """Refuse settings the runs cannot use (`choices` in leaderboard.yaml), before any training starts."""
-    for key in ("budget_seconds", "pretrain_seconds", "max_steps", "block_size", "batch_size", "jobs"):
-        if key in s and not s[key] > 0:
+    for key in POSITIVE:  # a list: every item, and not empty
+        values = s.get(key, 1) if isinstance(s.get(key), tuple) else (s.get(key, 1),)
+        if not values or not all((v or 0) > 0 for v in values):  # `none` too
             raise ValueError(f"--{key} must be > 0, got {s[key]!r}.")
+    for key in ("max_chars", "train_chars", "eval_chars", *SAMPLE_CAPS, "max_train_seconds"):
+        if s.get(key) is not None and not s[key] > 0:  # a negative cap would cut from the end
+            raise ValueError(f"--{key} must be > 0 or none, got {s[key]!r}.")
+    if (s.get("num_threads") or 0) < 0:  # none or 0: torch's default
+        raise ValueError(f"--num_threads must be >= 0, got {s['num_threads']}.")
     for key, allowed in BOARDS[board].get("choices", {}).items():
         if not set(s[key] if isinstance(s[key], tuple) else [s[key]]) <= set(allowed):
             raise ValueError(f"--{key} must be within {allowed}, got {s[key]!r}.")

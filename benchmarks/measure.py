@@ -555,15 +555,15 @@ def comma_list(text: str) -> list[str]:
 
 
 def typed(text: str, like):
-    """A command-line value as the type of `like`, its default: "none" is None (but for text); a bool
-    from true/false/1/0/yes/no; a list or tuple from comma-separated items typed like its first; a
+    """A command-line value as the type of `like`, its default: a bool from true/false/1/0/yes/no;
+    "none" is None (but for text); a list or tuple from comma-separated items typed like its first; a
     number, an int where the text reads as one, for a default of None."""
-    if text.lower() == "none" and not isinstance(like, str):
-        return None
-    if isinstance(like, bool):
+    if isinstance(like, bool):  # a switch is on or off, never None
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() in ("true", "1", "yes")
+    if text.lower() == "none" and not isinstance(like, str):
+        return None
     if isinstance(like, (list, tuple)):
         return type(like)(typed(item, like[0] if like else "") for item in comma_list(text))
     if like is None:

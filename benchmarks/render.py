@@ -231,12 +231,15 @@ def bar_chart(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Render results READMEs from their results.json.")
-    p.add_argument("folders", nargs="*", type=Path, help="results folders (default: every one)")
+    p.add_argument("folders", nargs="*", type=Path, help="results folders, or above them (default: all)")
     p.add_argument("--check", action="store_true", help="only compare; exit 1 if a README differs")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    found = {folder: results_folders(folder) for folder in args.folders or [RESULTS_DIR]}
+    if not all(found.values()):
+        p.error(f"no {RESULT_FILE} in or under {', '.join(str(f) for f, rs in found.items() if not rs)}")
     stale = []
-    for folder in args.folders or results_folders():
+    for folder in [folder for folders in found.values() for folder in folders]:
         text = rendered(folder)
         readme = folder / README_FILE
         if args.check:

@@ -69,10 +69,17 @@ def entries() -> dict[str, Entry]:
 def entry_options(name: str, smoke: bool, common: dict, overrides: dict[str, str]) -> dict:
     """An entry's options: its full run's, `--smoke`'s on top, the common flags, then `--set`."""
     entry = entries()[name]
-    options = {**COMMON, **entry.options, **(entry.smoke if smoke else {}), **common}
+    return overridden({**COMMON, **entry.options, **(entry.smoke if smoke else {}), **common}, overrides)
+
+
+def overridden(options: dict, overrides: dict[str, str]) -> dict:
+    """`options` with the `--set` values of the keys it has, each typed like the value it replaces."""
     for key, text in overrides.items():
         if key in options:
-            options[key] = typed(text, options[key])
+            try:
+                options[key] = typed(text, options[key])
+            except ValueError as err:
+                raise ValueError(f"`--set {key}={text}`: {err}") from None
     return options
 
 
@@ -90,29 +97,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no_memory", action="store_true", default=None, help="skip the memory subprocesses")
     p.add_argument("--profile", default=None, metavar="DIR", help="also write profiler tables to DIR")
     p.add_argument("--timeout", type=float, default=None, help="seconds per entry (default 3600; smoke 600)")
-    p.add_argument("--output_dir", default="out/speed", help="results.json, README.md, logs")
+    p.add_argument("--output_dir", help="results.json, README.md, logs (default out/speed[_smoke])")
     p.add_argument("--title", default=None, help="the README's title (default: the folder's)")
-    p.add_argument("--list", action="store_true", help="list the entries and their options")
+    p.add_argument("--list", action="store_true", help="list the entries and the options they would run with")
     p.add_argument("--_entry", help=argparse.SUPPRESS)
     p.add_argument("--_worker", nargs="+", help=argparse.SUPPRESS)
     p.add_argument("--_options", help=argparse.SUPPRESS)
     p.add_argument("--_out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    args.common = {k: getattr(args, k) for k in COMMON if getattr(args, k) is not None}
     try:
         args.names = parse_entries(args.entries, entries())
-        args.overrides = dict(item.split("=", 1) for item in args.set)
+        args.overrides = dict(item.partition("=")[::2] for item in args.set)
+        # `--set threads=1` is `--threads 1` (the README's environment too); every value typed here, not mid-run
+        args.common.update(overridden({k: COMMON[k] for k in args.overrides if k in COMMON}, args.overrides))
+        for name in args.names:
+            entry_options(name, args.smoke, args.common, args.overrides)
     except ValueError as err:
-        p.error(f"{err} (`--set` takes key=value)")
-    args.common = {
-        k: getattr(args, k) for k in ("threads", "seed", "wait_idle", "no_memory", "profile")
-        if getattr(args, k) is not None
-    }  # fmt: skip
+        p.error(str(err))
+    if (args.common.get("threads", 1) or 0) < 1:  # `none` too
+        p.error(f"`--threads` must be at least 1, got {args.common['threads']}.")
     known = {key for name in args.names for key in entry_options(name, args.smoke, {}, {})}
     unknown = set(args.overrides) - known
     if unknown:
         p.error(f"`--set`: no selected entry has the option(s) {sorted(unknown)}.")
     if args.timeout is None:
         args.timeout = 600.0 if args.smoke else 3600.0
+    args.output_dir = args.output_dir or "out/speed" + "_smoke" * args.smoke  # a full run's folder stays
     return args
 
 
@@ -150,14 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.list:
         for name, entry in entries().items():
-            print(f"{name}: {entry.about}\n  {entry_options(name, False, {}, {})}")
+            print(f"{name}: {entry.about}\n  {entry_options(name, args.smoke, args.common, args.overrides)}")
         return 0
     import torch
 
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    threads = args.common.get("threads", COMMON["threads"])
-    torch.set_num_threads(threads)
+    options = {name: entry_options(name, args.smoke, args.common, args.overrides) for name in args.names}
+    threads = sorted({o["threads"] for o in options.values()})  # what the entries run with (serve: 1)
+    torch.set_num_threads(threads[-1])
+    threads = threads[0] if len(threads) == 1 else "/".join(map(str, threads))
     previous = out / "results.json"  # a folder re-run keeps its title
     title = args.title or (json.loads(previous.read_text()).get("title") if previous.exists() else None)
     result = {
@@ -173,8 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for name in args.names:
         logger.info("%s: %s", name, entries()[name].about)
-        options = entry_options(name, args.smoke, args.common, args.overrides)
-        data = result["entries"][name] = run_in_process(name, options, out, args.timeout)
+        data = result["entries"][name] = run_in_process(name, options[name], out, args.timeout)
         if data.get("error"):
             logger.warning("%s failed: %s (log: %s)", name, data["error"], out / "logs" / f"{name}.log")
         else:

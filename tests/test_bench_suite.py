@@ -176,18 +176,53 @@ def test_run_process_reports_failures_and_timeouts(tmp_path):
     assert slow["error"] == "timed out after 1s" and slow["wall_s"] < 30
 
 
-def test_options_come_from_the_entry_then_smoke_then_flags_then_set():
+def test_options_come_from_the_entry_then_smoke_then_flags_then_set(capsys):
     o = speed.entry_options("sparse", True, {"threads": 3}, {"contexts": "64,96", "window": "8"})
     assert (o["contexts"], o["window"], o["threads"], o["rounds"]) == ([64, 96], 8, 3, 1)
     assert measure.typed("false", True) is False and measure.typed("0.5", 1.0) == 0.5
     assert measure.typed("8,16", [1]) == [8, 16] and measure.typed("none", "x") == "none"
     assert measure.typed("2", None) == 2 and isinstance(measure.typed("2", None), int)
+    with pytest.raises(ValueError, match="true or false"):  # a switch never becomes None
+        measure.typed("none", False)
     for name, entry in speed_entries.ENTRIES.items():  # a smoke option the entry does not have is a typo
         assert set(entry.smoke) <= set(entry.options) | set(speed.COMMON), name
     with pytest.raises(SystemExit):
         speed.parse_args(["--entries", "sparse", "--set", "no_such_option=1"])
     with pytest.raises(SystemExit):
         speed.parse_args(["--entries", "gpt3"])
+    speed.main(["--list", "--smoke", "--entries", "sparse", "--set", "window=8"])  # what would run
+    assert str(speed.entry_options("sparse", True, {}, {"window": "8"})) in capsys.readouterr().out
+    # a smoke run's default folder is its own: it must not overwrite a full run's results
+    assert (speed.parse_args([]).output_dir, speed.parse_args(["--smoke"]).output_dir) == (
+        "out/speed",
+        "out/speed_smoke",
+    )
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [("--set rounds=abc", "--set rounds=abc"), ("--set no_memory=maybe", "--set no_memory=maybe"),
+     ("--set rounds", "--set rounds="), ("--threads 0", "--threads"), ("--set threads=-1", "--threads"),
+     ("--set threads=none", "--threads")],
+)  # fmt: skip
+def test_a_bad_value_is_refused_by_name_before_any_entry_runs(bad, says, capsys):
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--entries", "peak,gpt2", *bad.split()])
+    assert says in capsys.readouterr().err
+    args = speed.parse_args(["--entries", "gpt2", "--set", "threads=1"])  # as --threads 1: the README's too
+    assert args.common["threads"] == 1
+
+
+def test_the_readme_reports_the_threads_the_entries_ran_with(tmp_path, monkeypatch):
+    """serve runs with 1 thread of its own; the README said the default count (2 here, or more)."""
+    monkeypatch.setattr(
+        speed, "run_in_process", lambda name, o, out, timeout: {"options": o, "error": "stub"}
+    )
+    for entries, threads in (("serve", 1), ("cleaning,serve", f"1/{speed.COMMON['threads']}")):
+        speed.main(["--entries", entries, "--output_dir", str(tmp_path)])
+        result = json.loads((tmp_path / "results.json").read_text())
+        assert result["environment"]["threads"] == (1 if speed.COMMON["threads"] == 1 else threads)
+        assert f", {result['environment']['threads']} threads," in (tmp_path / "README.md").read_text()
 
 
 def test_sparse_decoding_keeps_a_window_of_keys_and_the_same_tokens(no_gc):

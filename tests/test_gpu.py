@@ -202,14 +202,33 @@ def test_peak_probe_takes_a_dtype_and_a_device():
 
 def test_without_cuda_it_says_so_and_exits_0(monkeypatch, caplog, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(gpu, "run_entries", lambda *args, **kwargs: [])  # a --smoke run of entries runs none
     caplog.set_level(logging.INFO, logger="benchmarks.gpu")
     assert gpu.main(["--output_dir", str(tmp_path)]) == 0
     assert gpu.main(["--measure", "decode", "--output_dir", str(tmp_path)]) == 0
     assert "needs CUDA" in caplog.text and not (tmp_path / "results.json").exists()
     for bad in (["--device", "cuda"], ["--sections", "train,bogus"], ["--entries", "bogus"], ["--set", "bogus=1"],
-                [*SMOKE, "--measure", "gpt_train,bogus"], [*SMOKE, "--measure", "decode", "--set", "new_tokens=999"]):  # fmt: skip
+                [*SMOKE, "--measure", "gpt_train,bogus"], [*SMOKE, "--measure", "decode", "--set", "new_tokens=999"],
+                # --measure's flags on a run of entries (which ignored them), a size of none, no threads
+                ["--smoke", "--entries", "decode", "--set", "decode_batches=8"], ["--smoke", "--threads", "1"],
+                [*SMOKE, "--measure", "decode", "--set", "gpt_seq=none"], [*SMOKE[:-1], "0", "--measure", "decode"],
+                [*SMOKE, "--measure", "decode", "--budget_s", "60"]):  # a budget --measure ignored  # fmt: skip
         with pytest.raises(SystemExit):
             gpu.main([*bad, "--output_dir", str(tmp_path)])
+
+
+def test_each_kind_of_run_has_its_own_default_folder(monkeypatch, tmp_path):
+    """A smoke or a --measure run must not overwrite a full run's results.json in out/gpu."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gpu, "main_measure", lambda args, parser, device: args.output_dir)
+    assert gpu.main(["--measure", "decode", "--smoke", "--device", "cpu"]) == "out/gpu_measure_smoke"
+    assert gpu.main(["--measure", "decode", "--device", "cpu"]) == "out/gpu_measure"
+    folders = []
+    monkeypatch.setattr(
+        gpu, "run_entries", lambda names, ctx, budget, on_row: folders.append(ctx["out"]) or []
+    )
+    assert gpu.main(["--smoke", "--entries", "decode"]) == 0
+    assert folders == [(tmp_path / "out" / "gpu_smoke").resolve()]
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,7 +280,8 @@ def test_entries_are_selected_by_section_or_by_name():
     assert default == [n for n, e in ENTRIES.items() if not e.get("on_demand")] and "decode_b8" not in default
     assert gpu.selected_entries("decode,train", None) == ["train_eager", "train", "decode"]
     assert gpu.selected_entries("all", "decode_b8, recipe_nanogpt") == ["recipe_nanogpt", "decode_b8"]
-    for sections, names in (("bogus", None), (",", None), ("all", "bench_gpu_decode"), ("all", " , ")):
+    bad = (("bogus", None), (",", None), ("all", "bench_gpu_decode"), ("all", " , "), ("train", "decode"))
+    for sections, names in bad:
         with pytest.raises(ValueError):
             gpu.selected_entries(sections, names)
 

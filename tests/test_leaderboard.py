@@ -50,7 +50,16 @@ def table_rows(markdown: str, first: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
+def data_of(board: str, tmp_path: Path) -> str:
+    """A `--data` of the kind the board reads: a text file (the character-level boards) or a folder."""
+    if not Path(BOARDS[board]["data"]).suffix:
+        return str(tmp_path)
+    (tmp_path / "input.txt").write_text("To be, or not to be\n")
+    return str(tmp_path / "input.txt")
+
+
 def test_entries_settings_and_presets(tmp_path):
+    text = data_of("lm", tmp_path)  # the character-level boards read a text file
     args = lb.parse_args(
         ["translation", "--smoke", "--data", str(tmp_path), "--budget_seconds", "7", "--num_beams", "3"]
     )
@@ -61,7 +70,7 @@ def test_entries_settings_and_presets(tmp_path):
     args = lb.parse_args(["translation", "--data", str(tmp_path), "--device", "cpu", "--preset", "gpu"])
     assert args.settings["batch_size"] == 128 and args.settings["hidden_size"] == 256
     args = lb.parse_args(
-        ["ablations", "--data", str(tmp_path), "--seeds", "0,1", "--rerun", "--match_glu_params", "false"]
+        ["ablations", "--data", text, "--seeds", "0,1", "--rerun", "--match_glu_params", "false"]
     )
     assert (
         args.settings["seeds"] == (0, 1)
@@ -69,12 +78,10 @@ def test_entries_settings_and_presets(tmp_path):
         and args.settings["match_glu_params"] is False
     )
     assert lb.parse_args(["sst2", "--data", str(tmp_path)]).names == ["scratch", "mlm"]  # its default
-    assert lb.parse_args(["lm", "--data", str(tmp_path), "--max_chars", "none"]).settings["max_chars"] is None
+    assert lb.parse_args(["lm", "--data", text, "--max_chars", "none"]).settings["max_chars"] is None
     # a setting whose presets are both None takes an int where it reads as one (threads, widths), and a
     # text setting keeps "none" (its choice) rather than becoming None
-    s = lb.parse_args(
-        ["ablations", "--data", str(tmp_path), "--num_threads", "2", "--intermediate_size", "96"]
-    )
+    s = lb.parse_args(["ablations", "--data", text, "--num_threads", "2", "--intermediate_size", "96"])
     assert (s.settings["num_threads"], s.settings["intermediate_size"]) == (2, 96)
     assert isinstance(s.settings["num_threads"], int) and isinstance(s.settings["intermediate_size"], int)
     args = lb.parse_args(["translation", "--data", str(tmp_path), "--budget_schedule", "none"])
@@ -90,10 +97,28 @@ def test_entries_settings_and_presets(tmp_path):
         ["ablations", "--entries", "swish"],
         ["mask_predict", "--entries", "mask_predict"],
         ["lm", "--data", str(tmp_path / "missing")],
+        ["lm", "--data", str(tmp_path)],  # a folder for a file: it raised IsADirectoryError
     ):
         with pytest.raises(SystemExit):
-            lb.parse_args(bad + (["--data", str(tmp_path)] if "--data" not in bad else []))
+            lb.parse_args(bad + (["--data", data_of(bad[0], tmp_path)] if "--data" not in bad else []))
     assert "--budget_seconds" in lb._parser("lm").format_help()  # renders: no unescaped % in a help string
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["lm --budget_seconds none", "lm --max_chars -5", "translation --num_threads -1", "ablations --train_chars 0",
+     "sst2 --max_test_samples 0", "ablations --seed 3", "lm --evals 0", "lm --ngram_orders ,",
+     "mask_predict --iterations 1,none", "mask_predict --trace_iterations 0"],
+)  # fmt: skip
+def test_a_setting_no_run_can_use_is_refused_by_name(bad, tmp_path, capsys):
+    """Before any training: not a traceback, not a silent misreading (a negative cap cut from the end,
+    ablations' --seed ignored while results.json recorded it)."""
+    with pytest.raises(SystemExit):
+        lb.parse_args([*bad.split(), "--data", data_of(bad.split()[0], tmp_path)])
+    assert f"error: {bad.split()[1]}" in capsys.readouterr().err
+    text = data_of("ablations", tmp_path)
+    args = lb.parse_args(["ablations", "--data", text, "--num_threads", "0"])  # 0: torch's default
+    assert (args.settings["num_threads"], args.seed) == (0, 0)
 
 
 def test_setting_choices_and_command_line_templates():
@@ -132,6 +157,10 @@ def test_select_entries():
     ]
     with pytest.raises(ValueError, match=r"unknown \['swish'\]"):
         lb.select_entries("ablations", "swish")
+    assert set(lb.select_entries("mask_predict", "mask_predict,autoregressive")) == {
+        "autoregressive",
+        "mask_predict",
+    }
 
 
 # ----------------------------------------------------------------------------------------------

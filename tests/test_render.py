@@ -2,7 +2,7 @@
 
 import pytest
 
-from benchmarks.render import README_FILE, RESULTS_DIR, rendered, results_folders, table
+from benchmarks.render import README_FILE, RESULTS_DIR, main, rendered, results_folders, table
 
 
 @pytest.mark.parametrize("folder", results_folders(), ids=lambda p: str(p.relative_to(RESULTS_DIR)))
@@ -16,6 +16,14 @@ def test_every_results_folder_has_a_json():
     """A folder of results without results.json would have a README nobody can re-render."""
     with_readme = {p.parent for p in RESULTS_DIR.glob("*/README.md")}
     assert with_readme <= set(results_folders())
+
+
+def test_check_takes_a_folder_of_results_folders_and_names_one_without_results(tmp_path, capsys):
+    """`render --check benchmarks/results` checks every folder under it (it raised FileNotFoundError)."""
+    assert main(["--check", str(RESULTS_DIR)]) == 0
+    with pytest.raises(SystemExit):
+        main(["--check", str(tmp_path)])
+    assert f"no results.json in or under {tmp_path}" in capsys.readouterr().err
 
 
 def test_table_renders_a_column_list():
