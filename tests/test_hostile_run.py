@@ -319,3 +319,30 @@ def test_signal_handlers_are_set_only_in_the_main_thread():
     with StopSignals() as signals:
         assert signal.getsignal(signal.SIGINT) == signals._handle
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# ----------------------------------------------------------------------------------------------
+# command lines and argument files
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_field_that_may_be_none_takes_none_on_the_command_line_and_in_a_file(tmp_path):
+    """`--keep_last` ("checkpoints kept, all if unset", default 3) took an int only: `--keep_last none`
+    was "invalid int value", and no command line could keep every checkpoint."""
+    assert parse_args(["--keep_last", "none"])[2].keep_last is None
+    _, model, train = parse_args(
+        ["--keep_last", "None", "--hidden_size", "NONE", "--greater_is_better", "none"]
+    )
+    assert train.keep_last is None and model.hidden_size is None and train.greater_is_better is False
+    assert parse_args(["--keep_last", "2"])[2].keep_last == 2
+    with pytest.raises(SystemExit):  # a number that cannot be None still refuses it
+        parse_args(["--learning_rate", "none"])
+    path = tmp_path / "run.yaml"
+    path.write_text("keep_last: none\neval_batches: null\n")
+    assert parse_args([str(path)])[2].keep_last is None
+    # the Trainer scripts' parser too: transformers' `save_total_limit` (default 1 there)
+    from training.finetune_classification import parse_args as parse_classification
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
+    argv = ["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--save_total_limit", "none"]
+    assert parse_classification(argv)[2].save_total_limit is None

@@ -14,14 +14,10 @@ family and the objective, the block and the objective, the tokenizer and `init_f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import typing
 from dataclasses import dataclass, field, fields
-
-from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import (
@@ -45,6 +41,7 @@ from ..objectives import OBJECTIVES
 from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_schedule
 from ..sharding import parse_fsdp
 from .files import read_argument_file
+from .flags import argument_parser
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
@@ -729,28 +726,6 @@ def as_flags(values: dict) -> list[str]:
     return flags
 
 
-def _add_negative_flags(parser: HfArgumentParser, classes) -> None:
-    """The flags of a bool field whose default is None (unset: e.g. a --preset's value) as those of the
-    other bools: `--name` alone means true, and `--no_name` (HfArgumentParser adds it only for a
-    default of True) false."""
-    for cls in classes:
-        hints = typing.get_type_hints(cls)
-        for f in fields(cls):
-            if not (f.init and f.default is None and hints.get(f.name) in (bool, bool | None)):
-                continue
-            positive = parser._option_string_actions[f"--{f.name}"]
-            positive.nargs, positive.const = "?", True
-            negatives = [f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}"]
-            if not any(flag in parser._option_string_actions for flag in negatives):
-                parser.add_argument(
-                    *negatives,
-                    action="store_false",
-                    dest=f.name,
-                    default=argparse.SUPPRESS,
-                    help=f"--{f.name} false",
-                )
-
-
 def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
     """Parse `classes` (dataclasses) from command-line flags, or from a `.json`/`.yaml`/`.yml` file
     holding the same keys, optionally followed by flags that override the file's values
@@ -768,8 +743,7 @@ def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
             or values of the wrong kind in a file (naming it), or a first argument that is neither
             a flag nor a .json/.yaml file.
     """
-    parser = HfArgumentParser(classes)
-    _add_negative_flags(parser, classes)
+    parser = argument_parser(classes)
     argv = sys.argv[1:] if argv is None else argv
     if argv and not argv[0].startswith("-"):
         path = os.path.abspath(argv[0])

@@ -44,6 +44,8 @@ def _coerced(name: str, value, annotation, path: str):
     kind = _scalar_type(annotation)
     if kind is None:
         return value
+    if isinstance(value, str) and value.strip().lower() == "none" and kind is not str:
+        value = None  # a number or bool that may be None: "none" says so, as on the command line
     if value is None:
         if _optional(annotation):
             return None
