@@ -346,3 +346,15 @@ def test_a_field_that_may_be_none_takes_none_on_the_command_line_and_in_a_file(t
     (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
     argv = ["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--save_total_limit", "none"]
     assert parse_classification(argv)[2].save_total_limit is None
+
+
+def test_flags_after_an_argument_file_keep_its_nulls_and_empty_lists(tmp_path):
+    """A file's values travelled as flags before the given ones, and a null or an empty list has no
+    flag: `run.yaml --max_steps 5` trained with `keep_last` 3 and `report_to` csv where the file said
+    null (every checkpoint) and [] (no tracker), and as the file alone said."""
+    path = tmp_path / "run.yaml"
+    path.write_text("keep_last: null\nreport_to: []\nmax_steps: 20\nlearning_rate: 1.0e-3\n")
+    alone, flagged = parse_args([str(path)])[2], parse_args([str(path), "--max_steps", "5"])[2]
+    assert alone.keep_last is flagged.keep_last is None and alone.report_to == flagged.report_to == []
+    assert (alone.max_steps, flagged.max_steps, flagged.learning_rate) == (20, 5, 1e-3)
+    assert parse_args([str(path), "--keep_last", "2", "--report_to", "tensorboard"])[2].keep_last == 2

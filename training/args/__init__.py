@@ -752,8 +752,12 @@ def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
         values = read_argument_file(path, classes)
         if len(argv) == 1:
             return tuple(parser.parse_dict(values))
-        # the file's values as flags, then the given flags: argparse keeps the last value of a flag
-        argv = as_flags(values) + list(argv[1:])
+        # the file's values stand in for the defaults, and the given flags override them: a value no
+        # flag spells (a null, an empty list) is kept, as without flags
+        for action in parser._actions:
+            action.required = action.required and action.dest not in values
+        parser.set_defaults(**values)
+        argv = list(argv[1:])
     return tuple(parser.parse_args_into_dataclasses(args=argv))
 
 
