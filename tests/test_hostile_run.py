@@ -358,3 +358,12 @@ def test_flags_after_an_argument_file_keep_its_nulls_and_empty_lists(tmp_path):
     assert alone.keep_last is flagged.keep_last is None and alone.report_to == flagged.report_to == []
     assert (alone.max_steps, flagged.max_steps, flagged.learning_rate) == (20, 5, 1e-3)
     assert parse_args([str(path), "--keep_last", "2", "--report_to", "tensorboard"])[2].keep_last == 2
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_refused_by_name(seed):
+    """`--seed -1` passed the checks, then the run crashed in accelerate's `set_seed` with numpy's
+    "Seed must be between 0 and 2**32 - 1", naming no flag."""
+    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
+        parse_args(["--seed", seed])
+    assert parse_args(["--seed", str(2**32 - 1)])[2].seed == 2**32 - 1

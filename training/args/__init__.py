@@ -677,6 +677,8 @@ class TrainArguments:
     def _check_optimization(self) -> None:
         """The schedule, the optimizer, the output folder and the divergence handling."""
         _non_negative_int("warmup_steps", self.warmup_steps)
+        if not 0 <= self.seed < 2**32:  # accelerate's set_seed seeds numpy too, which takes no more
+            raise ValueError(f"`seed` must be in [0, 2**32 - 1], got {self.seed}.")
         _positive("learning_rate", self.learning_rate)
         if self.max_train_seconds is not None:
             _positive("max_train_seconds", self.max_train_seconds)
