@@ -528,4 +528,9 @@ def test_demo_refuses_samples_that_cannot_fit_before_training(tmp_path, budget):
         demo.run_demo(["--output_dir", str(out), "--max_new_tokens", str(10**9)])
     with pytest.raises(ValueError, match=r"num_return_sequences=1000000\) .*GiB"):
         demo.run_demo(["--output_dir", str(out), "--num_samples", str(10**6)])
+    # the evaluation's stride, used after two minutes of training: 0 became the default silently, and
+    # one past the block failed in the evaluation
+    for stride in ("0", "65"):
+        with pytest.raises(ValueError, match=r"`stride` must be in \[1, block_size=64\], got " + stride):
+            demo.run_demo(["--output_dir", str(out), "--stride", stride])
     assert not out.exists()  # refused before any training

@@ -101,6 +101,9 @@ class DemoArguments:
                 raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}.")
         if not self.temperature > 0:
             raise ValueError(f"`temperature` must be > 0, got {self.temperature!r}.")
+        # the evaluation's windows, after training: known now
+        if self.stride is not None and not 1 <= self.stride <= self.block_size:
+            raise ValueError(f"`stride` must be in [1, block_size={self.block_size}], got {self.stride}.")
 
 
 def count_words(text: str) -> int:
@@ -149,7 +152,7 @@ def evaluate_bits_per_word(final_dir: Path, args: DemoArguments) -> dict:
         model,
         torch.tensor(ids),
         max_length=args.block_size,
-        stride=args.stride or max(1, args.block_size // 2),
+        stride=args.stride if args.stride is not None else max(1, args.block_size // 2),
         batch_size=16,
         num_characters=len(text),
         num_words=count_words(text),
