@@ -189,6 +189,19 @@ def test_evaluate_cli_refuses_windows_beyond_memory(byte_bpe, tmp_path, monkeypa
     assert evaluate_cli.main(flags + ["--max_length", "64", "--batch_size", "2"])["n_tokens"] > 0
 
 
+@pytest.mark.parametrize("gpus, device", [(0, "cuda"), (0, "cuda:0"), (1, "cuda:1")])
+def test_evaluate_cli_refuses_a_gpu_the_machine_lacks_by_name(monkeypatch, gpus, device):
+    """`--device cuda` on a machine without one loaded the model, then failed with torch's "Torch not
+    compiled with CUDA enabled" (or "invalid device ordinal" for `cuda:1` on one GPU), naming no flag."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(
+        ValueError, match=rf"`device` '{device}' names a CUDA GPU, and this machine has {gpus}"
+    ):
+        evaluate_cli.EvalArguments(model="m", text_file="t", device=device)
+    assert evaluate_cli.EvalArguments(model="m", text_file="t", device="cpu").device == "cpu"
+
+
 # ---------------------------------------------------------------------------------------------
 # push: what is uploaded is read and checked
 # ---------------------------------------------------------------------------------------------

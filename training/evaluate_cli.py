@@ -87,11 +87,15 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as err:
         raise ValueError(
             f"`device` must be auto or a torch device name (cpu, cuda, cuda:1), got {name!r}."
         ) from err
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.type == "cuda" and (device.index or 0) >= gpus:  # else a failure after the model's load
+        raise ValueError(f"`device` {name!r} names a CUDA GPU, and this machine has {gpus}: use auto or cpu.")
+    return device
 
 
 # the file is read, checked and tokenized a piece at a time: tokenizing a whole file in one call
