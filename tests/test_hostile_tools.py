@@ -270,6 +270,17 @@ def test_push_dry_run_refuses_broken_files_by_name(folder, capsys, how, match):
     assert "not Hub-ready" in captured.err and "Would upload" not in captured.out
 
 
+@pytest.mark.parametrize("repo_id", ["my model", "someone/tiny/v2", "someone/tiny.git", "someone/-tiny"])
+def test_push_dry_run_refuses_a_repo_id_the_hub_would(hub_folder, capsys, repo_id):
+    """The dry run said "Would upload 8 files to my model" and exited 0; the upload was then refused."""
+    with pytest.raises(SystemExit) as stop:
+        push.main(["--folder", str(hub_folder), "--repo_id", repo_id, "--dry-run"])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and f"error: --repo_id {repo_id!r}" in captured.err
+    assert "Would upload" not in captured.out
+    assert push.main(["--folder", str(hub_folder), "--repo_id", "tiny_model.v1", "--dry-run"]) == 0
+
+
 def test_push_checks_every_shard_of_an_index(folder):
     """An index whose second shard is missing passed; so would shards that disagree with it."""
     model = HfLmGPTForCausalLM.from_pretrained(folder)
