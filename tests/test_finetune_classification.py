@@ -151,6 +151,12 @@ def test_argument_errors(tmp_path):
         ClassificationDataArguments()
     with pytest.raises(ValueError, match="`max_train_samples`"):
         ClassificationDataArguments(data_dir=str(tmp_path), max_train_samples=0)
+    # two classes of one name (a typo) were one label in label2id, and the pipeline said it for both
+    for names in ("negative,negative", "negative,,positive", "negative, "):
+        with pytest.raises(ValueError, match="`class_names` must be distinct non-empty names"):
+            ClassificationDataArguments(data_dir=str(tmp_path), class_names=names)
+    names = ClassificationDataArguments(data_dir=str(tmp_path), class_names="negative, positive")
+    assert names.class_name_list() == ["negative", "positive"]
     # TrainingArguments flags ride along, with this script's defaults
     data_args, model_args, training_args = parse_args(
         ["--data_dir", str(tmp_path), "--from_scratch", "--output_dir", str(tmp_path / "out")]
