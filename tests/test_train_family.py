@@ -194,6 +194,9 @@ def test_config_overrides_take_run_clm_pairs_or_json_and_refuse_unknown_fields_b
         "sliding_window": None,
     }
     assert parse_overrides(pairs) == expected == parse_overrides(json.dumps(expected))
+    # Python's spellings, as run_clm.py reads them: "False" was a string, refused after the data was read
+    python = pairs.replace("false", "False").replace("null", "None")
+    assert parse_overrides(python) == expected
     model_args = ModelArguments(family="gpt", config_overrides=pairs)
     config = family_config("gpt", model_args, DataArguments(block_size=16), _Tokenizer(), {})
     assert (config.hidden_size, config.num_hidden_layers, config.hidden_act) == (64, 2, "swiglu")
