@@ -203,6 +203,12 @@ def test_config_overrides_take_run_clm_pairs_or_json_and_refuse_unknown_fields_b
     assert config.tie_word_embeddings is False and config.sliding_window is None
     with pytest.raises(ValueError, match="'hiden_size' \\(did you mean 'hidden_size'"):
         ModelArguments(config_overrides="hiden_size=64").overrides(FAMILIES["gpt"].config_class)
+    # a table smaller than the tokenizer crashed in the first forward; a larger one pads it
+    small = ModelArguments(family="gpt", config_overrides="vocab_size=100")
+    with pytest.raises(ValueError, match=r"vocab_size=100 is smaller than the tokenizer's 300 tokens"):
+        family_config("gpt", small, DataArguments(block_size=16), _Tokenizer(), {})
+    large = ModelArguments(family="gpt", config_overrides="vocab_size=320")
+    assert family_config("gpt", large, DataArguments(block_size=16), _Tokenizer(), {}).vocab_size == 320
     for bad in ("hidden_size", "[1]", "=3"):
         with pytest.raises(ValueError, match="config_overrides"):
             ModelArguments(config_overrides=bad)

@@ -250,6 +250,13 @@ def family_config(family: str, model_args, data_args, tokenizer, objective_confi
         **flag_fields(family, model_args, data_args.block_size),
     }
     overrides = model_args.overrides(family_.config_class)
+    size = overrides.get("vocab_size")
+    if isinstance(size, int) and size < len(tokenizer):  # a larger one pads the table, as nanoGPT's 50304
+        raise ValueError(
+            f"`config_overrides` vocab_size={size} is smaller than the tokenizer's {len(tokenizer)} tokens: its ids "
+            "would index past the embeddings. Leave vocab_size out (the model is sized to the tokenizer), or set "
+            "--vocab_size for a trained tokenizer."
+        )
     return family_.config_from_preset(model_args.preset, **{**fields, **objective_config, **overrides})
 
 
