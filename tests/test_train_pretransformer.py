@@ -178,3 +178,12 @@ def test_tbptt_feeds_each_block_the_previous_state(tmp_path, monkeypatch):
 def test_incompatible_options_fail_early(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         _run(tmp_path / "bad", max_steps=2, **overrides)
+
+
+def test_ngram_order_is_bounded_for_the_ngram_family_only():
+    """The n-gram tables' bound (MAX_ORDER, 5) refused the documented `--arch ffnn --ngram_order 6`."""
+    for flags in (["--arch", "ffnn"], ["--family", "ffnn"]):
+        assert parse_args([*flags, "--ngram_order", "6"])[1].ngram_order == 6
+    for flags in (["--arch", "ngram"], ["--family", "ngram"]):
+        with pytest.raises(ValueError, match=r"`ngram_order` must be in 1\.\.5, got 6"):
+            parse_args([*flags, "--ngram_order", "6"])

@@ -356,7 +356,7 @@ class ModelArguments:
         ):
             if flags.get(name) is not None:
                 _choice(name, flags[name], kinds)
-        if flags["ngram_order"] > MAX_ORDER:
+        if "ngram" in (self.arch, self.family) and flags["ngram_order"] > MAX_ORDER:  # ffnn's has no bound
             raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {flags['ngram_order']}.")
         if "ffnn" in (self.arch, self.family) and flags["ngram_order"] < 2:
             raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
