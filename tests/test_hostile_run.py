@@ -361,9 +361,14 @@ def test_flags_after_an_argument_file_keep_its_nulls_and_empty_lists(tmp_path):
 
 
 @pytest.mark.parametrize("seed", ["-1", str(2**32)])
-def test_a_seed_numpy_cannot_take_is_refused_by_name(seed):
+def test_a_seed_numpy_cannot_take_is_refused_by_name(seed, tmp_path):
     """`--seed -1` passed the checks, then the run crashed in accelerate's `set_seed` with numpy's
-    "Seed must be between 0 and 2**32 - 1", naming no flag."""
+    "Seed must be between 0 and 2**32 - 1", naming no flag (the Trainer scripts after the data)."""
     with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
         parse_args(["--seed", seed])
     assert parse_args(["--seed", str(2**32 - 1)])[2].seed == 2**32 - 1
+    from training.finetune_classification import parse_args as parse_classification
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
+    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
+        parse_classification(["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--seed", seed])

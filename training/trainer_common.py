@@ -23,6 +23,7 @@ from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArgume
 # the longest input a model accepts (None: any length), by the rule generation is bounded with
 from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
 
+from .args import check_seed
 from .budget import agreed_seconds
 from .run.processes import MPI_VARIABLES, check_launch_environment, end_process_group
 
@@ -266,6 +267,7 @@ class ScriptTrainingArguments:
         # before transformers' post-init sets up the device and accelerate's process state
         put_launch_on_cpu(self)
         super().__post_init__()
+        check_seed(self.seed)  # else a crash in set_seed, after the data and the tokenizer
         check_budget(self.max_train_seconds)
         if self.budget_schedule not in BUDGET_SCHEDULES:
             raise ValueError(

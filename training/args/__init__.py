@@ -73,6 +73,12 @@ def optional_positive(obj, *names: str) -> None:
         _positive_int(name, getattr(obj, name), allow_none=True)
 
 
+def check_seed(seed: int) -> None:
+    """Raise `ValueError` naming `seed` unless numpy takes it (`set_seed` seeds numpy too)."""
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"`seed` must be in [0, 2**32 - 1], got {seed}.")
+
+
 def _finite_floats(obj) -> None:
     """Raise `ValueError` naming the first float field of `obj` that is NaN or infinite.
 
@@ -677,8 +683,7 @@ class TrainArguments:
     def _check_optimization(self) -> None:
         """The schedule, the optimizer, the output folder and the divergence handling."""
         _non_negative_int("warmup_steps", self.warmup_steps)
-        if not 0 <= self.seed < 2**32:  # accelerate's set_seed seeds numpy too, which takes no more
-            raise ValueError(f"`seed` must be in [0, 2**32 - 1], got {self.seed}.")
+        check_seed(self.seed)
         _positive("learning_rate", self.learning_rate)
         if self.max_train_seconds is not None:
             _positive("max_train_seconds", self.max_train_seconds)
