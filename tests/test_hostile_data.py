@@ -124,6 +124,12 @@ def test_a_resumed_init_from_run_keeps_the_tokenizer_it_trained(tmp_path, caplog
         tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
     assert tokenizer.get_vocab() == own.get_vocab() != base_tokenizer.get_vocab()
     assert "holds the tokenizer this run trained" in caplog.text
+    # a plain resume (no --init_from) reloads its tokenizer/ without that warning: every one said it
+    caplog.clear()
+    data_args, _, train_args = _args(tmp_path, block_size=16, resume="auto")
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
+        assert prepare_data(data_args, train_args, Accelerator(cpu=True))[0].get_vocab() == own.get_vocab()
+    assert "init_from" not in caplog.text
     # a run that does not resume reads with the checkpoint's
     data_args, _, train_args = _args(tmp_path, init_from=str(base), block_size=16)
     tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
