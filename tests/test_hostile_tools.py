@@ -202,6 +202,19 @@ def test_evaluate_cli_refuses_a_gpu_the_machine_lacks_by_name(monkeypatch, gpus,
     assert evaluate_cli.EvalArguments(model="m", text_file="t", device="cpu").device == "cpu"
 
 
+def test_evaluate_cli_names_a_run_folder_given_for_its_model(lm_folder, tmp_path):
+    """`--model out/run` (the run, not its final/) failed in transformers with "You need to have
+    sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one"."""
+    run = tmp_path / "run"
+    shutil.copytree(lm_folder, run / "final")
+    (run / "tokenizer").mkdir()
+    with pytest.raises(
+        ValueError, match=r"without a config.json, not a saved model; the run's model is .*final"
+    ):
+        evaluate_cli.EvalArguments(model=str(run), text_file="t")
+    assert evaluate_cli.EvalArguments(model=str(run / "final"), text_file="t").model.endswith("final")
+
+
 # ---------------------------------------------------------------------------------------------
 # push: what is uploaded is read and checked
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
@@ -80,6 +81,13 @@ class EvalArguments:
         if self.batch_size < 1:
             raise ValueError(f"`batch_size` must be at least 1, got {self.batch_size}.")
         resolve_device(self.device)  # a ValueError for a name torch does not know
+        folder = Path(self.model)  # else transformers' advice to install sentencepiece, for a run folder
+        if folder.is_dir() and not (folder / "config.json").is_file():
+            final = folder / "final"
+            hint = f"; the run's model is {final}" if (final / "config.json").is_file() else ""
+            raise ValueError(
+                f"`model` {self.model!r} is a folder without a config.json, not a saved model{hint}."
+            )
 
 
 def resolve_device(name: str) -> torch.device:
