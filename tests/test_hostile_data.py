@@ -141,6 +141,16 @@ def test_init_from_without_a_tokenizer_is_refused_by_name(tmp_path):
     HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=32)).save_pretrained(base)
     with pytest.raises(ValueError, match=r"--init_from .*holds no tokenizer.*--tokenizer_name_or_path"):
         check_arguments(*_args(tmp_path, init_from=str(base), block_size=16))
+    # a run's folder, not its final/: "holds no tokenizer", then with one given transformers'
+    # "Should have a `model_type` key in its config.json" after the data
+    run = tmp_path / "run"
+    HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=32)).save_pretrained(run / "final")
+    tokenizer = str(run / "tokenizer")
+    for flags in ({}, {"tokenizer_name_or_path": tokenizer}):
+        with pytest.raises(
+            ValueError, match=r"--init_from .* without a config.json.*the run's model is .*final"
+        ):
+            check_arguments(*_args(tmp_path, init_from=str(run), block_size=16, **flags))
 
 
 def test_init_from_with_a_larger_given_tokenizer_grows_the_embeddings(tmp_path):

@@ -209,7 +209,8 @@ def test_evaluate_cli_names_a_run_folder_given_for_its_model(lm_folder, tmp_path
     shutil.copytree(lm_folder, run / "final")
     (run / "tokenizer").mkdir()
     with pytest.raises(
-        ValueError, match=r"without a config.json, not a saved model; the run's model is .*final"
+        ValueError,
+        match=r"--model .* is a folder without a config.json, not a saved model; the run's model is .*final",
     ):
         evaluate_cli.EvalArguments(model=str(run), text_file="t")
     assert evaluate_cli.EvalArguments(model=str(run / "final"), text_file="t").model.endswith("final")

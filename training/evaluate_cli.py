@@ -19,7 +19,6 @@ import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
@@ -27,7 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
-from .args.checks import learned_position_limit
+from .args.checks import check_model_folder, learned_position_limit
 from .data.local_files import NotUtf8Error, utf8_blocks
 
 logger = logging.getLogger(__name__)
@@ -81,13 +80,7 @@ class EvalArguments:
         if self.batch_size < 1:
             raise ValueError(f"`batch_size` must be at least 1, got {self.batch_size}.")
         resolve_device(self.device)  # a ValueError for a name torch does not know
-        folder = Path(self.model)  # else transformers' advice to install sentencepiece, for a run folder
-        if folder.is_dir() and not (folder / "config.json").is_file():
-            final = folder / "final"
-            hint = f"; the run's model is {final}" if (final / "config.json").is_file() else ""
-            raise ValueError(
-                f"`model` {self.model!r} is a folder without a config.json, not a saved model{hint}."
-            )
+        check_model_folder(self.model, "--model")  # a run's folder, not its final/
 
 
 def resolve_device(name: str) -> torch.device:

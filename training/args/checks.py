@@ -52,6 +52,8 @@ def check_arguments(data_args, model_args, train_args) -> str:
         The family the run trains (`training.models.resolve_family`).
     """
     family = resolve_family(model_args.arch, model_args.family, train_args.objective)
+    if model_args.init_from:
+        check_model_folder(model_args.init_from, "--init_from")
     check_preset(family, model_args.preset)
     if model_args.init_from and model_args.config_overrides:
         raise ValueError(
@@ -71,6 +73,17 @@ def check_arguments(data_args, model_args, train_args) -> str:
     _check_tokenizer(data_args, model_args, train_args)
     _warn_unread_flags(model_args, family)
     return family
+
+
+def check_model_folder(path: str, flag: str) -> None:
+    """Refuse a folder that holds no saved model (a run's folder, not its final/), naming `flag`:
+    transformers would fail on it with a misleading message ("Should have a `model_type` key in its
+    config.json", or advice to install sentencepiece), after the data was read."""
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        final = folder / "final"
+        hint = f"; the run's model is {final}" if (final / "config.json").is_file() else ""
+        raise ValueError(f"{flag} {path!r} is a folder without a config.json, not a saved model{hint}.")
 
 
 def _check_block_size(data_args, train_args) -> None:
