@@ -147,6 +147,11 @@ def test_argument_errors(tmp_path):
         ClassificationModelArguments()
     with pytest.raises(ValueError, match="`preset`"):
         ClassificationModelArguments(from_scratch=True, preset="gpt")
+    # a run's folder, not its final/: transformers advised installing sentencepiece, after the data
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "final" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"--model_name_or_path .* without a config.json.*model is .*final"):
+        ClassificationModelArguments(model_name_or_path=str(tmp_path / "run"))
     with pytest.raises(ValueError, match="`data_dir`"):
         ClassificationDataArguments()
     with pytest.raises(ValueError, match="`max_train_samples`"):

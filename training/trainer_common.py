@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArgume
 from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
 
 from .args import check_seed
+from .args.checks import check_model_folder
 from .budget import agreed_seconds
 from .run.processes import MPI_VARIABLES, check_launch_environment, end_process_group
 
@@ -300,6 +301,8 @@ def check_model_arguments(model_args, *dropouts: str) -> None:
     """Exactly one of `model_name_or_path` and `from_scratch`, and every named dropout in [0, 1) or None."""
     if model_args.from_scratch == (model_args.model_name_or_path is not None):
         raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
+    if model_args.model_name_or_path is not None:
+        check_model_folder(model_args.model_name_or_path, "--model_name_or_path")
     for name in dropouts:
         value = getattr(model_args, name)
         if value is not None and not 0 <= value < 1:
