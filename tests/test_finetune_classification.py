@@ -22,6 +22,7 @@ from training.finetune_classification import (
     load_classification_dataset,
     parse_args,
 )
+from training.trainer_common import load_tokenizer
 
 METRIC_DIR = os.path.join(REPO_ROOT, "hf_lm", "metrics", "accuracy")
 SST2 = os.path.join(SHARED_DATA, "sst2")
@@ -150,8 +151,9 @@ def test_argument_errors(tmp_path):
     # a run's folder, not its final/: transformers advised installing sentencepiece, after the data
     (tmp_path / "run" / "final").mkdir(parents=True)
     (tmp_path / "run" / "final" / "config.json").write_text("{}")
+    run = ClassificationModelArguments(model_name_or_path=str(tmp_path / "run"))
     with pytest.raises(ValueError, match=r"--model_name_or_path .* without a config.json.*model is .*final"):
-        ClassificationModelArguments(model_name_or_path=str(tmp_path / "run"))
+        load_tokenizer(run, run.model_name_or_path)
     with pytest.raises(ValueError, match="`data_dir`"):
         ClassificationDataArguments()
     with pytest.raises(ValueError, match="`max_train_samples`"):

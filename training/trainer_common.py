@@ -301,8 +301,6 @@ def check_model_arguments(model_args, *dropouts: str) -> None:
     """Exactly one of `model_name_or_path` and `from_scratch`, and every named dropout in [0, 1) or None."""
     if model_args.from_scratch == (model_args.model_name_or_path is not None):
         raise ValueError("Pass exactly one of `model_name_or_path` or `from_scratch`.")
-    if model_args.model_name_or_path is not None:
-        check_model_folder(model_args.model_name_or_path, "--model_name_or_path")
     for name in dropouts:
         value = getattr(model_args, name)
         if value is not None and not 0 <= value < 1:
@@ -311,6 +309,8 @@ def check_model_arguments(model_args, *dropouts: str) -> None:
 
 def load_tokenizer(model_args, path: str | None = None):
     """`tokenizer_name_or_path` (else `path`, the pretrained folder) with `AutoTokenizer`."""
+    if model_args.model_name_or_path is not None:  # the first read of it: a run's folder is named
+        check_model_folder(model_args.model_name_or_path, "--model_name_or_path")
     return AutoTokenizer.from_pretrained(
         model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
     )
