@@ -52,14 +52,14 @@ def check_arguments(data_args, model_args, train_args) -> str:
         The family the run trains (`training.models.resolve_family`).
     """
     family = resolve_family(model_args.arch, model_args.family, train_args.objective)
-    if model_args.init_from:
-        check_model_folder(model_args.init_from, "--init_from")
     check_preset(family, model_args.preset)
     if model_args.init_from and model_args.config_overrides:
         raise ValueError(
             "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
             f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
         )
+    if model_args.init_from:
+        check_model_folder(model_args.init_from, "--init_from")
     model_args.overrides(FAMILIES[family].config_class)  # unknown keys fail here, by name
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
