@@ -372,3 +372,21 @@ def test_a_seed_numpy_cannot_take_is_refused_by_name(seed, tmp_path):
     (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
     with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
         parse_classification(["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--seed", seed])
+
+
+def test_the_best_model_by_a_metric_never_computed_is_refused():
+    """`--load_best_model_at_end --metric_for_best_model pseudo_perplexity --pseudo_perplexity_blocks 0`
+    trained and kept the last weights, silently: the metric was None at every evaluation."""
+    flags = [
+        "--objective",
+        "mlm",
+        "--metric_for_best_model",
+        "pseudo_perplexity",
+        "--pseudo_perplexity_blocks",
+    ]
+    with pytest.raises(
+        ValueError, match=r"'eval_pseudo_perplexity' is never computed with `pseudo_perplexity_blocks`=0"
+    ):
+        parse_args([*flags, "0", "--load_best_model_at_end"])
+    assert parse_args([*flags, "2", "--load_best_model_at_end"])[2].load_best_model_at_end
+    assert parse_args([*flags, "0"])[2].pseudo_perplexity_blocks == 0  # no best model asked for

@@ -660,6 +660,12 @@ class TrainArguments:
         if not self.metric_for_best_model.startswith("eval_"):
             self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
         _choice("metric_for_best_model", self.metric_for_best_model, OBJECTIVES[self.objective].metrics)
+        if self.load_best_model_at_end and self.metric_for_best_model == "eval_pseudo_perplexity":
+            if not self.pseudo_perplexity_blocks:  # the last weights would be kept, silently
+                raise ValueError(
+                    "`metric_for_best_model`='eval_pseudo_perplexity' is never computed with `pseudo_perplexity_blocks`=0: "
+                    "no best model would be kept. Score some blocks, or pick another metric."
+                )
         if self.greater_is_better is None:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
