@@ -390,3 +390,20 @@ def test_the_best_model_by_a_metric_never_computed_is_refused():
         parse_args([*flags, "0", "--load_best_model_at_end"])
     assert parse_args([*flags, "2", "--load_best_model_at_end"])[2].load_best_model_at_end
     assert parse_args([*flags, "0"])[2].pseudo_perplexity_blocks == 0  # no best model asked for
+
+
+@pytest.mark.parametrize("flag, inside", [("init_from", "final"), ("tokenizer_name_or_path", "tokenizer")])
+def test_overwrite_never_deletes_what_the_run_starts_from(tmp_path, flag, inside):
+    """`--init_from out/run/final --output_dir out/run --overwrite_output_dir` deleted final/ (the
+    model to start from) with the run's other outputs, then failed to read it."""
+    out = tmp_path / "run"
+    files = _another_runs_outputs(out)
+    (out / "final" / "config.json").write_text("{}")
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
+    argv = as_flags({**SMALL, "output_dir": str(out), flag: str(out / inside), "overwrite_output_dir": True})
+    with pytest.raises(
+        ValueError, match=rf"--{flag} .* is one of .*'s outputs, which --overwrite_output_dir deletes"
+    ):
+        T.train(*parse_args(argv))
+    assert _unchanged(files)

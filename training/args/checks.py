@@ -28,6 +28,7 @@ from ..models import (
     resolve_family,
 )
 from ..objectives import objective_for
+from ..run.folder import RUN_OUTPUTS
 from ..sharding import not_shardable
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ def check_arguments(data_args, model_args, train_args) -> str:
         )
     if model_args.init_from:
         check_model_folder(model_args.init_from, "--init_from")
+    _check_inputs_outlive_overwrite(data_args, model_args, train_args)
     model_args.overrides(FAMILIES[family].config_class)  # unknown keys fail here, by name
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
@@ -84,6 +86,23 @@ def check_model_folder(path: str, flag: str) -> None:
         final = folder / "final"
         hint = f"; the run's model is {final}" if (final / "config.json").is_file() else ""
         raise ValueError(f"{flag} {path!r} is a folder without a config.json, not a saved model{hint}.")
+
+
+def _check_inputs_outlive_overwrite(data_args, model_args, train_args) -> None:
+    """`--overwrite_output_dir` deletes the outputs of `output_dir` (`RUN_OUTPUTS`) before the run
+    reads its inputs: a model or tokenizer to start from among them would be deleted, then missed."""
+    if not train_args.overwrite_output_dir:
+        return
+    outputs = [(Path(train_args.output_dir) / name).resolve() for name in RUN_OUTPUTS]
+    for flag, path in (
+        ("--init_from", model_args.init_from),
+        ("--tokenizer_name_or_path", data_args.tokenizer_name_or_path),
+    ):
+        if path and Path(path).exists() and any(Path(path).resolve().is_relative_to(out) for out in outputs):
+            raise ValueError(
+                f"{flag} {path!r} is one of {train_args.output_dir}'s outputs, which --overwrite_output_dir deletes "
+                "before the run reads it: copy it out of that folder first, or give this run another --output_dir."
+            )
 
 
 def _check_block_size(data_args, train_args) -> None:
