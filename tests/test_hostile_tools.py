@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import tiny_gpt_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast, pipeline
+from transformers import AutoTokenizer, GenerationConfig, HfArgumentParser, PreTrainedTokenizerFast, pipeline
 
 import hf_lm.models.hflm_pipelines_seq2seq as seq2seq_pipelines
 from hf_lm import HfLmGPTForCausalLM
@@ -572,3 +572,14 @@ def test_demo_refuses_samples_that_cannot_fit_before_training(tmp_path, budget):
         with pytest.raises(ValueError, match=r"`stride` must be in \[1, block_size=64\], got " + stride):
             demo.run_demo(["--output_dir", str(out), "--stride", stride])
     assert not out.exists()  # refused before any training
+
+
+def test_demo_takes_the_flag_its_second_run_is_told_to_pass():
+    """A second `make demo` is refused ("holds another run's outputs ... pass --overwrite_output_dir"),
+    and the demo refused --overwrite_output_dir as an unknown argument: it could not run twice."""
+    from training import demo
+
+    (args,) = HfArgumentParser(demo.DemoArguments).parse_args_into_dataclasses(["--overwrite_output_dir"])
+    assert demo.build_arguments(args)[2].overwrite_output_dir is True
+    (args,) = HfArgumentParser(demo.DemoArguments).parse_args_into_dataclasses([])
+    assert demo.build_arguments(args)[2].overwrite_output_dir is False

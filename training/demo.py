@@ -61,6 +61,9 @@ class DemoArguments:
     """Flags of the demo job; every field is a `--flag` of the command line."""
 
     output_dir: str = field(default="out/demo", metadata={"help": "Run folder; the model is in <it>/final."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Delete a previous run's outputs in output_dir (else refused)."}
+    )
     max_steps: int = field(
         default=1600, metadata={"help": "Optimizer updates (about 0.075 s each on 2 idle CPU cores)."}
     )
@@ -124,6 +127,7 @@ def build_arguments(args: DemoArguments) -> tuple[DataArguments, ModelArguments,
     model_args = ModelArguments(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
     train_args = TrainArguments(
         output_dir=args.output_dir,
+        overwrite_output_dir=args.overwrite_output_dir,
         max_steps=args.max_steps,
         per_device_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
