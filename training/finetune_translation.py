@@ -244,6 +244,8 @@ class TranslationTrainingArguments(common.ScriptTrainingArguments, Seq2SeqTraini
         super().__post_init__()  # the budget too
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
+        if self.generation_num_beams is None:  # greedy, as the run reports it; not the model's own setting
+            self.generation_num_beams = 1
         optional_positive(
             self,
             "generation_num_beams",
