@@ -436,7 +436,7 @@ class TrainArguments:
     )
     log_every: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
     save_every: int = field(default=500, metadata={"help": "Save a resumable checkpoint every N updates."})
-    keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (all if unset)."})
+    keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (none: all of them)."})
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
