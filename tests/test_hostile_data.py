@@ -105,6 +105,16 @@ def test_init_from_continues_on_the_checkpoints_tokenizer(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="training.args.checks"):
         T.main(argv)
     assert "Ignored: --vocab_size 280" in caplog.text and "init_from" in caplog.text
+    # the config flags too: the checkpoint's config is the model's (they were ignored without a word)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="training.args.checks"):
+        check_arguments(
+            *_args(tmp_path, init_from=str(base), block_size=16, hidden_size=64, num_hidden_layers=4)
+        )
+    assert (
+        "Ignored: --num_hidden_layers 4, --hidden_size 64 (the model's config comes from the `init_from`"
+        in caplog.text
+    )
     assert not (out / "tokenizer").exists()  # none trained
     from transformers import AutoTokenizer
 

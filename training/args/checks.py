@@ -164,9 +164,19 @@ def _flags_set(args, names) -> list[str]:
 
 
 def _warn_unread_flags(model_args, family: str) -> None:
-    """Log the config flags given that `family` does not read (`FLAG_FIELDS`)."""
+    """Log the config flags given that the run does not read (`FLAG_FIELDS`): those `family` does
+    not read, or with `init_from` all of them (the checkpoint's config is the model's)."""
+    if model_args.init_from:
+        unread = _flags_set(model_args, FLAG_FIELDS)
+        if unread:
+            logger.warning(
+                "Ignored: %s (the model's config comes from the `init_from` checkpoint %r).",
+                ", ".join(unread),
+                model_args.init_from,
+            )
+        return
     unread = _flags_set(model_args, [name for name in FLAG_FIELDS if not reads_flag(family, name)])
-    if unread and not model_args.init_from:
+    if unread:
         logger.warning("Ignored: %s (not read by family %r).", ", ".join(unread), family)
 
 
