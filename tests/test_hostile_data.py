@@ -429,6 +429,7 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
         ("nested.yaml", "max_steps: [1, 2]\n", r"nested.yaml: `max_steps` must be an integer, got a list"),
         ("word.yaml", "learning_rate: fast\n", r"word.yaml: `learning_rate` must be a number, got 'fast'"),
         ("null.yaml", "learning_rate:\n", r"null.yaml: `learning_rate` is empty"),
+        ("null_list.yaml", "report_to:\n", r"null_list.yaml: `report_to` is empty"),  # was a TypeError
         (
             "typo.json",
             '{"learnin_rate": 1}',

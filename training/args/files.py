@@ -42,14 +42,14 @@ def _coerced(name: str, value, annotation, path: str):
     where a number, a bool or a string belongs is refused, naming the field and the file.
     """
     kind = _scalar_type(annotation)
-    if kind is None:
-        return value
-    if isinstance(value, str) and value.strip().lower() == "none" and kind is not str:
+    if isinstance(value, str) and value.strip().lower() == "none" and kind not in (None, str):
         value = None  # a number or bool that may be None: "none" says so, as on the command line
-    if value is None:
-        if _optional(annotation):
+    if value is None:  # a list too (`report_to:` crashed the run's checks with a TypeError)
+        if annotation is None or _optional(annotation):
             return None
         raise ValueError(f"{path}: `{name}` is empty (null); give it a value or leave the key out.")
+    if kind is None:
+        return value
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
     if isinstance(value, (list, dict)) and not (kind is str and isinstance(value, dict)):  # config_overrides
         raise ValueError(
