@@ -574,6 +574,22 @@ def test_demo_refuses_samples_that_cannot_fit_before_training(tmp_path, budget):
     assert not out.exists()  # refused before any training
 
 
+def test_demo_and_evaluate_cli_take_none_for_their_unset_numbers(monkeypatch, budget, tmp_path):
+    """`--stride none` (the default, written out) was "invalid int value: 'none'" in both."""
+    from dataclasses import asdict
+
+    from training import demo
+
+    monkeypatch.setattr(evaluate_cli, "evaluate_file", asdict)  # the parsed arguments, not a run
+    result = evaluate_cli.main(
+        ["--model", "m", "--text_file", "t", "--max_length", "none", "--stride", "None"]
+    )
+    assert result["max_length"] is None and result["stride"] is None
+    flags = ["--output_dir", str(tmp_path / "demo"), "--stride", "none", "--max_documents", "none"]
+    with pytest.raises(ValueError, match=r"--max_new_tokens"):  # parsed: refused after it, before training
+        demo.run_demo([*flags, "--max_new_tokens", str(10**9)])
+
+
 def test_demo_takes_the_flag_its_second_run_is_told_to_pass():
     """A second `make demo` is refused ("holds another run's outputs ... pass --overwrite_output_dir"),
     and the demo refused --overwrite_output_dir as an unknown argument: it could not run twice."""

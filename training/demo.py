@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, pipeline, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline, set_seed
 
 from hf_lm.families import FAMILIES
 from hf_lm.metrics.sliding_window import sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import check_generation_fits
 
 from .args import DataArguments, ModelArguments, TrainArguments
+from .args.flags import argument_parser
 from .data.corpora import SyntheticCorpus
 from .evaluate_cli import resolve_device
 from .models import config_flags
@@ -192,7 +193,7 @@ def run_demo(argv: list[str] | None = None) -> dict:
         `{"metrics": ..., "samples": [...]}`: train's final metrics plus the evaluation's
         `bits_per_word`, `floor_bits_per_word`, `excess_bits_per_word`, ...; the sampled texts.
     """
-    (args,) = HfArgumentParser(DemoArguments).parse_args_into_dataclasses(args=argv)
+    (args,) = argument_parser([DemoArguments]).parse_args_into_dataclasses(args=argv)
     data_args, model_args, train_args = build_arguments(args)
     # the samples must fit the model's positions and memory: known before two minutes of training
     layers, hidden, heads = MODEL_SIZES[args.model_size]

@@ -21,12 +21,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
 from .args.checks import check_model_folder, learned_position_limit
+from .args.flags import argument_parser
 from .data.local_files import NotUtf8Error, utf8_blocks
 
 logger = logging.getLogger(__name__)
@@ -296,7 +297,7 @@ def evaluate_file(args: EvalArguments) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: sys.argv), evaluate, and print the result as JSON on stdout."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = HfArgumentParser(EvalArguments)
+    parser = argument_parser([EvalArguments])
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     logger.info("arguments: %s", asdict(args))
     result = evaluate_file(args)
