@@ -413,6 +413,16 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
     # the same file followed by flags
     data, _, train = parse_args([str(path), "--max_steps", "7"])
     assert train.learning_rate == 0.001 and train.max_steps == 7
+    # YAML 1.1's other booleans: `mixed_precision: no` (the default written out) became 'false', refused
+    path.write_text("mixed_precision: no\nstreaming: on\nresume: yes\ntf32: No\nsplit: y\n")
+    data, _, train = parse_args([str(path)])
+    assert (train.mixed_precision, data.streaming, train.resume, train.tf32, data.split) == (
+        "no",
+        True,
+        "true",
+        False,
+        "y",
+    )
     json_path = tmp_path / "run.json"
     json_path.write_text(json.dumps({"learning_rate": "3e-4", "max_steps": "12"}))
     assert parse_args([str(json_path)])[2].learning_rate == 3e-4

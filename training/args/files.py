@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import types
 import typing
 from dataclasses import fields
@@ -29,6 +30,20 @@ def _optional(annotation) -> bool:
         annotation
     )
 
+
+class _Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2's booleans, true and false only: YAML 1.1 (PyYAML) also reads yes/no/on/off/
+    y/n as booleans, so `mixed_precision: no` became False, then 'false'. The words stay strings here,
+    and a bool field reads them as a flag would (`_BOOL_WORDS`)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 _BOOL_WORDS = {"true": True, "yes": True, "y": True, "on": True, "1": True}
 _BOOL_WORDS |= {"false": False, "no": False, "n": False, "off": False, "0": False}
@@ -93,7 +108,7 @@ def read_argument_file(path: str, classes) -> dict:
     json_file = path.endswith(".json")
     try:
         with open(path, encoding="utf-8") as f:
-            values = json.load(f) if json_file else yaml.safe_load(f)
+            values = json.load(f) if json_file else yaml.load(f, Loader=_Loader)
     except (ValueError, yaml.YAMLError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"{path} is not a valid {'JSON' if json_file else 'YAML'} file: {err}") from None
     if not isinstance(values, dict):
