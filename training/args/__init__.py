@@ -674,7 +674,12 @@ class TrainArguments:
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
-            run_sampling_schedule(self)(0)  # the schedule validates its constants
+            try:  # the schedule checks its constants, named as the paper names them: say whose flags they are
+                run_sampling_schedule(self)(0)
+            except ValueError as err:
+                raise ValueError(
+                    f"--scheduled_sampling_k/_c/_min (the paper's k, c, eps_min): {err}"
+                ) from None
         _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
         _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
         _non_negative("electra_disc_weight", self.electra_disc_weight)
