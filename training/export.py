@@ -159,8 +159,16 @@ def card_hyperparameters(
         for entry in history or []
         for name, (old, new) in entry["changed"].items()
     )
+    seconds = settings.get("max_train_seconds")  # a budget may end the run before max_steps
     return ({"settings changed on resume": changes} if changes else {}) | {
-        "training steps (optimizer updates)": settings["max_steps"],
+        "training steps (optimizer updates)": settings["max_steps"]
+        if seconds is None
+        else f"at most {settings['max_steps']:,}",
+        **(
+            {}
+            if seconds is None
+            else {"wall-clock budget": f"{seconds:g} s of training (the steps done: under Evaluation)"}
+        ),
         "per-device batch size (blocks)": batch_plan.per_device,
         "gradient accumulation steps": batch_plan.accum,
         "world size (processes)": batch_plan.world,
