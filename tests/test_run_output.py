@@ -285,3 +285,9 @@ def test_the_card_of_a_budgeted_run_says_its_steps_were_at_most_max_steps():
     assert rows["wall-clock budget"].startswith("900 s of training")
     rows = card_hyperparameters(run_settings(*parse_args(["--max_steps", "10"])), plan, "causal LM")
     assert rows["training steps (optimizer updates)"] == 10 and "wall-clock budget" not in rows
+    # an n-gram model is counted: its card listed AdamW, a learning rate, a schedule and steps
+    rows = card_hyperparameters(
+        run_settings(*parse_args(["--family", "ngram"])), plan, "causal LM", fitted=True
+    )
+    assert "one pass (no optimizer, no gradient steps)" in rows["fitting"]
+    assert not {"optimizer", "peak learning rate", "training steps (optimizer updates)"} & set(rows)

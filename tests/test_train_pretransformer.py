@@ -48,6 +48,8 @@ def test_ngram_is_fitted_not_trained_and_beats_unigram(tmp_path):
     final = tmp_path / "tri" / "final"
     model = AutoModelForCausalLM.from_pretrained(final, trust_remote_code=True)
     assert model.config.model_type == "hflm_ngram" and model.config.order == 3
+    card = (final / "README.md").read_text()  # it listed AdamW, a learning rate and optimizer updates
+    assert "no optimizer, no gradient steps" in card and "peak learning rate" not in card
     assert (final / "README.md").is_file()
     rows = (tmp_path / "tri" / "metrics.csv").read_text().splitlines()
     assert len(rows) == 2 and "eval_loss" in rows[0]
