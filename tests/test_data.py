@@ -396,6 +396,15 @@ def test_train_eval_split_is_deterministic():
     assert sorted(train + held) == sorted(dataset["text"]) and 5 <= len(held) <= 40
     with pytest.raises(ValueError, match="eval_fraction"):
         train_eval_split(dataset, 1.0, seed=0)
+    # a share that holds out every document (rounded up) was datasets' "test_size=0.9 ... train set
+    # will be empty", naming no flag
+    for fraction, n in ((0.9, 5), (0.5, 1)):
+        few = Dataset.from_dict({"text": [f"doc {i}" for i in range(n)]})
+        with pytest.raises(
+            ValueError, match=rf"`eval_fraction` {fraction} of {n} document\(s\) leaves none to train on"
+        ):
+            train_eval_split(few, fraction, seed=0)
+    assert len(train_eval_split(Dataset.from_dict({"text": list("abcde")}), 0.8, seed=0)["train"]) == 1
 
 
 # ----------------------------------------------------------------------------------------------

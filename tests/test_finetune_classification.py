@@ -22,6 +22,7 @@ from training.finetune_classification import (
     load_classification_dataset,
     parse_args,
 )
+from training.trainer_common import load_tokenizer
 
 METRIC_DIR = os.path.join(REPO_ROOT, "hf_lm", "metrics", "accuracy")
 SST2 = os.path.join(SHARED_DATA, "sst2")
@@ -147,10 +148,22 @@ def test_argument_errors(tmp_path):
         ClassificationModelArguments()
     with pytest.raises(ValueError, match="`preset`"):
         ClassificationModelArguments(from_scratch=True, preset="gpt")
+    # a run's folder, not its final/: transformers advised installing sentencepiece, after the data
+    (tmp_path / "run" / "final").mkdir(parents=True)
+    (tmp_path / "run" / "final" / "config.json").write_text("{}")
+    run = ClassificationModelArguments(model_name_or_path=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"--model_name_or_path .* without a config.json.*model is .*final"):
+        load_tokenizer(run, run.model_name_or_path)
     with pytest.raises(ValueError, match="`data_dir`"):
         ClassificationDataArguments()
     with pytest.raises(ValueError, match="`max_train_samples`"):
         ClassificationDataArguments(data_dir=str(tmp_path), max_train_samples=0)
+    # two classes of one name (a typo) were one label in label2id, and the pipeline said it for both
+    for names in ("negative,negative", "negative,,positive", "negative, "):
+        with pytest.raises(ValueError, match="`class_names` must be distinct non-empty names"):
+            ClassificationDataArguments(data_dir=str(tmp_path), class_names=names)
+    names = ClassificationDataArguments(data_dir=str(tmp_path), class_names="negative, positive")
+    assert names.class_name_list() == ["negative", "positive"]
     # TrainingArguments flags ride along, with this script's defaults
     data_args, model_args, training_args = parse_args(
         ["--data_dir", str(tmp_path), "--from_scratch", "--output_dir", str(tmp_path / "out")]

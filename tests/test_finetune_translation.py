@@ -114,6 +114,10 @@ def test_argument_errors(tmp_path):
     assert (data_args.source_lang, data_args.target_lang, model_args.family) == ("de", "en", "transformer")
     assert training_args.predict_with_generate and training_args.generation_num_beams == 5
     assert training_args.eval_strategy == "epoch" and training_args.report_to == []
+    # unset beams (a file's null, `--generation_num_beams none`) decoded with the model's own
+    # generation config, while the card and the test metric's label said beam 1 (and 'beam None')
+    flags = ["--data_dir", str(tmp_path), "--from_scratch", "--generation_num_beams", "none"]
+    assert parse_args(flags)[2].generation_num_beams == 1
 
 
 def test_from_scratch_families_are_the_tables_encoder_decoders_and_presets(tmp_path):

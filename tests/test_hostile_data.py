@@ -105,6 +105,16 @@ def test_init_from_continues_on_the_checkpoints_tokenizer(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="training.args.checks"):
         T.main(argv)
     assert "Ignored: --vocab_size 280" in caplog.text and "init_from" in caplog.text
+    # the config flags too: the checkpoint's config is the model's (they were ignored without a word)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="training.args.checks"):
+        check_arguments(
+            *_args(tmp_path, init_from=str(base), block_size=16, hidden_size=64, num_hidden_layers=4)
+        )
+    assert (
+        "Ignored: --num_hidden_layers 4, --hidden_size 64 (the model's config comes from the `init_from`"
+        in caplog.text
+    )
     assert not (out / "tokenizer").exists()  # none trained
     from transformers import AutoTokenizer
 
@@ -124,6 +134,12 @@ def test_a_resumed_init_from_run_keeps_the_tokenizer_it_trained(tmp_path, caplog
         tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
     assert tokenizer.get_vocab() == own.get_vocab() != base_tokenizer.get_vocab()
     assert "holds the tokenizer this run trained" in caplog.text
+    # a plain resume (no --init_from) reloads its tokenizer/ without that warning: every one said it
+    caplog.clear()
+    data_args, _, train_args = _args(tmp_path, block_size=16, resume="auto")
+    with caplog.at_level(logging.WARNING, logger="training.data.prepare"):
+        assert prepare_data(data_args, train_args, Accelerator(cpu=True))[0].get_vocab() == own.get_vocab()
+    assert "init_from" not in caplog.text
     # a run that does not resume reads with the checkpoint's
     data_args, _, train_args = _args(tmp_path, init_from=str(base), block_size=16)
     tokenizer = prepare_data(data_args, train_args, Accelerator(cpu=True), init_from=str(base))[0]
@@ -135,6 +151,16 @@ def test_init_from_without_a_tokenizer_is_refused_by_name(tmp_path):
     HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=32)).save_pretrained(base)
     with pytest.raises(ValueError, match=r"--init_from .*holds no tokenizer.*--tokenizer_name_or_path"):
         check_arguments(*_args(tmp_path, init_from=str(base), block_size=16))
+    # a run's folder, not its final/: "holds no tokenizer", then with one given transformers'
+    # "Should have a `model_type` key in its config.json" after the data
+    run = tmp_path / "run"
+    HfLmGPTForCausalLM(tiny_gpt_config(max_position_embeddings=32)).save_pretrained(run / "final")
+    tokenizer = str(run / "tokenizer")
+    for flags in ({}, {"tokenizer_name_or_path": tokenizer}):
+        with pytest.raises(
+            ValueError, match=r"--init_from .* without a config.json.*the run's model is .*final"
+        ):
+            check_arguments(*_args(tmp_path, init_from=str(run), block_size=16, **flags))
 
 
 def test_init_from_with_a_larger_given_tokenizer_grows_the_embeddings(tmp_path):
@@ -387,6 +413,16 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
     # the same file followed by flags
     data, _, train = parse_args([str(path), "--max_steps", "7"])
     assert train.learning_rate == 0.001 and train.max_steps == 7
+    # YAML 1.1's other booleans: `mixed_precision: no` (the default written out) became 'false', refused
+    path.write_text("mixed_precision: no\nstreaming: on\nresume: yes\ntf32: No\nsplit: y\n")
+    data, _, train = parse_args([str(path)])
+    assert (train.mixed_precision, data.streaming, train.resume, train.tf32, data.split) == (
+        "no",
+        True,
+        "true",
+        False,
+        "y",
+    )
     json_path = tmp_path / "run.json"
     json_path.write_text(json.dumps({"learning_rate": "3e-4", "max_steps": "12"}))
     assert parse_args([str(json_path)])[2].learning_rate == 3e-4
@@ -403,6 +439,7 @@ def test_yaml_scientific_notation_is_a_number(tmp_path):
         ("nested.yaml", "max_steps: [1, 2]\n", r"nested.yaml: `max_steps` must be an integer, got a list"),
         ("word.yaml", "learning_rate: fast\n", r"word.yaml: `learning_rate` must be a number, got 'fast'"),
         ("null.yaml", "learning_rate:\n", r"null.yaml: `learning_rate` is empty"),
+        ("null_list.yaml", "report_to:\n", r"null_list.yaml: `report_to` is empty"),  # was a TypeError
         (
             "typo.json",
             '{"learnin_rate": 1}',

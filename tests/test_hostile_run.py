@@ -319,3 +319,91 @@ def test_signal_handlers_are_set_only_in_the_main_thread():
     with StopSignals() as signals:
         assert signal.getsignal(signal.SIGINT) == signals._handle
     assert signal.getsignal(signal.SIGINT) is before
+
+
+# ----------------------------------------------------------------------------------------------
+# command lines and argument files
+# ----------------------------------------------------------------------------------------------
+
+
+def test_a_field_that_may_be_none_takes_none_on_the_command_line_and_in_a_file(tmp_path):
+    """`--keep_last` ("checkpoints kept, all if unset", default 3) took an int only: `--keep_last none`
+    was "invalid int value", and no command line could keep every checkpoint."""
+    assert parse_args(["--keep_last", "none"])[2].keep_last is None
+    _, model, train = parse_args(
+        ["--keep_last", "None", "--hidden_size", "NONE", "--greater_is_better", "none"]
+    )
+    assert train.keep_last is None and model.hidden_size is None and train.greater_is_better is False
+    assert parse_args(["--keep_last", "2"])[2].keep_last == 2
+    with pytest.raises(SystemExit):  # a number that cannot be None still refuses it
+        parse_args(["--learning_rate", "none"])
+    path = tmp_path / "run.yaml"
+    path.write_text("keep_last: none\neval_batches: null\n")
+    assert parse_args([str(path)])[2].keep_last is None
+    # the Trainer scripts' parser too: transformers' `save_total_limit` (default 1 there)
+    from training.finetune_classification import parse_args as parse_classification
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
+    argv = ["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--save_total_limit", "none"]
+    assert parse_classification(argv)[2].save_total_limit is None
+
+
+def test_flags_after_an_argument_file_keep_its_nulls_and_empty_lists(tmp_path):
+    """A file's values travelled as flags before the given ones, and a null or an empty list has no
+    flag: `run.yaml --max_steps 5` trained with `keep_last` 3 and `report_to` csv where the file said
+    null (every checkpoint) and [] (no tracker), and as the file alone said."""
+    path = tmp_path / "run.yaml"
+    path.write_text("keep_last: null\nreport_to: []\nmax_steps: 20\nlearning_rate: 1.0e-3\n")
+    alone, flagged = parse_args([str(path)])[2], parse_args([str(path), "--max_steps", "5"])[2]
+    assert alone.keep_last is flagged.keep_last is None and alone.report_to == flagged.report_to == []
+    assert (alone.max_steps, flagged.max_steps, flagged.learning_rate) == (20, 5, 1e-3)
+    assert parse_args([str(path), "--keep_last", "2", "--report_to", "tensorboard"])[2].keep_last == 2
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_refused_by_name(seed, tmp_path):
+    """`--seed -1` passed the checks, then the run crashed in accelerate's `set_seed` with numpy's
+    "Seed must be between 0 and 2**32 - 1", naming no flag (the Trainer scripts after the data)."""
+    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
+        parse_args(["--seed", seed])
+    assert parse_args(["--seed", str(2**32 - 1)])[2].seed == 2**32 - 1
+    from training.finetune_classification import parse_args as parse_classification
+
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t0\nb\t1\n")
+    with pytest.raises(ValueError, match=r"`seed` must be in \[0, 2\*\*32 - 1\], got"):
+        parse_classification(["--from_scratch", "--train_file", str(tmp_path / "train.tsv"), "--seed", seed])
+
+
+def test_the_best_model_by_a_metric_never_computed_is_refused():
+    """`--load_best_model_at_end --metric_for_best_model pseudo_perplexity --pseudo_perplexity_blocks 0`
+    trained and kept the last weights, silently: the metric was None at every evaluation."""
+    flags = [
+        "--objective",
+        "mlm",
+        "--metric_for_best_model",
+        "pseudo_perplexity",
+        "--pseudo_perplexity_blocks",
+    ]
+    with pytest.raises(
+        ValueError, match=r"'eval_pseudo_perplexity' is never computed with `pseudo_perplexity_blocks`=0"
+    ):
+        parse_args([*flags, "0", "--load_best_model_at_end"])
+    assert parse_args([*flags, "2", "--load_best_model_at_end"])[2].load_best_model_at_end
+    assert parse_args([*flags, "0"])[2].pseudo_perplexity_blocks == 0  # no best model asked for
+
+
+@pytest.mark.parametrize("flag, inside", [("init_from", "final"), ("tokenizer_name_or_path", "tokenizer")])
+def test_overwrite_never_deletes_what_the_run_starts_from(tmp_path, flag, inside):
+    """`--init_from out/run/final --output_dir out/run --overwrite_output_dir` deleted final/ (the
+    model to start from) with the run's other outputs, then failed to read it."""
+    out = tmp_path / "run"
+    files = _another_runs_outputs(out)
+    (out / "final" / "config.json").write_text("{}")
+    (out / "tokenizer").mkdir()
+    (out / "tokenizer" / "tokenizer.json").write_text("{}")
+    argv = as_flags({**SMALL, "output_dir": str(out), flag: str(out / inside), "overwrite_output_dir": True})
+    with pytest.raises(
+        ValueError, match=rf"--{flag} .* is one of .*'s outputs, which --overwrite_output_dir deletes"
+    ):
+        T.train(*parse_args(argv))
+    assert _unchanged(files)

@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import tiny_gpt_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from transformers import AutoTokenizer, GenerationConfig, PreTrainedTokenizerFast, pipeline
+from transformers import AutoTokenizer, GenerationConfig, HfArgumentParser, PreTrainedTokenizerFast, pipeline
 
 import hf_lm.models.hflm_pipelines_seq2seq as seq2seq_pipelines
 from hf_lm import HfLmGPTForCausalLM
@@ -189,6 +189,33 @@ def test_evaluate_cli_refuses_windows_beyond_memory(byte_bpe, tmp_path, monkeypa
     assert evaluate_cli.main(flags + ["--max_length", "64", "--batch_size", "2"])["n_tokens"] > 0
 
 
+@pytest.mark.parametrize("gpus, device", [(0, "cuda"), (0, "cuda:0"), (1, "cuda:1")])
+def test_evaluate_cli_refuses_a_gpu_the_machine_lacks_by_name(monkeypatch, gpus, device):
+    """`--device cuda` on a machine without one loaded the model, then failed with torch's "Torch not
+    compiled with CUDA enabled" (or "invalid device ordinal" for `cuda:1` on one GPU), naming no flag."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(
+        ValueError, match=rf"`device` '{device}' names a CUDA GPU, and this machine has {gpus}"
+    ):
+        evaluate_cli.EvalArguments(model="m", text_file="t", device=device)
+    assert evaluate_cli.EvalArguments(model="m", text_file="t", device="cpu").device == "cpu"
+
+
+def test_evaluate_cli_names_a_run_folder_given_for_its_model(lm_folder, tmp_path):
+    """`--model out/run` (the run, not its final/) failed in transformers with "You need to have
+    sentencepiece or tiktoken installed to convert a slow tokenizer to a fast one"."""
+    run = tmp_path / "run"
+    shutil.copytree(lm_folder, run / "final")
+    (run / "tokenizer").mkdir()
+    with pytest.raises(
+        ValueError,
+        match=r"--model .* is a folder without a config.json, not a saved model; the run's model is .*final",
+    ):
+        evaluate_cli.EvalArguments(model=str(run), text_file="t")
+    assert evaluate_cli.EvalArguments(model=str(run / "final"), text_file="t").model.endswith("final")
+
+
 # ---------------------------------------------------------------------------------------------
 # push: what is uploaded is read and checked
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +282,17 @@ def test_push_dry_run_refuses_broken_files_by_name(folder, capsys, how, match):
     assert push.main(["--folder", str(folder), "--repo_id", "someone/tiny", "--dry-run"]) == 1
     captured = capsys.readouterr()
     assert "not Hub-ready" in captured.err and "Would upload" not in captured.out
+
+
+@pytest.mark.parametrize("repo_id", ["my model", "someone/tiny/v2", "someone/tiny.git", "someone/-tiny"])
+def test_push_dry_run_refuses_a_repo_id_the_hub_would(hub_folder, capsys, repo_id):
+    """The dry run said "Would upload 8 files to my model" and exited 0; the upload was then refused."""
+    with pytest.raises(SystemExit) as stop:
+        push.main(["--folder", str(hub_folder), "--repo_id", repo_id, "--dry-run"])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and f"error: --repo_id {repo_id!r}" in captured.err
+    assert "Would upload" not in captured.out
+    assert push.main(["--folder", str(hub_folder), "--repo_id", "tiny_model.v1", "--dry-run"]) == 0
 
 
 def test_push_checks_every_shard_of_an_index(folder):
@@ -528,4 +566,36 @@ def test_demo_refuses_samples_that_cannot_fit_before_training(tmp_path, budget):
         demo.run_demo(["--output_dir", str(out), "--max_new_tokens", str(10**9)])
     with pytest.raises(ValueError, match=r"num_return_sequences=1000000\) .*GiB"):
         demo.run_demo(["--output_dir", str(out), "--num_samples", str(10**6)])
+    # the evaluation's stride, used after two minutes of training: 0 became the default silently, and
+    # one past the block failed in the evaluation
+    for stride in ("0", "65"):
+        with pytest.raises(ValueError, match=r"`stride` must be in \[1, block_size=64\], got " + stride):
+            demo.run_demo(["--output_dir", str(out), "--stride", stride])
     assert not out.exists()  # refused before any training
+
+
+def test_demo_and_evaluate_cli_take_none_for_their_unset_numbers(monkeypatch, budget, tmp_path):
+    """`--stride none` (the default, written out) was "invalid int value: 'none'" in both."""
+    from dataclasses import asdict
+
+    from training import demo
+
+    monkeypatch.setattr(evaluate_cli, "evaluate_file", asdict)  # the parsed arguments, not a run
+    result = evaluate_cli.main(
+        ["--model", "m", "--text_file", "t", "--max_length", "none", "--stride", "None"]
+    )
+    assert result["max_length"] is None and result["stride"] is None
+    flags = ["--output_dir", str(tmp_path / "demo"), "--stride", "none", "--max_documents", "none"]
+    with pytest.raises(ValueError, match=r"--max_new_tokens"):  # parsed: refused after it, before training
+        demo.run_demo([*flags, "--max_new_tokens", str(10**9)])
+
+
+def test_demo_takes_the_flag_its_second_run_is_told_to_pass():
+    """A second `make demo` is refused ("holds another run's outputs ... pass --overwrite_output_dir"),
+    and the demo refused --overwrite_output_dir as an unknown argument: it could not run twice."""
+    from training import demo
+
+    (args,) = HfArgumentParser(demo.DemoArguments).parse_args_into_dataclasses(["--overwrite_output_dir"])
+    assert demo.build_arguments(args)[2].overwrite_output_dir is True
+    (args,) = HfArgumentParser(demo.DemoArguments).parse_args_into_dataclasses([])
+    assert demo.build_arguments(args)[2].overwrite_output_dir is False

@@ -381,6 +381,8 @@ def test_copy_task_trains_and_decodes_through_finetune_translation(tmp_path):
     )  # fmt: skip
     metrics = finetune(*args)
     assert metrics["test_bleu"] > 60 and "test_greedy_bleu" not in metrics, metrics
+    card = (tmp_path / "out" / "final" / "README.md").read_text()  # it said "beam 5", the unused default
+    assert "Mask-Predict, 4 iterations, 3 length candidates, max length 24" in card and "beam 5" not in card
     model = AutoModelForMaskedLM.from_pretrained(tmp_path / "out" / "final", trust_remote_code=True)
     assert (
         type(model).__name__ == "HfLmBartForMaskPredict" and model.config.decoder_attention == "bidirectional"

@@ -265,3 +265,29 @@ def test_check_folder_names_every_problem(run, tmp_path):
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="auto_map"):
         check_folder(broken)
+
+
+def test_the_card_of_a_budgeted_run_says_its_steps_were_at_most_max_steps():
+    """`--max_steps 100000000 --max_train_seconds 900` (the leaderboard's pretraining) gave a card
+    saying "training steps (optimizer updates) | 100,000,000" for a run of a few hundred steps, and
+    no word of the budget."""
+    from types import SimpleNamespace
+
+    from training.export import card_hyperparameters
+    from training.state.resume import run_settings
+
+    plan = SimpleNamespace(
+        per_device=4, accum=1, world=1, global_batch=4, block_size=32, describe=lambda: "blocks"
+    )
+    budgeted = run_settings(*parse_args(["--max_steps", "100000000", "--max_train_seconds", "900"]))
+    rows = card_hyperparameters(budgeted, plan, "causal LM")
+    assert rows["training steps (optimizer updates)"] == "at most 100,000,000"
+    assert rows["wall-clock budget"].startswith("900 s of training")
+    rows = card_hyperparameters(run_settings(*parse_args(["--max_steps", "10"])), plan, "causal LM")
+    assert rows["training steps (optimizer updates)"] == 10 and "wall-clock budget" not in rows
+    # an n-gram model is counted: its card listed AdamW, a learning rate, a schedule and steps
+    rows = card_hyperparameters(
+        run_settings(*parse_args(["--family", "ngram"])), plan, "causal LM", fitted=True
+    )
+    assert "one pass (no optimizer, no gradient steps)" in rows["fitting"]
+    assert not {"optimizer", "peak learning rate", "training steps (optimizer updates)"} & set(rows)

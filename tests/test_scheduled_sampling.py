@@ -77,6 +77,13 @@ def test_validation():
         exponential_decay(1, k=float("nan"))
     with pytest.raises(TypeError):
         teacher_forcing_ratio(1, "exponential", c=0.1)  # a constant of another schedule
+    # on the command line the constants are named by their flags too (`k` alone named none)
+    from training.args import parse_args
+
+    with pytest.raises(
+        ValueError, match=r"--scheduled_sampling_k/_c/_min \(the paper's k, c, eps_min\): `k` must"
+    ):
+        parse_args(["--family", "rnn", "--scheduled_sampling", "exponential", "--scheduled_sampling_k", "2"])
 
 
 @pytest.mark.parametrize("schedule", ["none", "linear"])

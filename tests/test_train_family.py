@@ -194,12 +194,21 @@ def test_config_overrides_take_run_clm_pairs_or_json_and_refuse_unknown_fields_b
         "sliding_window": None,
     }
     assert parse_overrides(pairs) == expected == parse_overrides(json.dumps(expected))
+    # Python's spellings, as run_clm.py reads them: "False" was a string, refused after the data was read
+    python = pairs.replace("false", "False").replace("null", "None")
+    assert parse_overrides(python) == expected
     model_args = ModelArguments(family="gpt", config_overrides=pairs)
     config = family_config("gpt", model_args, DataArguments(block_size=16), _Tokenizer(), {})
     assert (config.hidden_size, config.num_hidden_layers, config.hidden_act) == (64, 2, "swiglu")
     assert config.tie_word_embeddings is False and config.sliding_window is None
     with pytest.raises(ValueError, match="'hiden_size' \\(did you mean 'hidden_size'"):
         ModelArguments(config_overrides="hiden_size=64").overrides(FAMILIES["gpt"].config_class)
+    # a table smaller than the tokenizer crashed in the first forward; a larger one pads it
+    small = ModelArguments(family="gpt", config_overrides="vocab_size=100")
+    with pytest.raises(ValueError, match=r"vocab_size=100 is smaller than the tokenizer's 300 tokens"):
+        family_config("gpt", small, DataArguments(block_size=16), _Tokenizer(), {})
+    large = ModelArguments(family="gpt", config_overrides="vocab_size=320")
+    assert family_config("gpt", large, DataArguments(block_size=16), _Tokenizer(), {}).vocab_size == 320
     for bad in ("hidden_size", "[1]", "=3"):
         with pytest.raises(ValueError, match="config_overrides"):
             ModelArguments(config_overrides=bad)

@@ -48,6 +48,8 @@ def test_ngram_is_fitted_not_trained_and_beats_unigram(tmp_path):
     final = tmp_path / "tri" / "final"
     model = AutoModelForCausalLM.from_pretrained(final, trust_remote_code=True)
     assert model.config.model_type == "hflm_ngram" and model.config.order == 3
+    card = (final / "README.md").read_text()  # it listed AdamW, a learning rate and optimizer updates
+    assert "no optimizer, no gradient steps" in card and "peak learning rate" not in card
     assert (final / "README.md").is_file()
     rows = (tmp_path / "tri" / "metrics.csv").read_text().splitlines()
     assert len(rows) == 2 and "eval_loss" in rows[0]
@@ -178,3 +180,12 @@ def test_tbptt_feeds_each_block_the_previous_state(tmp_path, monkeypatch):
 def test_incompatible_options_fail_early(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         _run(tmp_path / "bad", max_steps=2, **overrides)
+
+
+def test_ngram_order_is_bounded_for_the_ngram_family_only():
+    """The n-gram tables' bound (MAX_ORDER, 5) refused the documented `--arch ffnn --ngram_order 6`."""
+    for flags in (["--arch", "ffnn"], ["--family", "ffnn"]):
+        assert parse_args([*flags, "--ngram_order", "6"])[1].ngram_order == 6
+    for flags in (["--arch", "ngram"], ["--family", "ngram"]):
+        with pytest.raises(ValueError, match=r"`ngram_order` must be in 1\.\.5, got 6"):
+            parse_args([*flags, "--ngram_order", "6"])

@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, pipeline, set_seed
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline, set_seed
 
 from hf_lm.families import FAMILIES
 from hf_lm.metrics.sliding_window import sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import check_generation_fits
 
 from .args import DataArguments, ModelArguments, TrainArguments
+from .args.flags import argument_parser
 from .data.corpora import SyntheticCorpus
 from .evaluate_cli import resolve_device
 from .models import config_flags
@@ -61,6 +62,9 @@ class DemoArguments:
     """Flags of the demo job; every field is a `--flag` of the command line."""
 
     output_dir: str = field(default="out/demo", metadata={"help": "Run folder; the model is in <it>/final."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Delete a previous run's outputs in output_dir (else refused)."}
+    )
     max_steps: int = field(
         default=1600, metadata={"help": "Optimizer updates (about 0.075 s each on 2 idle CPU cores)."}
     )
@@ -101,6 +105,9 @@ class DemoArguments:
                 raise ValueError(f"`{name}` must be a positive integer, got {getattr(self, name)!r}.")
         if not self.temperature > 0:
             raise ValueError(f"`temperature` must be > 0, got {self.temperature!r}.")
+        # the evaluation's windows, after training: known now
+        if self.stride is not None and not 1 <= self.stride <= self.block_size:
+            raise ValueError(f"`stride` must be in [1, block_size={self.block_size}], got {self.stride}.")
 
 
 def count_words(text: str) -> int:
@@ -121,6 +128,7 @@ def build_arguments(args: DemoArguments) -> tuple[DataArguments, ModelArguments,
     model_args = ModelArguments(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads)
     train_args = TrainArguments(
         output_dir=args.output_dir,
+        overwrite_output_dir=args.overwrite_output_dir,
         max_steps=args.max_steps,
         per_device_batch_size=args.batch_size,
         learning_rate=args.learning_rate,
@@ -149,7 +157,7 @@ def evaluate_bits_per_word(final_dir: Path, args: DemoArguments) -> dict:
         model,
         torch.tensor(ids),
         max_length=args.block_size,
-        stride=args.stride or max(1, args.block_size // 2),
+        stride=args.stride if args.stride is not None else max(1, args.block_size // 2),
         batch_size=16,
         num_characters=len(text),
         num_words=count_words(text),
@@ -185,7 +193,7 @@ def run_demo(argv: list[str] | None = None) -> dict:
         `{"metrics": ..., "samples": [...]}`: train's final metrics plus the evaluation's
         `bits_per_word`, `floor_bits_per_word`, `excess_bits_per_word`, ...; the sampled texts.
     """
-    (args,) = HfArgumentParser(DemoArguments).parse_args_into_dataclasses(args=argv)
+    (args,) = argument_parser([DemoArguments]).parse_args_into_dataclasses(args=argv)
     data_args, model_args, train_args = build_arguments(args)
     # the samples must fit the model's positions and memory: known before two minutes of training
     layers, hidden, heads = MODEL_SIZES[args.model_size]

@@ -21,12 +21,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_lm.metrics.sliding_window import default_window, sliding_window_perplexity
 from hf_lm.pipelines_seq2seq import device_memory_bytes
 
-from .args.checks import learned_position_limit
+from .args.checks import check_model_folder, learned_position_limit
+from .args.flags import argument_parser
 from .data.local_files import NotUtf8Error, utf8_blocks
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class EvalArguments:
         if self.batch_size < 1:
             raise ValueError(f"`batch_size` must be at least 1, got {self.batch_size}.")
         resolve_device(self.device)  # a ValueError for a name torch does not know
+        check_model_folder(self.model, "--model")  # a run's folder, not its final/
 
 
 def resolve_device(name: str) -> torch.device:
@@ -87,11 +89,15 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as err:
         raise ValueError(
             f"`device` must be auto or a torch device name (cpu, cuda, cuda:1), got {name!r}."
         ) from err
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device.type == "cuda" and (device.index or 0) >= gpus:  # else a failure after the model's load
+        raise ValueError(f"`device` {name!r} names a CUDA GPU, and this machine has {gpus}: use auto or cpu.")
+    return device
 
 
 # the file is read, checked and tokenized a piece at a time: tokenizing a whole file in one call
@@ -291,7 +297,7 @@ def evaluate_file(args: EvalArguments) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default: sys.argv), evaluate, and print the result as JSON on stdout."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = HfArgumentParser(EvalArguments)
+    parser = argument_parser([EvalArguments])
     (args,) = parser.parse_args_into_dataclasses(args=argv)
     logger.info("arguments: %s", asdict(args))
     result = evaluate_file(args)

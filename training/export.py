@@ -117,6 +117,7 @@ def export_run(
                 run.objective.describe(),
                 runtime=runtime,
                 history=history,
+                fitted=run.family == "ngram" and not run.model_args.init_from,  # as `train` fits it
             ),
             training_time_s=metrics["seconds"],
             eval_results=eval_results,
@@ -144,6 +145,7 @@ def card_hyperparameters(
     objective: str,
     runtime: dict[str, bool] | None = None,
     history: list[dict] | None = None,
+    fitted: bool = False,
 ) -> dict[str, object]:
     """The training settings a reader needs to reproduce the run, for the model card's table.
 
@@ -153,14 +155,30 @@ def card_hyperparameters(
     `runtime`: the device-dependent settings the run chose (fused AdamW, TF32), name -> on/off.
     `history`: settings changed when the run was resumed (`{"step", "changed": {name: [old, new]}}`);
     the table then shows the values the run ended with and, in one row, the earlier ones.
+    `fitted`: an n-gram model counted in one pass (`ngram_fit`), which no optimizer setting touched.
     """
+    if fitted:
+        return {
+            "fitting": "n-gram counts of the training blocks, in one pass (no optimizer, no gradient steps)",
+            "block size (tokens)": batch_plan.block_size,
+            "seed": settings["seed"],
+            "objective": objective,
+        }
     changes = "; ".join(
         f"{name} {old} until step {entry['step']}, then {new}"
         for entry in history or []
         for name, (old, new) in entry["changed"].items()
     )
+    seconds = settings.get("max_train_seconds")  # a budget may end the run before max_steps
     return ({"settings changed on resume": changes} if changes else {}) | {
-        "training steps (optimizer updates)": settings["max_steps"],
+        "training steps (optimizer updates)": settings["max_steps"]
+        if seconds is None
+        else f"at most {settings['max_steps']:,}",
+        **(
+            {}
+            if seconds is None
+            else {"wall-clock budget": f"{seconds:g} s of training (the steps done: under Evaluation)"}
+        ),
         "per-device batch size (blocks)": batch_plan.per_device,
         "gradient accumulation steps": batch_plan.accum,
         "world size (processes)": batch_plan.world,

@@ -156,6 +156,9 @@ class ClassificationDataArguments:
                 raise ValueError(f"`{name}` {path!r} is not a file.")
             if path is not None and Path(path).suffix.lower() not in BUILDERS:
                 raise ValueError(f"`{name}` must end in one of {list(BUILDERS)}, got {path!r}.")
+        names = self.class_name_list() if self.class_names else []
+        if "" in names or len(set(names)) < len(names):  # a label2id would merge them
+            raise ValueError(f"`class_names` must be distinct non-empty names, got {self.class_names!r}.")
 
     def class_name_list(self) -> list[str] | None:
         """`class_names` as a list, or the SST-2 names for a folder named sst2, else None."""

@@ -244,6 +244,8 @@ class TranslationTrainingArguments(common.ScriptTrainingArguments, Seq2SeqTraini
         super().__post_init__()  # the budget too
         if not self.predict_with_generate:
             raise ValueError("`predict_with_generate` must stay True: BLEU is computed on generated text.")
+        if self.generation_num_beams is None:  # greedy, as the run reports it; not the model's own setting
+            self.generation_num_beams = 1
         optional_positive(
             self,
             "generation_num_beams",
@@ -620,9 +622,15 @@ def _write_card(
     """The model card: the data, validation/test BLEU, hyperparameters, `model-index`, how to translate."""
     args, src, tgt = trainer.args, data_args.source_lang, data_args.target_lang
     reported = common.reported_split(encoded)
+    mask_predict = model_args.objective == "mask_predict"  # its own decoding: no beam search
+    decoding = (
+        f"Mask-Predict, {args.mask_predict_iterations} iterations, {args.mask_predict_length_beam} length candidates"
+        if mask_predict
+        else f"beam {args.generation_num_beams or 1}"
+    )
     table = {
         "validation BLEU": metrics.get("eval_bleu"),
-        f"test BLEU (beam {args.generation_num_beams or 1})": metrics.get("test_bleu"),
+        f"test BLEU ({'Mask-Predict' if mask_predict else decoding})": metrics.get("test_bleu"),
         "test BLEU (greedy)": metrics.get("test_greedy_bleu"),
         "test BLEU lowercase": metrics.get("test_bleu_lowercase"),
         "test loss": metrics.get("test_loss"),
@@ -641,7 +649,7 @@ def _write_card(
         tail={
             "label smoothing": args.label_smoothing_factor,
             "max source / target length": f"{data_args.max_source_length} / {data_args.max_target_length}",
-            "decoding": f"beam {args.generation_num_beams}, max length {args.generation_max_length}",
+            "decoding": f"{decoding}, max length {args.generation_max_length}",
         },
     )
     write_model_card(

@@ -103,10 +103,15 @@ def config_flags(model_args) -> dict:
     return {name: value for name, value in flags.items() if value is not None}
 
 
+# `tie_word_embeddings=False` as `run_clm.py` takes it: not the string "False" (which no config takes)
+PYTHON_WORDS = {"True": "true", "False": "false", "None": "null"}
+
+
 def parse_overrides(text: str) -> dict:
     """`config_overrides` as a dict: a JSON object, or `name=value,...` as transformers' `run_clm.py`
     takes them, each value read as JSON where it is JSON (`hidden_size=64`, `tie_word_embeddings=false`,
-    `sliding_window=null`) and as a string elsewhere (`hidden_act=swiglu`).
+    `sliding_window=null`; Python's `False`, `True` and `None` too, as `run_clm.py` reads them) and as a
+    string elsewhere (`hidden_act=swiglu`).
 
     Raises:
         ValueError: a text that is neither, naming `config_overrides`.
@@ -127,6 +132,7 @@ def parse_overrides(text: str) -> dict:
                 f"`config_overrides` must be a JSON object or `name=value,...` (e.g. hidden_size=64,num_hidden_layers=2), "
                 f"got {item!r} in {text!r}."
             )
+        value = PYTHON_WORDS.get(value.strip(), value)
         try:
             overrides[name.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -244,6 +250,13 @@ def family_config(family: str, model_args, data_args, tokenizer, objective_confi
         **flag_fields(family, model_args, data_args.block_size),
     }
     overrides = model_args.overrides(family_.config_class)
+    size = overrides.get("vocab_size")
+    if isinstance(size, int) and size < len(tokenizer):  # a larger one pads the table, as nanoGPT's 50304
+        raise ValueError(
+            f"`config_overrides` vocab_size={size} is smaller than the tokenizer's {len(tokenizer)} tokens: its ids "
+            "would index past the embeddings. Leave vocab_size out (the model is sized to the tokenizer), or set "
+            "--vocab_size for a trained tokenizer."
+        )
     return family_.config_from_preset(model_args.preset, **{**fields, **objective_config, **overrides})
 
 

@@ -391,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--commit_message", default=None, help="The commit message of the upload.")
     args = parser.parse_args(argv)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:  # the Hub's rules, offline: a dry run must not approve a name the upload would be refused
+        validate_repo_id(args.repo_id)
+    except HFValidationError as err:
+        parser.error(f"--repo_id {args.repo_id!r}: {err}")
 
     folder = Path(args.folder)
     try:

@@ -23,6 +23,8 @@ from transformers import AutoTokenizer, Trainer, TrainerCallback, TrainingArgume
 # the longest input a model accepts (None: any length), by the rule generation is bounded with
 from hf_lm.pipelines_seq2seq import position_limit  # noqa: F401  (common.position_limit)
 
+from .args import check_seed
+from .args.checks import check_model_folder
 from .budget import agreed_seconds
 from .run.processes import MPI_VARIABLES, check_launch_environment, end_process_group
 
@@ -266,6 +268,7 @@ class ScriptTrainingArguments:
         # before transformers' post-init sets up the device and accelerate's process state
         put_launch_on_cpu(self)
         super().__post_init__()
+        check_seed(self.seed)  # else a crash in set_seed, after the data and the tokenizer
         check_budget(self.max_train_seconds)
         if self.budget_schedule not in BUDGET_SCHEDULES:
             raise ValueError(
@@ -306,6 +309,8 @@ def check_model_arguments(model_args, *dropouts: str) -> None:
 
 def load_tokenizer(model_args, path: str | None = None):
     """`tokenizer_name_or_path` (else `path`, the pretrained folder) with `AutoTokenizer`."""
+    if model_args.model_name_or_path is not None:  # the first read of it: a run's folder is named
+        check_model_folder(model_args.model_name_or_path, "--model_name_or_path")
     return AutoTokenizer.from_pretrained(
         model_args.tokenizer_name_or_path or path, trust_remote_code=model_args.trust_remote_code
     )

@@ -14,14 +14,10 @@ family and the objective, the block and the objective, the tokenizer and `init_f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
-import typing
 from dataclasses import dataclass, field, fields
-
-from transformers import HfArgumentParser
 
 from hf_lm.families import FAMILIES
 from hf_lm.models.hflm_common import (
@@ -45,6 +41,7 @@ from ..objectives import OBJECTIVES
 from ..objectives.scheduled_sampling import SCHEDULES, run_sampling_schedule
 from ..sharding import parse_fsdp
 from .files import read_argument_file
+from .flags import argument_parser
 
 LR_SCHEDULERS = ("cosine", "linear", "constant")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
@@ -74,6 +71,12 @@ def optional_positive(obj, *names: str) -> None:
     """Raise `ValueError` naming the field unless each of `obj`'s `names` is None or an int >= 1."""
     for name in names:
         _positive_int(name, getattr(obj, name), allow_none=True)
+
+
+def check_seed(seed: int) -> None:
+    """Raise `ValueError` naming `seed` unless numpy takes it (`set_seed` seeds numpy too)."""
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"`seed` must be in [0, 2**32 - 1], got {seed}.")
 
 
 def _finite_floats(obj) -> None:
@@ -359,7 +362,7 @@ class ModelArguments:
         ):
             if flags.get(name) is not None:
                 _choice(name, flags[name], kinds)
-        if flags["ngram_order"] > MAX_ORDER:
+        if "ngram" in (self.arch, self.family) and flags["ngram_order"] > MAX_ORDER:  # ffnn's has no bound
             raise ValueError(f"`ngram_order` must be in 1..{MAX_ORDER}, got {flags['ngram_order']}.")
         if "ffnn" in (self.arch, self.family) and flags["ngram_order"] < 2:
             raise ValueError("`ngram_order` must be >= 2 for family 'ffnn' (it sees ngram_order - 1 tokens).")
@@ -433,7 +436,7 @@ class TrainArguments:
     )
     log_every: int = field(default=10, metadata={"help": "Log the training loss every N updates."})
     save_every: int = field(default=500, metadata={"help": "Save a resumable checkpoint every N updates."})
-    keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (all if unset)."})
+    keep_last: int | None = field(default=3, metadata={"help": "Checkpoints kept (none: all of them)."})
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -657,6 +660,12 @@ class TrainArguments:
         if not self.metric_for_best_model.startswith("eval_"):
             self.metric_for_best_model = f"eval_{self.metric_for_best_model}"
         _choice("metric_for_best_model", self.metric_for_best_model, OBJECTIVES[self.objective].metrics)
+        if self.load_best_model_at_end and self.metric_for_best_model == "eval_pseudo_perplexity":
+            if not self.pseudo_perplexity_blocks:  # the last weights would be kept, silently
+                raise ValueError(
+                    "`metric_for_best_model`='eval_pseudo_perplexity' is never computed with `pseudo_perplexity_blocks`=0: "
+                    "no best model would be kept. Score some blocks, or pick another metric."
+                )
         if self.greater_is_better is None:
             self.greater_is_better = self.metric_for_best_model.endswith("accuracy")
         if self.torch_compile_mode is not None:
@@ -665,7 +674,12 @@ class TrainArguments:
         if not self.torch_compile_backend:
             raise ValueError("`torch_compile_backend` must be a non-empty backend name, e.g. 'inductor'.")
         if self.scheduled_sampling != "none":
-            run_sampling_schedule(self)(0)  # the schedule validates its constants
+            try:  # the schedule checks its constants, named as the paper names them: say whose flags they are
+                run_sampling_schedule(self)(0)
+            except ValueError as err:
+                raise ValueError(
+                    f"--scheduled_sampling_k/_c/_min (the paper's k, c, eps_min): {err}"
+                ) from None
         _number("mlm_probability", self.mlm_probability, 0, 1, low_open=True, high_open=True)
         _number("electra_generator_size", self.electra_generator_size, 0, 1, low_open=True)
         _non_negative("electra_disc_weight", self.electra_disc_weight)
@@ -680,6 +694,7 @@ class TrainArguments:
     def _check_optimization(self) -> None:
         """The schedule, the optimizer, the output folder and the divergence handling."""
         _non_negative_int("warmup_steps", self.warmup_steps)
+        check_seed(self.seed)
         _positive("learning_rate", self.learning_rate)
         if self.max_train_seconds is not None:
             _positive("max_train_seconds", self.max_train_seconds)
@@ -729,28 +744,6 @@ def as_flags(values: dict) -> list[str]:
     return flags
 
 
-def _add_negative_flags(parser: HfArgumentParser, classes) -> None:
-    """The flags of a bool field whose default is None (unset: e.g. a --preset's value) as those of the
-    other bools: `--name` alone means true, and `--no_name` (HfArgumentParser adds it only for a
-    default of True) false."""
-    for cls in classes:
-        hints = typing.get_type_hints(cls)
-        for f in fields(cls):
-            if not (f.init and f.default is None and hints.get(f.name) in (bool, bool | None)):
-                continue
-            positive = parser._option_string_actions[f"--{f.name}"]
-            positive.nargs, positive.const = "?", True
-            negatives = [f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}"]
-            if not any(flag in parser._option_string_actions for flag in negatives):
-                parser.add_argument(
-                    *negatives,
-                    action="store_false",
-                    dest=f.name,
-                    default=argparse.SUPPRESS,
-                    help=f"--{f.name} false",
-                )
-
-
 def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
     """Parse `classes` (dataclasses) from command-line flags, or from a `.json`/`.yaml`/`.yml` file
     holding the same keys, optionally followed by flags that override the file's values
@@ -768,8 +761,7 @@ def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
             or values of the wrong kind in a file (naming it), or a first argument that is neither
             a flag nor a .json/.yaml file.
     """
-    parser = HfArgumentParser(classes)
-    _add_negative_flags(parser, classes)
+    parser = argument_parser(classes)
     argv = sys.argv[1:] if argv is None else argv
     if argv and not argv[0].startswith("-"):
         path = os.path.abspath(argv[0])
@@ -778,8 +770,12 @@ def parse_dataclasses(classes, argv: list[str] | None = None) -> tuple:
         values = read_argument_file(path, classes)
         if len(argv) == 1:
             return tuple(parser.parse_dict(values))
-        # the file's values as flags, then the given flags: argparse keeps the last value of a flag
-        argv = as_flags(values) + list(argv[1:])
+        # the file's values stand in for the defaults, and the given flags override them: a value no
+        # flag spells (a null, an empty list) is kept, as without flags
+        for action in parser._actions:
+            action.required = action.required and action.dest not in values
+        parser.set_defaults(**values)
+        argv = list(argv[1:])
     return tuple(parser.parse_args_into_dataclasses(args=argv))
 
 

@@ -28,6 +28,7 @@ from ..models import (
     resolve_family,
 )
 from ..objectives import objective_for
+from ..run.folder import RUN_OUTPUTS
 from ..sharding import not_shardable
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,9 @@ def check_arguments(data_args, model_args, train_args) -> str:
             "`config_overrides` cannot be combined with `init_from`: the model's config comes from the "
             f"checkpoint {model_args.init_from!r}. Edit its config.json, or train from scratch."
         )
+    if model_args.init_from:
+        check_model_folder(model_args.init_from, "--init_from")
+    _check_inputs_outlive_overwrite(data_args, model_args, train_args)
     model_args.overrides(FAMILIES[family].config_class)  # unknown keys fail here, by name
     if train_args.mixed_precision == "fp16" and not torch.cuda.is_available():
         # accelerate makes no GradScaler and no autocast for fp16 on a CPU: the run would be fp32
@@ -71,6 +75,34 @@ def check_arguments(data_args, model_args, train_args) -> str:
     _check_tokenizer(data_args, model_args, train_args)
     _warn_unread_flags(model_args, family)
     return family
+
+
+def check_model_folder(path: str, flag: str) -> None:
+    """Refuse a folder that holds no saved model (a run's folder, not its final/), naming `flag`:
+    transformers would fail on it with a misleading message ("Should have a `model_type` key in its
+    config.json", or advice to install sentencepiece), after the data was read."""
+    folder = Path(path)
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        final = folder / "final"
+        hint = f"; the run's model is {final}" if (final / "config.json").is_file() else ""
+        raise ValueError(f"{flag} {path!r} is a folder without a config.json, not a saved model{hint}.")
+
+
+def _check_inputs_outlive_overwrite(data_args, model_args, train_args) -> None:
+    """`--overwrite_output_dir` deletes the outputs of `output_dir` (`RUN_OUTPUTS`) before the run
+    reads its inputs: a model or tokenizer to start from among them would be deleted, then missed."""
+    if not train_args.overwrite_output_dir:
+        return
+    outputs = [(Path(train_args.output_dir) / name).resolve() for name in RUN_OUTPUTS]
+    for flag, path in (
+        ("--init_from", model_args.init_from),
+        ("--tokenizer_name_or_path", data_args.tokenizer_name_or_path),
+    ):
+        if path and Path(path).exists() and any(Path(path).resolve().is_relative_to(out) for out in outputs):
+            raise ValueError(
+                f"{flag} {path!r} is one of {train_args.output_dir}'s outputs, which --overwrite_output_dir deletes "
+                "before the run reads it: copy it out of that folder first, or give this run another --output_dir."
+            )
 
 
 def _check_block_size(data_args, train_args) -> None:
@@ -132,9 +164,19 @@ def _flags_set(args, names) -> list[str]:
 
 
 def _warn_unread_flags(model_args, family: str) -> None:
-    """Log the config flags given that `family` does not read (`FLAG_FIELDS`)."""
+    """Log the config flags given that the run does not read (`FLAG_FIELDS`): those `family` does
+    not read, or with `init_from` all of them (the checkpoint's config is the model's)."""
+    if model_args.init_from:
+        unread = _flags_set(model_args, FLAG_FIELDS)
+        if unread:
+            logger.warning(
+                "Ignored: %s (the model's config comes from the `init_from` checkpoint %r).",
+                ", ".join(unread),
+                model_args.init_from,
+            )
+        return
     unread = _flags_set(model_args, [name for name in FLAG_FIELDS if not reads_flag(family, name)])
-    if unread and not model_args.init_from:
+    if unread:
         logger.warning("Ignored: %s (not read by family %r).", ", ".join(unread), family)
 
 

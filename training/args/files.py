@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import types
 import typing
 from dataclasses import fields
@@ -30,6 +31,20 @@ def _optional(annotation) -> bool:
     )
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2's booleans, true and false only: YAML 1.1 (PyYAML) also reads yes/no/on/off/
+    y/n as booleans, so `mixed_precision: no` became False, then 'false'. The words stay strings here,
+    and a bool field reads them as a flag would (`_BOOL_WORDS`)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
 _BOOL_WORDS = {"true": True, "yes": True, "y": True, "on": True, "1": True}
 _BOOL_WORDS |= {"false": False, "no": False, "n": False, "off": False, "0": False}
 
@@ -42,12 +57,14 @@ def _coerced(name: str, value, annotation, path: str):
     where a number, a bool or a string belongs is refused, naming the field and the file.
     """
     kind = _scalar_type(annotation)
-    if kind is None:
-        return value
-    if value is None:
-        if _optional(annotation):
+    if isinstance(value, str) and value.strip().lower() == "none" and kind not in (None, str):
+        value = None  # a number or bool that may be None: "none" says so, as on the command line
+    if value is None:  # a list too (`report_to:` crashed the run's checks with a TypeError)
+        if annotation is None or _optional(annotation):
             return None
         raise ValueError(f"{path}: `{name}` is empty (null); give it a value or leave the key out.")
+    if kind is None:
+        return value
     expected = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[kind]
     if isinstance(value, (list, dict)) and not (kind is str and isinstance(value, dict)):  # config_overrides
         raise ValueError(
@@ -91,7 +108,7 @@ def read_argument_file(path: str, classes) -> dict:
     json_file = path.endswith(".json")
     try:
         with open(path, encoding="utf-8") as f:
-            values = json.load(f) if json_file else yaml.safe_load(f)
+            values = json.load(f) if json_file else yaml.load(f, Loader=_Loader)
     except (ValueError, yaml.YAMLError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ValueError(f"{path} is not a valid {'JSON' if json_file else 'YAML'} file: {err}") from None
     if not isinstance(values, dict):

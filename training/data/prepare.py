@@ -155,7 +155,7 @@ def _load_or_train_tokenizer(data_args, train_args, train_docs, accelerator: Acc
     source = tokenizer_source(data_args, init_from)
     folder = _tokenizer_folder(train_args)
     resuming = train_args.resume != "false"
-    if source == init_from and resuming and (folder / "tokenizer.json").is_file():
+    if init_from and source == init_from and resuming and (folder / "tokenizer.json").is_file():
         # a run started before `init_from` brought its tokenizer trained one: its checkpoints hold
         # that tokenizer's ids, so it goes on reading with it
         logger.warning(

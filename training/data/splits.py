@@ -43,8 +43,12 @@ def train_eval_split(
             "train": dataset.filter(held_out, with_indices=True, fn_kwargs={"keep_eval": False}),
             "eval": dataset.filter(held_out, with_indices=True, fn_kwargs={"keep_eval": True}),
         }
-    if len(dataset) < 2:
-        raise ValueError(f"Cannot split a dataset of {len(dataset)} row(s) into train and eval.")
+    # datasets rounds the held-out rows up: it would say "test_size=0.9 ... train set will be empty"
+    if len(dataset) < 2 or np.ceil(eval_fraction * len(dataset)) >= len(dataset):
+        raise ValueError(
+            f"`eval_fraction` {eval_fraction} of {len(dataset)} document(s) leaves none to train on: use more "
+            "documents (--max_documents, --sample_by) or a smaller eval_fraction."
+        )
     split = dataset.train_test_split(test_size=eval_fraction, seed=seed, shuffle=True)
     return DatasetDict({"train": split["train"], "eval": split["test"]})
 
