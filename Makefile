@@ -19,8 +19,9 @@ $(STAMP): $(VPY) pyproject.toml
 
 venv: $(STAMP)
 
+# out/demo is the demo's own folder: a second `make demo` starts it over (the log lists what it deletes)
 demo: $(STAMP)
-	$(VPY) -m training.demo --output_dir out/demo
+	$(VPY) -m training.demo --output_dir out/demo --overwrite_output_dir
 
 test: $(STAMP)
 	$(VPY) -m pytest -q -n 2 --dist loadfile tests
