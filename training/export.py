@@ -117,7 +117,7 @@ def export_run(
                 run.objective.describe(),
                 runtime=runtime,
                 history=history,
-                fitted=run.family == "ngram" and not run.model_args.init_from,  # as `train` fits it
+                fitted=run.fits_by_counting,
             ),
             training_time_s=metrics["seconds"],
             eval_results=eval_results,

@@ -730,7 +730,7 @@ def _train(
     steps or checkpoints), every other model by the gradient loop."""
     with tf32_restored():  # the run may turn TF32 on (`--tf32`): not for the caller's later work
         run = start_run(data_args, model_args, train_args)
-        if run.family == "ngram" and not model_args.init_from:
+        if run.fits_by_counting:
             model, csv_log, metrics, evaluation = fit_ngram_run(run)
             return finish_run(run, model, csv_log, metrics, evaluation, None, [], fused=False)
         return TrainingLoop(run, signals).train()

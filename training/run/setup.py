@@ -66,6 +66,11 @@ class Run:
         return self.output_dir / "checkpoints"
 
     @property
+    def fits_by_counting(self) -> bool:
+        """An n-gram model trained from scratch is fitted by counting: no optimizer, steps or checkpoints."""
+        return self.family == "ngram" and not self.model_args.init_from
+
+    @property
     def world(self) -> int:
         return self.accelerator.num_processes
 
